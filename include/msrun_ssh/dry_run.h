@@ -1,0 +1,17 @@
+// The text of --dry_run: per host its node rank, address and every process with role, rank,
+// DEVICE_ID, CPUs, log file, environment and the exact remote command. Pure.
+#pragma once
+
+#include <string>
+
+#include "msrun_ssh/options.h"
+#include "msrun_ssh/plan.h"
+
+namespace msrun_ssh {
+
+std::string describe_plan(const Plan& plan, const Options& options);
+
+// One line per process: "node0 198.18.1.10  rank 3  DEVICE_ID=1  cpus 4-7  numa -".
+std::string describe_bindings(const Plan& plan);
+
+}  // namespace msrun_ssh

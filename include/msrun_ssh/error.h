@@ -1,0 +1,27 @@
+// Errors and exit codes shared by every room.
+//
+// Input problems (command line, host file, bind specs) are reported by throwing InputError whose
+// what() is the complete, user-facing message, already carrying the file:line:col, host or option
+// it is about. They are caught once, in main(), and turned into exit status 2 before anything has
+// been started anywhere.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace msrun_ssh {
+
+// Exit statuses of SPEC §2. A job that ran exits with its first failed process's status instead.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 2;         // usage or input error, found before anything starts
+inline constexpr int kExitHostFailure = 255; // a host could not be reached/authenticated/verified
+inline constexpr int kExitSigint = 130;
+inline constexpr int kExitSigterm = 143;
+inline constexpr int kExitSighup = 129;
+
+class InputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace msrun_ssh

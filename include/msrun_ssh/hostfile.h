@@ -1,0 +1,64 @@
+// The host file (SPEC §3): which machines take part, in node-rank order, and how to reach them.
+//
+// Two formats are read. TOML (any file ending in .toml) with a [defaults] table and [[hosts]]
+// entries; and the plain "host slots=N" format of DeepSpeed / Open MPI for every other file name.
+// Node sets ("node[01-16]", "n[1-3,7]") expand in place, in order, keeping zero padding.
+//
+// Every parse error throws InputError whose message starts with "FILE:LINE:COL: " (or "FILE:LINE: "
+// for the plain format) and names the key at fault. Unknown keys are errors (typo protection).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "msrun_ssh/binding.h"
+
+namespace msrun_ssh {
+
+using EnvList = std::vector<std::pair<std::string, std::string>>;  // ordered NAME=VALUE pairs
+
+// One machine, with [defaults] already applied. Fields left empty / unset fall back to the ssh
+// config, the command line or built-in defaults later (see plan.h).
+struct Host {
+  std::string address;  // as written (after node-set expansion): name or IP
+  std::string user;
+  std::optional<int> port;
+  std::string identity_file;  // "~/" already expanded
+  std::string known_hosts;    // "~/" already expanded
+  std::string python;
+  std::string workdir;
+  std::optional<int> local_worker_num;
+  EnvList env;
+  BindCore bind_core;
+  BindNuma bind_numa;
+  std::string origin;  // "FILE:LINE" of the entry, for messages
+};
+
+struct Cluster {
+  std::string path;
+  std::vector<Host> hosts;
+};
+
+// Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
+// an unreadable file, an empty host list, or the same address listed twice).
+Cluster load_hostfile(const std::string& path);
+
+// Parses TOML host-file text; `path` is used only in messages and to pick relative paths.
+Cluster parse_toml_hostfile(std::string_view text, const std::string& path);
+
+// Parses the plain format: one "HOST [slots=N]" per line, '#' starts a comment.
+Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
+
+// Expands a node set: "node[01-03]" -> node01 node02 node03; "n[1-3,7]" -> n1 n2 n3 n7; several
+// bracket groups multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is
+// returned as is. Throws InputError (message without location) on malformed sets, reversed
+// ranges, or more than 100000 names.
+std::vector<std::string> expand_nodeset(std::string_view pattern);
+
+// Replaces a leading "~/" with $HOME.
+std::string expand_home(std::string_view path);
+
+}  // namespace msrun_ssh

@@ -1,0 +1,60 @@
+// Everything the command line says, parsed and validated (see cli.h), before the host file is read.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/binding.h"
+#include "msrun_ssh/hostfile.h"
+
+namespace msrun_ssh {
+
+enum class Command { kRun, kCheck, kStop };
+enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
+
+struct Options {
+  Command command = Command::kRun;
+  std::string hostfile;
+  std::string task_script;  // empty only for `check` without a script, and `stop`
+  std::vector<std::string> task_args;
+
+  // msrun's options.
+  std::optional<int> worker_num;
+  int local_worker_num = 8;
+  std::string master_addr;  // empty: the first host
+  int master_port = 8118;
+  std::string log_dir = ".";
+  bool join = true;
+  int cluster_time_out = 600;
+  BindCore bind_core;  // kUnset: hosts decide, else off
+  BindNuma bind_numa;
+  int sim_level = -1;
+  int sim_rank_id = -1;
+  std::string rank_table_file;
+  std::string worker_log_name = "worker";
+  std::vector<int> tail_worker_log;  // empty: every rank
+
+  // Our own.
+  bool dry_run = false;
+  std::string ssh_config;  // empty: ~/.ssh/config when it exists
+  int fanout = 64;
+  double connect_timeout = 10;
+  double heartbeat = 5;
+  double kill_grace = 5;
+  bool report_bindings = false;
+  std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
+  EnvList env;  // --env, resolved against the launcher's environment
+  std::string python;
+
+  // check / stop.
+  std::vector<std::string> imports;
+  bool json = false;
+  std::string job;
+
+  // Set by main, not by the user: the job id and the launcher's working directory.
+  std::string job_id;
+  std::string launcher_cwd;
+};
+
+}  // namespace msrun_ssh

@@ -1,0 +1,83 @@
+#include "msrun_ssh/app.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <random>
+
+#include "msrun_ssh/cli.h"
+#include "msrun_ssh/dry_run.h"
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/plan.h"
+
+namespace msrun_ssh {
+
+// Implemented by the runner room; declared here to keep the CLI free of its internals.
+int run_job(const Options& options, Plan& plan);
+int stop_job(const Options& options, const Cluster& cluster);
+int check_cluster(const Options& options, const Cluster& cluster, Plan& plan);
+
+std::string new_job_id() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::random_device rd;
+  return fmt::format("{:04}{:02}{:02}-{:02}{:02}{:02}-{:06x}", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, rd() & 0xffffff);
+}
+
+std::string resolve_ipv4(const std::string& name) {
+  in_addr a{};
+  if (inet_pton(AF_INET, name.c_str(), &a) == 1) return name;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0 || !res) return "";
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf, sizeof buf);
+  freeaddrinfo(res);
+  return buf;
+}
+
+int run_app(const std::vector<std::string>& args) {
+  Options options;
+  try {
+    CliResult cli = parse_args(args, [](const char* n) { return std::getenv(n); });
+    options = std::move(cli.options);
+    if (cli.action == CliAction::kHelp) {
+      std::fputs(help_text(options.command).c_str(), stdout);
+      return kExitOk;
+    }
+    if (cli.action == CliAction::kVersion) {
+      std::printf("msrun-ssh %s\n", MSRUN_SSH_VERSION);
+      return kExitOk;
+    }
+    char cwd[4096];
+    options.launcher_cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+    options.job_id = options.command == Command::kStop ? options.job : new_job_id();
+    Cluster cluster = load_hostfile(options.hostfile);
+    if (options.command == Command::kStop) return stop_job(options, cluster);
+    if (options.command == Command::kCheck && options.task_script.empty())
+      options.task_script = "true";  // plan a harmless program: check only needs the layout
+    Plan plan = make_plan(options, cluster, resolve_ipv4);
+    if (options.command == Command::kCheck) return check_cluster(options, cluster, plan);
+    if (options.dry_run) {
+      std::fputs(describe_plan(plan, options).c_str(), stdout);
+      return kExitOk;
+    }
+    return run_job(options, plan);
+  } catch (const InputError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "msrun-ssh: error: %s\n", e.what());
+    return kExitUsage;
+  }
+}
+
+}  // namespace msrun_ssh

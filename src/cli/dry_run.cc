@@ -1,0 +1,53 @@
+#include "msrun_ssh/dry_run.h"
+
+#include <fmt/format.h>
+
+#include "msrun_ssh/command.h"
+
+namespace msrun_ssh {
+namespace {
+
+std::string binding_of(const Process& p) {
+  if (p.bind_pending) return "auto (from the host's topology at start-up)";
+  std::string s = p.cpus.empty() ? "-" : format_cpu_list(p.cpus);
+  if (!p.numa_nodes.empty()) s += fmt::format(" numa {}", format_cpu_list(p.numa_nodes));
+  return s;
+}
+
+}  // namespace
+
+std::string describe_bindings(const Plan& plan) {
+  std::string out;
+  for (const auto& h : plan.hosts)
+    for (const auto& p : h.processes)
+      out += fmt::format("node {:>3}  {:<16} {:<10} DEVICE_ID={:<3} cpus {}\n", h.node_rank,
+                         h.host.address, p.label(), p.device_id.empty() ? "-" : p.device_id,
+                         binding_of(p));
+  return out;
+}
+
+std::string describe_plan(const Plan& plan, const Options& options) {
+  std::string out = fmt::format(
+      "job {}: {} hosts, {} workers, scheduler at {}:{}{}\nlogs: {}\n", plan.job_id,
+      plan.hosts.size(), plan.worker_num, plan.master_ip, plan.master_port,
+      options.sim_level >= 0 ? fmt::format(" (simulation level {})", options.sim_level) : "",
+      options.log_dir);
+  for (const auto& h : plan.hosts) {
+    out += fmt::format("\nhost {} (node rank {}){}: {}{}{}, workdir {}\n", h.host.address,
+                       h.node_rank, h.is_master ? " [master]" : "", h.host.user.empty() ? "" : h.host.user + "@",
+                       h.ip.empty() ? h.host.address : h.ip, h.host.port ? fmt::format(":{}", *h.host.port) : "", h.host.workdir);
+    for (const auto& p : h.processes) {
+      out += fmt::format("  {}: DEVICE_ID={} cpus {} log {}\n", p.label(),
+                         p.device_id.empty() ? "-" : p.device_id, binding_of(p), p.log_name);
+      for (const auto& [n, v] : p.env) out += fmt::format("    {}={}\n", n, shell_quote(v));
+      out += fmt::format("    command: {}\n", options.join
+                                                  ? process_command(p, plan.job_id)
+                                                  : detached_command(p, plan.job_id,
+                                                                     options.log_dir + "/" +
+                                                                         p.log_name));
+    }
+  }
+  return out;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,14 @@
+// msrun-ssh's entry point: parse, plan, then hand over to the command that was asked for.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "msrun_ssh/app.h"
+#include "msrun_ssh/error.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return msrun_ssh::run_app(args);
+}

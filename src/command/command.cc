@@ -1,0 +1,119 @@
+#include "msrun_ssh/command.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace msrun_ssh {
+namespace {
+
+// Shared by the watchdog and `stop`: finds and signals every process of job $J on this host.
+// /proc/PID/environ is the environment the process was started with; grep -z reads it as NUL
+// separated lines, -x -F match the marker exactly. Zombies have an empty environ, so they count
+// as gone. Neither this shell nor grep carries the marker, so they never match themselves.
+constexpr const char* kSweepFunctions = R"SH(
+pids() { grep -lzxF "MSRUN_SSH_JOB=$J" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/,,;s,/environ$,,'; }
+signal_all() {
+  found=1
+  for p in $(pids); do
+    c=$(tr '\000' ' ' < /proc/$p/cmdline 2>/dev/null)
+    kill -$1 $p 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
+  done
+  return $found
+}
+teardown() {
+  signal_all TERM || return 0
+  i=0
+  while [ $i -lt $1 ] && [ -n "$(pids)" ]; do sleep 0.2; i=$((i+1)); done
+  signal_all KILL || true
+}
+)SH";
+
+// The watchdog's main loop. $T: silence (seconds) after which the launcher counts as gone; $G and
+// $L: grace steps of 0.2 s for a requested teardown and for a teardown after losing the launcher.
+// SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
+constexpr const char* kWatchdogLoop = R"SH(
+trap '' PIPE HUP
+echo "msrun-ssh-watchdog: ready $$"
+while :; do
+  c=$(timeout "$T" dd bs=1 count=1 2>/dev/null) || c=
+  case "$c" in
+    h) echo h ;;
+    q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    K) signal_all KILL; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"; exit 0 ;;
+  esac
+done
+)SH";
+
+std::string seconds(double s) { return fmt::format("{:.3f}", std::max(s, 0.001)); }
+
+int grace_steps(double s) { return static_cast<int>(std::ceil(std::max(s, 0.0) * 5)); }
+
+// `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted.
+std::string exec_env(const Process& process, const std::string& job_id) {
+  std::vector<std::string> words{"env", "--", fmt::format("{}={}", kJobMarker, job_id)};
+  for (const auto& [n, v] : process.env) words.push_back(n + "=" + v);
+  words.insert(words.end(), process.argv.begin(), process.argv.end());
+  return shell_join(words);
+}
+
+}  // namespace
+
+std::string shell_quote(std::string_view word) {
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  out += '\'';
+  return out;
+}
+
+std::string shell_join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ' ';
+    out += shell_quote(w);
+  }
+  return out;
+}
+
+std::string process_command(const Process& process, const std::string& job_id) {
+  return fmt::format("cd -- {} && exec {}", shell_quote(process.workdir),
+                     exec_env(process, job_id));
+}
+
+std::string detached_command(const Process& process, const std::string& job_id,
+                             const std::string& remote_log) {
+  std::string dir = remote_log.substr(0, remote_log.rfind('/') + 1);
+  if (dir.empty()) dir = ".";
+  // The log path is relative to the workdir, like --log_dir is relative to the launcher's cwd.
+  return fmt::format(
+      "cd -- {} && umask 077 && mkdir -p -- {} && {{ setsid {} < /dev/null > {} 2>&1 & }} && "
+      "echo \"msrun-ssh: started $!\"",
+      shell_quote(process.workdir), shell_quote(dir), exec_env(process, job_id),
+      shell_quote(remote_log));
+}
+
+std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s) {
+  // After losing the launcher the whole teardown must fit in 3x the heartbeat; the caller passes
+  // 2x as `timeout_s`, so the grace is capped at a quarter of it.
+  double lost_grace = std::min(grace_s, timeout_s / 4);
+  std::string script = fmt::format("J=$1 T=$2 G=$3 L=$4\n{}{}", kSweepFunctions, kWatchdogLoop);
+  return fmt::format("exec sh -c {} msrun-ssh-watchdog {} {} {} {}", shell_quote(script),
+                     shell_quote(job_id), seconds(timeout_s), grace_steps(grace_s),
+                     grace_steps(lost_grace));
+}
+
+std::string stop_command(const std::string& job_id, double grace_s) {
+  std::string script =
+      fmt::format("J=$1 G=$2\n{}teardown \"$G\"\necho \"msrun-ssh-stop: done\"\n", kSweepFunctions);
+  return fmt::format("exec sh -c {} msrun-ssh-stop {} {}", shell_quote(script),
+                     shell_quote(job_id), grace_steps(grace_s));
+}
+
+}  // namespace msrun_ssh

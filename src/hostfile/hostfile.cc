@@ -1,0 +1,285 @@
+#include "msrun_ssh/hostfile.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "msrun_ssh/error.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr int kMaxWorkersPerHost = 1024;
+constexpr const char* kHostKeys =
+    "address, user, port, identity_file, known_hosts, python, workdir, local_worker_num, env, "
+    "bind_core, bind_numa";
+
+// Where a TOML node sits, as "FILE:LINE:COL".
+std::string at(const std::string& path, const toml::node& node) {
+  const auto& b = node.source().begin;
+  return fmt::format("{}:{}:{}", path, b.line, b.column);
+}
+
+[[noreturn]] void fail(const std::string& path, const toml::node& node, const std::string& msg) {
+  throw InputError(fmt::format("{}: {}", at(path, node), msg));
+}
+
+bool valid_env_name(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name)
+    if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+      return false;
+  return true;
+}
+
+std::string get_string(const std::string& path, const std::string& key, const toml::node& node) {
+  const auto* s = node.as_string();
+  if (!s) fail(path, node, fmt::format("key \"{}\" must be a string", key));
+  if (s->get().empty()) fail(path, node, fmt::format("key \"{}\" must not be empty", key));
+  if (s->get().find('\0') != std::string::npos)
+    fail(path, node, fmt::format("key \"{}\" contains a NUL byte", key));
+  return s->get();
+}
+
+int get_int(const std::string& path, const std::string& key, const toml::node& node, int lo,
+            int hi) {
+  const auto* i = node.as_integer();
+  if (!i) fail(path, node, fmt::format("key \"{}\" must be an integer", key));
+  if (i->get() < lo || i->get() > hi)
+    fail(path, node, fmt::format("key \"{}\" = {} is out of range {}..{}", key, i->get(), lo, hi));
+  return static_cast<int>(i->get());
+}
+
+EnvList get_env(const std::string& path, const toml::node& node, EnvList env) {
+  const auto* t = node.as_table();
+  if (!t) fail(path, node, "key \"env\" must be a table of NAME = \"value\"");
+  for (const auto& [k, v] : *t) {
+    std::string name(k.str());
+    if (!valid_env_name(name))
+      fail(path, v, fmt::format("env: \"{}\" is not a valid environment variable name", name));
+    const auto* s = v.as_string();
+    if (!s) fail(path, v, fmt::format("env: value of \"{}\" must be a string", name));
+    if (s->get().find('\0') != std::string::npos)
+      fail(path, v, fmt::format("env: value of \"{}\" contains a NUL byte", name));
+    bool replaced = false;
+    for (auto& [n, val] : env)
+      if (n == name) val = s->get(), replaced = true;
+    if (!replaced) env.emplace_back(name, s->get());
+  }
+  return env;
+}
+
+BindCore get_bind_core(const std::string& path, const toml::node& node) {
+  BindCore spec;
+  if (const auto* b = node.as_boolean()) {
+    spec.mode = b->get() ? BindCore::Mode::kAuto : BindCore::Mode::kOff;
+    return spec;
+  }
+  const auto* t = node.as_table();
+  if (!t) fail(path, node, "key \"bind_core\" must be true, false or a table of CPU ranges");
+  spec.mode = BindCore::Mode::kManual;
+  for (const auto& [k, v] : *t) {
+    std::string key(k.str());
+    std::string where = fmt::format("{}: bind_core", at(path, v));
+    validate_bind_key(key, where);
+    const auto* arr = v.as_array();
+    if (!arr || arr->empty())
+      fail(path, v, fmt::format("bind_core.{} must be a non-empty list of CPU ranges", key));
+    for (const auto& r : *arr) {
+      const auto* s = r.as_string();
+      if (!s) fail(path, r, fmt::format("bind_core.{}: CPU ranges are strings like \"0-3\"", key));
+      parse_cpu_list(s->get(), fmt::format("{}: bind_core.{}", at(path, r), key));
+      spec.ranges[key].push_back(s->get());
+    }
+  }
+  return spec;
+}
+
+BindNuma get_bind_numa(const std::string& path, const toml::node& node) {
+  BindNuma spec;
+  if (const auto* b = node.as_boolean()) {
+    spec.mode = b->get() ? BindNuma::Mode::kAuto : BindNuma::Mode::kOff;
+    return spec;
+  }
+  const auto* t = node.as_table();
+  if (!t) fail(path, node, "key \"bind_numa\" must be true, false or a table of NUMA nodes");
+  spec.mode = BindNuma::Mode::kManual;
+  for (const auto& [k, v] : *t) {
+    std::string key(k.str());
+    validate_bind_key(key, fmt::format("{}: bind_numa", at(path, v)));
+    auto add = [&](const toml::node& n) {
+      spec.nodes[key].push_back(get_int(path, "bind_numa." + key, n, 0, 4095));
+    };
+    if (const auto* arr = v.as_array()) {
+      if (arr->empty()) fail(path, v, fmt::format("bind_numa.{} is an empty list", key));
+      for (const auto& n : *arr) add(n);
+    } else {
+      add(v);
+    }
+  }
+  return spec;
+}
+
+// Applies the keys of one TOML table (defaults or a host entry) on top of `host`.
+void apply_keys(const std::string& path, const toml::table& table, bool is_host, Host& host) {
+  for (const auto& [k, v] : table) {
+    std::string key(k.str());
+    if (key == "address" && is_host) {
+      host.address = get_string(path, key, v);
+    } else if (key == "user") {
+      host.user = get_string(path, key, v);
+    } else if (key == "port") {
+      host.port = get_int(path, key, v, 1, 65535);
+    } else if (key == "identity_file") {
+      host.identity_file = expand_home(get_string(path, key, v));
+    } else if (key == "known_hosts") {
+      host.known_hosts = expand_home(get_string(path, key, v));
+    } else if (key == "python") {
+      host.python = get_string(path, key, v);
+    } else if (key == "workdir") {
+      host.workdir = get_string(path, key, v);
+    } else if (key == "local_worker_num") {
+      host.local_worker_num = get_int(path, key, v, 0, kMaxWorkersPerHost);
+    } else if (key == "env") {
+      host.env = get_env(path, v, host.env);
+    } else if (key == "bind_core") {
+      host.bind_core = get_bind_core(path, v);
+    } else if (key == "bind_numa") {
+      host.bind_numa = get_bind_numa(path, v);
+    } else {
+      fail(path, v,
+           fmt::format("unknown key \"{}\" in {} (expected one of: {})", key,
+                       is_host ? "[[hosts]]" : "[defaults]",
+                       is_host ? kHostKeys : std::string(kHostKeys).substr(9)));
+    }
+  }
+}
+
+void check_unique(const Cluster& cluster) {
+  std::set<std::pair<std::string, int>> seen;
+  for (const auto& h : cluster.hosts)
+    if (!seen.emplace(h.address, h.port.value_or(0)).second)
+      throw InputError(fmt::format("{}: host \"{}\" is listed twice", h.origin, h.address));
+}
+
+void add_expanded(Cluster& cluster, const Host& host, const std::string& where) {
+  std::vector<std::string> names;
+  try {
+    names = expand_nodeset(host.address);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: address \"{}\": {}", where, host.address, e.what()));
+  }
+  for (auto& name : names) {
+    for (char c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+            c == ':' || c == '%'))
+        throw InputError(fmt::format("{}: address \"{}\" contains a character not allowed in a "
+                                     "host name or address",
+                                     where, name));
+    Host h = host;
+    h.address = std::move(name);
+    cluster.hosts.push_back(std::move(h));
+  }
+}
+
+}  // namespace
+
+std::string expand_home(std::string_view path) {
+  if (path.size() >= 2 && path[0] == '~' && path[1] == '/') {
+    const char* home = std::getenv("HOME");
+    return std::string(home ? home : "") + std::string(path.substr(1));
+  }
+  return std::string(path);
+}
+
+Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw InputError(fmt::format("{}:{}:{}: {}", path, b.line, b.column, e.description()));
+  }
+  Host defaults;
+  if (auto* d = root.get("defaults")) {
+    if (!d->is_table()) fail(path, *d, "\"defaults\" must be a table: [defaults]");
+    apply_keys(path, *d->as_table(), false, defaults);
+  }
+  Cluster cluster{path, {}};
+  for (const auto& [k, v] : root) {
+    std::string key(k.str());
+    if (key == "defaults") continue;
+    if (key != "hosts")
+      fail(path, v, fmt::format("unknown key \"{}\" (expected [defaults] and [[hosts]])", key));
+    const auto* arr = v.as_array();
+    if (!arr || !arr->is_array_of_tables())
+      fail(path, v, "\"hosts\" must be an array of tables: [[hosts]]");
+    for (const auto& entry : *arr) {
+      Host host = defaults;
+      host.origin = fmt::format("{}:{}", path, entry.source().begin.line);
+      apply_keys(path, *entry.as_table(), true, host);
+      if (host.address.empty()) fail(path, entry, "[[hosts]] entry without \"address\"");
+      add_expanded(cluster, host, at(path, entry));
+    }
+  }
+  if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no [[hosts]] entries", path));
+  check_unique(cluster);
+  return cluster;
+}
+
+Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
+  Cluster cluster{path, {}};
+  std::istringstream in{std::string(text)};
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    std::istringstream words(line);
+    std::string address, word;
+    if (!(words >> address)) continue;
+    std::string where = fmt::format("{}:{}", path, lineno);
+    Host host;
+    host.address = address;
+    host.origin = where;
+    while (words >> word) {
+      size_t eq = word.find('=');
+      std::string key = word.substr(0, eq);
+      std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
+      if (key != "slots" && key != "max_slots")
+        throw InputError(fmt::format("{}: unknown word \"{}\" (expected slots=N)", where, word));
+      int n = -1;
+      try {
+        size_t used = 0;
+        n = std::stoi(value, &used);
+        if (used != value.size()) n = -1;
+      } catch (const std::exception&) {
+        n = -1;
+      }
+      if (n < 0 || n > kMaxWorkersPerHost)
+        throw InputError(
+            fmt::format("{}: {} must be an integer 0..{}: \"{}\"", where, key, kMaxWorkersPerHost,
+                        word));
+      if (key == "slots") host.local_worker_num = n;  // max_slots is accepted and ignored
+    }
+    add_expanded(cluster, host, where);
+  }
+  if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no hosts", path));
+  check_unique(cluster);
+  return cluster;
+}
+
+Cluster load_hostfile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot read host file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  bool toml = path.size() >= 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
+  return toml ? parse_toml_hostfile(text, path) : parse_plain_hostfile(text, path);
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,74 @@
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/hostfile.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr size_t kMaxNames = 100000;
+
+// Expands the inside of one bracket group ("01-03,7") into its words, padding kept.
+std::vector<std::string> expand_group(std::string_view body) {
+  std::vector<std::string> out;
+  if (body.empty()) throw InputError("empty node set \"[]\"");
+  while (true) {
+    size_t comma = body.find(',');
+    std::string_view item = body.substr(0, comma);
+    size_t dash = item.find('-');
+    std::string_view lo_s = item.substr(0, dash);
+    std::string_view hi_s = dash == std::string_view::npos ? lo_s : item.substr(dash + 1);
+    auto number = [&](std::string_view s, unsigned long& v) {
+      if (s.empty() || s.size() > 9) return false;
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      return ec == std::errc() && p == s.data() + s.size();
+    };
+    unsigned long lo = 0, hi = 0;
+    if (!number(lo_s, lo) || !number(hi_s, hi))
+      throw InputError(fmt::format("bad node set range \"{}\"", item));
+    if (hi < lo) throw InputError(fmt::format("reversed node set range \"{}\"", item));
+    if (hi - lo >= kMaxNames) throw InputError(fmt::format("node set range \"{}\" is too large", item));
+    // Zero padding: "01-16" pads to the width of the first bound when it starts with 0.
+    size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
+    for (unsigned long v = lo; v <= hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));
+    if (comma == std::string_view::npos) break;
+    body = body.substr(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodeset(std::string_view pattern) {
+  std::vector<std::string> names{""};
+  size_t pos = 0;
+  while (pos < pattern.size()) {
+    size_t open = pattern.find('[', pos);
+    size_t close_stray = pattern.find(']', pos);
+    if (close_stray != std::string_view::npos && close_stray < open)
+      throw InputError("unmatched \"]\" in node set");
+    std::string_view literal = pattern.substr(pos, open - pos);
+    for (auto& n : names) n += literal;
+    if (open == std::string_view::npos) break;
+    size_t close = pattern.find(']', open);
+    if (close == std::string_view::npos) throw InputError("unmatched \"[\" in node set");
+    std::string_view body = pattern.substr(open + 1, close - open - 1);
+    if (body.find('[') != std::string_view::npos) throw InputError("nested \"[\" in node set");
+    std::vector<std::string> words = expand_group(body);
+    if (names.size() * words.size() > kMaxNames)
+      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    std::vector<std::string> next;
+    next.reserve(names.size() * words.size());
+    for (const auto& n : names)
+      for (const auto& w : words) next.push_back(n + w);
+    names = std::move(next);
+    pos = close + 1;
+  }
+  for (const auto& n : names)
+    if (n.empty()) throw InputError("empty host name");
+  return names;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,163 @@
+#include "msrun_ssh/binding.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "msrun_ssh/error.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr int kMaxCpu = 65535;
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_uint(std::string_view s, int& out) {
+  if (s.empty() || s.size() > 6) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && out >= 0;
+}
+
+nlohmann::json parse_json_object(std::string_view text, std::string_view what) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    throw InputError(fmt::format("{}: not a boolean (True/False) nor valid JSON: {}", what, text));
+  if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object, got: {}", what, text));
+  return j;
+}
+
+}  // namespace
+
+bool parse_bool_word(std::string_view text, bool& out) {
+  if (text == "True" || text == "true" || text == "1") {
+    out = true;
+    return true;
+  }
+  if (text == "False" || text == "false" || text == "0") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+void validate_bind_key(const std::string& key, std::string_view what) {
+  if (key == "scheduler") return;
+  if (key.size() > 6 && key.compare(0, 6, "device") == 0) {
+    int id = 0;
+    if (parse_uint(std::string_view(key).substr(6), id)) return;
+  }
+  throw InputError(fmt::format(
+      "{}: unknown key \"{}\" (expected \"scheduler\" or \"device<N>\", as msrun)", what, key));
+}
+
+std::vector<int> parse_cpu_list(std::string_view text, std::string_view what) {
+  std::vector<int> cpus;
+  std::string_view rest = trim(text);
+  if (rest.empty()) throw InputError(fmt::format("{}: empty CPU list", what));
+  while (true) {
+    size_t comma = rest.find(',');
+    std::string_view item = trim(rest.substr(0, comma));
+    size_t dash = item.find('-');
+    int lo = 0, hi = 0;
+    bool ok = dash == std::string_view::npos
+                  ? parse_uint(item, lo) && ((hi = lo), true)
+                  : parse_uint(item.substr(0, dash), lo) && parse_uint(item.substr(dash + 1), hi);
+    if (!ok) throw InputError(fmt::format("{}: bad CPU range \"{}\"", what, item));
+    if (hi < lo) throw InputError(fmt::format("{}: reversed CPU range \"{}\"", what, item));
+    if (hi > kMaxCpu) throw InputError(fmt::format("{}: CPU id out of range in \"{}\"", what, item));
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? std::to_string(cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+BindCore parse_bind_core(std::string_view text, std::string_view what) {
+  BindCore spec;
+  bool on = false;
+  if (parse_bool_word(trim(text), on)) {
+    spec.mode = on ? BindCore::Mode::kAuto : BindCore::Mode::kOff;
+    return spec;
+  }
+  nlohmann::json j = parse_json_object(text, what);
+  spec.mode = BindCore::Mode::kManual;
+  for (auto& [key, value] : j.items()) {
+    validate_bind_key(key, what);
+    std::string where = fmt::format("{} key \"{}\"", what, key);
+    if (!value.is_array() || value.empty())
+      throw InputError(fmt::format("{}: expected a non-empty list of CPU ranges", where));
+    for (const auto& range : value) {
+      if (!range.is_string())
+        throw InputError(fmt::format("{}: expected CPU ranges as strings like \"0-3\"", where));
+      parse_cpu_list(range.get<std::string>(), where);
+      spec.ranges[key].push_back(range.get<std::string>());
+    }
+  }
+  return spec;
+}
+
+BindNuma parse_bind_numa(std::string_view text, std::string_view what) {
+  BindNuma spec;
+  bool on = false;
+  if (parse_bool_word(trim(text), on)) {
+    spec.mode = on ? BindNuma::Mode::kAuto : BindNuma::Mode::kOff;
+    return spec;
+  }
+  std::string body(text);
+  std::string where(what);
+  if (ends_with(trim(text), ".json")) {
+    std::ifstream in{std::string(trim(text))};
+    if (!in) throw InputError(fmt::format("{}: cannot read file {}", what, trim(text)));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    body = ss.str();
+    where = fmt::format("{} (file {})", what, trim(text));
+  }
+  nlohmann::json j = parse_json_object(body, where);
+  spec.mode = BindNuma::Mode::kManual;
+  for (auto& [key, value] : j.items()) {
+    validate_bind_key(key, where);
+    std::string at = fmt::format("{} key \"{}\"", where, key);
+    auto add = [&](const nlohmann::json& v) {
+      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > 4095)
+        throw InputError(fmt::format("{}: expected NUMA node ids (0-4095)", at));
+      spec.nodes[key].push_back(v.get<int>());
+    };
+    if (value.is_array()) {
+      if (value.empty()) throw InputError(fmt::format("{}: empty NUMA node list", at));
+      for (const auto& v : value) add(v);
+    } else {
+      add(value);
+    }
+  }
+  return spec;
+}
+
+}  // namespace msrun_ssh

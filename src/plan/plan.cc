@@ -1,0 +1,284 @@
+#include "msrun_ssh/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "msrun_ssh/error.h"
+
+namespace msrun_ssh {
+namespace {
+
+// Sets NAME=VALUE, replacing an earlier value in place so that the order stays stable.
+void set_env(EnvList& env, const std::string& name, const std::string& value) {
+  for (auto& [n, v] : env)
+    if (n == name) {
+      v = value;
+      return;
+    }
+  env.emplace_back(name, value);
+}
+
+bool has_env(const EnvList& env, const std::string& name) {
+  return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
+}
+
+std::string get_env(const EnvList& env, const std::string& name) {
+  for (const auto& [n, v] : env)
+    if (n == name) return v;
+  return "";
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string replace_all(std::string s, std::string_view from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
+  return s;
+}
+
+int workers_of(const Host& host, const Options& options) {
+  return host.local_worker_num.value_or(options.local_worker_num);
+}
+
+// The host's IPv4 address, resolved on first use only: names are looked up when a result needs them
+// (the master's MS_SCHED_HOST, {ip} in log names), never for the others.
+const std::string& resolved_ip(HostPlan& hp, const Resolver& resolve) {
+  if (hp.ip.empty()) {
+    hp.ip = resolve(hp.host.address);
+    if (hp.ip.empty()) hp.ip = hp.host.address;
+  }
+  return hp.ip;
+}
+
+// Index of the master host: --master_addr matched by address, then by resolved IP.
+size_t find_master(const Options& options, std::vector<HostPlan>& hosts,
+                   const Resolver& resolve) {
+  if (options.master_addr.empty()) return 0;
+  for (size_t i = 0; i < hosts.size(); ++i)
+    if (hosts[i].host.address == options.master_addr) return i;
+  std::string ip = resolve(options.master_addr);
+  if (ip.empty()) ip = options.master_addr;
+  for (size_t i = 0; i < hosts.size(); ++i)
+    if (resolved_ip(hosts[i], resolve) == ip) return i;
+  throw InputError(fmt::format(
+      "--master_addr={}: no host of the host file has this address, name or IP ({})",
+      options.master_addr, ip));
+}
+
+// Physical device ids of a host's workers: from ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES
+// in the host's environment (sorted, as msrun), else 0..n-1.
+std::vector<std::string> physical_devices(const EnvList& env, int n) {
+  std::string list = get_env(env, "ASCEND_RT_VISIBLE_DEVICES");
+  if (list.empty()) list = get_env(env, "CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> ids;
+  for (size_t pos = 0; !list.empty() && pos <= list.size();) {
+    size_t comma = list.find(',', pos);
+    std::string id = list.substr(pos, comma - pos);
+    if (!id.empty()) ids.push_back(id);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  std::stable_sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  for (int i = static_cast<int>(ids.size()); i < n; ++i) ids.push_back(std::to_string(i));
+  return ids;
+}
+
+void check_ranks(const std::vector<int>& ranks, int worker_num, std::string_view option) {
+  for (int r : ranks)
+    if (r < 0 || r >= worker_num)
+      throw InputError(fmt::format("{}: rank {} does not exist (the job has ranks 0..{})", option,
+                                   r, worker_num - 1));
+}
+
+std::string log_name_for(const Options& options, const HostPlan& hp, const Process& p) {
+  if (p.role == Role::kScheduler) return "scheduler.log";
+  std::string base = replace_all(options.worker_log_name, "{ip}", hp.ip);
+  base = replace_all(base, "{hostname}", hp.host.address);
+  return fmt::format("{}_{}.log", base, p.rank);
+}
+
+// The environment contract of SPEC §4, on top of the host's env and --env.
+EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp,
+                    const Process& p) {
+  EnvList env = hp.host.env;
+  for (const auto& [n, v] : options.env) set_env(env, n, v);
+  bool sim = options.sim_level >= 0;
+  if (!sim) {
+    set_env(env, "MS_SCHED_HOST", plan.master_ip);
+    set_env(env, "MS_SCHED_PORT", std::to_string(plan.master_port));
+    set_env(env, "MS_TOPO_TIMEOUT", std::to_string(options.cluster_time_out));
+    set_env(env, "MS_ROLE", p.role == Role::kScheduler ? "MS_SCHED" : "MS_WORKER");
+  }
+  set_env(env, "MS_WORKER_NUM", std::to_string(plan.worker_num));
+  set_env(env, "RANK_SIZE", std::to_string(plan.worker_num));
+  set_env(env, "MS_NODE_RANK", std::to_string(hp.node_rank));
+  set_env(env, "RANK_ID", std::to_string(p.rank));
+  if (p.role == Role::kWorker) {
+    set_env(env, "MS_NODE_ID", std::to_string(p.rank));
+    set_env(env, "DEVICE_ID", p.device_id);
+  }
+  if (!options.rank_table_file.empty()) set_env(env, "RANK_TABLE_FILE", options.rank_table_file);
+  if (sim) set_env(env, "MS_SIMULATION_LEVEL", std::to_string(options.sim_level));
+  if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
+  return env;
+}
+
+}  // namespace
+
+std::string Process::label() const {
+  return role == Role::kScheduler ? "scheduler" : fmt::format("rank {}", rank);
+}
+
+const Process* Plan::find_rank(int rank) const {
+  for (const auto& h : hosts)
+    for (const auto& p : h.processes)
+      if (p.role == Role::kWorker && p.rank == rank) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> task_argv(const Options& options, const Host& host) {
+  std::vector<std::string> argv;
+  const std::string& s = options.task_script;
+  if (ends_with(s, ".py")) {
+    argv.push_back(!options.python.empty() ? options.python
+                   : !host.python.empty() ? host.python
+                                          : "python3");
+  }
+  argv.push_back(s);
+  argv.insert(argv.end(), options.task_args.begin(), options.task_args.end());
+  return argv;
+}
+
+std::vector<std::string> process_argv(const Process& p, const Options& options,
+                                      const HostPlan& host) {
+  std::vector<std::string> argv;
+  if (!p.numa_nodes.empty()) {
+    std::vector<int> nodes = p.numa_nodes;
+    std::string list = format_cpu_list(nodes);
+    argv = {"numactl", "--cpunodebind=" + list, "--membind=" + list};
+    if (!p.cpus.empty()) argv = {"numactl", "--physcpubind=" + format_cpu_list(p.cpus),
+                                 "--membind=" + list};
+  } else if (!p.cpus.empty()) {
+    argv = {"taskset", "-c", format_cpu_list(p.cpus)};
+  }
+  std::vector<std::string> task = task_argv(options, host.host);
+  argv.insert(argv.end(), task.begin(), task.end());
+  return argv;
+}
+
+void apply_binding(HostPlan& hp, const Options& options) {
+  BindCore core = options.bind_core.mode != BindCore::Mode::kUnset ? options.bind_core
+                                                                     : hp.host.bind_core;
+  BindNuma numa = options.bind_numa.mode != BindNuma::Mode::kUnset ? options.bind_numa
+                                                                     : hp.host.bind_numa;
+  std::string what = fmt::format("bind_core for host {}", hp.host.address);
+  for (auto& p : hp.processes) {
+    p.cpus.clear();
+    p.numa_nodes.clear();
+    p.bind_pending = false;
+    if (core.mode == BindCore::Mode::kManual) {
+      auto it = core.ranges.find(p.bind_key);
+      if (it == core.ranges.end()) {
+        if (p.role == Role::kWorker)
+          throw InputError(fmt::format("{}: no entry \"{}\" for {} (keys are \"scheduler\" and "
+                                       "\"device<physical id>\")",
+                                       what, p.bind_key, p.label()));
+      } else {
+        std::string ranges;
+        for (const auto& r : it->second) ranges += (ranges.empty() ? "" : ",") + r;
+        p.cpus = parse_cpu_list(ranges, what);
+      }
+    } else if (core.mode == BindCore::Mode::kAuto) {
+      p.bind_pending = true;
+    }
+    if (numa.mode == BindNuma::Mode::kManual) {
+      auto it = numa.nodes.find(p.bind_key);
+      if (it != numa.nodes.end()) {
+        p.numa_nodes = it->second;
+        std::sort(p.numa_nodes.begin(), p.numa_nodes.end());
+        p.numa_nodes.erase(std::unique(p.numa_nodes.begin(), p.numa_nodes.end()),
+                           p.numa_nodes.end());
+      }
+    } else if (numa.mode == BindNuma::Mode::kAuto) {
+      p.bind_pending = true;
+    }
+    if (!p.cpus.empty()) set_env(p.env, "MSRUN_CPU_LIST", format_cpu_list(p.cpus));
+    p.argv = process_argv(p, options, hp);
+  }
+}
+
+Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve) {
+  Plan plan;
+  plan.job_id = options.job_id;
+  plan.master_port = options.master_port;
+  int total = 0;
+  std::vector<int> per_host;
+  for (size_t i = 0; i < cluster.hosts.size(); ++i) {
+    HostPlan hp;
+    hp.node_rank = static_cast<int>(i);
+    hp.host = cluster.hosts[i];
+    if (hp.host.workdir.empty()) hp.host.workdir = options.launcher_cwd;
+    per_host.push_back(workers_of(hp.host, options));
+    total += per_host.back();
+    plan.hosts.push_back(std::move(hp));
+  }
+  if (total == 0) throw InputError(fmt::format("{}: the job has no workers", cluster.path));
+  if (options.worker_num && *options.worker_num != total) {
+    std::string sum;
+    for (int n : per_host) sum += (sum.empty() ? "" : "+") + std::to_string(n);
+    throw InputError(fmt::format("--worker_num={} but the host file {} gives {} workers ({})",
+                                 *options.worker_num, cluster.path, total, sum));
+  }
+  plan.worker_num = total;
+  check_ranks(options.tail_worker_log, total, "--tail_worker_log");
+  bool sim = options.sim_level >= 0;
+  if (options.sim_rank_id >= 0) {
+    if (!sim) throw InputError("--sim_rank_id needs --sim_level");
+    check_ranks({options.sim_rank_id}, total, "--sim_rank_id");
+  }
+  size_t master = find_master(options, plan.hosts, resolve);
+  plan.hosts[master].is_master = true;
+  plan.master_ip = resolved_ip(plan.hosts[master], resolve);
+  bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
+
+  int rank = 0;
+  for (auto& hp : plan.hosts) {
+    if (hp.is_master && !sim) {
+      Process s;
+      s.role = Role::kScheduler;
+      s.rank = 0;
+      s.bind_key = "scheduler";
+      hp.processes.push_back(std::move(s));
+    }
+    int n = workers_of(hp.host, options);
+    std::vector<std::string> devices = physical_devices(hp.host.env, n);
+    for (int i = 0; i < n; ++i, ++rank) {
+      if (options.sim_rank_id >= 0 && rank != options.sim_rank_id) continue;
+      Process w;
+      w.role = Role::kWorker;
+      w.rank = rank;
+      w.local_index = i;
+      w.device_id = std::to_string(i);
+      w.bind_key = "device" + devices[i];
+      hp.processes.push_back(std::move(w));
+    }
+  }
+  for (auto& hp : plan.hosts) {
+    if (log_needs_ip) resolved_ip(hp, resolve);
+    for (auto& p : hp.processes) {
+      p.env = process_env(options, plan, hp, p);
+      p.log_name = log_name_for(options, hp, p);
+      p.workdir = hp.host.workdir;
+    }
+    apply_binding(hp, options);
+  }
+  return plan;
+}
+
+}  // namespace msrun_ssh
