@@ -59,7 +59,8 @@ HEADER = struct.Struct("!I")            # message length, network byte order
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024    # anything longer is not one of ours (e.g. an HTTP probe)
 HANDSHAKE_TIMEOUT = 10.0                # seconds a new connection gets to send "register"
 WORKER_GRACE = 5.0                      # workers outwait the scheduler by this much
-CONNECT_RETRY_INTERVAL = 0.5
+CONNECT_RETRY_FIRST = 0.1              # connect retries back off from this...
+CONNECT_RETRY_MAX = 1.0                # ...to this many seconds
 
 
 class JobError(Exception):
@@ -374,8 +375,6 @@ def gather(workers: Dict[int, socket.socket], round_no: int,
         except (OSError, ValueError) as error:
             raise JobError(f"rank {rank} {describe_socket_error(error)} "
                            f"during step {round_no}") from None
-        if message["type"] == "error":
-            raise JobError(f"rank {rank} reported: {message.get('message')}")
         if message["type"] not in ("grad", "done"):
             raise JobError(f"rank {rank} sent unexpected {message['type']!r} in step {round_no}")
         messages[rank] = message
@@ -408,8 +407,11 @@ def average_gradients(messages: Dict[int, dict], round_no: int) -> Tuple[List[fl
     return average, mean_loss
 
 
-def finish(messages: Dict[int, dict], rounds: int) -> Tuple[float, str]:
-    """Check the "done" round: same step count and identical weights everywhere."""
+def finish(messages: Dict[int, dict], rounds: int) -> float:
+    """Check the "done" round (same step count and identical weights on every rank).
+
+    Returns the mean of the ranks' final losses; JobError when the replicas disagree.
+    """
     steps = {r: m.get("steps") for r, m in messages.items()}
     if any(s != rounds for s in steps.values()):
         raise JobError(f"ranks disagree on the number of steps: {steps} (scheduler: {rounds})")
@@ -418,21 +420,20 @@ def finish(messages: Dict[int, dict], rounds: int) -> Tuple[float, str]:
     if diverged:
         raise JobError(f"weights of rank(s) {format_ranks(diverged)} differ from rank "
                        f"{min(messages)}: the replicas drifted apart")
-    mean_loss = sum(float(m["loss"]) for m in messages.values()) / len(messages)
-    return mean_loss, "weights identical on all ranks"
+    return sum(float(m["loss"]) for m in messages.values()) / len(messages)
 
 
 def serve_rounds(workers: Dict[int, socket.socket], env: MsrunEnv,
-                 steps_per_epoch: int) -> Tuple[int, float, str]:
-    """Run allreduce rounds until every worker says "done". Returns (rounds, final loss, note)."""
+                 steps_per_epoch: int) -> Tuple[int, float]:
+    """Run allreduce rounds until every worker says "done". Returns (rounds, final loss)."""
     rounds = 0
     while True:
         messages, deadline = gather(workers, rounds + 1, env.topo_timeout)
         kinds = {m["type"] for m in messages.values()}
         if kinds == {"done"}:
-            mean_loss, note = finish(messages, rounds)
+            mean_loss = finish(messages, rounds)
             broadcast(workers, {"type": "finished", "steps": rounds, "loss": mean_loss}, deadline)
-            return rounds, mean_loss, note
+            return rounds, mean_loss
         if kinds != {"grad"}:
             done = [r for r, m in messages.items() if m["type"] == "done"]
             raise JobError(f"rank(s) {format_ranks(done)} finished while others still train "
@@ -459,7 +460,7 @@ def run_scheduler(env: MsrunEnv, args: argparse.Namespace) -> int:
         broadcast(workers, {"type": "start", "world_size": env.worker_num},
                   time.monotonic() + env.topo_timeout)
         log(f"scheduler: all {env.worker_num} workers registered, training started")
-        rounds, final_loss, note = serve_rounds(workers, env, args.steps)
+        rounds, final_loss = serve_rounds(workers, env, args.steps)
     except JobError as error:
         log_error(f"scheduler: error: {error}")
         abort_workers(workers, str(error))
@@ -469,7 +470,8 @@ def run_scheduler(env: MsrunEnv, args: argparse.Namespace) -> int:
     for sock in workers.values():
         sock.close()
     log(f"scheduler: job finished: {env.worker_num} workers, {rounds} allreduce rounds in "
-        f"{time.monotonic() - started:.2f} s, mean final loss {final_loss:.6f}, {note}")
+        f"{time.monotonic() - started:.2f} s, mean final loss {final_loss:.6f}, "
+        f"weights identical on all ranks")
     return EXIT_OK
 
 
@@ -531,13 +533,15 @@ def connect_to_scheduler(env: MsrunEnv) -> socket.socket:
     """Connect, retrying until MS_TOPO_TIMEOUT (the scheduler may start after us)."""
     deadline = time.monotonic() + env.topo_timeout
     last_error: Optional[Exception] = None
+    pause = CONNECT_RETRY_FIRST
     while time.monotonic() < deadline:
         try:
             sock = socket.create_connection((env.sched_host, env.sched_port),
                                             timeout=min(5.0, _remaining(deadline)))
         except OSError as error:   # refused, unreachable, timed out, name not resolved yet
             last_error = error
-            time.sleep(min(CONNECT_RETRY_INTERVAL, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, CONNECT_RETRY_MAX)
             continue
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
@@ -619,8 +623,7 @@ def train(sock: socket.socket, env: MsrunEnv,
         if epoch == 1 and args.fail_rank == env.rank:
             log_error(f"rank {env.rank}: --fail_rank test hook: exiting with code "
                       f"{args.fail_code} after epoch 1")
-            sock.close()
-            sys.exit(args.fail_code)
+            sys.exit(args.fail_code)   # the caller's "with" closes the socket on the way out
     return global_step, loss, params
 
 

@@ -160,14 +160,18 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
   }
 }
 
-void check_unique(const Cluster& cluster) {
+// `where[i]` locates host i for messages: "FILE:LINE:COL" (TOML) or "FILE:LINE" (plain).
+void check_unique(const Cluster& cluster, const std::vector<std::string>& where) {
   std::set<std::pair<std::string, int>> seen;
-  for (const auto& h : cluster.hosts)
+  for (size_t i = 0; i < cluster.hosts.size(); ++i) {
+    const Host& h = cluster.hosts[i];
     if (!seen.emplace(h.address, h.port.value_or(0)).second)
-      throw InputError(fmt::format("{}: host \"{}\" is listed twice", h.origin, h.address));
+      throw InputError(fmt::format("{}: host \"{}\" is listed twice", where[i], h.address));
+  }
 }
 
-void add_expanded(Cluster& cluster, const Host& host, const std::string& where) {
+void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host& host,
+                  const std::string& where) {
   std::vector<std::string> names;
   try {
     names = expand_nodeset(host.address);
@@ -184,6 +188,7 @@ void add_expanded(Cluster& cluster, const Host& host, const std::string& where) 
     Host h = host;
     h.address = std::move(name);
     cluster.hosts.push_back(std::move(h));
+    wheres.push_back(where);
   }
 }
 
@@ -211,6 +216,7 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
     apply_keys(path, *d->as_table(), false, defaults);
   }
   Cluster cluster{path, {}};
+  std::vector<std::string> wheres;
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     if (key == "defaults") continue;
@@ -224,16 +230,17 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
       host.origin = fmt::format("{}:{}", path, entry.source().begin.line);
       apply_keys(path, *entry.as_table(), true, host);
       if (host.address.empty()) fail(path, entry, "[[hosts]] entry without \"address\"");
-      add_expanded(cluster, host, at(path, entry));
+      add_expanded(cluster, wheres, host, at(path, entry));
     }
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no [[hosts]] entries", path));
-  check_unique(cluster);
+  check_unique(cluster, wheres);
   return cluster;
 }
 
 Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
   Cluster cluster{path, {}};
+  std::vector<std::string> wheres;
   std::istringstream in{std::string(text)};
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
@@ -265,10 +272,10 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
                         word));
       if (key == "slots") host.local_worker_num = n;  // max_slots is accepted and ignored
     }
-    add_expanded(cluster, host, where);
+    add_expanded(cluster, wheres, host, where);
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no hosts", path));
-  check_unique(cluster);
+  check_unique(cluster, wheres);
   return cluster;
 }
 

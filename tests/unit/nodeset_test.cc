@@ -1,4 +1,9 @@
+// Node sets (src/hostfile/nodeset.cc): expansion order, zero padding, lists, several groups and
+// every malformed pattern with its exact message.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
@@ -8,23 +13,134 @@ namespace {
 
 using Names = std::vector<std::string>;
 
+// The message of the InputError that expanding `pattern` throws, or "no error".
+std::string error_of(std::string_view pattern) {
+  try {
+    expand_nodeset(pattern);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(Nodeset, PlainNameIsItself) { EXPECT_EQ(expand_nodeset("node1"), Names{"node1"}); }
+
+TEST(Nodeset, IpAddressIsItself) {
+  EXPECT_EQ(expand_nodeset("198.18.0.1"), Names{"198.18.0.1"});
+}
 
 TEST(Nodeset, RangeKeepsZeroPadding) {
   EXPECT_EQ(expand_nodeset("node[01-03]"), (Names{"node01", "node02", "node03"}));
+}
+
+TEST(Nodeset, PaddingCrossesADecade) {
+  EXPECT_EQ(expand_nodeset("n[08-11]"), (Names{"n08", "n09", "n10", "n11"}));
+  EXPECT_EQ(expand_nodeset("n[098-101]"), (Names{"n098", "n099", "n100", "n101"}));
+}
+
+TEST(Nodeset, NoPaddingWithoutLeadingZero) {
+  EXPECT_EQ(expand_nodeset("n[8-11]"), (Names{"n8", "n9", "n10", "n11"}));
+}
+
+TEST(Nodeset, WidthComesFromTheLowerBound) {
+  // "01-100": the first bound says two digits; 100 is wider and stays as it is.
+  Names names = expand_nodeset("n[01-100]");
+  ASSERT_EQ(names.size(), 100u);
+  EXPECT_EQ(names.front(), "n01");
+  EXPECT_EQ(names[98], "n99");
+  EXPECT_EQ(names.back(), "n100");
+}
+
+TEST(Nodeset, SingleZeroIsNotPadding) {
+  EXPECT_EQ(expand_nodeset("n[0-2]"), (Names{"n0", "n1", "n2"}));
 }
 
 TEST(Nodeset, ListAndRange) {
   EXPECT_EQ(expand_nodeset("n[1-3,7]"), (Names{"n1", "n2", "n3", "n7"}));
 }
 
+TEST(Nodeset, ListKeepsOrderAsWritten) {
+  EXPECT_EQ(expand_nodeset("n[7,1-2,05]"), (Names{"n7", "n1", "n2", "n05"}));
+}
+
+TEST(Nodeset, SingleElementGroup) { EXPECT_EQ(expand_nodeset("n[5]"), Names{"n5"}); }
+
+TEST(Nodeset, SuffixAfterGroup) {
+  EXPECT_EQ(expand_nodeset("node[1-2].cluster.local"),
+            (Names{"node1.cluster.local", "node2.cluster.local"}));
+}
+
+TEST(Nodeset, GroupOnly) { EXPECT_EQ(expand_nodeset("[1-2]"), (Names{"1", "2"})); }
+
+TEST(Nodeset, IpRange) {
+  EXPECT_EQ(expand_nodeset("198.18.0.[1-3]"),
+            (Names{"198.18.0.1", "198.18.0.2", "198.18.0.3"}));
+}
+
 TEST(Nodeset, GroupsMultiply) {
   EXPECT_EQ(expand_nodeset("r[1-2]n[1-2]"), (Names{"r1n1", "r1n2", "r2n1", "r2n2"}));
 }
 
+TEST(Nodeset, ThreeGroupsMultiplyInOrder) {
+  EXPECT_EQ(expand_nodeset("a[1-2]-[01,03]x[9]"),
+            (Names{"a1-01x9", "a1-03x9", "a2-01x9", "a2-03x9"}));
+}
+
+TEST(Nodeset, LargestAllowedRange) {
+  Names names = expand_nodeset("n[0-99999]");
+  ASSERT_EQ(names.size(), 100000u);
+  EXPECT_EQ(names.back(), "n99999");
+}
+
 TEST(Nodeset, ReversedRangeIsAnError) {
   EXPECT_THROW(expand_nodeset("n[3-1]"), InputError);
+  EXPECT_EQ(error_of("n[3-1]"), "reversed node set range \"3-1\"");
 }
+
+TEST(Nodeset, UnmatchedOpenBracket) {
+  EXPECT_EQ(error_of("n[1-3"), "unmatched \"[\" in node set");
+  EXPECT_EQ(error_of("n[1]x["), "unmatched \"[\" in node set");
+}
+
+TEST(Nodeset, UnmatchedCloseBracket) {
+  EXPECT_EQ(error_of("n1-3]"), "unmatched \"]\" in node set");
+  EXPECT_EQ(error_of("n[1]]"), "unmatched \"]\" in node set");
+  EXPECT_EQ(error_of("]n[1]"), "unmatched \"]\" in node set");
+}
+
+TEST(Nodeset, EmptyGroup) { EXPECT_EQ(error_of("n[]"), "empty node set \"[]\""); }
+
+TEST(Nodeset, EmptyItemInList) {
+  EXPECT_EQ(error_of("n[1,]"), "bad node set range \"\"");
+  EXPECT_EQ(error_of("n[,1]"), "bad node set range \"\"");
+}
+
+TEST(Nodeset, NotANumber) {
+  EXPECT_EQ(error_of("n[a-c]"), "bad node set range \"a-c\"");
+  EXPECT_EQ(error_of("n[1-]"), "bad node set range \"1-\"");
+  EXPECT_EQ(error_of("n[-1]"), "bad node set range \"-1\"");
+  EXPECT_EQ(error_of("n[1-2-3]"), "bad node set range \"1-2-3\"");
+  EXPECT_EQ(error_of("n[ 1]"), "bad node set range \" 1\"");
+}
+
+TEST(Nodeset, TooManyDigits) {
+  EXPECT_EQ(error_of("n[1234567890]"), "bad node set range \"1234567890\"");
+}
+
+TEST(Nodeset, RangeTooLarge) {
+  EXPECT_EQ(error_of("n[0-100000]"), "node set range \"0-100000\" is too large");
+}
+
+TEST(Nodeset, ProductTooLarge) {
+  EXPECT_EQ(error_of("a[0-999]b[0-999]"), "node set expands to more than 100000 names");
+}
+
+TEST(Nodeset, Nested) {
+  EXPECT_EQ(error_of("n[1-[2]]"), "nested \"[\" in node set");
+  EXPECT_EQ(error_of("n[[1]]"), "nested \"[\" in node set");
+}
+
+TEST(Nodeset, EmptyPatternIsAnError) { EXPECT_EQ(error_of(""), "empty host name"); }
 
 }  // namespace
 }  // namespace msrun_ssh

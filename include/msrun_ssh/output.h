@@ -1,0 +1,141 @@
+// Output (SPEC §6): bytes of every process -> whole lines -> raw per-rank log files and prefixed
+// console lines, plus the end-of-job summary.
+//
+// Each process has two streams (stdout, stderr), each framed into lines separately, so a stderr
+// line never splits a stdout line in the merged log. Log files get the bytes exactly as written
+// (a final line without newline included); the console gets every line once, prefixed with rank
+// and host, stderr lines marked (and coloured on a terminal), and only for the ranks being tailed.
+// Nothing here blocks on the network; all writes go to local files.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace msrun_ssh {
+
+// Splits one byte stream into lines. A line longer than `max_line` is handed out in pieces of
+// that size (the last piece of such a line ends where its newline is).
+class LineFramer {
+ public:
+  explicit LineFramer(size_t max_line = 1 << 20) : max_line_(max_line) {}
+
+  // Feeds bytes; calls on_line(bytes) for every complete line, newline included.
+  template <typename F>
+  void feed(std::string_view data, F&& on_line);
+
+  // Hands out what is left (a last line without newline), if anything.
+  template <typename F>
+  void finish(F&& on_line);
+
+  size_t pending() const { return partial_.size(); }
+
+ private:
+  size_t max_line_;
+  std::string partial_;
+};
+
+template <typename F>
+void LineFramer::feed(std::string_view data, F&& on_line) {
+  while (!data.empty()) {
+    size_t nl = data.find('\n');
+    if (nl == std::string_view::npos) {
+      size_t room = max_line_ - partial_.size();
+      if (data.size() < room) {
+        partial_.append(data);
+        return;
+      }
+      partial_.append(data.substr(0, room));
+      on_line(std::string_view(partial_));
+      partial_.clear();
+      data.remove_prefix(room);
+      continue;
+    }
+    std::string_view line = data.substr(0, nl + 1);
+    if (partial_.empty()) {
+      on_line(line);
+    } else {
+      partial_.append(line);
+      on_line(std::string_view(partial_));
+      partial_.clear();
+    }
+    data.remove_prefix(nl + 1);
+  }
+}
+
+template <typename F>
+void LineFramer::finish(F&& on_line) {
+  if (partial_.empty()) return;
+  on_line(std::string_view(partial_));
+  partial_.clear();
+}
+
+struct OutputConfig {
+  std::string log_dir;
+  int console_out = 1;  // where prefixed stdout lines go
+  int console_err = 2;  // where prefixed stderr lines and launcher messages go
+  bool color = false;
+  size_t keep_last_lines = 10;
+  std::shared_ptr<spdlog::logger> launcher_log;  // gets every message(); may be null
+};
+
+class Output {
+ public:
+  explicit Output(OutputConfig config);
+  ~Output();
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
+  // Creates `log_dir` (mode 0700 for every directory created). Throws InputError naming the
+  // directory when it cannot.
+  static void make_log_dir(const std::string& log_dir);
+
+  // Registers a process: opens (truncates) its log file 0600. `prefix` is e.g. "3@198.18.1.11".
+  // Throws std::runtime_error naming the file when it cannot be opened.
+  int add_process(const std::string& prefix, const std::string& log_name, bool on_console);
+
+  // Bytes from a process's stdout or stderr.
+  void data(int proc, bool is_stderr, std::string_view bytes);
+
+  // The process's streams ended: hands out partial last lines.
+  void finish(int proc);
+
+  // Writes what is buffered to the console and the log files.
+  void flush();
+
+  // A message of the launcher itself ("msrun-ssh: ..."), on the error console.
+  void message(const std::string& text);
+
+  // The last lines the process printed (both streams), oldest first.
+  const std::deque<std::string>& last_lines(int proc) const;
+
+  // Bytes written to the log file of `proc` so far.
+  size_t log_bytes(int proc) const;
+
+ private:
+  struct Proc;
+  void line(Proc& p, bool is_stderr, std::string_view text);
+  OutputConfig config_;
+  std::vector<Proc*> procs_;
+  std::string out_buf_;
+  std::string err_buf_;
+};
+
+// One row of the end-of-job summary.
+struct SummaryRow {
+  std::string host;
+  std::string process;  // "scheduler", "rank 3"
+  std::string status;   // "exit 0", "exit 7", "killed by teardown (SIGTERM)", "host lost"
+  double seconds = 0;
+  bool failed = false;
+  std::vector<std::string> last_lines;  // shown for failed processes
+};
+
+// Renders the summary table (header, one line per process, then the failed ones' last lines).
+std::string format_summary(const std::vector<SummaryRow>& rows);
+
+}  // namespace msrun_ssh

@@ -1,0 +1,57 @@
+// What the runner needs from the hosts, and nothing more: start a command on a host, write to its
+// stdin, and wait for typed events. SshPool (ssh.h) implements it over libssh; the runner's tests
+// implement it with a scripted fake and a fake clock.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace msrun_ssh {
+
+using ChannelId = int;
+
+struct TransportEvent {
+  enum class Kind {
+    kData,        // `data` arrived on the channel's stdout (or stderr when is_stderr)
+    kExit,        // the remote command ended: `status` is the exit code or 128+signal
+    kClosed,      // the channel is closed (after kExit, or without one when the host went away)
+    kOpenFailed,  // the channel could not be opened / exec'd: `data` says why
+    kHostLost,    // the connection to `host` broke: `data` says why; its channels close after it
+    kFdReady,     // a watched descriptor (`fd`) is readable
+  };
+  Kind kind = Kind::kData;
+  ChannelId channel = -1;
+  size_t host = 0;
+  bool is_stderr = false;
+  std::string_view data;
+  int status = 0;
+  std::string signal;  // for kExit by signal: its name without "SIG" ("TERM")
+  int fd = -1;
+};
+
+using EventHandler = std::function<void(const TransportEvent&)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Starts `command` on host `host` through a new channel; events for it carry the returned id.
+  virtual ChannelId exec(size_t host, const std::string& command) = 0;
+  // Queues bytes for the channel's stdin; never blocks.
+  virtual void write(ChannelId channel, std::string_view data) = 0;
+  // Sends EOF on the channel's stdin.
+  virtual void send_eof(ChannelId channel) = 0;
+  // Reports kFdReady for `fd` whenever it is readable (until unwatch_fd).
+  virtual void watch_fd(int fd) = 0;
+  virtual void unwatch_fd(int fd) = 0;
+  // Forgets a host that stopped answering: its channels are dropped without further events and
+  // without waiting for the peer (a cut-off host would never answer a goodbye).
+  virtual void drop_host(size_t host) = 0;
+  // Waits at most `timeout_ms` (-1: no limit) for events and hands each to `handler`.
+  virtual void poll(int timeout_ms, const EventHandler& handler) = 0;
+  // Monotonic milliseconds; the fake transport's clock is under the test's control.
+  virtual double now_ms() const = 0;
+};
+
+}  // namespace msrun_ssh

@@ -1,0 +1,207 @@
+// The SSH edge of a run: connect every host (phase one), then hand over to the Runner (attached)
+// or start everything detached; and `stop` for detached jobs.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "msrun_ssh/command.h"
+#include "msrun_ssh/dry_run.h"
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/runner.h"
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr int kChannelsPerConnection = 10;  // sshd's default MaxSessions
+
+SshSettings ssh_settings(const Options& o) {
+  SshSettings s;
+  s.ssh_config = o.ssh_config;
+  s.fanout = o.fanout;
+  s.connect_timeout_s = o.connect_timeout;
+  s.host_key_policy = o.strict_host_key_checking;
+  s.channels_per_connection = kChannelsPerConnection;
+  return s;
+}
+
+SshEndpoint endpoint(const Host& h) {
+  return SshEndpoint{h.address, h.user, h.port, h.identity_file, h.known_hosts};
+}
+
+// Phase one. Prints every failed host and returns false when any failed.
+bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
+             const std::vector<int>& connections) {
+  auto failures = pool.connect_all(connections);
+  for (const auto& w : pool.warnings()) std::fprintf(stderr, "msrun-ssh: warning: %s\n", w.c_str());
+  if (failures.empty()) return true;
+  for (const auto& f : failures)
+    std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[f.host]->address.c_str(), f.reason.c_str());
+  std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failures.size(),
+               hosts.size());
+  return false;
+}
+
+// Blocks SIGINT/SIGTERM/SIGHUP and returns a signalfd that delivers them to the event loop.
+int signal_fd() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
+  try {
+    auto log = spdlog::basic_logger_st("msrun-ssh", log_dir + "/msrun-ssh.log", true);
+    log->set_pattern("%Y-%m-%d %H:%M:%S.%e %v");
+    log->flush_on(spdlog::level::info);
+    return log;
+  } catch (const spdlog::spdlog_ex& e) {
+    throw InputError(fmt::format("--log_dir={}: cannot write the launcher log: {}", log_dir,
+                                 e.what()));
+  }
+}
+
+int run_detached(const Options& options, const Plan& plan, SshPool& pool) {
+  std::vector<std::pair<ChannelId, const Process*>> started;
+  std::vector<size_t> host_of;
+  for (size_t h = 0; h < plan.hosts.size(); ++h)
+    for (const auto& p : plan.hosts[h].processes) {
+      std::string log = options.log_dir + "/" + p.log_name;
+      started.emplace_back(pool.exec(h, detached_command(p, plan.job_id, log)), &p);
+      host_of.push_back(h);
+    }
+  size_t open = started.size();
+  int failures = 0;
+  double deadline = pool.now_ms() + options.connect_timeout * 1000;
+  auto handler = [&](const TransportEvent& e) {
+    if (e.kind == TransportEvent::Kind::kExit && e.status != 0) ++failures;
+    if (e.kind == TransportEvent::Kind::kOpenFailed) ++failures;
+    if (e.kind == TransportEvent::Kind::kData && e.is_stderr)
+      std::fprintf(stderr, "msrun-ssh: host %zu: %.*s", e.host, static_cast<int>(e.data.size()),
+                   e.data.data());
+    if (e.kind == TransportEvent::Kind::kClosed || e.kind == TransportEvent::Kind::kOpenFailed)
+      --open;
+  };
+  while (open > 0 && pool.now_ms() < deadline)
+    pool.poll(static_cast<int>(deadline - pool.now_ms()) + 1, handler);
+  if (failures > 0 || open > 0) {
+    std::fprintf(stderr, "msrun-ssh: %d processes failed to start; stopping job %s\n",
+                 failures + static_cast<int>(open), plan.job_id.c_str());
+    std::vector<size_t> all;
+    for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
+    pool.run_on_all(all, stop_command(plan.job_id, options.kill_grace),
+                    options.kill_grace + options.connect_timeout);
+    return kExitHostFailure;
+  }
+  std::fprintf(stderr,
+               "msrun-ssh: job %s started detached: %zu processes on %zu hosts, logs in %s on "
+               "each host (relative to its workdir)\nmsrun-ssh: stop it with: msrun-ssh stop "
+               "--hostfile %s --job %s\n",
+               plan.job_id.c_str(), started.size(), plan.hosts.size(), options.log_dir.c_str(),
+               options.hostfile.c_str(), plan.job_id.c_str());
+  std::printf("%s\n", plan.job_id.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_job(const Options& options, Plan& plan) {
+  umask(077);
+  std::vector<const Host*> hosts;
+  std::vector<SshEndpoint> endpoints;
+  std::vector<int> connections;
+  for (const auto& h : plan.hosts) {
+    hosts.push_back(&h.host);
+    endpoints.push_back(endpoint(h.host));
+    int channels = static_cast<int>(h.processes.size()) + 1;  // + the watchdog
+    connections.push_back((channels + kChannelsPerConnection - 1) / kChannelsPerConnection);
+  }
+  if (options.join) Output::make_log_dir(options.log_dir);
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  if (!connect(pool, hosts, connections)) return kExitHostFailure;
+  if (options.report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
+  if (!options.join) return run_detached(options, plan, pool);
+
+  OutputConfig oc;
+  oc.log_dir = options.log_dir;
+  oc.color = isatty(1) && isatty(2);
+  oc.launcher_log = launcher_log(options.log_dir);
+  oc.launcher_log->info("job {}: {} hosts, {} workers, scheduler {}:{}", plan.job_id,
+                        plan.hosts.size(), plan.worker_num, plan.master_ip, plan.master_port);
+  Output out(oc);
+  int sfd = signal_fd();
+  int code;
+  std::vector<SummaryRow> rows;
+  try {
+    Runner runner(plan, options, pool, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
+    code = runner.run();
+    rows = runner.summary();
+  } catch (const std::runtime_error& e) {
+    out.message(e.what());
+    code = kExitHostFailure;
+  }
+  out.flush();
+  std::string summary = format_summary(rows);
+  std::fputs(summary.c_str(), stderr);
+  oc.launcher_log->info("summary:\n{}exit status {}", summary, code);
+  pool.disconnect_all();
+  close(sfd);
+  return code;
+}
+
+int stop_job(const Options& options, const Cluster& cluster) {
+  std::vector<const Host*> hosts;
+  std::vector<SshEndpoint> endpoints;
+  std::vector<size_t> all;
+  for (const auto& h : cluster.hosts) {
+    hosts.push_back(&h);
+    endpoints.push_back(endpoint(h));
+    all.push_back(all.size());
+  }
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
+  auto results = pool.run_on_all(all, stop_command(options.job, options.kill_grace),
+                                 options.kill_grace + options.connect_timeout + 5);
+  int killed = 0;
+  int code = kExitOk;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i]) {
+      std::fprintf(stderr, "msrun-ssh: %s: stop did not finish\n", hosts[i]->address.c_str());
+      code = kExitHostFailure;
+      continue;
+    }
+    size_t pos = 0;
+    const std::string& text = *results[i];
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      std::string line = text.substr(pos, nl - pos);
+      if (line.rfind("killed ", 0) == 0) {
+        std::printf("%s: %s\n", hosts[i]->address.c_str(), line.c_str());
+        ++killed;
+      }
+      if (nl == std::string::npos) break;
+      pos = nl + 1;
+    }
+  }
+  std::printf("job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed, hosts.size());
+  return code;
+}
+
+int check_cluster(const Options&, const Cluster&, Plan&) {
+  std::fprintf(stderr, "msrun-ssh: check is not built yet\n");
+  return 1;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,348 @@
+#include "msrun_ssh/runner.h"
+
+#include <errno.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "msrun_ssh/command.h"
+#include "msrun_ssh/error.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr double kEchoSlackMs = 2000;     // beyond 2x heartbeat before a silent host counts as lost
+constexpr double kTeardownSlackMs = 10000; // beyond the kill grace before we stop waiting
+constexpr double kKillNowWaitMs = 3000;
+
+template <typename T>
+void put(std::vector<T>& v, ChannelId id, T value) {
+  if (id < 0) return;
+  if (static_cast<size_t>(id) >= v.size()) v.resize(static_cast<size_t>(id) + 1, T(-1));
+  v[static_cast<size_t>(id)] = value;
+}
+
+template <typename T>
+T get(const std::vector<T>& v, ChannelId id) {
+  return id >= 0 && static_cast<size_t>(id) < v.size() ? v[static_cast<size_t>(id)] : T(-1);
+}
+
+std::string describe_status(int status, const std::string& signal) {
+  if (!signal.empty()) return fmt::format("killed by SIG{}", signal);
+  return fmt::format("exit {}", status);
+}
+
+}  // namespace
+
+Runner::Runner(const Plan& plan, const Options& options, Transport& transport, Output& output,
+               int signal_fd, int stdin_fd)
+    : plan_(plan),
+      options_(options),
+      t_(transport),
+      out_(output),
+      signal_fd_(signal_fd),
+      stdin_fd_(stdin_fd),
+      heartbeat_ms_(options.heartbeat * 1000) {
+  hosts_.resize(plan.hosts.size());
+  for (size_t h = 0; h < plan.hosts.size(); ++h)
+    for (const auto& p : plan.hosts[h].processes) procs_.push_back(Proc{.host = h, .spec = &p});
+}
+
+const std::string& Runner::host_name(size_t host) const { return plan_.hosts[host].host.address; }
+
+void Runner::send_all(char byte) {
+  for (auto& h : hosts_)
+    if (!h.lost && !h.watchdog_closed && h.watchdog >= 0) t_.write(h.watchdog, std::string(1, byte));
+}
+
+bool Runner::processes_done() const {
+  return std::all_of(procs_.begin(), procs_.end(), [](const Proc& p) { return p.done; });
+}
+
+bool Runner::watchdogs_done() const {
+  return std::all_of(hosts_.begin(), hosts_.end(),
+                     [](const HostState& h) { return h.lost || h.watchdog_closed; });
+}
+
+void Runner::fail(int status, const std::string& why) {
+  if (exit_code_ < 0) exit_code_ = status;
+  if (!tearing_down_) {
+    out_.message(fmt::format("{}; stopping the job on every host", why));
+    teardown(kTeardown);
+  }
+}
+
+void Runner::teardown(char how) {
+  double now = t_.now_ms();
+  if (how == kKillNow) {
+    killed_now_ = true;
+    deadline_ms_ = now + kKillNowWaitMs;
+  } else if (!tearing_down_) {
+    deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
+  }
+  tearing_down_ = true;
+  send_all(how);
+}
+
+void Runner::lose_host(size_t host, const std::string& why) {
+  HostState& h = hosts_[host];
+  if (h.lost) return;
+  h.lost = true;
+  t_.drop_host(host);
+  for (auto& p : procs_)
+    if (p.host == host && !p.done) finish_process(p, "host lost");
+  fail(kExitHostFailure, fmt::format("host {} lost: {}", host_name(host), why));
+}
+
+void Runner::finish_process(Proc& p, const std::string& note) {
+  if (p.done) return;
+  p.done = true;
+  p.end_ms = t_.now_ms();
+  if (!note.empty() && p.note.empty()) p.note = note;
+  if (p.out >= 0) out_.finish(p.out);
+}
+
+void Runner::on_signal(int signo) {
+  int code = signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
+  if (tearing_down_ && signo == SIGINT && !killed_now_) {
+    out_.message("second interrupt: killing every process now");
+    if (exit_code_ < 0) exit_code_ = code;
+    teardown(kKillNow);
+    return;
+  }
+  fail(code, fmt::format("received SIG{}", sigabbrev_np(signo)));
+}
+
+void Runner::read_signals() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info))
+    on_signal(static_cast<int>(info.ssi_signo));
+}
+
+void Runner::read_stdin() {
+  char buf[65536];
+  ssize_t n = ::read(stdin_fd_, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    t_.unwatch_fd(stdin_fd_);
+    for (ChannelId c : stdin_targets_) t_.send_eof(c);
+    stdin_fd_ = -1;
+    return;
+  }
+  for (ChannelId c : stdin_targets_) t_.write(c, std::string_view(buf, static_cast<size_t>(n)));
+}
+
+void Runner::watchdog_line(size_t host, std::string_view line) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  HostState& h = hosts_[host];
+  h.last_echo_ms = t_.now_ms();
+  if (line.rfind("msrun-ssh-watchdog: ready", 0) == 0) {
+    h.ready = true;
+  } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
+    out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
+                             line.substr(7)));
+  }
+}
+
+void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
+  HostState& h = hosts_[host];
+  switch (e.kind) {
+    case TransportEvent::Kind::kData:
+      if (!e.is_stderr) h.framer.feed(e.data, [&](std::string_view l) { watchdog_line(host, l); });
+      else out_.message(fmt::format("{}: watchdog: {}", host_name(host), e.data));
+      break;
+    case TransportEvent::Kind::kOpenFailed:
+      h.watchdog_closed = true;
+      fail(kExitHostFailure,
+           fmt::format("cannot start the watchdog on {}: {}", host_name(host), e.data));
+      break;
+    case TransportEvent::Kind::kClosed:
+      h.watchdog_closed = true;
+      if (!quit_sent_ && !tearing_down_)
+        fail(kExitHostFailure, fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
+      break;
+    default:
+      break;
+  }
+}
+
+void Runner::handle_process(size_t index, const TransportEvent& e) {
+  Proc& p = procs_[index];
+  switch (e.kind) {
+    case TransportEvent::Kind::kData:
+      out_.data(p.out, e.is_stderr, e.data);
+      break;
+    case TransportEvent::Kind::kExit:
+      p.exited = true;
+      p.status = e.status;
+      p.signal = e.signal;
+      if (e.status != 0 && !tearing_down_)
+        fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
+                                   describe_status(e.status, e.signal)));
+      else if (tearing_down_ && e.status != 0 && exit_code_ != e.status)
+        p.note = "ended by teardown";
+      break;
+    case TransportEvent::Kind::kOpenFailed:
+      finish_process(p, fmt::format("not started: {}", e.data));
+      fail(kExitHostFailure,
+           fmt::format("cannot start {} on {}: {}", p.spec->label(), host_name(p.host), e.data));
+      break;
+    case TransportEvent::Kind::kClosed:
+      if (!p.exited && !tearing_down_)
+        fail(kExitHostFailure, fmt::format("{} on {} ended without an exit status",
+                                           p.spec->label(), host_name(p.host)));
+      finish_process(p, p.exited ? "" : "no exit status");
+      break;
+    default:
+      break;
+  }
+}
+
+void Runner::handle(const TransportEvent& e) {
+  if (e.kind == TransportEvent::Kind::kFdReady) {
+    if (e.fd == signal_fd_) read_signals();
+    else if (e.fd == stdin_fd_) read_stdin();
+    return;
+  }
+  if (e.kind == TransportEvent::Kind::kHostLost) return lose_host(e.host, std::string(e.data));
+  int proc = get(proc_of_channel_, e.channel);
+  if (proc >= 0) return handle_process(static_cast<size_t>(proc), e);
+  int host = get(host_of_watchdog_, e.channel);
+  if (host >= 0) handle_watchdog(static_cast<size_t>(host), e);
+}
+
+bool Runner::start_watchdogs() {
+  // The watchdog gives up after 2 heartbeats of silence, so that the whole teardown on a host
+  // that lost us fits in the 3 heartbeats SPEC §7 allows.
+  std::string cmd = watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace);
+  double now = t_.now_ms();
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    hosts_[h].watchdog = t_.exec(h, cmd);
+    hosts_[h].last_echo_ms = now;
+    put(host_of_watchdog_, hosts_[h].watchdog, static_cast<int>(h));
+  }
+  double deadline = now + options_.connect_timeout * 1000;
+  auto all_ready = [&] {
+    return std::all_of(hosts_.begin(), hosts_.end(), [](const HostState& h) { return h.ready; });
+  };
+  while (!all_ready() && exit_code_ < 0 && t_.now_ms() < deadline)
+    t_.poll(static_cast<int>(std::max(1.0, deadline - t_.now_ms())),
+            [&](const TransportEvent& e) { handle(e); });
+  if (all_ready() && exit_code_ < 0) return true;
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (!hosts_[h].ready && exit_code_ < 0)
+      fail(kExitHostFailure, fmt::format("the watchdog on {} did not start within {:g} s",
+                                         host_name(h), options_.connect_timeout));
+  return false;
+}
+
+void Runner::start_processes() {
+  std::vector<bool> tailed(static_cast<size_t>(plan_.worker_num), options_.tail_worker_log.empty());
+  for (int r : options_.tail_worker_log) tailed[static_cast<size_t>(r)] = true;
+  bool forward = !options_.tail_worker_log.empty() && stdin_fd_ >= 0;
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    Proc& p = procs_[i];
+    const Process& s = *p.spec;
+    bool is_worker = s.role == Role::kWorker;
+    bool on_console = is_worker ? tailed[static_cast<size_t>(s.rank)] : options_.tail_worker_log.empty();
+    std::string tag = is_worker ? std::to_string(s.rank) : "sched";
+    p.out = out_.add_process(fmt::format("{}@{}", tag, host_name(p.host)), s.log_name, on_console);
+    p.channel = t_.exec(p.host, process_command(s, plan_.job_id));
+    p.start_ms = t_.now_ms();
+    put(proc_of_channel_, p.channel, static_cast<int>(i));
+    if (forward && is_worker && !options_.tail_worker_log.empty() && tailed[static_cast<size_t>(s.rank)])
+      stdin_targets_.push_back(p.channel);
+    else
+      t_.send_eof(p.channel);
+  }
+  if (forward) t_.watch_fd(stdin_fd_);
+  else stdin_fd_ = -1;
+}
+
+void Runner::beat() {
+  send_all(kBeat);
+  next_beat_ms_ = t_.now_ms() + heartbeat_ms_;
+}
+
+void Runner::check_heartbeats(double now) {
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    const HostState& s = hosts_[h];
+    if (s.lost || s.watchdog_closed) continue;
+    double silent = now - s.last_echo_ms;
+    if (silent > 2 * heartbeat_ms_ + kEchoSlackMs)
+      lose_host(h, fmt::format("no answer to heartbeats for {:.1f} s", silent / 1000));
+  }
+}
+
+int Runner::timeout_ms(double now) const {
+  double until = next_beat_ms_;
+  if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
+  return static_cast<int>(std::clamp(std::ceil(until - now), 1.0, 60000.0));
+}
+
+int Runner::run() {
+  if (signal_fd_ >= 0) t_.watch_fd(signal_fd_);
+  if (start_watchdogs()) start_processes();
+  else for (auto& p : procs_) finish_process(p, "not started");
+  beat();
+  auto handler = [&](const TransportEvent& e) { handle(e); };
+  while (true) {
+    double now = t_.now_ms();
+    if (processes_done() && !quit_sent_) {
+      // Every process ended: let each watchdog sweep what the job left behind, then finish.
+      quit_sent_ = true;
+      if (!tearing_down_) {
+        send_all(kQuit);
+        deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
+      }
+    }
+    if (processes_done() && watchdogs_done()) break;
+    if ((tearing_down_ || quit_sent_) && now >= deadline_ms_) {
+      for (auto& p : procs_)
+        if (!p.done) finish_process(p, "did not end in time");
+      if (!killed_now_) {
+        out_.message("hosts did not confirm the end of the job in time; killing what is left");
+        teardown(kKillNow);
+        continue;
+      }
+      out_.message("giving up waiting for the hosts");
+      break;
+    }
+    if (now >= next_beat_ms_) beat();
+    check_heartbeats(now);
+    t_.poll(timeout_ms(now), handler);
+    out_.flush();
+  }
+  out_.flush();
+  return exit_code_ < 0 ? kExitOk : exit_code_;
+}
+
+std::vector<SummaryRow> Runner::summary() const {
+  std::vector<SummaryRow> rows;
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    const Proc& p = procs_[i];
+    SummaryRow r;
+    r.host = host_name(p.host);
+    r.process = p.spec->label();
+    if (p.exited) {
+      r.status = describe_status(p.status, p.signal);
+      if (!p.note.empty()) r.status += " (" + p.note + ")";
+    } else {
+      r.status = p.note.empty() ? "unknown" : p.note;
+    }
+    r.failed = !p.exited || (p.status != 0 && p.note.empty());
+    r.seconds = p.start_ms > 0 && p.end_ms >= p.start_ms ? (p.end_ms - p.start_ms) / 1000 : 0;
+    if (r.failed && p.out >= 0) {
+      const auto& last = out_.last_lines(p.out);
+      r.last_lines.assign(last.begin(), last.end());
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+}  // namespace msrun_ssh

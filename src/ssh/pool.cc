@@ -1,0 +1,690 @@
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <libssh/callbacks.h>
+#include <libssh/libssh.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+namespace {
+
+double monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+int signal_number(const char* name) {
+  for (int i = 1; i < 65; ++i) {
+    const char* abbrev = sigabbrev_np(i);
+    if (abbrev && strcmp(abbrev, name) == 0) return i;
+  }
+  return 0;
+}
+
+// A launcher holds several descriptors per host: lift the soft limit to the hard one.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+struct KeyDeleter {
+  void operator()(ssh_key k) const { ssh_key_free(k); }
+};
+using KeyPtr = std::unique_ptr<std::remove_pointer_t<ssh_key>, KeyDeleter>;
+
+std::string describe_error(ssh_session s) {
+  std::string e = ssh_get_error(s);
+  if (e.empty()) return "connection failed";
+  return e;
+}
+
+}  // namespace
+
+struct SshPool::Impl {
+  enum class ConnState { kQueued, kConnecting, kAuth, kReady, kFailed, kClosed };
+  struct Conn {
+    size_t host = 0;
+    ssh_session session = nullptr;
+    ssh_event event = nullptr;
+    ConnState state = ConnState::kQueued;
+    double deadline = 0;
+    int fd = -1;
+    uint32_t mask = 0;
+    int channels = 0;
+  };
+  enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
+  struct Chan {
+    Impl* pool = nullptr;
+    ChannelId id = 0;
+    size_t conn = 0;
+    ssh_channel channel = nullptr;
+    ChanState state = ChanState::kNew;
+    std::string command;
+    std::string out;  // stdin bytes not yet accepted by libssh
+    bool eof_wanted = false;
+    bool eof_sent = false;
+    bool exited = false;
+    ssh_channel_callbacks_struct callbacks{};
+  };
+
+  std::vector<SshEndpoint> hosts;
+  SshSettings settings;
+  std::vector<Conn> conns;
+  std::map<ChannelId, std::unique_ptr<Chan>> chans;
+  std::set<size_t> lost_hosts;
+  std::map<std::string, KeyPtr> keys;  // identity file -> key, loaded once
+  std::set<int> watched;
+  std::vector<std::string> warnings;
+  const EventHandler* handler = nullptr;
+  ChannelId next_id = 1;
+  int epfd = -1;
+
+  Impl(std::vector<SshEndpoint> h, SshSettings s) : hosts(std::move(h)), settings(std::move(s)) {
+    raise_fd_limit();
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+  }
+
+  ~Impl() {
+    close_all();
+    if (epfd >= 0) close(epfd);
+  }
+
+  void emit(const TransportEvent& e) {
+    if (handler) (*handler)(e);
+  }
+
+  // --- descriptors -------------------------------------------------------------------------
+
+  // Watches the session's socket for what libssh needs: always input, output only while libssh
+  // holds unsent bytes (or a TCP connect is in progress), so the loop never spins.
+  void update_epoll(size_t ci) {
+    Conn& c = conns[ci];
+    int fd = c.session ? ssh_get_fd(c.session) : -1;
+    if (fd != c.fd && c.fd >= 0) {
+      epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr);
+      c.mask = 0;
+    }
+    c.fd = fd;
+    if (fd < 0) return;
+    uint32_t mask = EPOLLIN;
+    if (ssh_get_poll_flags(c.session) & SSH_WRITE_PENDING) mask |= EPOLLOUT;
+    if (mask == c.mask) return;
+    epoll_event ev{};
+    ev.events = mask;
+    ev.data.u64 = ci;
+    epoll_ctl(epfd, c.mask ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+    c.mask = mask;
+  }
+
+  void drop_conn(size_t ci, ConnState state) {
+    Conn& c = conns[ci];
+    if (c.fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr);
+    c.fd = -1;
+    c.mask = 0;
+    for (auto& [id, ch] : chans)
+      if (ch->conn == ci && ch->channel) {
+        ssh_channel_free(ch->channel);
+        ch->channel = nullptr;
+      }
+    if (c.event) {
+      ssh_event_remove_session(c.event, c.session);
+      ssh_event_free(c.event);
+      c.event = nullptr;
+    }
+    if (c.session) {
+      if (state == ConnState::kClosed) ssh_disconnect(c.session);
+      ssh_free(c.session);
+      c.session = nullptr;
+    }
+    c.state = state;
+  }
+
+  void close_all() {
+    for (auto& [id, ch] : chans)
+      if (ch->channel) {
+        ssh_channel_free(ch->channel);
+        ch->channel = nullptr;
+      }
+    for (size_t i = 0; i < conns.size(); ++i)
+      if (conns[i].session) drop_conn(i, ConnState::kClosed);
+  }
+
+  // --- phase one: connect, verify, authenticate -----------------------------------------------
+
+  ssh_key identity(const std::string& path, std::string& error) {
+    auto it = keys.find(path);
+    if (it != keys.end()) return it->second.get();
+    ssh_key key = nullptr;
+    if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
+      error = fmt::format("cannot load identity file {}", path);
+      return nullptr;
+    }
+    return keys.emplace(path, KeyPtr(key)).first->second.get();
+  }
+
+  bool start_connect(size_t ci, std::string& error) {
+    Conn& c = conns[ci];
+    const SshEndpoint& ep = hosts[c.host];
+    c.session = ssh_new();
+    if (!c.session) return error = "out of memory", false;
+    ssh_options_set(c.session, SSH_OPTIONS_HOST, ep.address.c_str());
+    std::string config = settings.ssh_config;
+    if (config.empty()) {
+      const char* home = getenv("HOME");
+      std::string def = std::string(home ? home : "") + "/.ssh/config";
+      if (access(def.c_str(), R_OK) == 0) config = def;
+    }
+    if (!config.empty() && ssh_options_parse_config(c.session, config.c_str()) != SSH_OK)
+      return error = fmt::format("cannot parse ssh config {}", config), false;
+    bool no = false;
+    ssh_options_set(c.session, SSH_OPTIONS_PROCESS_CONFIG, &no);
+    if (!ep.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, ep.user.c_str());
+    if (ep.port) {
+      unsigned int port = static_cast<unsigned int>(*ep.port);
+      ssh_options_set(c.session, SSH_OPTIONS_PORT, &port);
+    }
+    if (!ep.known_hosts.empty())
+      ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, ep.known_hosts.c_str());
+    ssh_set_blocking(c.session, 0);
+    c.deadline = monotonic_ms() + settings.connect_timeout_s * 1000;
+    c.state = ConnState::kConnecting;
+    return advance(ci, error);
+  }
+
+  bool verify_host_key(size_t ci, std::string& error) {
+    Conn& c = conns[ci];
+    const SshEndpoint& ep = hosts[c.host];
+    HostKeyPolicy policy = settings.host_key_policy.value_or(HostKeyPolicy::kYes);
+    char* file = nullptr;
+    ssh_options_get(c.session, SSH_OPTIONS_KNOWNHOSTS, &file);
+    std::string known = file ? file : "~/.ssh/known_hosts";
+    ssh_string_free_char(file);
+    switch (ssh_session_is_known_server(c.session)) {
+      case SSH_KNOWN_HOSTS_OK:
+        return true;
+      case SSH_KNOWN_HOSTS_CHANGED:
+        error = fmt::format(
+            "host key CHANGED (does not match {}): possible man-in-the-middle, refused; if the "
+            "host was reinstalled, remove its old key with: ssh-keygen -R {} -f {}",
+            known, ep.address, known);
+        return false;
+      case SSH_KNOWN_HOSTS_OTHER:
+        error = fmt::format("host key of another type than the one in {}: refused", known);
+        return false;
+      case SSH_KNOWN_HOSTS_UNKNOWN:
+      case SSH_KNOWN_HOSTS_NOT_FOUND:
+        if (policy == HostKeyPolicy::kAcceptNew) {
+          if (ssh_session_update_known_hosts(c.session) != SSH_OK)
+            return error = fmt::format("cannot add its host key to {}", known), false;
+          warnings.push_back(fmt::format("{}: new host key added to {}", ep.address, known));
+          return true;
+        }
+        if (policy == HostKeyPolicy::kNo) {
+          warnings.push_back(fmt::format("{}: host key NOT verified (not in {}) because of "
+                                         "--strict_host_key_checking=no",
+                                         ep.address, known));
+          return true;
+        }
+        error = fmt::format("unknown host key (not in {}); after checking it, add it with: "
+                            "ssh-keyscan -p {} {} >> {}",
+                            known, ep.port.value_or(22), ep.address, known);
+        return false;
+      default:
+        error = fmt::format("cannot check the host key: {}", describe_error(c.session));
+        return false;
+    }
+  }
+
+  // Moves one connection as far as it can go without blocking. False: failed, `error` says why.
+  bool advance(size_t ci, std::string& error) {
+    Conn& c = conns[ci];
+    const SshEndpoint& ep = hosts[c.host];
+    if (c.state == ConnState::kConnecting) {
+      int rc = ssh_connect(c.session);
+      if (rc == SSH_AGAIN) return update_epoll(ci), true;
+      if (rc != SSH_OK) return error = describe_error(c.session), false;
+      if (!verify_host_key(ci, error)) return false;
+      c.state = ConnState::kAuth;
+    }
+    if (c.state == ConnState::kAuth) {
+      int rc;
+      if (!ep.identity_file.empty()) {
+        ssh_key key = identity(ep.identity_file, error);
+        if (!key) return false;
+        rc = ssh_userauth_publickey(c.session, nullptr, key);
+      } else {
+        rc = ssh_userauth_publickey_auto(c.session, nullptr, nullptr);
+      }
+      if (rc == SSH_AUTH_AGAIN) return update_epoll(ci), true;
+      if (rc == SSH_AUTH_DENIED || rc == SSH_AUTH_PARTIAL) {
+        char* user = nullptr;
+        ssh_options_get(c.session, SSH_OPTIONS_USER, &user);
+        error = fmt::format("authentication denied (publickey) for user {}", user ? user : "?");
+        ssh_string_free_char(user);
+        return false;
+      }
+      if (rc != SSH_AUTH_SUCCESS) return error = describe_error(c.session), false;
+      c.event = ssh_event_new();
+      ssh_event_add_session(c.event, c.session);
+      c.state = ConnState::kReady;
+      update_epoll(ci);
+    }
+    return true;
+  }
+
+  std::vector<HostFailure> connect_all(const std::vector<int>& per_host) {
+    for (size_t h = 0; h < hosts.size(); ++h)
+      for (int k = 0; k < std::max(1, per_host.at(h)); ++k) conns.push_back(Conn{.host = h});
+    std::map<size_t, std::string> failed;
+    size_t next = 0;
+    int in_flight = 0;
+    auto fail = [&](size_t ci, const std::string& why) {
+      drop_conn(ci, ConnState::kFailed);
+      failed.emplace(conns[ci].host, why);
+      --in_flight;
+    };
+    std::vector<epoll_event> evs(256);
+    while (true) {
+      while (next < conns.size() && in_flight < settings.fanout) {
+        size_t ci = next++;
+        ++in_flight;
+        std::string error;
+        if (!start_connect(ci, error)) fail(ci, error);
+        else if (conns[ci].state == ConnState::kReady) --in_flight;
+      }
+      if (in_flight == 0 && next == conns.size()) break;
+      double now = monotonic_ms();
+      double soonest = now + 1000;
+      for (size_t ci = 0; ci < conns.size(); ++ci) {
+        Conn& c = conns[ci];
+        if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
+        if (c.deadline <= now) {
+          fail(ci, fmt::format("timed out after {:g} s ({})", settings.connect_timeout_s,
+                               c.state == ConnState::kConnecting ? "no answer"
+                                                                 : "during authentication"));
+        } else {
+          soonest = std::min(soonest, c.deadline);
+        }
+      }
+      if (in_flight == 0) continue;
+      int n = epoll_wait(epfd, evs.data(), static_cast<int>(evs.size()),
+                         static_cast<int>(std::ceil(soonest - now)));
+      for (int i = 0; i < n; ++i) {
+        size_t ci = evs[i].data.u64;
+        Conn& c = conns[ci];
+        if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
+        std::string error;
+        if (!advance(ci, error)) fail(ci, error);
+        else if (c.state == ConnState::kReady) --in_flight;
+      }
+    }
+    std::vector<HostFailure> out;
+    for (auto& [h, why] : failed) out.push_back({h, why});
+    if (!out.empty()) close_all();
+    return out;
+  }
+
+  // --- phase two: channels --------------------------------------------------------------------
+
+  static int on_data(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr,
+                     void* user) {
+    auto* ch = static_cast<Chan*>(user);
+    TransportEvent e;
+    e.kind = TransportEvent::Kind::kData;
+    e.channel = ch->id;
+    e.host = ch->pool->conns[ch->conn].host;
+    e.is_stderr = is_stderr != 0;
+    e.data = std::string_view(static_cast<const char*>(data), len);
+    ch->pool->emit(e);
+    return static_cast<int>(len);
+  }
+
+  void report_exit(Chan* ch, int status, const std::string& signal) {
+    if (ch->exited) return;
+    ch->exited = true;
+    TransportEvent e;
+    e.kind = TransportEvent::Kind::kExit;
+    e.channel = ch->id;
+    e.host = conns[ch->conn].host;
+    e.status = status;
+    e.signal = signal;
+    emit(e);
+  }
+
+  static void on_exit_status(ssh_session, ssh_channel, int status, void* user) {
+    auto* ch = static_cast<Chan*>(user);
+    ch->pool->report_exit(ch, status, "");
+  }
+
+  static void on_exit_signal(ssh_session, ssh_channel, const char* sig, int, const char*,
+                             const char*, void* user) {
+    auto* ch = static_cast<Chan*>(user);
+    std::string name = sig ? sig : "";
+    ch->pool->report_exit(ch, 128 + signal_number(name.c_str()), name);
+  }
+
+  static void on_close(ssh_session, ssh_channel, void* user) {
+    auto* ch = static_cast<Chan*>(user);
+    ch->pool->close_chan(ch);
+  }
+
+  void close_chan(Chan* ch) {
+    if (ch->state == ChanState::kClosed) return;
+    ch->state = ChanState::kClosed;
+    if (conns[ch->conn].channels > 0) --conns[ch->conn].channels;
+    TransportEvent e;
+    e.kind = TransportEvent::Kind::kClosed;
+    e.channel = ch->id;
+    e.host = conns[ch->conn].host;
+    emit(e);
+  }
+
+  void open_failed(Chan* ch, const std::string& why) {
+    TransportEvent e;
+    e.kind = TransportEvent::Kind::kOpenFailed;
+    e.channel = ch->id;
+    e.host = conns[ch->conn].host;
+    e.data = why;
+    ch->state = ChanState::kClosed;
+    if (conns[ch->conn].channels > 0) --conns[ch->conn].channels;
+    if (ch->channel) {
+      ssh_channel_free(ch->channel);
+      ch->channel = nullptr;
+    }
+    emit(e);
+  }
+
+  void host_lost(size_t ci, const std::string& why) {
+    size_t host = conns[ci].host;
+    std::vector<size_t> host_conns;
+    for (size_t i = 0; i < conns.size(); ++i)
+      if (conns[i].host == host && conns[i].state == ConnState::kReady) host_conns.push_back(i);
+    for (size_t i : host_conns) {
+      for (auto& [id, ch] : chans)
+        if (ch->conn == i && ch->channel) {
+          ssh_remove_channel_callbacks(ch->channel, &ch->callbacks);
+          ssh_channel_free(ch->channel);
+          ch->channel = nullptr;
+        }
+      drop_conn(i, ConnState::kFailed);
+    }
+    if (lost_hosts.insert(host).second) {
+      TransportEvent e;
+      e.kind = TransportEvent::Kind::kHostLost;
+      e.host = host;
+      e.data = why;
+      emit(e);
+    }
+    for (auto& [id, ch] : chans)
+      if (conns[ch->conn].host == host && ch->state != ChanState::kClosed) close_chan(ch.get());
+  }
+
+  // Drives one channel's open / exec / stdin as far as possible; called outside callbacks only.
+  void step(Chan* ch) {
+    Conn& c = conns[ch->conn];
+    if (c.state != ConnState::kReady || ch->state == ChanState::kClosed) return;
+    if (ch->state == ChanState::kNew) {
+      ch->channel = ssh_channel_new(c.session);
+      if (!ch->channel) return open_failed(ch, describe_error(c.session));
+      ch->callbacks = {};
+      ch->callbacks.userdata = ch;
+      ch->callbacks.channel_data_function = &Impl::on_data;
+      ch->callbacks.channel_exit_status_function = &Impl::on_exit_status;
+      ch->callbacks.channel_exit_signal_function = &Impl::on_exit_signal;
+      ch->callbacks.channel_close_function = &Impl::on_close;
+      ssh_callbacks_init(&ch->callbacks);
+      ssh_set_channel_callbacks(ch->channel, &ch->callbacks);
+      ch->state = ChanState::kOpening;
+    }
+    if (ch->state == ChanState::kOpening) {
+      int rc = ssh_channel_open_session(ch->channel);
+      if (rc == SSH_AGAIN) return;
+      if (rc != SSH_OK)
+        return open_failed(ch, fmt::format("cannot open a session channel: {}",
+                                           describe_error(c.session)));
+      ch->state = ChanState::kExec;
+    }
+    if (ch->state == ChanState::kExec) {
+      int rc = ssh_channel_request_exec(ch->channel, ch->command.c_str());
+      if (rc == SSH_AGAIN) return;
+      if (rc != SSH_OK)
+        return open_failed(ch, fmt::format("cannot execute the command: {}",
+                                           describe_error(c.session)));
+      ch->state = ChanState::kRunning;
+    }
+    if (!ch->out.empty()) {
+      int n = ssh_channel_write(ch->channel, ch->out.data(), static_cast<uint32_t>(ch->out.size()));
+      if (n > 0) ch->out.erase(0, static_cast<size_t>(n));
+    }
+    if (ch->eof_wanted && !ch->eof_sent && ch->out.empty()) {
+      ssh_channel_send_eof(ch->channel);
+      ch->eof_sent = true;
+    }
+  }
+
+  bool needs_step(const Chan& ch) const {
+    return ch.state == ChanState::kNew || ch.state == ChanState::kOpening ||
+           ch.state == ChanState::kExec ||
+           (ch.state == ChanState::kRunning && (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent)));
+  }
+
+  void step_all() {
+    std::set<size_t> touched;
+    for (auto& [id, ch] : chans)
+      if (needs_step(*ch)) {
+        step(ch.get());
+        touched.insert(ch->conn);
+      }
+    for (size_t ci : touched) check_conn(ci);
+    // Channels closed by the remote end are freed here, outside libssh's callbacks.
+    for (auto it = chans.begin(); it != chans.end();) {
+      if (it->second->state == ChanState::kClosed) {
+        if (it->second->channel) ssh_channel_free(it->second->channel);
+        it = chans.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void check_conn(size_t ci) {
+    Conn& c = conns[ci];
+    if (c.state != ConnState::kReady) return;
+    int status = ssh_get_status(c.session);
+    if ((status & (SSH_CLOSED | SSH_CLOSED_ERROR)) || !ssh_is_connected(c.session)) {
+      std::string why = describe_error(c.session);
+      host_lost(ci, why == "connection failed" ? "connection closed" : why);
+      return;
+    }
+    update_epoll(ci);
+  }
+
+  void pump(size_t ci) {
+    Conn& c = conns[ci];
+    if (c.state != ConnState::kReady) return;
+    int rc = ssh_event_dopoll(c.event, 0);
+    if (rc == SSH_ERROR && c.state == ConnState::kReady) {
+      std::string why = describe_error(c.session);
+      host_lost(ci, why == "connection failed" ? "connection closed" : why);
+      return;
+    }
+    check_conn(ci);
+  }
+
+  ChannelId exec(size_t host, const std::string& command) {
+    size_t best = conns.size();
+    for (size_t i = 0; i < conns.size(); ++i)
+      if (conns[i].host == host && conns[i].state == ConnState::kReady &&
+          (best == conns.size() || conns[i].channels < conns[best].channels))
+        best = i;
+    auto ch = std::make_unique<Chan>();
+    ch->pool = this;
+    ch->id = next_id++;
+    ch->command = command;
+    ChannelId id = ch->id;
+    if (best == conns.size()) {
+      // No live connection: report the failure through the event stream like any other.
+      ch->conn = 0;
+      while (ch->conn < conns.size() && conns[ch->conn].host != host) ++ch->conn;
+      ch->state = ChanState::kClosed;
+      pending_failures.push_back({id, host});
+      chans.emplace(id, std::move(ch));
+      return id;
+    }
+    ch->conn = best;
+    ++conns[best].channels;
+    chans.emplace(id, std::move(ch));
+    return id;
+  }
+
+  std::vector<std::pair<ChannelId, size_t>> pending_failures;
+
+  void report_pending_failures() {
+    auto failures = std::move(pending_failures);
+    pending_failures.clear();
+    for (auto [id, host] : failures) {
+      TransportEvent e;
+      e.kind = TransportEvent::Kind::kOpenFailed;
+      e.channel = id;
+      e.host = host;
+      e.data = "no live connection to the host";
+      emit(e);
+    }
+  }
+
+  void poll(int timeout_ms, const EventHandler& h) {
+    handler = &h;
+    report_pending_failures();
+    step_all();
+    std::vector<epoll_event> evs(512);
+    int n = epoll_wait(epfd, evs.data(), static_cast<int>(evs.size()), timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      uint64_t key = evs[i].data.u64;
+      if (key >= kFdKey) {
+        TransportEvent e;
+        e.kind = TransportEvent::Kind::kFdReady;
+        e.fd = static_cast<int>(key - kFdKey);
+        emit(e);
+      } else {
+        pump(static_cast<size_t>(key));
+      }
+    }
+    step_all();
+    report_pending_failures();
+    handler = nullptr;
+  }
+
+  static constexpr uint64_t kFdKey = 1ULL << 40;
+
+  void watch_fd(int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kFdKey + static_cast<uint64_t>(fd);
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) watched.insert(fd);
+  }
+
+  void unwatch_fd(int fd) {
+    if (watched.erase(fd)) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  }
+};
+
+SshPool::SshPool(std::vector<SshEndpoint> hosts, SshSettings settings)
+    : impl_(std::make_unique<Impl>(std::move(hosts), std::move(settings))) {}
+
+SshPool::~SshPool() = default;
+
+std::vector<HostFailure> SshPool::connect_all(const std::vector<int>& connections) {
+  return impl_->connect_all(connections);
+}
+
+const std::vector<std::string>& SshPool::warnings() const { return impl_->warnings; }
+
+ChannelId SshPool::exec(size_t host, const std::string& command) {
+  return impl_->exec(host, command);
+}
+
+void SshPool::write(ChannelId channel, std::string_view data) {
+  auto it = impl_->chans.find(channel);
+  if (it != impl_->chans.end() && !it->second->eof_wanted) it->second->out.append(data);
+}
+
+void SshPool::send_eof(ChannelId channel) {
+  auto it = impl_->chans.find(channel);
+  if (it != impl_->chans.end()) it->second->eof_wanted = true;
+}
+
+void SshPool::drop_host(size_t host) {
+  for (auto& [id, ch] : impl_->chans)
+    if (impl_->conns[ch->conn].host == host) ch->state = Impl::ChanState::kClosed;
+  for (size_t i = 0; i < impl_->conns.size(); ++i)
+    if (impl_->conns[i].host == host && impl_->conns[i].session)
+      impl_->drop_conn(i, Impl::ConnState::kFailed);
+  impl_->lost_hosts.insert(host);
+}
+
+void SshPool::watch_fd(int fd) { impl_->watch_fd(fd); }
+void SshPool::unwatch_fd(int fd) { impl_->unwatch_fd(fd); }
+
+void SshPool::poll(int timeout_ms, const EventHandler& handler) { impl_->poll(timeout_ms, handler); }
+
+double SshPool::now_ms() const { return monotonic_ms(); }
+
+void SshPool::disconnect_all() { impl_->close_all(); }
+
+std::vector<std::optional<std::string>> SshPool::run_on_all(const std::vector<size_t>& hosts,
+                                                            const std::string& command,
+                                                            double timeout_s,
+                                                            std::vector<int>* exit_codes) {
+  std::map<ChannelId, size_t> index;
+  std::vector<std::optional<std::string>> out(hosts.size());
+  std::vector<std::string> buf(hosts.size());
+  std::vector<bool> ok(hosts.size(), false);
+  if (exit_codes) exit_codes->assign(hosts.size(), -1);
+  for (size_t i = 0; i < hosts.size(); ++i) index[exec(hosts[i], command)] = i;
+  size_t open = hosts.size();
+  double deadline = now_ms() + timeout_s * 1000;
+  EventHandler h = [&](const TransportEvent& e) {
+    auto it = index.find(e.channel);
+    if (it == index.end()) return;
+    size_t i = it->second;
+    switch (e.kind) {
+      case TransportEvent::Kind::kData:
+        if (!e.is_stderr) buf[i].append(e.data);
+        break;
+      case TransportEvent::Kind::kExit:
+        ok[i] = true;
+        if (exit_codes) (*exit_codes)[i] = e.status;
+        break;
+      case TransportEvent::Kind::kClosed:
+      case TransportEvent::Kind::kOpenFailed:
+        index.erase(it);
+        --open;
+        break;
+      default:
+        break;
+    }
+  };
+  while (open > 0 && now_ms() < deadline)
+    poll(static_cast<int>(std::max(1.0, deadline - now_ms())), h);
+  for (size_t i = 0; i < hosts.size(); ++i)
+    if (ok[i]) out[i] = std::move(buf[i]);
+  return out;
+}
+
+}  // namespace msrun_ssh

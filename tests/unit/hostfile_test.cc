@@ -1,0 +1,591 @@
+// Host files (src/hostfile/hostfile.cc): every key of the TOML format, [defaults] under host keys,
+// every error with its exact FILE:LINE:COL message, the plain "host slots=N" format, and
+// load_hostfile choosing the format by the file name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/hostfile.h"
+
+namespace msrun_ssh {
+namespace {
+
+using Env = EnvList;
+
+std::string home() {
+  const char* h = std::getenv("HOME");
+  return h ? h : "";
+}
+
+std::string toml_error(std::string_view text) {
+  try {
+    parse_toml_hostfile(text, "h.toml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string plain_error(std::string_view text) {
+  try {
+    parse_plain_hostfile(text, "hosts");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// ---- TOML: keys -------------------------------------------------------------------------------
+
+constexpr const char* kFull = R"([defaults]
+user = "mindspore"
+port = 2222
+identity_file = "~/.ssh/id_ed25519"
+known_hosts = "~/.ssh/known_hosts"
+python = "/opt/conda/envs/ms/bin/python"
+workdir = "/data/job"
+local_worker_num = 4
+env = { GLOO_SOCKET_IFNAME = "eth0", DATA_PATH = "/data/mnist" }
+bind_core = true
+bind_numa = true
+
+[[hosts]]
+address = "198.18.0.1"
+
+[[hosts]]
+address = "198.18.0.2"
+user = "alice"
+port = 22
+identity_file = "/keys/id"
+known_hosts = "~/kh"
+python = "/usr/bin/python3"
+workdir = "/w"
+local_worker_num = 2
+env = { DATA_PATH = "/other", EXTRA = "x" }
+bind_core = { device0 = ["0-3"], scheduler = ["4", "6-7"] }
+bind_numa = { device0 = 0, device1 = [1, 0] }
+)";
+
+TEST(Hostfile, DefaultsApplyToEveryKey) {
+  Cluster c = parse_toml_hostfile(kFull, "h.toml");
+  EXPECT_EQ(c.path, "h.toml");
+  ASSERT_EQ(c.hosts.size(), 2u);
+  const Host& h = c.hosts[0];
+  EXPECT_EQ(h.address, "198.18.0.1");
+  EXPECT_EQ(h.user, "mindspore");
+  EXPECT_EQ(h.port, 2222);
+  EXPECT_EQ(h.identity_file, home() + "/.ssh/id_ed25519");
+  EXPECT_EQ(h.known_hosts, home() + "/.ssh/known_hosts");
+  EXPECT_EQ(h.python, "/opt/conda/envs/ms/bin/python");
+  EXPECT_EQ(h.workdir, "/data/job");
+  EXPECT_EQ(h.local_worker_num, 4);
+  // TOML tables are unordered; the parser gives their keys in sorted order.
+  EXPECT_EQ(h.env, (Env{{"DATA_PATH", "/data/mnist"}, {"GLOO_SOCKET_IFNAME", "eth0"}}));
+  EXPECT_EQ(h.bind_core.mode, BindCore::Mode::kAuto);
+  EXPECT_EQ(h.bind_numa.mode, BindNuma::Mode::kAuto);
+  EXPECT_EQ(h.origin, "h.toml:13");
+}
+
+TEST(Hostfile, HostKeysOverrideDefaults) {
+  Cluster c = parse_toml_hostfile(kFull, "h.toml");
+  ASSERT_EQ(c.hosts.size(), 2u);
+  const Host& h = c.hosts[1];
+  EXPECT_EQ(h.address, "198.18.0.2");
+  EXPECT_EQ(h.user, "alice");
+  EXPECT_EQ(h.port, 22);
+  EXPECT_EQ(h.identity_file, "/keys/id");
+  EXPECT_EQ(h.known_hosts, home() + "/kh");
+  EXPECT_EQ(h.python, "/usr/bin/python3");
+  EXPECT_EQ(h.workdir, "/w");
+  EXPECT_EQ(h.local_worker_num, 2);
+  // A host's env adds to [defaults]' env; the same name takes the host's value.
+  EXPECT_EQ(h.env, (Env{{"DATA_PATH", "/other"}, {"GLOO_SOCKET_IFNAME", "eth0"}, {"EXTRA", "x"}}));
+  EXPECT_EQ(h.bind_core.mode, BindCore::Mode::kManual);
+  EXPECT_EQ(h.bind_core.ranges,
+            (std::map<std::string, std::vector<std::string>>{{"device0", {"0-3"}},
+                                                             {"scheduler", {"4", "6-7"}}}));
+  EXPECT_EQ(h.bind_numa.mode, BindNuma::Mode::kManual);
+  EXPECT_EQ(h.bind_numa.nodes,
+            (std::map<std::string, std::vector<int>>{{"device0", {0}}, {"device1", {1, 0}}}));
+  EXPECT_EQ(h.origin, "h.toml:16");
+}
+
+TEST(Hostfile, MinimalHostLeavesEverythingUnset) {
+  Cluster c = parse_toml_hostfile("[[hosts]]\naddress = \"node1\"\n", "h.toml");
+  ASSERT_EQ(c.hosts.size(), 1u);
+  const Host& h = c.hosts[0];
+  EXPECT_EQ(h.address, "node1");
+  EXPECT_EQ(h.user, "");
+  EXPECT_FALSE(h.port.has_value());
+  EXPECT_EQ(h.identity_file, "");
+  EXPECT_EQ(h.known_hosts, "");
+  EXPECT_EQ(h.python, "");
+  EXPECT_EQ(h.workdir, "");
+  EXPECT_FALSE(h.local_worker_num.has_value());
+  EXPECT_TRUE(h.env.empty());
+  EXPECT_EQ(h.bind_core.mode, BindCore::Mode::kUnset);
+  EXPECT_EQ(h.bind_numa.mode, BindNuma::Mode::kUnset);
+}
+
+TEST(Hostfile, BindFalseIsOff) {
+  Cluster c = parse_toml_hostfile(
+      "[defaults]\nbind_core = true\nbind_numa = true\n"
+      "[[hosts]]\naddress = \"a\"\nbind_core = false\nbind_numa = false\n",
+      "h.toml");
+  EXPECT_EQ(c.hosts[0].bind_core.mode, BindCore::Mode::kOff);
+  EXPECT_EQ(c.hosts[0].bind_numa.mode, BindNuma::Mode::kOff);
+}
+
+TEST(Hostfile, BindNumaTakesIntsAndArrays) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"a\"\nbind_numa = { scheduler = 1, device3 = [2, 3] }\n", "h.toml");
+  EXPECT_EQ(c.hosts[0].bind_numa.nodes,
+            (std::map<std::string, std::vector<int>>{{"device3", {2, 3}}, {"scheduler", {1}}}));
+}
+
+TEST(Hostfile, TildeOnlyExpandsAsAPrefix) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"a\"\nidentity_file = \"/x/~/id\"\nknown_hosts = \"~kh\"\n",
+      "h.toml");
+  EXPECT_EQ(c.hosts[0].identity_file, "/x/~/id");
+  EXPECT_EQ(c.hosts[0].known_hosts, "~kh");
+}
+
+TEST(Hostfile, ExpandHome) {
+  EXPECT_EQ(expand_home("~/a/b"), home() + "/a/b");
+  EXPECT_EQ(expand_home("~"), "~");
+  EXPECT_EQ(expand_home("/abs"), "/abs");
+  EXPECT_EQ(expand_home(""), "");
+}
+
+TEST(Hostfile, NodeSetsExpandInOrder) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"head\"\n"
+      "[[hosts]]\naddress = \"node[02-04]\"\nlocal_worker_num = 4\n"
+      "[[hosts]]\naddress = \"tail\"\n",
+      "h.toml");
+  ASSERT_EQ(c.hosts.size(), 5u);
+  std::vector<std::string> names;
+  for (const auto& h : c.hosts) names.push_back(h.address);
+  EXPECT_EQ(names, (std::vector<std::string>{"head", "node02", "node03", "node04", "tail"}));
+  EXPECT_EQ(c.hosts[2].local_worker_num, 4);
+  EXPECT_EQ(c.hosts[2].origin, "h.toml:3");
+  EXPECT_FALSE(c.hosts[4].local_worker_num.has_value());
+}
+
+TEST(Hostfile, SameAddressOnAnotherPortIsAnotherHost) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"a\"\nport = 22\n[[hosts]]\naddress = \"a\"\nport = 2222\n", "h.toml");
+  EXPECT_EQ(c.hosts.size(), 2u);
+}
+
+TEST(Hostfile, AcceptsIpv6AndScopedAddresses) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"fe80::1%eth0\"\n[[hosts]]\naddress = \"my_host-1.example\"\n",
+      "h.toml");
+  EXPECT_EQ(c.hosts[0].address, "fe80::1%eth0");
+  EXPECT_EQ(c.hosts[1].address, "my_host-1.example");
+}
+
+TEST(Hostfile, ExtremeValuesAreAccepted) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"a\"\nport = 65535\nlocal_worker_num = 1024\n"
+      "[[hosts]]\naddress = \"b\"\nport = 1\nlocal_worker_num = 0\n",
+      "h.toml");
+  EXPECT_EQ(c.hosts[0].port, 65535);
+  EXPECT_EQ(c.hosts[0].local_worker_num, 1024);
+  EXPECT_EQ(c.hosts[1].port, 1);
+  EXPECT_EQ(c.hosts[1].local_worker_num, 0);
+}
+
+TEST(Hostfile, EmptyEnvValueIsAllowed) {
+  Cluster c = parse_toml_hostfile("[[hosts]]\naddress = \"a\"\nenv = { X = \"\" }\n", "h.toml");
+  EXPECT_EQ(c.hosts[0].env, (Env{{"X", ""}}));
+}
+
+// ---- TOML: errors -----------------------------------------------------------------------------
+
+TEST(Hostfile, UnknownKeyInHosts) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nslots = 4\n"),
+            "h.toml:3:9: unknown key \"slots\" in [[hosts]] (expected one of: address, user, "
+            "port, identity_file, known_hosts, python, workdir, local_worker_num, env, "
+            "bind_core, bind_numa)");
+}
+
+TEST(Hostfile, UnknownKeyInDefaults) {
+  EXPECT_EQ(toml_error("[defaults]\nusr = \"x\"\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:7: unknown key \"usr\" in [defaults] (expected one of: user, port, "
+            "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
+            "bind_numa)");
+}
+
+TEST(Hostfile, AddressIsNotADefault) {
+  EXPECT_EQ(toml_error("[defaults]\naddress = \"x\"\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:11: unknown key \"address\" in [defaults] (expected one of: user, port, "
+            "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
+            "bind_numa)");
+}
+
+TEST(Hostfile, UnknownTopLevelKey) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\n[host]\nx = 1\n"),
+            "h.toml:3:1: unknown key \"host\" (expected [defaults] and [[hosts]])");
+  EXPECT_EQ(toml_error("version = 2\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:1:11: unknown key \"version\" (expected [defaults] and [[hosts]])");
+}
+
+TEST(Hostfile, DefaultsMustBeATable) {
+  EXPECT_EQ(toml_error("defaults = 1\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:1:12: \"defaults\" must be a table: [defaults]");
+}
+
+TEST(Hostfile, WrongTypes) {
+  const std::string head = "[[hosts]]\naddress = \"a\"\n";
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = 1\n"), "h.toml:2:11: key \"address\" must be a string");
+  EXPECT_EQ(toml_error(head + "user = 1\n"), "h.toml:3:8: key \"user\" must be a string");
+  EXPECT_EQ(toml_error(head + "port = \"22\"\n"), "h.toml:3:8: key \"port\" must be an integer");
+  EXPECT_EQ(toml_error(head + "port = 22.0\n"), "h.toml:3:8: key \"port\" must be an integer");
+  EXPECT_EQ(toml_error(head + "identity_file = true\n"),
+            "h.toml:3:17: key \"identity_file\" must be a string");
+  EXPECT_EQ(toml_error(head + "known_hosts = []\n"),
+            "h.toml:3:15: key \"known_hosts\" must be a string");
+  EXPECT_EQ(toml_error(head + "python = 3\n"), "h.toml:3:10: key \"python\" must be a string");
+  EXPECT_EQ(toml_error(head + "workdir = {}\n"), "h.toml:3:11: key \"workdir\" must be a string");
+  EXPECT_EQ(toml_error(head + "local_worker_num = \"8\"\n"),
+            "h.toml:3:20: key \"local_worker_num\" must be an integer");
+  EXPECT_EQ(toml_error(head + "env = \"A=1\"\n"),
+            "h.toml:3:7: key \"env\" must be a table of NAME = \"value\"");
+  EXPECT_EQ(toml_error(head + "bind_core = \"True\"\n"),
+            "h.toml:3:13: key \"bind_core\" must be true, false or a table of CPU ranges");
+  EXPECT_EQ(toml_error(head + "bind_numa = 0\n"),
+            "h.toml:3:13: key \"bind_numa\" must be true, false or a table of NUMA nodes");
+}
+
+TEST(Hostfile, WrongTypeInDefaults) {
+  EXPECT_EQ(toml_error("[defaults]\nport = \"x\"\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:8: key \"port\" must be an integer");
+}
+
+TEST(Hostfile, PortOutOfRange) {
+  const std::string head = "[[hosts]]\naddress = \"a\"\n";
+  EXPECT_EQ(toml_error(head + "port = 0\n"), "h.toml:3:8: key \"port\" = 0 is out of range 1..65535");
+  EXPECT_EQ(toml_error(head + "port = 65536\n"),
+            "h.toml:3:8: key \"port\" = 65536 is out of range 1..65535");
+  EXPECT_EQ(toml_error(head + "port = -22\n"),
+            "h.toml:3:8: key \"port\" = -22 is out of range 1..65535");
+  EXPECT_EQ(toml_error(head + "port = 9999999999999\n"),
+            "h.toml:3:8: key \"port\" = 9999999999999 is out of range 1..65535");
+}
+
+TEST(Hostfile, LocalWorkerNumOutOfRange) {
+  const std::string head = "[[hosts]]\naddress = \"a\"\n";
+  EXPECT_EQ(toml_error(head + "local_worker_num = -1\n"),
+            "h.toml:3:20: key \"local_worker_num\" = -1 is out of range 0..1024");
+  EXPECT_EQ(toml_error(head + "local_worker_num = 1025\n"),
+            "h.toml:3:20: key \"local_worker_num\" = 1025 is out of range 0..1024");
+}
+
+TEST(Hostfile, EmptyStrings) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"\"\n"), "h.toml:2:11: key \"address\" must not be empty");
+  EXPECT_EQ(toml_error("[defaults]\nworkdir = \"\"\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:11: key \"workdir\" must not be empty");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nuser = ''\n"),
+            "h.toml:3:8: key \"user\" must not be empty");
+}
+
+TEST(Hostfile, NulByteInString) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\npython = \"py\\u0000\"\n"),
+            "h.toml:3:10: key \"python\" contains a NUL byte");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nenv = { A = \"x\\u0000y\" }\n"),
+            "h.toml:3:13: env: value of \"A\" contains a NUL byte");
+}
+
+TEST(Hostfile, BadEnvName) {
+  const std::string head = "[[hosts]]\naddress = \"a\"\n";
+  EXPECT_EQ(toml_error(head + "env = { \"1ABC\" = \"x\" }\n"),
+            "h.toml:3:18: env: \"1ABC\" is not a valid environment variable name");
+  EXPECT_EQ(toml_error(head + "env = { \"A-B\" = \"x\" }\n"),
+            "h.toml:3:17: env: \"A-B\" is not a valid environment variable name");
+  EXPECT_EQ(toml_error(head + "env = { \"A=B\" = \"x\" }\n"),
+            "h.toml:3:17: env: \"A=B\" is not a valid environment variable name");
+  EXPECT_EQ(toml_error(head + "env = { \"\" = \"x\" }\n"),
+            "h.toml:3:14: env: \"\" is not a valid environment variable name");
+}
+
+TEST(Hostfile, NonStringEnvValue) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nenv = { N = 1 }\n"),
+            "h.toml:3:13: env: value of \"N\" must be a string");
+  EXPECT_EQ(toml_error("[defaults]\nenv = { B = true }\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:13: env: value of \"B\" must be a string");
+}
+
+TEST(Hostfile, HostsMustBeAnArrayOfTables) {
+  EXPECT_EQ(toml_error("hosts = \"a\"\n"), "h.toml:1:9: \"hosts\" must be an array of tables: [[hosts]]");
+  EXPECT_EQ(toml_error("hosts = [\"a\", \"b\"]\n"),
+            "h.toml:1:9: \"hosts\" must be an array of tables: [[hosts]]");
+  EXPECT_EQ(toml_error("[hosts]\naddress = \"a\"\n"),
+            "h.toml:1:1: \"hosts\" must be an array of tables: [[hosts]]");
+}
+
+TEST(Hostfile, MissingAddress) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\n\n[[hosts]]\nuser = \"u\"\n"),
+            "h.toml:4:1: [[hosts]] entry without \"address\"");
+}
+
+TEST(Hostfile, DuplicateHost) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"b\"\n"
+                       "[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:5:1: host \"a\" is listed twice");
+}
+
+TEST(Hostfile, DuplicateThroughNodeSet) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"n[1-3]\"\n[[hosts]]\naddress = \"n2\"\n"),
+            "h.toml:3:1: host \"n2\" is listed twice");
+}
+
+TEST(Hostfile, DuplicateWithTheSamePort) {
+  EXPECT_EQ(toml_error("[defaults]\nport = 22\n[[hosts]]\naddress = \"a\"\n"
+                       "[[hosts]]\naddress = \"a\"\nport = 22\n"),
+            "h.toml:5:1: host \"a\" is listed twice");
+}
+
+TEST(Hostfile, NoHosts) {
+  EXPECT_EQ(toml_error(""), "h.toml: no [[hosts]] entries");
+  EXPECT_EQ(toml_error("[defaults]\nuser = \"u\"\n"), "h.toml: no [[hosts]] entries");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nlocal_worker_num = 1\n"
+                       "[[hosts]]\naddress = \"b\"\n")
+                .find("no [[hosts]]"),
+            std::string::npos);
+}
+
+TEST(Hostfile, TomlSyntaxError) {
+  // The text after the location is toml++'s own description.
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nuser = \n"),
+            "h.toml:3:8: Error while parsing key-value pair: expected value, saw '\\n'");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\nuser = \"b\"\n"),
+            "h.toml:2:13: Error while parsing string: unescaped control characters other than TAB "
+            "(U+0009) are explicitly prohibited");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\naddress = \"b\"\n"),
+            "h.toml:3:11: Error while parsing key-value pair: cannot redefine existing string "
+            "'address'");
+}
+
+TEST(Hostfile, BadBindCoreKey) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nbind_core = { gpu0 = [\"0-3\"] }\n"),
+            "h.toml:3:22: bind_core: unknown key \"gpu0\" (expected \"scheduler\" or "
+            "\"device<N>\", as msrun)");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nbind_numa = { device = 0 }\n"),
+            "h.toml:3:24: bind_numa: unknown key \"device\" (expected \"scheduler\" or "
+            "\"device<N>\", as msrun)");
+}
+
+TEST(Hostfile, BadBindCoreRange) {
+  const std::string head = "[[hosts]]\naddress = \"a\"\n";
+  EXPECT_EQ(toml_error(head + "bind_core = { device0 = [\"3-1\"] }\n"),
+            "h.toml:3:26: bind_core.device0: reversed CPU range \"3-1\"");
+  EXPECT_EQ(toml_error(head + "bind_core = { device0 = [\"0-3\", \"x\"] }\n"),
+            "h.toml:3:33: bind_core.device0: bad CPU range \"x\"");
+  EXPECT_EQ(toml_error(head + "bind_core = { device0 = [0] }\n"),
+            "h.toml:3:26: bind_core.device0: CPU ranges are strings like \"0-3\"");
+  EXPECT_EQ(toml_error(head + "bind_core = { device0 = [] }\n"),
+            "h.toml:3:25: bind_core.device0 must be a non-empty list of CPU ranges");
+  EXPECT_EQ(toml_error(head + "bind_core = { device0 = \"0-3\" }\n"),
+            "h.toml:3:25: bind_core.device0 must be a non-empty list of CPU ranges");
+}
+
+TEST(Hostfile, BadBindNumaValue) {
+  const std::string head = "[[hosts]]\naddress = \"a\"\n";
+  EXPECT_EQ(toml_error(head + "bind_numa = { device0 = -1 }\n"),
+            "h.toml:3:25: key \"bind_numa.device0\" = -1 is out of range 0..4095");
+  EXPECT_EQ(toml_error(head + "bind_numa = { device0 = [0, \"1\"] }\n"),
+            "h.toml:3:29: key \"bind_numa.device0\" must be an integer");
+  EXPECT_EQ(toml_error(head + "bind_numa = { device0 = [] }\n"),
+            "h.toml:3:25: bind_numa.device0 is an empty list");
+}
+
+TEST(Hostfile, BadCharactersInAddress) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a b\"\n"),
+            "h.toml:1:1: address \"a b\" contains a character not allowed in a host name or "
+            "address");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"$(reboot)\"\n"),
+            "h.toml:1:1: address \"$(reboot)\" contains a character not allowed in a host name "
+            "or address");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"user@host\"\n"),
+            "h.toml:1:1: address \"user@host\" contains a character not allowed in a host name "
+            "or address");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"n[1-2];x\"\n"),
+            "h.toml:1:1: address \"n1;x\" contains a character not allowed in a host name or "
+            "address");
+}
+
+TEST(Hostfile, BadNodeSetInAddress) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"n[3-1]\"\n"),
+            "h.toml:3:1: address \"n[3-1]\": reversed node set range \"3-1\"");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"n[1-2\"\n"),
+            "h.toml:1:1: address \"n[1-2\": unmatched \"[\" in node set");
+}
+
+// ---- plain format -----------------------------------------------------------------------------
+
+TEST(HostfilePlain, SlotsCommentsAndBlankLines) {
+  Cluster c = parse_plain_hostfile(
+      "# DeepSpeed style\n"
+      "198.18.0.1 slots=4\n"
+      "\n"
+      "   \t\n"
+      "198.18.0.2 slots=2 max_slots=8   # trailing comment\n"
+      "node[1-2] slots=1\n"
+      "198.18.0.3\n",
+      "hosts");
+  EXPECT_EQ(c.path, "hosts");
+  ASSERT_EQ(c.hosts.size(), 5u);
+  EXPECT_EQ(c.hosts[0].address, "198.18.0.1");
+  EXPECT_EQ(c.hosts[0].local_worker_num, 4);
+  EXPECT_EQ(c.hosts[0].origin, "hosts:2");
+  EXPECT_EQ(c.hosts[1].address, "198.18.0.2");
+  EXPECT_EQ(c.hosts[1].local_worker_num, 2);
+  EXPECT_EQ(c.hosts[1].origin, "hosts:5");
+  EXPECT_EQ(c.hosts[2].address, "node1");
+  EXPECT_EQ(c.hosts[3].address, "node2");
+  EXPECT_EQ(c.hosts[3].local_worker_num, 1);
+  EXPECT_EQ(c.hosts[3].origin, "hosts:6");
+  EXPECT_EQ(c.hosts[4].address, "198.18.0.3");
+  EXPECT_FALSE(c.hosts[4].local_worker_num.has_value());
+  EXPECT_FALSE(c.hosts[4].port.has_value());
+  EXPECT_TRUE(c.hosts[4].env.empty());
+}
+
+TEST(HostfilePlain, MaxSlotsAloneIsIgnored) {
+  Cluster c = parse_plain_hostfile("a max_slots=16\n", "hosts");
+  EXPECT_FALSE(c.hosts[0].local_worker_num.has_value());
+}
+
+TEST(HostfilePlain, CrLfLineEndingsAndZeroSlots) {
+  Cluster c = parse_plain_hostfile("a slots=0\r\nb slots=3\r\n", "hosts");
+  ASSERT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(c.hosts[0].local_worker_num, 0);
+  EXPECT_EQ(c.hosts[1].address, "b");
+  EXPECT_EQ(c.hosts[1].local_worker_num, 3);
+}
+
+TEST(HostfilePlain, NoFinalNewline) {
+  Cluster c = parse_plain_hostfile("a slots=1\nb slots=2", "hosts");
+  ASSERT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(c.hosts[1].local_worker_num, 2);
+}
+
+TEST(HostfilePlain, UnknownWord) {
+  EXPECT_EQ(plain_error("a slots=1\nb cpus=4\n"), "hosts:2: unknown word \"cpus=4\" (expected slots=N)");
+  EXPECT_EQ(plain_error("a slots=1\n\n# x\nb 4\n"), "hosts:4: unknown word \"4\" (expected slots=N)");
+}
+
+TEST(HostfilePlain, BadSlots) {
+  EXPECT_EQ(plain_error("a slots=x\n"), "hosts:1: slots must be an integer 0..1024: \"slots=x\"");
+  EXPECT_EQ(plain_error("a slots=\n"), "hosts:1: slots must be an integer 0..1024: \"slots=\"");
+  EXPECT_EQ(plain_error("a slots\n"), "hosts:1: slots must be an integer 0..1024: \"slots\"");
+  EXPECT_EQ(plain_error("a slots=-1\n"), "hosts:1: slots must be an integer 0..1024: \"slots=-1\"");
+  EXPECT_EQ(plain_error("a slots=1025\n"),
+            "hosts:1: slots must be an integer 0..1024: \"slots=1025\"");
+  EXPECT_EQ(plain_error("a slots=4x\n"), "hosts:1: slots must be an integer 0..1024: \"slots=4x\"");
+  EXPECT_EQ(plain_error("a slots=99999999999\n"),
+            "hosts:1: slots must be an integer 0..1024: \"slots=99999999999\"");
+  EXPECT_EQ(plain_error("a\nb max_slots=z\n"),
+            "hosts:2: max_slots must be an integer 0..1024: \"max_slots=z\"");
+}
+
+TEST(HostfilePlain, NodeSetErrorsNameTheLine) {
+  EXPECT_EQ(plain_error("a\n# c\nn[2-1] slots=1\n"),
+            "hosts:3: address \"n[2-1]\": reversed node set range \"2-1\"");
+}
+
+TEST(HostfilePlain, BadCharactersInAddress) {
+  EXPECT_EQ(plain_error("a\nb;reboot slots=1\n"),
+            "hosts:2: address \"b;reboot\" contains a character not allowed in a host name or "
+            "address");
+}
+
+TEST(HostfilePlain, DuplicateHost) {
+  EXPECT_EQ(plain_error("a\nb\n\na slots=2\n"), "hosts:4: host \"a\" is listed twice");
+}
+
+TEST(HostfilePlain, NoHosts) {
+  EXPECT_EQ(plain_error(""), "hosts: no hosts");
+  EXPECT_EQ(plain_error("# only a comment\n\n"), "hosts: no hosts");
+}
+
+// ---- load_hostfile ----------------------------------------------------------------------------
+
+class LoadHostfile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/msrun-hostfile-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(LoadHostfile, TomlByExtension) {
+  std::string path = write("cluster.toml", "[[hosts]]\naddress = \"198.18.0.1\"\nlocal_worker_num = 2\n");
+  Cluster c = load_hostfile(path);
+  EXPECT_EQ(c.path, path);
+  ASSERT_EQ(c.hosts.size(), 1u);
+  EXPECT_EQ(c.hosts[0].address, "198.18.0.1");
+  EXPECT_EQ(c.hosts[0].local_worker_num, 2);
+  EXPECT_EQ(c.hosts[0].origin, path + ":1");
+}
+
+TEST_F(LoadHostfile, PlainForAnyOtherName) {
+  for (const char* name : {"hostfile", "hosts.txt", "cluster.tom", "x.toml.bak"}) {
+    std::string path = write(name, "198.18.0.1 slots=3\n198.18.0.2\n");
+    Cluster c = load_hostfile(path);
+    ASSERT_EQ(c.hosts.size(), 2u) << name;
+    EXPECT_EQ(c.hosts[0].local_worker_num, 3) << name;
+    EXPECT_EQ(c.hosts[1].origin, path + ":2") << name;
+  }
+}
+
+TEST_F(LoadHostfile, TomlTextInAPlainFileIsReadAsPlain) {
+  std::string path = write("hosts", "[[hosts]]\naddress = \"a\"\n");
+  try {
+    load_hostfile(path);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ":1: address \"[[hosts]]\": nested \"[\" in node set");
+  }
+}
+
+TEST_F(LoadHostfile, ErrorsNameTheFile) {
+  std::string path = write("bad.toml", "[[hosts]]\naddress = \"a\"\nport = 0\n");
+  try {
+    load_hostfile(path);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ":3:8: key \"port\" = 0 is out of range 1..65535");
+  }
+}
+
+TEST_F(LoadHostfile, UnreadableFile) {
+  std::string path = dir_ + "/missing.toml";
+  try {
+    load_hostfile(path);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot read host file");
+  }
+}
+
+}  // namespace
+}  // namespace msrun_ssh
