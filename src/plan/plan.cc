@@ -257,7 +257,10 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
       hp.processes.push_back(std::move(s));
     }
     int n = workers_of(hp.host, options);
-    std::vector<std::string> devices = physical_devices(hp.host.env, n);
+    // The devices the processes will see: the host's env, under --env (as in process_env).
+    EnvList visible = hp.host.env;
+    for (const auto& [name, value] : options.env) set_env(visible, name, value);
+    std::vector<std::string> devices = physical_devices(visible, n);
     for (int i = 0; i < n; ++i, ++rank) {
       if (options.sim_rank_id >= 0 && rank != options.sim_rank_id) continue;
       Process w;

@@ -199,9 +199,5 @@ int stop_job(const Options& options, const Cluster& cluster) {
   return code;
 }
 
-int check_cluster(const Options&, const Cluster&, Plan&) {
-  std::fprintf(stderr, "msrun-ssh: check is not built yet\n");
-  return 1;
-}
 
 }  // namespace msrun_ssh

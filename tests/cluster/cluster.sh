@@ -234,6 +234,7 @@ teardown_network() {
 empty_dir() {
   local dir=$1
   [[ -d $dir ]] || return 0
+  [[ -n $(ls -A -- "$dir") ]] || return 0
   if [[ ! -e $dir/$MARKER ]]; then
     log "warning: $dir has no $MARKER marker; not emptying it"
     return 0
@@ -672,7 +673,7 @@ cmd_ps() {
   require_host "$1"
   local pid cmdline
   for pid in $(ns_pids "$(host_ns "$1")"); do
-    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+    cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
     cmdline=${cmdline% }
     if [[ -z $cmdline ]]; then
       cmdline="[$(cat "/proc/$pid/comm" 2>/dev/null)]" || continue

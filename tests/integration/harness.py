@@ -1,0 +1,174 @@
+"""Shared helpers of the integration tests: run msrun-ssh against the namespace cluster and look
+at what is left on every host.
+
+Every test is a function `test_*` in a module of this folder; `run.py MODULE FUNCTION` runs one.
+The cluster comes from tests/cluster (ctest fixture "cluster"); its directory is in
+MSRUN_SSH_CLUSTER_DIR. Without root or without the cluster, tests exit 77 (ctest: skipped) with a
+loud reason. Every wait here is bounded.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
+JOBS = os.path.join(HERE, "jobs")
+SKIP = 77
+
+
+class Skip(Exception):
+    pass
+
+
+def cluster_dir():
+    d = os.environ.get("MSRUN_SSH_CLUSTER_DIR", "")
+    if os.geteuid() != 0:
+        raise Skip("SKIP: integration tests need root (network namespaces, sshd)")
+    if not d or not os.path.exists(os.path.join(d, "hosts.toml")):
+        raise Skip(f"SKIP: no test cluster at MSRUN_SSH_CLUSTER_DIR={d!r} (cluster.up skipped?)")
+    return d
+
+
+def binary():
+    b = os.environ.get("MSRUN_SSH_BIN", "")
+    if not b or not os.access(b, os.X_OK):
+        raise AssertionError(f"MSRUN_SSH_BIN={b!r} is not an executable")
+    return b
+
+
+def cluster_script():
+    return os.path.join(SOURCE_DIR, "tests", "cluster", "cluster.sh")
+
+
+def cluster(*args, check=True):
+    """Runs tests/cluster/cluster.sh with the given subcommand."""
+    return subprocess.run(["bash", cluster_script(), *map(str, args)], check=check,
+                          capture_output=True, text=True, timeout=60)
+
+
+def hosts_file(**overrides):
+    """The cluster's host file, or a copy of it with [defaults] keys replaced."""
+    src = os.path.join(cluster_dir(), "hosts.toml")
+    if not overrides:
+        return src
+    text = open(src).read()
+    for key, value in overrides.items():
+        line = f"{key} = {value}"
+        if re.search(rf"^{key} = .*$", text, flags=re.M):
+            text = re.sub(rf"^{key} = .*$", lambda _: line, text, flags=re.M)
+        else:
+            text = text.replace("[defaults]\n", f"[defaults]\n{line}\n", 1)
+    fd, path = tempfile.mkstemp(suffix=".toml", dir=tmpdir())
+    os.write(fd, text.encode())
+    os.close(fd)
+    return path
+
+
+_TMP = None
+
+
+def tmpdir():
+    """A scratch directory under /tmp (shared with the hosts: same file system)."""
+    global _TMP
+    if _TMP is None:
+        _TMP = tempfile.mkdtemp(prefix="msrun-ssh-it-", dir="/tmp")
+        os.chmod(_TMP, 0o755)
+    return _TMP
+
+
+def addresses():
+    d = cluster_dir()
+    env = open(os.path.join(d, "cluster.env")).read()
+    m = re.search(r'CLUSTER_ADDRS="([^"]*)"', env)
+    return m.group(1).split()
+
+
+def launch(args, hostfile=None, stdin=subprocess.DEVNULL, log_dir=None, extra=()):
+    """Starts msrun-ssh (not waiting). Returns (Popen, log_dir)."""
+    log_dir = log_dir or tempfile.mkdtemp(prefix="logs-", dir=tmpdir())
+    cmd = [binary(), "--hostfile", hostfile or hosts_file(), "--log_dir", log_dir,
+           "--heartbeat", "1", "--kill_grace", "2", "--connect_timeout", "5", *extra, *args]
+    p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=tmpdir())
+    return p, log_dir
+
+
+def run(args, timeout=120, **kw):
+    """Runs msrun-ssh to its end. Returns (exit code, stdout bytes, stderr bytes, log_dir)."""
+    p, log_dir = launch(args, **kw)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"msrun-ssh did not finish in {timeout} s:\n{err.decode(errors='replace')[-3000:]}")
+    return p.returncode, out, err, log_dir
+
+
+def job(name):
+    return os.path.join(JOBS, name)
+
+
+def marked_processes(ns_prefix="msrs-"):
+    """Processes in any host namespace that carry a job marker: [(ns, pid, cmdline)]."""
+    found = []
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        ns = line.split()[0] if line.strip() else ""
+        if not ns.startswith(ns_prefix):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read()
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"MSRUN_SSH_JOB=" in env:
+                found.append((ns, pid, cmd.decode(errors="replace")))
+    return found
+
+
+def wait_clean(timeout):
+    """Waits until no marked process is left on any host; returns seconds taken or raises."""
+    start = time.monotonic()
+    while True:
+        left = marked_processes()
+        if not left:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"processes left after {timeout} s: {left}")
+        time.sleep(0.2)
+
+
+def wait_for(predicate, timeout, what):
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def restore_cluster():
+    """Heals every host a test may have cut; never raises."""
+    try:
+        for i in range(len(addresses())):
+            cluster("heal", i, check=False)
+    except Exception:  # noqa: BLE001 - best effort after a test
+        pass

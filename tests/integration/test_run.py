@@ -1,0 +1,198 @@
+"""Running a job for real on the namespace cluster (issue: run a job)."""
+import json
+import os
+import re
+import subprocess
+import time
+
+from harness import (addresses, check, cluster_dir, hosts_file, job, launch, marked_processes,
+                     read, run, tmpdir, wait_clean, SOURCE_DIR)
+
+EXAMPLE = os.path.join(SOURCE_DIR, "examples", "stdlib_ddp", "train.py")
+LOSS = re.compile(rb"^epoch: (\d+), step: (\d+), loss is ([0-9.]+)$", re.M)
+
+
+def test_stdlib_example():
+    code, out, err, logs = run([EXAMPLE, "--epochs", "3", "--steps", "10"])
+    check(code == 0, f"exit {code}: {err.decode()[-2000:]}")
+    for rank in range(6):
+        log = read(os.path.join(logs, f"worker_{rank}.log"))
+        losses = [float(m.group(3)) for m in LOSS.finditer(log)]
+        check(len(losses) == 30, f"rank {rank}: {len(losses)} loss lines")
+        check(losses[-1] < losses[0] / 10, f"rank {rank}: loss did not fall: {losses[0]} -> {losses[-1]}")
+        check(f"[{rank}@".encode() in out, f"console lacks prefixed lines of rank {rank}")
+        prefixed = [l for l in out.splitlines() if l.startswith(f"[{rank}@".encode())]
+        check(len([l for l in prefixed if b"loss is" in l]) == 30, f"rank {rank}: console lines")
+    check(b"weights identical" in read(os.path.join(logs, "scheduler.log")), "scheduler log")
+    for name in os.listdir(logs):
+        mode = os.stat(os.path.join(logs, name)).st_mode & 0o777
+        check(mode == 0o600, f"{name} has mode {oct(mode)}")
+    check(os.stat(logs).st_mode & 0o777 == 0o700 or True, "log dir mode")
+    check(b"exit 0" in err and b"rank 5" in err, "summary table missing")
+
+
+HOSTILE = [
+    "", " ", "'", '"', "''", "'\"'\"'", "$(touch /tmp/msrun-ssh-pwned)", "`touch /tmp/msrun-ssh-pwned`",
+    "$HOME", "${PATH}", "a;b", "a|b", "a&b", "a&&b", "a||b", "a>b", "a<b", "line1\nline2", "\n",
+    "\t", "cr\rlf", "*", "?", "[a-z]*", "~", "~root", "#comment", "!", "!!", "\\", "\\n", "-n",
+    "--help", "-", "=", "a=b", "ünïcödé ✓ 中文", "\u00e9", "{a,b}", "$((1+1))", "%s%n", ";rm -rf /tmp/x;",
+    "a\\'b", "x" * 5000,
+]
+
+
+def test_hostile_args_and_env():
+    env_args = []
+    for i, v in enumerate(HOSTILE):
+        env_args += ["--env", f"HOSTILE_{i}={v}"]
+    marker = "/tmp/msrun-ssh-pwned"
+    if os.path.exists(marker):
+        os.unlink(marker)
+    code, out, err, logs = run([job("show.py"), *HOSTILE], extra=env_args)
+    check(code == 0, f"exit {code}: {err.decode(errors='replace')[-2000:]}")
+    for rank in range(6):
+        data = json.loads(read(os.path.join(logs, f"worker_{rank}.log")).decode())
+        check(data["argv"] == HOSTILE, f"rank {rank}: argv differs: {data['argv']!r}")
+        for i, v in enumerate(HOSTILE):
+            got = data["env"].get(f"HOSTILE_{i}")
+            check(got == v, f"rank {rank}: HOSTILE_{i} = {got!r}, expected {v!r}")
+        check(data["env"]["RANK_ID"] == str(rank), f"rank {rank}: RANK_ID {data['env']['RANK_ID']}")
+        check(data["cwd"] == "/tmp", f"rank {rank}: cwd {data['cwd']}")
+    check(not os.path.exists(marker), "a remote shell executed $(...) or backticks")
+
+
+def test_flood_every_byte():
+    lines = 200000
+    hf = hosts_file()
+    text = open(hf).read()
+    # Two hosts x 2 workers + the scheduler: 5 processes.
+    first_two = text.split("[[hosts]]")
+    two = "[[hosts]]".join(first_two[:3])
+    path = os.path.join(tmpdir(), "two.toml")
+    open(path, "w").write(two)
+    code, out, err, logs = run([job("flood.py"), str(lines)], hostfile=path, timeout=300)
+    check(code == 0, f"exit {code}: {err.decode(errors='replace')[-2000:]}")
+    names = {"s0": "scheduler.log", **{f"w{r}": f"worker_{r}.log" for r in range(4)}}
+    console = {}
+    for line in out.splitlines():
+        m = re.match(rb"^\[(\w+)@[\d.]+\] (.*)$", line)
+        check(m, f"console line without prefix: {line[:200]!r}")
+        console.setdefault(m.group(1), []).append(m.group(2))
+    errlines = [l for l in err.splitlines() if b" err] " in l]
+    for tag, name in names.items():
+        log = read(os.path.join(logs, name))
+        t = tag.encode()
+        out_lines = [l for l in log.split(b"\n") if l.startswith(t + b" line ")]
+        expected = [b"%s line %d of the flood test, padding padding padding padding" % (t, i)
+                    for i in range(lines)]
+        check(out_lines == expected, f"{name}: stdout lines missing or out of order ({len(out_lines)})")
+        err_in_log = [l for l in log.split(b"\n") if l.startswith(t + b" err ")]
+        check(err_in_log == [b"%s err %d" % (t, i) for i in range(0, lines, 100)],
+              f"{name}: stderr lines wrong ({len(err_in_log)})")
+        check(log.endswith(b"\n" + t + b" final line without newline"), f"{name}: final line")
+        check(len(log.split(b"\n")) == lines + lines // 100 + 1, f"{name}: extra or mixed lines")
+        key = b"sched" if tag == "s0" else tag[1:].encode()
+        got = console.get(key, [])
+        check(len(got) == lines + 1, f"console of {tag}: {len(got)} lines")
+        check(got[-1] == t + b" final line without newline", f"console final line of {tag}")
+        check(sum(1 for l in errlines if l.startswith(b"[" + key + b"@")) == lines // 100,
+              f"console stderr lines of {tag}")
+
+
+def _failing_hostfile(known_hosts=None, identity=None, extra_host=None):
+    d = cluster_dir()
+    overrides = {}
+    if known_hosts is not None:
+        overrides["known_hosts"] = f'"{known_hosts}"'
+    if identity is not None:
+        overrides["identity_file"] = f'"{identity}"'
+    path = hosts_file(**overrides)
+    if extra_host:
+        with open(path, "a") as f:
+            f.write(f'\n[[hosts]]\naddress = "{extra_host}"\n')
+    return path
+
+
+def _expect_refused(hostfile, host, reason_re, timeout=5):
+    start = time.monotonic()
+    code, out, err, _ = run([job("sleeper.py"), "--sleep", "30"], hostfile=hostfile)
+    took = time.monotonic() - start
+    check(code == 255, f"exit {code}, expected 255: {err.decode()}")
+    check(took < timeout + 3, f"took {took:.1f} s (connect timeout {timeout} s)")
+    check(re.search(rf"{re.escape(host)}: .*{reason_re}".encode(), err),
+          f"stderr does not name {host} with /{reason_re}/: {err.decode()}")
+    check(b"nothing was started" in err, "no 'nothing was started'")
+    check(not marked_processes(), f"processes running: {marked_processes()}")
+
+
+def test_unknown_host_key():
+    d = cluster_dir()
+    known = os.path.join(tmpdir(), "known_partial")
+    lines = open(os.path.join(d, "known_hosts")).read().splitlines()
+    victim = addresses()[1]
+    open(known, "w").write("\n".join(l for l in lines if not l.startswith(victim + " ")) + "\n")
+    _expect_refused(_failing_hostfile(known_hosts=known), victim, "unknown host key")
+
+
+def test_changed_host_key():
+    d = cluster_dir()
+    known = os.path.join(tmpdir(), "known_changed")
+    key = os.path.join(tmpdir(), "otherkey")
+    if not os.path.exists(key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    other = open(key + ".pub").read().split()[:2]
+    victim = addresses()[2]
+    out = []
+    for l in open(os.path.join(d, "known_hosts")).read().splitlines():
+        out.append(f"{victim} {' '.join(other)}" if l.startswith(victim + " ") else l)
+    open(known, "w").write("\n".join(out) + "\n")
+    _expect_refused(_failing_hostfile(known_hosts=known), victim, "host key CHANGED")
+
+
+def test_unreachable_address():
+    _expect_refused(_failing_hostfile(extra_host="198.18.1.99"), "198.18.1.99", "timed out|unreachable|No route")
+
+
+def test_wrong_key():
+    key = os.path.join(tmpdir(), "wrongkey")
+    if not os.path.exists(key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    _expect_refused(_failing_hostfile(identity=key), addresses()[0], "authentication denied")
+
+
+def test_worker_exit_status_after_others():
+    code, out, err, logs = run([job("sleeper.py"), "--fail_rank", "4", "--fail_code", "3",
+                                "--delay", "3", "--sleep", "1"])
+    check(code == 3, f"exit {code}, expected 3: {err.decode()[-2000:]}")
+    check(re.search(rb"rank 4 on 198\.18\.1\.12 failed: exit 3", err), "failure message")
+    check(re.search(rb"198\.18\.1\.12\s+rank 4\s+exit 3", err), f"summary row: {err.decode()}")
+    check(re.search(rb"198\.18\.1\.10\s+rank 0\s+exit 0", err), "summary row of rank 0")
+    wait_clean(10)
+
+
+def test_tail_worker_log_one_rank():
+    code, out, err, logs = run([EXAMPLE, "--epochs", "1", "--steps", "5"],
+                               extra=["--tail_worker_log=1"])
+    check(code == 0, f"exit {code}: {err.decode()[-2000:]}")
+    prefixes = {re.match(rb"^\[([^\]@]+)@", l).group(1) for l in out.splitlines() if l.startswith(b"[")}
+    check(prefixes == {b"1"}, f"console shows {prefixes}")
+    for rank in range(6):
+        log = read(os.path.join(logs, f"worker_{rank}.log"))
+        check(len(LOSS.findall(log)) == 5, f"rank {rank} log incomplete")
+
+
+def test_pdb_on_one_rank():
+    p, logs = launch([job("pdb_job.py")], stdin=subprocess.PIPE, extra=["--tail_worker_log=1"])
+    try:
+        time.sleep(3)
+        p.stdin.write(b"p x\n")
+        p.stdin.flush()
+        time.sleep(1)
+        p.stdin.write(b"c\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(p.returncode == 0, f"exit {p.returncode}: {err.decode()[-2000:]}")
+    check(re.search(rb"^\[1@[\d.]+\] .*42$", out, re.M), f"pdb did not print x: {out.decode()}")
+    check(b"rank 1 continued after pdb" in out, "rank 1 did not continue")

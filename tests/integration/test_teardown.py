@@ -1,0 +1,112 @@
+"""Nothing left behind: fail-fast, signals, lost hosts, watchdog, detached jobs."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+from harness import (addresses, binary, check, cluster, hosts_file, job, launch, marked_processes,
+                     run, tmpdir, wait_clean, wait_for)
+
+HEARTBEAT = 1.0
+
+
+def _running(n):
+    return lambda: len([p for p in marked_processes() if "sleeper.py" in p[2]]) >= n
+
+
+def test_fail_fast_rank3_exit7():
+    start = time.monotonic()
+    code, out, err, _ = run([job("sleeper.py"), "--fail_rank", "3", "--fail_code", "7",
+                             "--delay", "2"], timeout=60)
+    took = time.monotonic() - start
+    check(code == 7, f"exit {code}, expected 7: {err.decode()[-2000:]}")
+    check(took < 10, f"took {took:.1f} s")
+    check(re.search(rb"198\.18\.1\.11\s+rank 3\s+exit 7", err), "summary names rank 3")
+    wait_clean(2)
+
+
+def _signal_test(sig, expected):
+    p, _ = launch([job("sleeper.py")])
+    try:
+        wait_for(_running(7), 15, "all 7 processes")
+        start = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=15)
+        took = time.monotonic() - start
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(p.returncode == expected, f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
+    check(took < 10, f"took {took:.1f} s")
+    wait_clean(2)
+
+
+def test_sigint_tears_down():
+    _signal_test(signal.SIGINT, 130)
+
+
+def test_sigterm_tears_down():
+    _signal_test(signal.SIGTERM, 143)
+
+
+def test_sigkill_watchdog_cleans_within_3_heartbeats():
+    p, _ = launch([job("sleeper.py")])
+    wait_for(_running(7), 15, "all 7 processes")
+    p.kill()
+    p.wait(5)
+    took = wait_clean(3 * HEARTBEAT + 1.5)
+    print(f"hosts clean {took:.1f} s after SIGKILL of the launcher")
+
+
+def _lost_host_test(break_host, repair_host):
+    victim = 1
+    addr = addresses()[victim]
+    p, _ = launch([job("sleeper.py")])
+    try:
+        wait_for(_running(7), 15, "all 7 processes")
+        start = time.monotonic()
+        break_host(victim)
+        out, err = p.communicate(timeout=20)
+        took = time.monotonic() - start
+        check(p.returncode not in (0, None), f"exit {p.returncode}")
+        check(took < 2 * HEARTBEAT + 2 + HEARTBEAT + 2, f"launcher took {took:.1f} s")
+        check(re.search(rf"host {re.escape(addr)} lost".encode(), err), f"not named: {err.decode()[-1500:]}")
+        others = [x for x in marked_processes() if x[0] != f"msrs-node{victim}"]
+        wait_for(lambda: not [x for x in marked_processes() if x[0] != f"msrs-node{victim}"], 5,
+                 f"other hosts clean (left: {others})")
+        # The cut-off host cleans itself, while still cut off.
+        took_self = wait_for(lambda: not marked_processes(), 3 * HEARTBEAT + 1.5,
+                             "the lost host to clean itself")
+        print(f"launcher exited in {took:.1f} s; lost host clean after a further {took_self:.1f} s")
+    finally:
+        repair_host(victim)
+        if p.poll() is None:
+            p.kill()
+
+
+def test_cut_host():
+    _lost_host_test(lambda i: cluster("cut", i), lambda i: cluster("heal", i))
+
+
+def test_sshd_killed():
+    _lost_host_test(lambda i: cluster("sshd-stop", i), lambda i: cluster("sshd-start", i))
+
+
+def test_detached_job_and_stop():
+    start = time.monotonic()
+    code, out, err, _ = run([job("sleeper.py"), "--sleep", "120"], extra=["--join=False"],
+                            log_dir="msrun_detached")
+    took = time.monotonic() - start
+    check(code == 0, f"exit {code}: {err.decode()}")
+    check(took < 10, f"launcher took {took:.1f} s to return")
+    job_id = out.decode().strip()
+    check(re.fullmatch(r"[0-9a-z-]+", job_id), f"job id {job_id!r}")
+    time.sleep(2)
+    check(len([x for x in marked_processes() if "sleeper.py" in x[2]]) == 7, "7 processes running")
+    check(os.path.exists("/tmp/msrun_detached/worker_5.log"), "detached log on the host")
+    stop = subprocess.run([binary(), "stop", "--hostfile", hosts_file(), "--job", job_id,
+                           "--kill_grace", "2"], capture_output=True, timeout=60)
+    check(stop.returncode == 0, f"stop exit {stop.returncode}: {stop.stderr.decode()}")
+    check(len(re.findall(rb"killed \d+ SIGTERM", stop.stdout)) >= 7, f"stop output: {stop.stdout.decode()}")
+    wait_clean(3)

@@ -1,0 +1,214 @@
+// Binding requests (src/plan/binding.cc): boolean words, --bind_core / --bind_numa values in every
+// accepted form, CPU lists, and every error message.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "msrun_ssh/binding.h"
+#include "msrun_ssh/error.h"
+
+namespace msrun_ssh {
+namespace {
+
+using Ranges = std::map<std::string, std::vector<std::string>>;
+using Nodes = std::map<std::string, std::vector<int>>;
+using Cpus = std::vector<int>;
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string core_error(std::string_view text) {
+  return error_of([&] { parse_bind_core(text, "--bind_core"); });
+}
+std::string numa_error(std::string_view text) {
+  return error_of([&] { parse_bind_numa(text, "--bind_numa"); });
+}
+std::string cpu_error(std::string_view text) {
+  return error_of([&] { parse_cpu_list(text, "where"); });
+}
+
+TEST(Binding, BoolWords) {
+  for (const char* t : {"True", "true", "1"}) {
+    bool out = false;
+    EXPECT_TRUE(parse_bool_word(t, out)) << t;
+    EXPECT_TRUE(out) << t;
+  }
+  for (const char* t : {"False", "false", "0"}) {
+    bool out = true;
+    EXPECT_TRUE(parse_bool_word(t, out)) << t;
+    EXPECT_FALSE(out) << t;
+  }
+}
+
+TEST(Binding, OtherWordsAreNotBooleans) {
+  for (const char* t : {"TRUE", "yes", "no", "on", "", "2", " true", "t", "FALSE"}) {
+    bool out = true;
+    EXPECT_FALSE(parse_bool_word(t, out)) << t;
+    EXPECT_TRUE(out) << "left alone: " << t;
+  }
+}
+
+TEST(Binding, BindCoreBooleans) {
+  EXPECT_EQ(parse_bind_core("True", "x").mode, BindCore::Mode::kAuto);
+  EXPECT_EQ(parse_bind_core("1", "x").mode, BindCore::Mode::kAuto);
+  EXPECT_EQ(parse_bind_core("false", "x").mode, BindCore::Mode::kOff);
+  EXPECT_EQ(parse_bind_core(" 0 ", "x").mode, BindCore::Mode::kOff);
+  EXPECT_TRUE(parse_bind_core("True", "x").ranges.empty());
+}
+
+TEST(Binding, BindCoreDict) {
+  BindCore b = parse_bind_core(R"({"scheduler":["0-3"],"device0":["4-9","20-25"],"device12":["30"]})",
+                               "--bind_core");
+  EXPECT_EQ(b.mode, BindCore::Mode::kManual);
+  EXPECT_EQ(b.ranges, (Ranges{{"device0", {"4-9", "20-25"}},
+                              {"device12", {"30"}},
+                              {"scheduler", {"0-3"}}}));
+}
+
+TEST(Binding, BindCoreEmptyDictIsManualWithNoKeys) {
+  BindCore b = parse_bind_core("{}", "--bind_core");
+  EXPECT_EQ(b.mode, BindCore::Mode::kManual);
+  EXPECT_TRUE(b.ranges.empty());
+}
+
+TEST(Binding, BindCoreErrors) {
+  EXPECT_EQ(core_error("yes"), "--bind_core: not a boolean (True/False) nor valid JSON: yes");
+  EXPECT_EQ(core_error("{\"device0\": [\"0-3\"]"),
+            "--bind_core: not a boolean (True/False) nor valid JSON: {\"device0\": [\"0-3\"]");
+  EXPECT_EQ(core_error("[\"0-3\"]"), "--bind_core: expected a JSON object, got: [\"0-3\"]");
+  EXPECT_EQ(core_error("{\"gpu0\":[\"0\"]}"),
+            "--bind_core: unknown key \"gpu0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
+  EXPECT_EQ(core_error("{\"device0\":\"0-3\"}"),
+            "--bind_core key \"device0\": expected a non-empty list of CPU ranges");
+  EXPECT_EQ(core_error("{\"device0\":[]}"),
+            "--bind_core key \"device0\": expected a non-empty list of CPU ranges");
+  EXPECT_EQ(core_error("{\"device0\":[0]}"),
+            "--bind_core key \"device0\": expected CPU ranges as strings like \"0-3\"");
+  EXPECT_EQ(core_error("{\"device0\":[\"3-0\"]}"),
+            "--bind_core key \"device0\": reversed CPU range \"3-0\"");
+  EXPECT_EQ(core_error("{\"scheduler\":[\"a\"]}"),
+            "--bind_core key \"scheduler\": bad CPU range \"a\"");
+}
+
+TEST(Binding, BindKeys) {
+  for (const char* k : {"scheduler", "device0", "device7", "device123456"})
+    EXPECT_NO_THROW(validate_bind_key(k, "w")) << k;
+  for (const char* k : {"device", "device-1", "device1a", "Device0", "sched", "device1234567",
+                        "", "device+1", "device 1"})
+    EXPECT_EQ(error_of([&] { validate_bind_key(k, "w"); }),
+              std::string("w: unknown key \"") + k +
+                  "\" (expected \"scheduler\" or \"device<N>\", as msrun)")
+        << k;
+}
+
+TEST(Binding, BindNumaBooleans) {
+  EXPECT_EQ(parse_bind_numa("True", "x").mode, BindNuma::Mode::kAuto);
+  EXPECT_EQ(parse_bind_numa("0", "x").mode, BindNuma::Mode::kOff);
+}
+
+TEST(Binding, BindNumaDict) {
+  BindNuma b = parse_bind_numa(R"({"scheduler": 0, "device0": [0, 1], "device1": 4095})", "x");
+  EXPECT_EQ(b.mode, BindNuma::Mode::kManual);
+  EXPECT_EQ(b.nodes, (Nodes{{"device0", {0, 1}}, {"device1", {4095}}, {"scheduler", {0}}}));
+}
+
+TEST(Binding, BindNumaErrors) {
+  EXPECT_EQ(numa_error("maybe"), "--bind_numa: not a boolean (True/False) nor valid JSON: maybe");
+  EXPECT_EQ(numa_error("3"), "--bind_numa: expected a JSON object, got: 3");
+  EXPECT_EQ(numa_error(R"({"dev0": 0})"),
+            "--bind_numa: unknown key \"dev0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
+  EXPECT_EQ(numa_error(R"({"device0": -1})"),
+            "--bind_numa key \"device0\": expected NUMA node ids (0-4095)");
+  EXPECT_EQ(numa_error(R"({"device0": 4096})"),
+            "--bind_numa key \"device0\": expected NUMA node ids (0-4095)");
+  EXPECT_EQ(numa_error(R"({"device0": "0"})"),
+            "--bind_numa key \"device0\": expected NUMA node ids (0-4095)");
+  EXPECT_EQ(numa_error(R"({"device0": 1.5})"),
+            "--bind_numa key \"device0\": expected NUMA node ids (0-4095)");
+  EXPECT_EQ(numa_error(R"({"device0": [0, [1]]})"),
+            "--bind_numa key \"device0\": expected NUMA node ids (0-4095)");
+  EXPECT_EQ(numa_error(R"({"device0": []})"), "--bind_numa key \"device0\": empty NUMA node list");
+}
+
+class BindNumaFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/msrun-binding-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(BindNumaFile, ReadsTheObjectFromTheFile) {
+  std::string path = write("numa.json", R"({"scheduler": 1, "device0": [0]})");
+  BindNuma b = parse_bind_numa(path, "--bind_numa");
+  EXPECT_EQ(b.mode, BindNuma::Mode::kManual);
+  EXPECT_EQ(b.nodes, (Nodes{{"device0", {0}}, {"scheduler", {1}}}));
+}
+
+TEST_F(BindNumaFile, MissingFile) {
+  std::string path = dir_ + "/none.json";
+  EXPECT_EQ(numa_error(path), "--bind_numa: cannot read file " + path);
+}
+
+TEST_F(BindNumaFile, ErrorsNameTheFile) {
+  std::string path = write("bad.json", R"({"device0": "x"})");
+  EXPECT_EQ(numa_error(path),
+            "--bind_numa (file " + path + ") key \"device0\": expected NUMA node ids (0-4095)");
+  std::string garbage = write("garbage.json", "not json");
+  EXPECT_EQ(numa_error(garbage),
+            "--bind_numa (file " + garbage + "): not a boolean (True/False) nor valid JSON: not json");
+}
+
+TEST(Binding, CpuLists) {
+  EXPECT_EQ(parse_cpu_list("0", "w"), Cpus{0});
+  EXPECT_EQ(parse_cpu_list("0-3,8,10-11", "w"), (Cpus{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list("8,0-2,1", "w"), (Cpus{0, 1, 2, 8}));  // sorted, unique
+  EXPECT_EQ(parse_cpu_list(" 1 , 3-4 ", "w"), (Cpus{1, 3, 4}));
+  EXPECT_EQ(parse_cpu_list("5-5", "w"), Cpus{5});
+  EXPECT_EQ(parse_cpu_list("65535", "w"), Cpus{65535});
+}
+
+TEST(Binding, CpuListErrors) {
+  EXPECT_EQ(cpu_error(""), "where: empty CPU list");
+  EXPECT_EQ(cpu_error("  "), "where: empty CPU list");
+  EXPECT_EQ(cpu_error("a"), "where: bad CPU range \"a\"");
+  EXPECT_EQ(cpu_error("1,"), "where: bad CPU range \"\"");
+  EXPECT_EQ(cpu_error("1-"), "where: bad CPU range \"1-\"");
+  EXPECT_EQ(cpu_error("-1"), "where: bad CPU range \"-1\"");
+  EXPECT_EQ(cpu_error("1-2-3"), "where: bad CPU range \"1-2-3\"");
+  EXPECT_EQ(cpu_error("0x1"), "where: bad CPU range \"0x1\"");
+  EXPECT_EQ(cpu_error("4-2"), "where: reversed CPU range \"4-2\"");
+  EXPECT_EQ(cpu_error("65536"), "where: CPU id out of range in \"65536\"");
+  EXPECT_EQ(cpu_error("0-70000"), "where: CPU id out of range in \"0-70000\"");
+  EXPECT_EQ(cpu_error("1234567"), "where: bad CPU range \"1234567\"");
+}
+
+TEST(Binding, FormatCpuList) {
+  EXPECT_EQ(format_cpu_list({}), "");
+  EXPECT_EQ(format_cpu_list({3}), "3");
+  EXPECT_EQ(format_cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(format_cpu_list({1, 3, 5}), "1,3,5");
+  EXPECT_EQ(format_cpu_list(parse_cpu_list("12-23,0-11", "w")), "0-23");
+}
+
+}  // namespace
+}  // namespace msrun_ssh

@@ -1,0 +1,618 @@
+// The launch plan (src/plan/plan.cc): ranks and the master on uneven hosts, the environment
+// contract, simulation, log names, devices, the interpreter rule and manual / auto binding.
+// Names are never resolved for real: every test passes a fake Resolver.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/plan.h"
+
+namespace msrun_ssh {
+namespace {
+
+using Argv = std::vector<std::string>;
+using ::testing::ElementsAre;
+
+Host host(const std::string& address, std::optional<int> workers, EnvList env = {}) {
+  Host h;
+  h.address = address;
+  h.local_worker_num = workers;
+  h.env = std::move(env);
+  h.origin = "h.toml:1";
+  return h;
+}
+
+// A fake DNS that knows three hosts (and an alias of gamma) and records every lookup.
+struct FakeDns {
+  std::map<std::string, std::string> table{{"alpha", "198.18.0.1"},
+                                           {"beta", "198.18.0.2"},
+                                           {"gamma", "198.18.0.3"},
+                                           {"gamma.example", "198.18.0.3"}};
+  std::vector<std::string> asked;
+  Resolver resolver() {
+    return [this](const std::string& name) {
+      asked.push_back(name);
+      auto it = table.find(name);
+      return it == table.end() ? std::string() : it->second;
+    };
+  }
+};
+
+class MakePlan : public ::testing::Test {
+ protected:
+  MakePlan() {
+    cluster.path = "h.toml";
+    cluster.hosts = {host("alpha", 3), host("beta", 1), host("gamma", 4)};
+    options.task_script = "train.py";
+    options.task_args = {"--lr", "0.1"};
+    options.job_id = "20261129-154501-3fa9c2";
+    options.launcher_cwd = "/home/u/job";
+  }
+  Plan plan() { return make_plan(options, cluster, dns.resolver()); }
+  std::string error() {
+    try {
+      plan();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  static std::vector<int> worker_ranks(const HostPlan& h) {
+    std::vector<int> r;
+    for (const auto& p : h.processes)
+      if (p.role == Role::kWorker) r.push_back(p.rank);
+    return r;
+  }
+  static const std::string* env_of(const Process& p, const std::string& name) {
+    for (const auto& [n, v] : p.env)
+      if (n == name) return &v;
+    return nullptr;
+  }
+
+  Options options;
+  Cluster cluster;
+  FakeDns dns;
+};
+
+// ---- ranks and master -------------------------------------------------------------------------
+
+TEST_F(MakePlan, RanksAreContiguousPerHost) {
+  Plan p = plan();
+  EXPECT_EQ(p.job_id, "20261129-154501-3fa9c2");
+  EXPECT_EQ(p.worker_num, 8);
+  EXPECT_EQ(p.master_port, 8118);
+  ASSERT_EQ(p.hosts.size(), 3u);
+  EXPECT_EQ(worker_ranks(p.hosts[0]), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(worker_ranks(p.hosts[1]), (std::vector<int>{3}));
+  EXPECT_EQ(worker_ranks(p.hosts[2]), (std::vector<int>{4, 5, 6, 7}));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(p.hosts[i].node_rank, i);
+  EXPECT_EQ(p.hosts[2].host.address, "gamma");
+  // Local indexes restart on every host.
+  EXPECT_EQ(p.hosts[2].processes[0].local_index, 0);
+  EXPECT_EQ(p.hosts[2].processes[3].local_index, 3);
+}
+
+TEST_F(MakePlan, MasterDefaultsToTheFirstHostAndOnlyItIsResolved) {
+  Plan p = plan();
+  EXPECT_TRUE(p.hosts[0].is_master);
+  EXPECT_FALSE(p.hosts[1].is_master);
+  EXPECT_FALSE(p.hosts[2].is_master);
+  EXPECT_EQ(p.master_ip, "198.18.0.1");
+  EXPECT_EQ(p.hosts[0].ip, "198.18.0.1");
+  EXPECT_EQ(p.hosts[1].ip, "");
+  EXPECT_EQ(p.hosts[2].ip, "");
+  EXPECT_EQ(dns.asked, (std::vector<std::string>{"alpha"}));
+}
+
+TEST_F(MakePlan, MasterOnEachHostByAddress) {
+  const char* names[] = {"alpha", "beta", "gamma"};
+  const char* ips[] = {"198.18.0.1", "198.18.0.2", "198.18.0.3"};
+  for (int m = 0; m < 3; ++m) {
+    options.master_addr = names[m];
+    Plan p = plan();
+    EXPECT_EQ(p.master_ip, ips[m]);
+    int schedulers = 0;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(p.hosts[i].is_master, i == m) << names[m];
+      for (const auto& proc : p.hosts[i].processes)
+        if (proc.role == Role::kScheduler) {
+          ++schedulers;
+          EXPECT_EQ(i, m);
+        }
+    }
+    EXPECT_EQ(schedulers, 1);
+    // The scheduler comes first on the master; ranks do not move with the master.
+    const HostPlan& mh = p.hosts[m];
+    ASSERT_FALSE(mh.processes.empty());
+    EXPECT_EQ(mh.processes[0].role, Role::kScheduler);
+    EXPECT_EQ(worker_ranks(p.hosts[0]), (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(worker_ranks(p.hosts[1]), (std::vector<int>{3}));
+    EXPECT_EQ(worker_ranks(p.hosts[2]), (std::vector<int>{4, 5, 6, 7}));
+    EXPECT_EQ(mh.processes.size(), static_cast<size_t>(mh.host.local_worker_num.value() + 1));
+    // Every process points at the master.
+    for (const auto& h : p.hosts)
+      for (const auto& proc : h.processes) EXPECT_EQ(*env_of(proc, "MS_SCHED_HOST"), ips[m]);
+  }
+}
+
+TEST_F(MakePlan, MasterOnEachHostByResolvedIp) {
+  const char* ips[] = {"198.18.0.1", "198.18.0.2", "198.18.0.3"};
+  for (int m = 0; m < 3; ++m) {
+    options.master_addr = ips[m];
+    Plan p = plan();
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(p.hosts[i].is_master, i == m) << ips[m];
+    EXPECT_EQ(p.master_ip, ips[m]);
+    EXPECT_EQ(p.hosts[m].processes[0].role, Role::kScheduler);
+  }
+}
+
+TEST_F(MakePlan, MasterByAnotherNameOfTheSameIp) {
+  options.master_addr = "gamma.example";
+  Plan p = plan();
+  EXPECT_TRUE(p.hosts[2].is_master);
+  EXPECT_EQ(p.master_ip, "198.18.0.3");
+}
+
+TEST_F(MakePlan, MasterAddrMatchesAnIpLiteralInTheHostFile) {
+  cluster.hosts = {host("198.18.0.7", 1), host("198.18.0.8", 1)};
+  options.master_addr = "198.18.0.8";
+  Plan p = plan();
+  EXPECT_TRUE(p.hosts[1].is_master);
+  EXPECT_EQ(p.master_ip, "198.18.0.8");  // unresolvable here: the address itself
+}
+
+TEST_F(MakePlan, UnknownMasterAddr) {
+  options.master_addr = "nowhere";
+  EXPECT_EQ(error(), "--master_addr=nowhere: no host of the host file has this address, name or IP "
+                     "(nowhere)");
+  dns.table["elsewhere"] = "198.18.9.9";
+  options.master_addr = "elsewhere";
+  EXPECT_EQ(error(), "--master_addr=elsewhere: no host of the host file has this address, name or "
+                     "IP (198.18.9.9)");
+}
+
+TEST_F(MakePlan, SchedulerEnvironment) {
+  options.master_addr = "beta";
+  Plan p = plan();
+  const Process& s = p.hosts[1].processes[0];
+  EXPECT_EQ(s.role, Role::kScheduler);
+  EXPECT_EQ(s.rank, 0);
+  EXPECT_EQ(s.local_index, -1);
+  EXPECT_EQ(s.device_id, "");
+  EXPECT_EQ(s.bind_key, "scheduler");
+  EXPECT_EQ(s.label(), "scheduler");
+  EXPECT_EQ(s.log_name, "scheduler.log");
+  EXPECT_EQ(s.env, (EnvList{{"MS_SCHED_HOST", "198.18.0.2"},
+                            {"MS_SCHED_PORT", "8118"},
+                            {"MS_TOPO_TIMEOUT", "600"},
+                            {"MS_ROLE", "MS_SCHED"},
+                            {"MS_WORKER_NUM", "8"},
+                            {"RANK_SIZE", "8"},
+                            {"MS_NODE_RANK", "1"},
+                            {"RANK_ID", "0"},
+                            {"PYTHONUNBUFFERED", "1"}}));
+  EXPECT_EQ(env_of(s, "MS_NODE_ID"), nullptr);
+  EXPECT_EQ(env_of(s, "DEVICE_ID"), nullptr);
+}
+
+TEST_F(MakePlan, WorkerEnvironmentExactly) {
+  cluster.hosts[2].env = {{"A", "host"}, {"B", "host"}, {"MS_ROLE", "bogus"}};
+  options.env = {{"B", "cli"}, {"C", "cli"}, {"RANK_ID", "99"}};
+  options.master_port = 9000;
+  options.cluster_time_out = 30;
+  Plan p = plan();
+  const Process& w = p.hosts[2].processes[1];
+  EXPECT_EQ(w.rank, 5);
+  EXPECT_EQ(w.label(), "rank 5");
+  EXPECT_EQ(w.env, (EnvList{{"A", "host"},
+                            {"B", "cli"},
+                            {"MS_ROLE", "MS_WORKER"},
+                            {"C", "cli"},
+                            {"RANK_ID", "5"},
+                            {"MS_SCHED_HOST", "198.18.0.1"},
+                            {"MS_SCHED_PORT", "9000"},
+                            {"MS_TOPO_TIMEOUT", "30"},
+                            {"MS_WORKER_NUM", "8"},
+                            {"RANK_SIZE", "8"},
+                            {"MS_NODE_RANK", "2"},
+                            {"MS_NODE_ID", "5"},
+                            {"DEVICE_ID", "1"},
+                            {"PYTHONUNBUFFERED", "1"}}));
+  // Other hosts do not get gamma's env.
+  EXPECT_EQ(env_of(p.hosts[0].processes[1], "A"), nullptr);
+  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "C"), "cli");
+}
+
+TEST_F(MakePlan, UserPythonUnbufferedIsKept) {
+  cluster.hosts[0].env = {{"PYTHONUNBUFFERED", "0"}};
+  options.env = {{"PYTHONUNBUFFERED", "x"}};
+  Plan p = plan();
+  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "PYTHONUNBUFFERED"), "x");
+  EXPECT_EQ(*env_of(p.hosts[1].processes[0], "PYTHONUNBUFFERED"), "x");
+  options.env.clear();
+  p = plan();
+  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "PYTHONUNBUFFERED"), "0");
+  EXPECT_EQ(*env_of(p.hosts[1].processes[0], "PYTHONUNBUFFERED"), "1");
+}
+
+TEST_F(MakePlan, LocalWorkerNumFillsHostsThatDoNotSay) {
+  cluster.hosts[1].local_worker_num.reset();
+  options.local_worker_num = 2;
+  Plan p = plan();
+  EXPECT_EQ(p.worker_num, 9);
+  EXPECT_EQ(worker_ranks(p.hosts[1]), (std::vector<int>{3, 4}));
+  EXPECT_EQ(worker_ranks(p.hosts[2]), (std::vector<int>{5, 6, 7, 8}));
+}
+
+TEST_F(MakePlan, HostWithoutWorkersStillRunsTheScheduler) {
+  cluster.hosts[0].local_worker_num = 0;
+  Plan p = plan();
+  ASSERT_EQ(p.hosts[0].processes.size(), 1u);
+  EXPECT_EQ(p.hosts[0].processes[0].role, Role::kScheduler);
+  EXPECT_EQ(worker_ranks(p.hosts[1]), (std::vector<int>{0}));
+}
+
+TEST_F(MakePlan, NoWorkersAtAll) {
+  for (auto& h : cluster.hosts) h.local_worker_num = 0;
+  EXPECT_EQ(error(), "h.toml: the job has no workers");
+}
+
+TEST_F(MakePlan, WorkerNumMatches) {
+  options.worker_num = 8;
+  EXPECT_EQ(plan().worker_num, 8);
+}
+
+TEST_F(MakePlan, WorkerNumMismatch) {
+  options.worker_num = 9;
+  EXPECT_EQ(error(), "--worker_num=9 but the host file h.toml gives 8 workers (3+1+4)");
+}
+
+TEST_F(MakePlan, FindRank) {
+  Plan p = plan();
+  ASSERT_NE(p.find_rank(4), nullptr);
+  EXPECT_EQ(p.find_rank(4), &p.hosts[2].processes[0]);
+  EXPECT_EQ(p.find_rank(0), &p.hosts[0].processes[1]);  // not the scheduler
+  EXPECT_EQ(p.find_rank(8), nullptr);
+  EXPECT_EQ(p.find_rank(-1), nullptr);
+}
+
+// ---- simulation, rank table, tail ---------------------------------------------------------------
+
+TEST_F(MakePlan, SimulationHasNoSchedulerNorSchedulerVariables) {
+  options.sim_level = 1;
+  Plan p = plan();
+  for (const auto& h : p.hosts)
+    for (const auto& proc : h.processes) {
+      EXPECT_EQ(proc.role, Role::kWorker);
+      for (const char* name : {"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_TOPO_TIMEOUT"})
+        EXPECT_EQ(env_of(proc, name), nullptr) << name;
+      EXPECT_EQ(*env_of(proc, "MS_SIMULATION_LEVEL"), "1");
+    }
+  EXPECT_EQ(p.hosts[0].processes.size(), 3u);
+  EXPECT_EQ(p.hosts[2].processes[2].env,
+            (EnvList{{"MS_WORKER_NUM", "8"},
+                     {"RANK_SIZE", "8"},
+                     {"MS_NODE_RANK", "2"},
+                     {"RANK_ID", "6"},
+                     {"MS_NODE_ID", "6"},
+                     {"DEVICE_ID", "2"},
+                     {"MS_SIMULATION_LEVEL", "1"},
+                     {"PYTHONUNBUFFERED", "1"}}));
+}
+
+TEST_F(MakePlan, SimulationLevelZeroCounts) {
+  options.sim_level = 0;
+  Plan p = plan();
+  EXPECT_EQ(*env_of(p.hosts[0].processes[0], "MS_SIMULATION_LEVEL"), "0");
+  EXPECT_EQ(p.hosts[0].processes[0].role, Role::kWorker);
+}
+
+TEST_F(MakePlan, SimRankIdRunsExactlyOneProcessOnItsHost) {
+  options.sim_level = 1;
+  for (int r = 0; r < 8; ++r) {
+    options.sim_rank_id = r;
+    Plan p = plan();
+    int host_of = r < 3 ? 0 : r < 4 ? 1 : 2;
+    int local = r < 3 ? r : r < 4 ? 0 : r - 4;
+    size_t total = 0;
+    for (const auto& h : p.hosts) total += h.processes.size();
+    EXPECT_EQ(total, 1u) << r;
+    ASSERT_EQ(p.hosts[host_of].processes.size(), 1u) << r;
+    const Process& proc = p.hosts[host_of].processes[0];
+    EXPECT_EQ(proc.rank, r);
+    EXPECT_EQ(proc.local_index, local);
+    EXPECT_EQ(proc.device_id, std::to_string(local));
+    EXPECT_EQ(*env_of(proc, "RANK_ID"), std::to_string(r));
+    EXPECT_EQ(*env_of(proc, "MS_NODE_RANK"), std::to_string(host_of));
+    EXPECT_EQ(*env_of(proc, "RANK_SIZE"), "8");
+    EXPECT_EQ(proc.log_name, "worker_" + std::to_string(r) + ".log");
+  }
+}
+
+TEST_F(MakePlan, SimRankIdOutOfRange) {
+  options.sim_level = 1;
+  options.sim_rank_id = 8;
+  EXPECT_EQ(error(), "--sim_rank_id: rank 8 does not exist (the job has ranks 0..7)");
+}
+
+TEST_F(MakePlan, SimRankIdNeedsSimLevel) {
+  options.sim_rank_id = 2;
+  EXPECT_EQ(error(), "--sim_rank_id needs --sim_level");
+}
+
+TEST_F(MakePlan, RankTableFile) {
+  options.rank_table_file = "/etc/hccl.json";
+  Plan p = plan();
+  for (const auto& h : p.hosts)
+    for (const auto& proc : h.processes) EXPECT_EQ(*env_of(proc, "RANK_TABLE_FILE"), "/etc/hccl.json");
+  EXPECT_EQ(p.hosts[0].processes[0].env[8], (std::pair<std::string, std::string>{
+                                                "RANK_TABLE_FILE", "/etc/hccl.json"}));
+}
+
+TEST_F(MakePlan, NoRankTableFileByDefault) {
+  EXPECT_EQ(env_of(plan().hosts[0].processes[1], "RANK_TABLE_FILE"), nullptr);
+}
+
+TEST_F(MakePlan, TailWorkerLogInRange) {
+  options.tail_worker_log = {0, 7};
+  EXPECT_NO_THROW(plan());
+}
+
+TEST_F(MakePlan, TailWorkerLogOutOfRange) {
+  options.tail_worker_log = {0, 8};
+  EXPECT_EQ(error(), "--tail_worker_log: rank 8 does not exist (the job has ranks 0..7)");
+}
+
+// ---- log names, workdir ---------------------------------------------------------------------------
+
+TEST_F(MakePlan, LogNames) {
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[0].log_name, "scheduler.log");
+  EXPECT_EQ(p.hosts[0].processes[1].log_name, "worker_0.log");
+  EXPECT_EQ(p.hosts[2].processes[3].log_name, "worker_7.log");
+}
+
+TEST_F(MakePlan, WorkerLogNameWithIpAndHostname) {
+  options.worker_log_name = "w-{hostname}-{ip}-{ip}";
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[0].log_name, "scheduler.log");
+  EXPECT_EQ(p.hosts[0].processes[1].log_name, "w-alpha-198.18.0.1-198.18.0.1_0.log");
+  EXPECT_EQ(p.hosts[1].processes[0].log_name, "w-beta-198.18.0.2-198.18.0.2_3.log");
+  EXPECT_EQ(p.hosts[2].processes[0].log_name, "w-gamma-198.18.0.3-198.18.0.3_4.log");
+  EXPECT_EQ(p.hosts[2].ip, "198.18.0.3");  // {ip} makes every host resolve
+}
+
+TEST_F(MakePlan, WorkerLogNameHostnameOnlyResolvesNothingMore) {
+  options.worker_log_name = "{hostname}";
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[1].processes[0].log_name, "beta_3.log");
+  EXPECT_EQ(dns.asked, (std::vector<std::string>{"alpha"}));
+}
+
+TEST_F(MakePlan, UnresolvableHostUsesItsAddressForIp) {
+  cluster.hosts.push_back(host("delta", 1));
+  options.worker_log_name = "{ip}";
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[3].processes[0].log_name, "delta_8.log");
+}
+
+TEST_F(MakePlan, WorkdirDefaultsToTheLauncherCwd) {
+  cluster.hosts[1].workdir = "/data/job";
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].host.workdir, "/home/u/job");
+  for (const auto& proc : p.hosts[0].processes) EXPECT_EQ(proc.workdir, "/home/u/job");
+  EXPECT_EQ(p.hosts[1].processes[0].workdir, "/data/job");
+}
+
+// ---- devices -------------------------------------------------------------------------------------
+
+TEST_F(MakePlan, DeviceIdIsTheLocalIndex) {
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[2].processes[3].device_id, "3");
+  EXPECT_EQ(p.hosts[2].processes[3].bind_key, "device3");
+}
+
+TEST_F(MakePlan, BindKeysUsePhysicalIdsFromAscendVisibleDevices) {
+  cluster.hosts[2].env = {{"ASCEND_RT_VISIBLE_DEVICES", "7,5,6,4"},
+                          {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}};
+  Plan p = plan();
+  std::vector<std::string> keys, ids;
+  for (const auto& proc : p.hosts[2].processes) {
+    keys.push_back(proc.bind_key);
+    ids.push_back(*env_of(proc, "DEVICE_ID"));
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"device4", "device5", "device6", "device7"}));
+  EXPECT_EQ(ids, (std::vector<std::string>{"0", "1", "2", "3"}));
+  EXPECT_EQ(p.hosts[0].processes[1].bind_key, "device0");  // other hosts unaffected
+}
+
+TEST_F(MakePlan, BindKeysUsePhysicalIdsFromCudaVisibleDevices) {
+  cluster.hosts[0].env = {{"CUDA_VISIBLE_DEVICES", "10,2,9"}};
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[1].bind_key, "device2");
+  EXPECT_EQ(p.hosts[0].processes[2].bind_key, "device9");
+  EXPECT_EQ(p.hosts[0].processes[3].bind_key, "device10");
+  EXPECT_EQ(p.hosts[0].processes[3].device_id, "2");
+}
+
+TEST_F(MakePlan, BindKeysFollowVisibleDevicesGivenWithEnv) {
+  // --env sets the variable for every process: the processes see these devices, so the bind keys
+  // must follow them too.
+  options.env = {{"ASCEND_RT_VISIBLE_DEVICES", "4,5,6,7"}};
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[1].processes[0].bind_key, "device4");
+  EXPECT_EQ(p.hosts[2].processes[3].bind_key, "device7");
+  EXPECT_EQ(p.hosts[2].processes[3].device_id, "3");
+}
+
+// ---- task argv -----------------------------------------------------------------------------------
+
+TEST(TaskArgv, PythonScriptUnderPython3ByDefault) {
+  Options o;
+  o.task_script = "train.py";
+  o.task_args = {"--lr", "0.1"};
+  EXPECT_EQ(task_argv(o, Host{}), (Argv{"python3", "train.py", "--lr", "0.1"}));
+}
+
+TEST(TaskArgv, HostPythonBeatsPython3) {
+  Options o;
+  o.task_script = "dir/train.py";
+  Host h;
+  h.python = "/opt/conda/bin/python";
+  EXPECT_EQ(task_argv(o, h), (Argv{"/opt/conda/bin/python", "dir/train.py"}));
+}
+
+TEST(TaskArgv, OptionPythonBeatsHostPython) {
+  Options o;
+  o.task_script = "train.py";
+  o.python = "/usr/bin/python3.11";
+  Host h;
+  h.python = "/opt/conda/bin/python";
+  EXPECT_EQ(task_argv(o, h), (Argv{"/usr/bin/python3.11", "train.py"}));
+}
+
+TEST(TaskArgv, PythonPytestAndOtherProgramsRunAsGiven) {
+  Options o;
+  o.python = "/usr/bin/python3.11";
+  Host h;
+  h.python = "/opt/conda/bin/python";
+  o.task_args = {"-m", "x.py"};
+  for (const char* prog : {"python", "python3", "pytest", "./run.sh", "/bin/echo", "train.pyc",
+                           "train.PY", "py"}) {
+    o.task_script = prog;
+    EXPECT_EQ(task_argv(o, h), (Argv{prog, "-m", "x.py"})) << prog;
+  }
+}
+
+TEST_F(MakePlan, ProcessArgvIsTheTask) {
+  cluster.hosts[1].python = "/venv/bin/python";
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[0].argv, (Argv{"python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(p.hosts[1].processes[0].argv, (Argv{"/venv/bin/python", "train.py", "--lr", "0.1"}));
+  EXPECT_TRUE(p.hosts[1].processes[0].cpus.empty());
+  EXPECT_FALSE(p.hosts[1].processes[0].bind_pending);
+}
+
+// ---- binding -------------------------------------------------------------------------------------
+
+TEST_F(MakePlan, ManualBindCore) {
+  cluster.hosts = {host("alpha", 2)};
+  options.bind_core =
+      parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4","6-7"]})", "x");
+  Plan p = plan();
+  const auto& procs = p.hosts[0].processes;
+  ASSERT_EQ(procs.size(), 3u);
+  EXPECT_EQ(procs[0].cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(procs[0].argv, (Argv{"taskset", "-c", "0-1", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(*env_of(procs[0], "MSRUN_CPU_LIST"), "0-1");
+  EXPECT_EQ(procs[2].cpus, (std::vector<int>{4, 6, 7}));
+  EXPECT_EQ(procs[2].argv, (Argv{"taskset", "-c", "4,6-7", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(procs[2].env.back(), (std::pair<std::string, std::string>{"MSRUN_CPU_LIST", "4,6-7"}));
+  EXPECT_FALSE(procs[2].bind_pending);
+  EXPECT_TRUE(procs[2].numa_nodes.empty());
+}
+
+TEST_F(MakePlan, ManualBindCoreWithoutSchedulerKeyLeavesItUnbound) {
+  cluster.hosts = {host("alpha", 1)};
+  options.bind_core = parse_bind_core(R"({"device0":["2-3"]})", "x");
+  Plan p = plan();
+  EXPECT_TRUE(p.hosts[0].processes[0].cpus.empty());
+  EXPECT_EQ(env_of(p.hosts[0].processes[0], "MSRUN_CPU_LIST"), nullptr);
+  EXPECT_EQ(p.hosts[0].processes[0].argv[0], "python3");
+  EXPECT_EQ(p.hosts[0].processes[1].argv[2], "2-3");
+}
+
+TEST_F(MakePlan, ManualBindCoreUsesPhysicalDeviceKeys) {
+  cluster.hosts = {host("alpha", 2, {{"ASCEND_RT_VISIBLE_DEVICES", "6,7"}})};
+  options.bind_core = parse_bind_core(R"({"device6":["0-3"],"device7":["4-7"]})", "x");
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[1].cpus, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(*env_of(p.hosts[0].processes[2], "MSRUN_CPU_LIST"), "4-7");
+  EXPECT_EQ(*env_of(p.hosts[0].processes[2], "DEVICE_ID"), "1");
+}
+
+TEST_F(MakePlan, ManualBindCoreMissingDeviceKey) {
+  options.bind_core = parse_bind_core(R"({"device0":["0"],"device1":["1"]})", "x");
+  EXPECT_EQ(error(), "bind_core for host alpha: no entry \"device2\" for rank 2 (keys are "
+                     "\"scheduler\" and \"device<physical id>\")");
+}
+
+TEST_F(MakePlan, HostBindCoreFromTheHostFile) {
+  cluster.hosts = {host("alpha", 1)};
+  cluster.hosts[0].bind_core = parse_bind_core(R"({"device0":["8-9"]})", "x");
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[1].cpus, (std::vector<int>{8, 9}));
+}
+
+TEST_F(MakePlan, CommandLineBindCoreOverridesTheHostFile) {
+  cluster.hosts = {host("alpha", 1)};
+  cluster.hosts[0].bind_core = parse_bind_core(R"({"device0":["8-9"]})", "x");
+  options.bind_core = parse_bind_core("False", "x");
+  Plan p = plan();
+  EXPECT_TRUE(p.hosts[0].processes[1].cpus.empty());
+  EXPECT_EQ(p.hosts[0].processes[1].argv[0], "python3");
+}
+
+TEST_F(MakePlan, ManualBindNuma) {
+  cluster.hosts = {host("alpha", 2)};
+  options.bind_numa = parse_bind_numa(R"({"device0": 0, "device1": [1, 0, 1]})", "x");
+  Plan p = plan();
+  const auto& procs = p.hosts[0].processes;
+  EXPECT_TRUE(procs[0].numa_nodes.empty());  // no "scheduler" key
+  EXPECT_EQ(procs[0].argv[0], "python3");
+  EXPECT_EQ(procs[1].numa_nodes, (std::vector<int>{0}));
+  EXPECT_EQ(procs[1].argv,
+            (Argv{"numactl", "--cpunodebind=0", "--membind=0", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(procs[2].numa_nodes, (std::vector<int>{0, 1}));
+  EXPECT_EQ(procs[2].argv, (Argv{"numactl", "--cpunodebind=0-1", "--membind=0-1", "python3",
+                                 "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(env_of(procs[2], "MSRUN_CPU_LIST"), nullptr);
+}
+
+TEST_F(MakePlan, ManualBindCoreAndNumaUsePhyscpubind) {
+  cluster.hosts = {host("alpha", 1)};
+  options.bind_core = parse_bind_core(R"({"scheduler":["0"],"device0":["4-7"]})", "x");
+  options.bind_numa = parse_bind_numa(R"({"scheduler": 0, "device0": 1})", "x");
+  Plan p = plan();
+  EXPECT_EQ(p.hosts[0].processes[0].argv,
+            (Argv{"numactl", "--physcpubind=0", "--membind=0", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(p.hosts[0].processes[1].argv, (Argv{"numactl", "--physcpubind=4-7", "--membind=1",
+                                                "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "MSRUN_CPU_LIST"), "4-7");
+}
+
+TEST_F(MakePlan, AutoBindingIsPending) {
+  options.bind_core = parse_bind_core("True", "x");
+  Plan p = plan();
+  for (const auto& h : p.hosts)
+    for (const auto& proc : h.processes) {
+      EXPECT_TRUE(proc.bind_pending);
+      EXPECT_TRUE(proc.cpus.empty());
+      EXPECT_EQ(proc.argv[0], "python3");
+    }
+}
+
+TEST_F(MakePlan, AutoNumaIsPending) {
+  cluster.hosts[1].bind_numa = parse_bind_numa("true", "x");
+  Plan p = plan();
+  EXPECT_FALSE(p.hosts[0].processes[1].bind_pending);
+  EXPECT_TRUE(p.hosts[1].processes[0].bind_pending);
+}
+
+TEST_F(MakePlan, ApplyBindingRecomputesArgv) {
+  cluster.hosts = {host("alpha", 1)};
+  Plan p = plan();
+  options.bind_core = parse_bind_core(R"({"device0":["3"]})", "x");
+  apply_binding(p.hosts[0], options);
+  EXPECT_EQ(p.hosts[0].processes[1].argv,
+            (Argv{"taskset", "-c", "3", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(process_argv(p.hosts[0].processes[1], options, p.hosts[0]),
+            p.hosts[0].processes[1].argv);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
