@@ -120,25 +120,28 @@ take_lock() {
 
 node_addr() { printf '198.18.1.%d' $((10 + $1)); }
 node_mac() { printf '02:12:01:00:%02x:%02x' $(($1 / 256)) $(($1 % 256)); }
-# Farm address k (0-based): 198.18.2.1 .. 198.18.2.254, then 198.18.3.1 ...; never .0 or .255.
-farm_addr() { printf '198.18.%d.%d' $((2 + $1 / 254)) $((1 + $1 % 254)); }
+# The first M farm addresses, one per line: 198.18.2.1 .. 198.18.2.254, then 198.18.3.1 ...
+# (never .0 or .255).
+farm_addrs() {
+  local k
+  for ((k = 0; k < $1; k++)); do printf '198.18.%d.%d\n' $((2 + k / 254)) $((1 + k % 254)); done
+}
 
-# Host spec (index or "farm") -> namespace / root-side veth / display name.
-host_ns() {
+ns_exists() { [[ -n $1 && -e /run/netns/$1 ]]; }
+
+# resolve_host SPEC: SPEC is a host index or "farm"; sets HOST_NS (namespace), HOST_VETH (its
+# root-side veth) and HOST_NAME, and dies unless that host exists. Runs in the calling shell (not
+# in $(...)), so that its `die` really ends the script.
+resolve_host() {
   case $1 in
-    farm) echo msrs-farm ;;
+    farm) HOST_NS=msrs-farm HOST_VETH=msrs-vf HOST_NAME=farm ;;
     *)
-      [[ $1 =~ ^[0-9]+$ ]] || die "bad host '$1': want a host index (0, 1, ...) or 'farm'"
-      echo "msrs-node$((10#$1))"
+      [[ $1 =~ ^[0-9]{1,4}$ ]] || die "bad host '$1': want a host index (0, 1, ...) or 'farm'"
+      local i=$((10#$1))
+      HOST_NS=msrs-node$i HOST_VETH=msrs-v$i HOST_NAME=node$i
       ;;
   esac
-}
-host_veth() { if [[ $1 == farm ]]; then echo msrs-vf; else echo "msrs-v$((10#$1))"; fi; }
-host_name() { if [[ $1 == farm ]]; then echo farm; else echo "node$((10#$1))"; fi; }
-
-ns_exists() { [[ -e /run/netns/$1 ]]; }
-require_host() {
-  ns_exists "$(host_ns "$1")" || die "host '$1' does not exist (no namespace $(host_ns "$1"))"
+  ns_exists "$HOST_NS" || die "host '$1' does not exist (no namespace $HOST_NS)"
 }
 
 # All msrs-* namespaces / root-namespace links, one per line.
@@ -251,12 +254,10 @@ cmd_down() {
     esac
   done
   require_root_and_tools
+  if [[ -n $dir ]]; then dir=$(canonical_dir "$dir"); fi # a usage error must change nothing
   take_lock
   teardown_network
-  if [[ -n $dir ]]; then
-    dir=$(canonical_dir "$dir")
-    empty_dir "$dir"
-  fi
+  if [[ -n $dir ]]; then empty_dir "$dir"; fi
   local left
   left=$( (list_cluster_ns; list_cluster_links) | tr '\n' ' ')
   [[ -z $left ]] || log "warning: still present after down: $left"
@@ -272,19 +273,26 @@ cmd_down() {
 canonical_dir() {
   local dir
   dir=$(realpath -m -- "$1")
-  [[ $dir =~ ^/[A-Za-z0-9._/+-]+$ ]] || die "cluster dir '$dir' must match [A-Za-z0-9._/+-]+"
   [[ $dir != / ]] || die "refusing to use / as the cluster dir"
+  [[ $dir =~ ^/[A-Za-z0-9._/+-]+$ ]] || die "cluster dir '$dir' must match [A-Za-z0-9._/+-]+"
   echo "$dir"
 }
 
+# Dies unless DIR is absent, empty, or a cluster dir (carries the marker): `up --dir /tmp` by
+# mistake must not take over /tmp, and a later `down --dir` must not empty it.
+check_dir_usable() {
+  local dir=$1
+  if [[ -e $dir && ! -d $dir ]]; then die "$dir exists and is not a directory"; fi
+  if [[ -d $dir && ! -e $dir/$MARKER && -n $(ls -A -- "$dir") ]]; then
+    die "$dir is not empty and is not a cluster dir (no $MARKER); refusing to use it"
+  fi
+}
+
 # Makes DIR ready for a new cluster: everything from an earlier `up` goes, except a usable client
-# key (the key is generated once per DIR). A non-empty DIR that is not ours is refused.
+# key (the key is generated once per DIR).
 prepare_dir() {
   local dir=$1 entry
   mkdir -p -- "$dir"
-  if [[ ! -e $dir/$MARKER ]] && [[ -n $(ls -A -- "$dir") ]]; then
-    die "$dir is not empty and is not a cluster dir (no $MARKER); refusing to use it"
-  fi
   touch "$dir/$MARKER"
   for entry in "$dir"/* "$dir"/.[!.]*; do
     [[ -e $entry ]] || continue
@@ -560,8 +568,81 @@ show_logs() {
   done
 }
 
+# up, phase 1: keys and every generated file (UP_ADDRS, UP_FARM_ADDRS are set by cmd_up).
+up_files() {
+  local dir=$1 n=${#UP_ADDRS[@]} m=${#UP_FARM_ADDRS[@]} i k
+  log "up: generating keys and configs in $dir"
+  prepare_dir "$dir"
+  write_hostinit "$dir"
+  for ((i = 0; i < n; i++)); do write_host_files "$dir" "node$i" 512; done
+  if ((m > 0)); then write_host_files "$dir" farm 1024:30:2048 64; fi
+  {
+    for ((i = 0; i < n; i++)); do known_hosts_line "${UP_ADDRS[i]}" "$dir/node$i"; done
+    for ((k = 0; k < m; k++)); do known_hosts_line "${UP_FARM_ADDRS[k]}" "$dir/farm"; done
+  } >"$dir/known_hosts"
+  write_ssh_config "$dir" "$n"
+  write_toml "$dir/hosts.toml" "$dir" 2 "${UP_ADDRS[@]}"
+  if ((m > 0)); then write_toml "$dir/farm.toml" "$dir" 1 "${UP_FARM_ADDRS[@]}"; fi
+}
+
+# up, phase 2: bridge, namespaces, veths, addresses, neighbour entries.
+up_network() {
+  local n=${#UP_ADDRS[@]} m=${#UP_FARM_ADDRS[@]} i
+  log "up: creating bridge $BRIDGE and $n host(s)$( ((m > 0)) && echo " + farm of $m addresses")"
+  create_bridge
+  for ((i = 0; i < n; i++)); do
+    create_netns "msrs-node$i" "msrs-v$i" "$(node_mac "$i")" "${UP_ADDRS[i]}"
+  done
+  if ((m > 0)); then create_netns msrs-farm msrs-vf "$FARM_MAC" "${UP_FARM_ADDRS[@]}"; fi
+  add_static_neighbours "$n" "${UP_FARM_ADDRS[@]}"
+}
+
+# up, phase 3: every host's init and sshd; waits until each answers, then checks host-to-host.
+up_start() {
+  local dir=$1 n=${#UP_ADDRS[@]} m=${#UP_FARM_ADDRS[@]} i
+  log "up: starting sshd on every host"
+  # sshd's privilege-separation directory; nothing creates it on a machine without systemd. The
+  # hosts share the root filesystem, so one is enough.
+  mkdir -p /run/sshd
+  chmod 0755 /run/sshd
+  for ((i = 0; i < n; i++)); do start_host "$dir" "node$i" "msrs-node$i"; done
+  if ((m > 0)); then start_host "$dir" farm msrs-farm; fi
+
+  # Every node, and the farm through its first and last address (one sshd serves them all).
+  local probe=("${UP_ADDRS[@]}")
+  if ((m > 0)); then probe+=("${UP_FARM_ADDRS[0]}" "${UP_FARM_ADDRS[m - 1]}"); fi
+  if ! wait_for_banners "${probe[@]}"; then
+    show_logs "$dir"
+    die "up: not every sshd answers on port 22 (the cluster is left as is for inspection;" \
+      "'cluster.sh down' removes it)"
+  fi
+  # Host-to-host traffic crosses the bridge (not the root namespace's IP stack). With br_netfilter
+  # loaded and an iptables FORWARD policy of DROP (docker does this), it would silently vanish.
+  local peer=${UP_ADDRS[n - 1]}
+  if ((m > 0)); then peer=${UP_FARM_ADDRS[0]}; fi
+  if [[ $peer != "${UP_ADDRS[0]}" ]] && ! probe_ssh "$peer" msrs-node0; then
+    die "up: node0 cannot reach $peer across $BRIDGE although the root namespace can; is" \
+      "br_netfilter loaded with an iptables FORWARD policy of DROP? (sysctl" \
+      "net.bridge.bridge-nf-call-iptables=0 or an ACCEPT rule for $BRIDGE fixes it)"
+  fi
+}
+
+# up, last: cluster.env, whose existence says "the cluster is up".
+write_cluster_env() {
+  local dir=$1
+  {
+    echo "# Test cluster, generated by tests/cluster/cluster.sh up. Source it: . $dir/cluster.env"
+    echo "CLUSTER_DIR=$dir"
+    echo "CLUSTER_HOSTS=${#UP_ADDRS[@]}"
+    echo "CLUSTER_ADDRS=\"${UP_ADDRS[*]}\""
+    echo "FARM_HOSTS=${#UP_FARM_ADDRS[@]}"
+    echo "FARM_ADDRS=\"${UP_FARM_ADDRS[*]}\""
+    echo "CLUSTER_SH=$SCRIPT_PATH"
+  } >"$dir/cluster.env"
+}
+
 cmd_up() {
-  local dir='' n='' m=0
+  local dir='' n='' m=0 i
   while (($#)); do
     case $1 in
       --dir) dir=${2:?--dir needs a value}; shift 2 ;;
@@ -570,6 +651,7 @@ cmd_up() {
       *) usage >&2; die "up: unknown argument '$1'" ;;
     esac
   done
+  # Every check that can fail comes before anything changes.
   require_root_and_tools
   [[ -n $dir ]] || die "up: --dir DIR is required"
   [[ $n =~ ^[0-9]{1,4}$ ]] || die "up: --hosts must be 1..$MAX_HOSTS"
@@ -578,101 +660,57 @@ cmd_up() {
   ((n >= 1 && n <= MAX_HOSTS)) || die "up: --hosts must be 1..$MAX_HOSTS"
   ((m <= MAX_FARM)) || die "up: --farm must be 0..$MAX_FARM"
   dir=$(canonical_dir "$dir")
+  check_dir_usable "$dir"
   check_root_not_locked
-  take_lock
+  UP_ADDRS=() UP_FARM_ADDRS=()
+  for ((i = 0; i < n; i++)); do UP_ADDRS+=("$(node_addr "$i")"); done
+  mapfile -t UP_FARM_ADDRS < <(farm_addrs "$m")
 
+  take_lock
   log "up: removing any earlier cluster"
   teardown_network
-  prepare_dir "$dir"
+  # Root without the capabilities (an unprivileged container) fails here; say so plainly.
+  local err
+  if ! err=$(ip netns add msrs-probe 2>&1); then
+    die "up: root, but cannot create a network namespace ($err); a container needs" \
+      "--privileged (CAP_SYS_ADMIN and CAP_NET_ADMIN) for the test cluster"
+  fi
+  ip netns del msrs-probe
   rm -f "$dir/cluster.env"
-  # sshd's privilege-separation directory; nothing creates it on a machine without systemd. The
-  # hosts share the root filesystem, so one is enough.
-  mkdir -p /run/sshd
-  chmod 0755 /run/sshd
 
-  log "up: generating keys and configs in $dir"
-  write_hostinit "$dir"
-  local i k addrs=() farm_addrs=()
-  for ((i = 0; i < n; i++)); do
-    write_host_files "$dir" "node$i" 512
-    addrs+=("$(node_addr "$i")")
-  done
-  for ((k = 0; k < m; k++)); do farm_addrs+=("$(farm_addr "$k")"); done
-  if ((m > 0)); then write_host_files "$dir" farm 1024:30:2048 64; fi
-
-  {
-    for ((i = 0; i < n; i++)); do known_hosts_line "${addrs[i]}" "$dir/node$i"; done
-    for ((k = 0; k < m; k++)); do known_hosts_line "${farm_addrs[k]}" "$dir/farm"; done
-  } >"$dir/known_hosts"
-  write_ssh_config "$dir" "$n"
-  write_toml "$dir/hosts.toml" "$dir" 2 "${addrs[@]}"
-  if ((m > 0)); then write_toml "$dir/farm.toml" "$dir" 1 "${farm_addrs[@]}"; fi
-
-  log "up: creating bridge $BRIDGE and $n host(s)$( ((m > 0)) && echo " + farm of $m addresses")"
-  create_bridge
-  for ((i = 0; i < n; i++)); do create_netns "msrs-node$i" "msrs-v$i" "$(node_mac "$i")" "${addrs[i]}"; done
-  if ((m > 0)); then create_netns msrs-farm msrs-vf "$FARM_MAC" "${farm_addrs[@]}"; fi
-  add_static_neighbours "$n" "${farm_addrs[@]}"
-
-  log "up: starting sshd on every host"
-  for ((i = 0; i < n; i++)); do start_host "$dir" "node$i" "msrs-node$i"; done
-  if ((m > 0)); then start_host "$dir" farm msrs-farm; fi
-
-  # Every node, and the farm through its first and last address (one sshd serves them all).
-  local probe=("${addrs[@]}")
-  if ((m > 0)); then probe+=("${farm_addrs[0]}" "${farm_addrs[m - 1]}"); fi
-  if ! wait_for_banners "${probe[@]}"; then
-    show_logs "$dir"
-    die "up: not every sshd answers on port 22 (the cluster is left as is for inspection;" \
-      "'cluster.sh down' removes it)"
-  fi
-  # Host-to-host traffic crosses the bridge (not the root namespace's IP stack). With br_netfilter
-  # loaded and an iptables FORWARD policy of DROP (docker does this), it would silently vanish.
-  local peer=${addrs[n - 1]}
-  if ((m > 0)); then peer=${farm_addrs[0]}; fi
-  if [[ $peer != "${addrs[0]}" ]] && ! probe_ssh "$peer" msrs-node0; then
-    die "up: node0 cannot reach $peer across $BRIDGE although the root namespace can; is" \
-      "br_netfilter loaded with an iptables FORWARD policy of DROP? (sysctl" \
-      "net.bridge.bridge-nf-call-iptables=0 or an ACCEPT rule for $BRIDGE fixes it)"
-  fi
-
-  {
-    echo "# Test cluster, generated by tests/cluster/cluster.sh up. Source it: . $dir/cluster.env"
-    echo "CLUSTER_DIR=$dir"
-    echo "CLUSTER_HOSTS=$n"
-    echo "CLUSTER_ADDRS=\"${addrs[*]}\""
-    echo "FARM_HOSTS=$m"
-    echo "FARM_ADDRS=\"${farm_addrs[*]}\""
-    echo "CLUSTER_SH=$SCRIPT_PATH"
-  } >"$dir/cluster.env"
-  log "up: $n host(s) ready: ${addrs[*]}$( ((m > 0)) && echo "; farm: ${farm_addrs[0]}..${farm_addrs[m - 1]}")"
+  up_files "$dir"
+  up_network
+  up_start "$dir"
+  write_cluster_env "$dir"
+  log "up: $n host(s) ready: ${UP_ADDRS[*]}$( ((m > 0)) &&
+    echo "; farm: ${UP_FARM_ADDRS[0]}..${UP_FARM_ADDRS[m - 1]}")"
   log "up: try: ssh -F $dir/ssh_config node0 hostname"
 }
 
 # ---------------------------------------------------------------------------------------------
 # Per-host subcommands.
 
-one_host_arg() {
-  (($# == 1)) || {
+# host_command ARGS...: the common prologue of the per-host subcommands: exactly one host
+# argument, root and tools, and the host resolved (HOST_NS, HOST_VETH, HOST_NAME).
+host_command() {
+  if (($# != 1)); then
     usage >&2
     die "want exactly one host (index or 'farm')"
-  }
+  fi
+  require_root_and_tools
+  resolve_host "$1"
 }
 
 cmd_pids() {
-  one_host_arg "$@"
-  require_root_and_tools
-  require_host "$1"
-  ns_pids "$(host_ns "$1")"
+  host_command "$@"
+  ns_pids "$HOST_NS"
 }
 
 # "pid cmdline" for every process of the host; "[comm]" when the command line is empty.
 cmd_ps() {
-  one_host_arg "$@"
-  require_root_and_tools
-  require_host "$1"
+  host_command "$@"
   local pid cmdline
-  for pid in $(ns_pids "$(host_ns "$1")"); do
+  for pid in $(ns_pids "$HOST_NS"); do
     cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
     cmdline=${cmdline% }
     if [[ -z $cmdline ]]; then
@@ -688,55 +726,47 @@ cmd_ps() {
 cmd_link() {
   local state=$1
   shift
-  one_host_arg "$@"
-  require_root_and_tools
-  require_host "$1"
+  host_command "$@"
   take_lock
-  ip link set "$(host_veth "$1")" "$state"
-  log "$(host_name "$1"): link $(host_veth "$1") $state"
+  ip link set "$HOST_VETH" "$state"
+  log "$HOST_NAME: link $HOST_VETH $state"
 }
 
 cmd_sshd_stop() {
-  one_host_arg "$@"
-  require_root_and_tools
-  require_host "$1"
+  host_command "$@"
   take_lock
-  local ns pids
-  ns=$(host_ns "$1")
+  local pids
   for _ in $(seq 50); do
-    pids=$(ns_sshd_pids "$ns")
+    pids=$(ns_sshd_pids "$HOST_NS")
     if [[ -z $pids ]]; then
-      log "$(host_name "$1"): sshd stopped"
+      log "$HOST_NAME: sshd stopped"
       return 0
     fi
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
     sleep 0.1
   done
-  die "$(host_name "$1"): sshd processes survive SIGKILL: $(ns_sshd_pids "$ns" | tr '\n' ' ')"
+  die "$HOST_NAME: sshd processes survive SIGKILL: $(ns_sshd_pids "$HOST_NS" | tr '\n' ' ')"
 }
 
 # Asks the host's init to start sshd again (same config, same host key) and waits until it
 # listens. Listening is read from the host's own /proc/net/tcp, so this works on a cut host too.
 cmd_sshd_start() {
-  one_host_arg "$@"
-  require_root_and_tools
-  require_host "$1"
+  host_command "$@"
   take_lock
-  local ns init name deadline
-  ns=$(host_ns "$1") name=$(host_name "$1")
-  if ns_listens_22 "$ns"; then
-    log "$name: sshd already listening"
+  local init deadline
+  if ns_listens_22 "$HOST_NS"; then
+    log "$HOST_NAME: sshd already listening"
     return 0
   fi
-  init=$(ns_init_pid "$ns") || die "$name: the host's init is gone; run 'cluster.sh up' again"
+  init=$(ns_init_pid "$HOST_NS") || die "$HOST_NAME: the host's init is gone; run 'cluster.sh up' again"
   kill -USR1 "$init"
   deadline=$((SECONDS + WAIT_SECONDS))
-  until ns_listens_22 "$ns"; do
-    ((SECONDS < deadline)) || die "$name: sshd does not listen after ${WAIT_SECONDS} s"
+  until ns_listens_22 "$HOST_NS"; do
+    ((SECONDS < deadline)) || die "$HOST_NAME: sshd does not listen after ${WAIT_SECONDS} s"
     sleep 0.1
   done
-  log "$name: sshd started"
+  log "$HOST_NAME: sshd started"
 }
 
 cmd_status() {
