@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -281,7 +282,10 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
 
 Cluster load_hostfile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read host file", path));
+  // A directory opens fine and then reads as empty: refuse it here, not as "no hosts".
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("{}: cannot read host file", path));
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();

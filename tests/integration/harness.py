@@ -55,7 +55,12 @@ def hosts_file(**overrides):
     src = os.path.join(cluster_dir(), "hosts.toml")
     if not overrides:
         return src
-    text = open(src).read()
+    return copy_hosts_file(**overrides)
+
+
+def copy_hosts_file(**overrides):
+    """A private copy of the cluster's host file (safe to change), [defaults] keys replaced."""
+    text = open(os.path.join(cluster_dir(), "hosts.toml")).read()
     for key, value in overrides.items():
         line = f"{key} = {value}"
         if re.search(rf"^{key} = .*$", text, flags=re.M):

@@ -587,5 +587,15 @@ TEST_F(LoadHostfile, UnreadableFile) {
   }
 }
 
+TEST_F(LoadHostfile, DirectoryIsUnreadable) {
+  std::filesystem::create_directory(dir_ + "/d.toml");
+  try {
+    load_hostfile(dir_ + "/d.toml");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir_ + "/d.toml: cannot read host file");
+  }
+}
+
 }  // namespace
 }  // namespace msrun_ssh

@@ -1,0 +1,236 @@
+// Cluster acceptance (SPEC §8): `msrun-ssh check` asks every host, concurrently, whether a job
+// planned from the same options would start there, and prints one verdict per host and check.
+//
+// What it costs each host: one SSH connection and at most three commands.
+//  1. one probe (probe_command): a POSIX sh script that prints `key=value` lines about the host
+//     (clock first, then OS, CPUs, NUMA, devices, workdir, disk, script checksum, python and
+//     imports, route to the master); parse_probe() reads them and evaluate_probe() turns them into
+//     verdicts. Every external program in it runs under `timeout`, and the only file it creates
+//     (an empty `.msrun-ssh-check.PID` in the workdir) is removed at once.
+//  2. on the master only, at the same time: a temporary TCP listener on 0.0.0.0:master_port
+//     (listener_command), bounded by its own deadline and ended as soon as its stdin closes.
+//  3. once it listens, on every host: one connection attempt to MASTER_IP:master_port
+//     (connect_command), bounded by --connect_timeout.
+//
+// Checks, in column order, and their rules (pass / warn / fail; "skip" when not applicable):
+//   reachable      TCP + SSH banner. fail: refused, no route, timed out, name not resolved.
+//   authenticated  fail: key refused, identity file unreadable, timed out during authentication.
+//   host_key       fail: unknown key (the detail gives the ssh-keyscan line to type), changed key.
+//                  warn: accepted without verification (accept-new added it, or =no).
+//                  A host that fails to connect gets these three from connect_all's reason and
+//                  every other check "skip".
+//   os             pass, with /etc/os-release's PRETTY_NAME and `uname -srm` (information).
+//   cpus           Cpus_allowed_list of a remote shell vs the processes planned on the host.
+//                  fail: manual bind_core CPUs outside the allowed set, or --bind_core=True with
+//                  fewer CPUs than processes. warn: fewer CPUs than processes; list unreadable.
+//   numa           NUMA nodes and their CPUs. fail: manual bind_numa names an absent node.
+//                  warn: NUMA binding asked for but no node visible.
+//   devices        `npu-smi info -l` / `nvidia-smi -L` vs workers. fail: the tool fails, or fewer
+//                  devices than the highest physical device id needs. warn: no tool / no device.
+//   python         interpreter of the run (--python, else the host's `python`, else python3):
+//                  path and version. fail: missing or broken (warn only when the TASK_SCRIPT
+//                  given does not need python and no --import is asked for). warn: its version
+//                  differs from the one most hosts have.
+//   import:MODULE  one per --import: `import MODULE` in the workdir, with the host's env.
+//   script         TASK_SCRIPT (when it is a file: ends in .py or contains '/') exists, relative
+//                  to the workdir on the host, with the SHA-256 of the launcher's copy (relative
+//                  to the launcher's cwd). Without a launcher copy the hosts' majority is the
+//                  reference (warn on the hosts that agree). skip: no TASK_SCRIPT or a program.
+//   workdir        cd + create and remove a file. fail: missing, not a directory, not writable.
+//   clock          remote `date +%s.%N` vs the middle of the launcher's request/answer interval.
+//                  warn: |offset| > 0.5 s. fail: > 5 s.
+//   disk           free space in the workdir (df -Pk). warn: below 1 GiB or unknown.
+//   master_port    master: the port is free (fail: "in use"). Every host: MASTER_IP:PORT accepts
+//                  a connection (fail: refused / timed out). skip on all hosts when the master
+//                  cannot run the test (not connected, port in use, no python: warn on it).
+//   route          `ip route get MASTER_IP`: the interface (and source address) each host uses to
+//                  reach the master. fail: no route. warn: no `ip` command.
+//
+// Exit status: 0 when no check failed — warnings and skips do not fail a check run (a cluster
+// without NPUs/GPUs, for instance, warns on "devices" and still passes) —, 1 when any check failed
+// (unreachable hosts included), 2 for usage errors (bad --import names among them).
+//
+// Everything but check_cluster() is a pure function: the unit tests (tests/unit/check_test.cc)
+// feed them probe outputs and expectations directly.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/options.h"
+#include "msrun_ssh/plan.h"
+
+namespace msrun_ssh {
+
+enum class CheckStatus { kPass, kWarn, kFail, kSkip };
+
+// "pass", "warn", "fail", "skip".
+const char* status_name(CheckStatus status);
+
+struct CheckResult {
+  std::string name;  // "reachable", "import:numpy", ... (see check_names)
+  CheckStatus status = CheckStatus::kSkip;
+  std::string detail;  // one line: the reason, or what was found
+  std::string value;   // short text for a passing cell of the table ("3.11.7", "eth0"); may be ""
+};
+
+struct HostReport {
+  std::string address;
+  int node_rank = 0;
+  bool is_master = false;
+  std::vector<CheckResult> checks;  // in check_names() order
+
+  // The check of that name, or nullptr.
+  CheckResult* find(std::string_view name);
+  const CheckResult* find(std::string_view name) const;
+  // Sets (or adds) a check.
+  void set(std::string_view name, CheckStatus status, std::string detail, std::string value = "");
+};
+
+struct CheckReport {
+  std::string master;  // "198.18.1.10:8118"
+  std::vector<HostReport> hosts;
+};
+
+// The checks in column order; one "import:MODULE" per --import.
+std::vector<std::string> check_names(const std::vector<std::string>& imports);
+
+// A report where every host has every check, all "skip" with `detail`.
+CheckReport empty_report(const Plan& plan, const std::vector<std::string>& imports,
+                         const std::string& detail);
+
+// Throws InputError unless every --import is a dotted Python module name.
+void validate_imports(const std::vector<std::string>& imports);
+
+// ---- connection -----------------------------------------------------------------------------
+
+// Turns one of SshPool::connect_all's failure reasons into the reachable / authenticated /
+// host_key verdicts (in that order); what was never attempted is "skip".
+std::vector<CheckResult> classify_connect_failure(std::string_view reason);
+
+// The three verdicts of a host that connected; `warnings` are SshPool::warnings() (those that
+// start with "ADDRESS: " turn host_key into a warning).
+std::vector<CheckResult> connected_checks(const std::string& address,
+                                          const std::vector<std::string>& warnings);
+
+// ---- the probe ------------------------------------------------------------------------------
+
+// What the plan expects of one host: the inputs of the probe and of its evaluation.
+struct HostExpectation {
+  std::string address;
+  bool is_master = false;
+  int processes = 0;  // planned on the host, scheduler included
+  int workers = 0;
+  std::vector<int> device_ids;  // physical ids the workers drive (from their bind keys)
+  std::vector<int> manual_cpus;       // union of the processes' manual bind_core CPUs
+  std::vector<int> manual_numa;       // union of the processes' manual bind_numa nodes
+  bool auto_bind_core = false;
+  bool auto_bind_numa = false;
+  EnvList env;             // the host's env and --env (what every process gets from the user)
+  std::string python;      // interpreter of the run
+  bool python_required = true;
+  std::vector<std::string> imports;
+  std::string script;      // TASK_SCRIPT as given when it is a file, else ""
+  std::string script_note; // why there is no script to check ("no TASK_SCRIPT", ...)
+  std::string workdir;
+  std::string master_ip;
+  int master_port = 0;
+};
+
+// Builds the expectation of plan host `h` (pure).
+HostExpectation expectation_for(const Plan& plan, size_t h, const Options& options);
+
+// The shell command that runs the probe on the host (sent as the SSH exec request).
+std::string probe_command(const HostExpectation& expectation);
+
+// Key/value lines of a probe's stdout, in order; a key may repeat ("numa", "import_ok"). Lines
+// without '=' and anything after a NUL are ignored; a trailing '\r' is dropped.
+struct ProbeFacts {
+  std::vector<std::pair<std::string, std::string>> values;
+  bool has(std::string_view key) const;
+  std::string get(std::string_view key) const;  // first value, or ""
+  std::vector<std::string> all(std::string_view key) const;
+};
+ProbeFacts parse_probe(std::string_view output);
+
+// The launcher's wall clock (seconds since the epoch) when the probe was requested and when its
+// clock line arrived: the remote clock was read somewhere between.
+struct ClockSample {
+  double sent = 0;
+  double received = 0;
+};
+
+// Parses `date +%s.%N` output ("1700000000.123456789"; busybox may print "1700000000.%N" or
+// "1700000000.N": whole seconds then). Returns nullopt when it is not a time.
+std::optional<double> parse_remote_time(std::string_view text, bool* whole_seconds = nullptr);
+
+// Verdicts of every probe check (os ... route, without master_port and script) from the facts.
+// A probe that did not finish (no "end" line) fails every check it could not decide.
+std::vector<CheckResult> evaluate_probe(const HostExpectation& expectation,
+                                        const ProbeFacts& facts, const ClockSample& clock);
+
+// The script check on every host at once. `local_sha` is the launcher copy's SHA-256 (nullopt:
+// `local_error` says why there is none); `facts[i]` is host i's probe (nullptr: not probed).
+std::vector<CheckResult> script_checks(const std::vector<HostExpectation>& expectations,
+                                       const std::vector<const ProbeFacts*>& facts,
+                                       const std::optional<std::string>& local_sha,
+                                       const std::string& local_error);
+
+// Cross-host comparisons done once every host answered: a python version that differs from the
+// majority becomes a warning.
+void compare_hosts(CheckReport& report);
+
+// ---- the master port ------------------------------------------------------------------------
+
+// The temporary listener on the master: prints "listening" once bound to 0.0.0.0:PORT, or
+// "in_use REASON" (exit 3) when bind fails, or "no_python" (exit 4); accepts and closes
+// connections until its stdin closes or `limit_s` passes, then prints "accepted N".
+std::string listener_command(const std::string& python, int port, double limit_s);
+
+// One connection attempt to IP:PORT: prints "reach=ok" or "reach=fail REASON" (or
+// "reach=untested REASON" without python and bash).
+std::string connect_command(const std::string& python, const std::string& ip, int port,
+                            double timeout_s);
+
+// The master_port verdict of one host from its connect command's output (nullopt: no answer).
+CheckResult port_result(const std::string& master, const std::optional<std::string>& output,
+                        bool is_master);
+
+// ---- rendering ------------------------------------------------------------------------------
+
+struct CheckTally {
+  int hosts = 0, passed = 0, failed = 0, warnings = 0, skipped = 0;
+};
+CheckTally tally(const CheckReport& report);
+
+// "check: 3 hosts, 42 passed, 1 failed, 2 warnings" (", 5 skipped" when any were).
+std::string summary_line(const CheckReport& report);
+
+// The terminal form: summary line, a hosts × checks table (passing cells show their value or
+// "ok", others WARN / FAIL / -), then the reasons of every failed and warning cell.
+std::string format_table(const CheckReport& report, bool color);
+
+// The --json form: {"summary": {...}, "master": ..., "hosts": {ADDRESS: {"node_rank", "master",
+// "checks": {NAME: {"status", "detail", "value"}}}}}, keys in report order.
+std::string format_json(const CheckReport& report);
+
+// 0 when no check failed, else 1.
+int check_exit_code(const CheckReport& report);
+
+// ---- SHA-256 --------------------------------------------------------------------------------
+
+std::string sha256_hex(std::string_view data);
+// The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").
+std::optional<std::string> sha256_file(const std::string& path, std::string& error);
+
+// ---- the whole command ----------------------------------------------------------------------
+
+// Runs every check on every host of `plan` and prints the table (or JSON with --json) to stdout.
+// Returns the exit status above. Throws InputError for bad --import names (before connecting).
+int check_cluster(const Options& options, const Cluster& cluster, Plan& plan);
+
+}  // namespace msrun_ssh

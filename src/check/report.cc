@@ -1,0 +1,213 @@
+// The acceptance report of `msrun-ssh check`: its data model, the terminal table and the JSON.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "msrun_ssh/check.h"
+
+namespace msrun_ssh {
+namespace {
+
+// Table headers: short enough that a report of every check fits a wide terminal.
+std::string header(const std::string& name) {
+  if (name == "reachable") return "reach";
+  if (name == "authenticated") return "auth";
+  if (name == "host_key") return "hostkey";
+  if (name == "master_port") return "port";
+  return name;
+}
+
+constexpr size_t kMaxCell = 14;
+
+std::string cell(const CheckResult& c) {
+  switch (c.status) {
+    case CheckStatus::kPass: {
+      std::string v = c.value.empty() ? "ok" : c.value;
+      if (v.size() > kMaxCell) v = v.substr(0, kMaxCell - 1) + "~";
+      return v;
+    }
+    case CheckStatus::kWarn:
+      return "WARN";
+    case CheckStatus::kFail:
+      return "FAIL";
+    case CheckStatus::kSkip:
+      return "-";
+  }
+  return "?";
+}
+
+std::string paint(const std::string& text, CheckStatus status, bool color) {
+  if (!color) return text;
+  if (status == CheckStatus::kFail) return "\x1b[1;31m" + text + "\x1b[0m";
+  if (status == CheckStatus::kWarn) return "\x1b[33m" + text + "\x1b[0m";
+  return text;
+}
+
+std::string host_label(const HostReport& h) { return h.address + (h.is_master ? "*" : ""); }
+
+// Every column name of the report, in the order the hosts have them (a union, for safety).
+std::vector<std::string> columns(const CheckReport& report) {
+  std::vector<std::string> out;
+  for (const auto& h : report.hosts)
+    for (const auto& c : h.checks)
+      if (std::find(out.begin(), out.end(), c.name) == out.end()) out.push_back(c.name);
+  return out;
+}
+
+std::string reasons(const CheckReport& report, CheckStatus status, const char* title, bool color) {
+  std::string out;
+  size_t width = 0;
+  for (const auto& h : report.hosts) width = std::max(width, h.address.size());
+  for (const auto& h : report.hosts)
+    for (const auto& c : h.checks)
+      if (c.status == status)
+        out += fmt::format("  {:<{}}  {}: {}\n", h.address, width, paint(c.name, status, color),
+                           c.detail);
+  return out.empty() ? "" : fmt::format("\n{}:\n{}", title, out);
+}
+
+}  // namespace
+
+const char* status_name(CheckStatus status) {
+  switch (status) {
+    case CheckStatus::kPass:
+      return "pass";
+    case CheckStatus::kWarn:
+      return "warn";
+    case CheckStatus::kFail:
+      return "fail";
+    case CheckStatus::kSkip:
+      return "skip";
+  }
+  return "?";
+}
+
+CheckResult* HostReport::find(std::string_view name) {
+  for (auto& c : checks)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+const CheckResult* HostReport::find(std::string_view name) const {
+  for (const auto& c : checks)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+void HostReport::set(std::string_view name, CheckStatus status, std::string detail,
+                     std::string value) {
+  CheckResult* c = find(name);
+  if (!c) {
+    checks.push_back(CheckResult{std::string(name)});
+    c = &checks.back();
+  }
+  c->status = status;
+  c->detail = std::move(detail);
+  c->value = std::move(value);
+}
+
+std::vector<std::string> check_names(const std::vector<std::string>& imports) {
+  std::vector<std::string> names{"reachable", "authenticated", "host_key", "os",
+                                 "cpus",      "numa",          "devices",  "python"};
+  for (const auto& m : imports) names.push_back("import:" + m);
+  for (const char* n : {"script", "workdir", "clock", "disk", "master_port", "route"})
+    names.emplace_back(n);
+  return names;
+}
+
+CheckReport empty_report(const Plan& plan, const std::vector<std::string>& imports,
+                         const std::string& detail) {
+  CheckReport report;
+  report.master = fmt::format("{}:{}", plan.master_ip, plan.master_port);
+  for (const auto& hp : plan.hosts) {
+    HostReport h;
+    h.address = hp.host.address;
+    h.node_rank = hp.node_rank;
+    h.is_master = hp.is_master;
+    for (const auto& n : check_names(imports))
+      h.checks.push_back(CheckResult{n, CheckStatus::kSkip, detail, ""});
+    report.hosts.push_back(std::move(h));
+  }
+  return report;
+}
+
+CheckTally tally(const CheckReport& report) {
+  CheckTally t;
+  t.hosts = static_cast<int>(report.hosts.size());
+  for (const auto& h : report.hosts)
+    for (const auto& c : h.checks) {
+      if (c.status == CheckStatus::kPass) ++t.passed;
+      if (c.status == CheckStatus::kFail) ++t.failed;
+      if (c.status == CheckStatus::kWarn) ++t.warnings;
+      if (c.status == CheckStatus::kSkip) ++t.skipped;
+    }
+  return t;
+}
+
+std::string summary_line(const CheckReport& report) {
+  CheckTally t = tally(report);
+  std::string line = fmt::format("check: {} host{}, {} passed, {} failed, {} warning{}", t.hosts,
+                                 t.hosts == 1 ? "" : "s", t.passed, t.failed, t.warnings,
+                                 t.warnings == 1 ? "" : "s");
+  if (t.skipped > 0) line += fmt::format(", {} skipped", t.skipped);
+  return line;
+}
+
+std::string format_table(const CheckReport& report, bool color) {
+  std::vector<std::string> cols = columns(report);
+  std::vector<size_t> width(cols.size() + 1, 4);  // "host"
+  for (const auto& h : report.hosts) width[0] = std::max(width[0], host_label(h).size());
+  for (size_t c = 0; c < cols.size(); ++c) {
+    width[c + 1] = header(cols[c]).size();
+    for (const auto& h : report.hosts)
+      if (const CheckResult* r = h.find(cols[c])) width[c + 1] = std::max(width[c + 1], cell(*r).size());
+  }
+  std::string out = summary_line(report) + "\n\n";
+  std::string line = fmt::format("{:<{}}", "host", width[0]);
+  for (size_t c = 0; c < cols.size(); ++c)
+    line += fmt::format("  {:<{}}", header(cols[c]), width[c + 1]);
+  out += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
+  for (const auto& h : report.hosts) {
+    line = fmt::format("{:<{}}", host_label(h), width[0]);
+    std::string pad;
+    for (size_t c = 0; c < cols.size(); ++c) {
+      const CheckResult* r = h.find(cols[c]);
+      std::string text = r ? cell(*r) : "";
+      line += "  " + pad + paint(text, r ? r->status : CheckStatus::kSkip, color);
+      pad = std::string(width[c + 1] - text.size(), ' ');
+    }
+    out += line + "\n";
+  }
+  bool any_master = std::any_of(report.hosts.begin(), report.hosts.end(),
+                                [](const HostReport& h) { return h.is_master; });
+  if (any_master) out += fmt::format("* master, scheduler at {}\n", report.master);
+  out += reasons(report, CheckStatus::kFail, "failed", color);
+  out += reasons(report, CheckStatus::kWarn, "warnings", color);
+  return out;
+}
+
+std::string format_json(const CheckReport& report) {
+  CheckTally t = tally(report);
+  nlohmann::ordered_json doc;
+  doc["summary"] = {{"hosts", t.hosts},     {"passed", t.passed},   {"failed", t.failed},
+                    {"warnings", t.warnings}, {"skipped", t.skipped}, {"ok", t.failed == 0}};
+  doc["master"] = report.master;
+  doc["hosts"] = nlohmann::ordered_json::object();
+  for (const auto& h : report.hosts) {
+    nlohmann::ordered_json host;
+    host["node_rank"] = h.node_rank;
+    host["master"] = h.is_master;
+    host["checks"] = nlohmann::ordered_json::object();
+    for (const auto& c : h.checks)
+      host["checks"][c.name] = {
+          {"status", status_name(c.status)}, {"detail", c.detail}, {"value", c.value}};
+    doc["hosts"][h.address] = std::move(host);
+  }
+  // Replace invalid UTF-8 (a host may print anything) instead of throwing.
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+int check_exit_code(const CheckReport& report) { return tally(report).failed == 0 ? 0 : 1; }
+
+}  // namespace msrun_ssh

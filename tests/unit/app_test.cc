@@ -1,0 +1,217 @@
+// The application (src/cli/app.cc run_app): argv in, exit status and printed text out. Stdout and
+// stderr are captured by pointing fds 1 and 2 at temporary files around the call. Host files use
+// IP literals of 198.18.0.0/16 only, so nothing is ever looked up.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "msrun_ssh/app.h"
+#include "msrun_ssh/cli.h"
+
+namespace msrun_ssh {
+namespace {
+
+struct Captured {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_all(std::FILE* f) {
+  std::string s;
+  std::rewind(f);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  return s;
+}
+
+Captured run(const std::vector<std::string>& args) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  int saved_out = dup(1), saved_err = dup(2);
+  dup2(fileno(out), 1);
+  dup2(fileno(err), 2);
+  Captured c;
+  c.status = run_app(args);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  close(saved_out);
+  close(saved_err);
+  c.out = read_all(out);
+  c.err = read_all(err);
+  std::fclose(out);
+  std::fclose(err);
+  return c;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+std::string cwd() { return std::filesystem::current_path().string(); }
+
+class App : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/msrun-app-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    hostfile_ = write("hosts.toml",
+                      "[defaults]\n"
+                      "local_worker_num = 2\n"
+                      "\n"
+                      "[[hosts]]\n"
+                      "address = \"198.18.0.1\"\n"
+                      "\n"
+                      "[[hosts]]\n"
+                      "address = \"198.18.0.2\"\n"
+                      "local_worker_num = 1\n"
+                      "env = { GLOO_SOCKET_IFNAME = \"eth0\" }\n");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  // Runs and expects a usage error: exit 2, nothing on stdout, exactly `message` on stderr.
+  void expect_error(const std::vector<std::string>& args, const std::string& message) {
+    Captured c = run(args);
+    EXPECT_EQ(c.status, 2);
+    EXPECT_EQ(c.out, "");
+    EXPECT_EQ(c.err, "msrun-ssh: error: " + message + "\n");
+  }
+
+  std::string dir_;
+  std::string hostfile_;
+};
+
+TEST_F(App, DryRunPrintsThePlan) {
+  Captured c = run({"--dry_run", "--hostfile", hostfile_, "train.py", "--lr", "0.1"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.err, "");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      c.out, m,
+      std::regex("^job ([0-9]{8}-[0-9]{6}-[0-9a-f]{6}): 2 hosts, 3 workers, scheduler at "
+                 "198\\.18\\.0\\.1:8118\nlogs: \\.\n")))
+      << c.out;
+  std::string job = m[1];
+  EXPECT_NE(c.out.find("\nhost 198.18.0.1 (node rank 0) [master]: 198.18.0.1, workdir " + cwd() +
+                       "\n  scheduler: DEVICE_ID=- cpus - log scheduler.log\n"),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("\nhost 198.18.0.2 (node rank 1): 198.18.0.2, workdir " + cwd() +
+                       "\n  rank 2: DEVICE_ID=0 cpus - log worker_2.log\n"),
+            std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("  rank 1: DEVICE_ID=1 cpus - log worker_1.log\n"), std::string::npos);
+  EXPECT_NE(c.out.find("    GLOO_SOCKET_IFNAME='eth0'\n"), std::string::npos);
+  EXPECT_NE(c.out.find("    RANK_ID='2'\n"), std::string::npos);
+  EXPECT_NE(c.out.find("    MS_SCHED_HOST='198.18.0.1'\n"), std::string::npos);
+  // One command line per process, each marked with the job and running the task.
+  EXPECT_EQ(count(c.out, "    command: cd -- "), 4u);
+  EXPECT_EQ(count(c.out, "'MSRUN_SSH_JOB=" + job + "'"), 4u);
+  EXPECT_EQ(count(c.out, "'python3' 'train.py' '--lr' '0.1'\n"), 4u);
+}
+
+TEST_F(App, DryRunHonoursOptions) {
+  Captured c = run({"--hostfile=" + hostfile_, "--master_addr", "198.18.0.2", "--master_port=9000",
+                    "--dry_run", "--python", "/opt/py", "--env", "A=1", "--log_dir=out",
+                    "run.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("scheduler at 198.18.0.2:9000\nlogs: out\n"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("host 198.18.0.2 (node rank 1) [master]"), std::string::npos);
+  EXPECT_EQ(count(c.out, "    A='1'\n"), 4u);
+  EXPECT_EQ(count(c.out, "'/opt/py' 'run.py'\n"), 4u);
+  EXPECT_FALSE(std::filesystem::exists("out/scheduler.log"));
+}
+
+TEST_F(App, DryRunDetached) {
+  Captured c = run({"--dry_run", "--join=False", "--hostfile", hostfile_, "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(count(c.out, "setsid 'env' '--'"), 4u);
+  EXPECT_NE(c.out.find("> './worker_2.log' 2>&1 &"), std::string::npos) << c.out;
+}
+
+TEST_F(App, DryRunWithAPlainHostFile) {
+  std::string plain = write("hosts", "198.18.0.5 slots=2\n198.18.0.6 slots=2\n");
+  Captured c = run({"--dry_run", "--hostfile", plain, "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find(": 2 hosts, 4 workers, scheduler at 198.18.0.5:8118"), std::string::npos);
+}
+
+TEST_F(App, UsageErrorsExitTwo) {
+  expect_error({"train.py"}, "run: --hostfile is required");
+  expect_error({"--hostfile", hostfile_}, "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile "
+                                          "FILE TASK_SCRIPT ...");
+  expect_error({"--hostfile", hostfile_, "--node_rank=1", "train.py"},
+               "--node_rank=1: node ranks come from the order of the host file; remove --node_rank");
+  expect_error({"--hostfile", hostfile_, "--bogus", "train.py"},
+               "unknown option \"--bogus\" for run (see --help)");
+}
+
+TEST_F(App, HostFileErrorsExitTwo) {
+  expect_error({"--dry_run", "--hostfile", dir_ + "/none.toml", "train.py"},
+               dir_ + "/none.toml: cannot read host file");
+  std::string bad = write("bad.toml", "[[hosts]]\naddress = \"198.18.0.1\"\nport = 0\n");
+  expect_error({"--dry_run", "--hostfile", bad, "train.py"},
+               bad + ":3:8: key \"port\" = 0 is out of range 1..65535");
+}
+
+TEST_F(App, PlanErrorsExitTwo) {
+  expect_error({"--dry_run", "--hostfile", hostfile_, "--worker_num", "4", "train.py"},
+               "--worker_num=4 but the host file " + hostfile_ + " gives 3 workers (2+1)");
+  expect_error({"--dry_run", "--hostfile", hostfile_, "--tail_worker_log", "3", "train.py"},
+               "--tail_worker_log: rank 3 does not exist (the job has ranks 0..2)");
+  expect_error({"--dry_run", "--hostfile", hostfile_, "--master_addr", "198.18.0.9", "train.py"},
+               "--master_addr=198.18.0.9: no host of the host file has this address, name or IP "
+               "(198.18.0.9)");
+}
+
+TEST_F(App, Help) {
+  Captured c = run({"-h"});
+  EXPECT_EQ(c.status, 0);
+  EXPECT_EQ(c.out, help_text(Command::kRun));
+  EXPECT_EQ(c.err, "");
+  EXPECT_EQ(run({"stop", "--help"}).out, help_text(Command::kStop));
+  EXPECT_EQ(run({"check", "-h"}).out, help_text(Command::kCheck));
+}
+
+TEST_F(App, Version) {
+  Captured c = run({"-v"});
+  EXPECT_EQ(c.status, 0);
+  EXPECT_EQ(c.out, std::string("msrun-ssh ") + MSRUN_SSH_VERSION + "\n");
+  EXPECT_EQ(run({"--version"}).out, c.out);
+}
+
+TEST(AppJobId, Format) {
+  std::string id = new_job_id();
+  EXPECT_TRUE(std::regex_match(id, std::regex("[0-9]{8}-[0-9]{6}-[0-9a-f]{6}"))) << id;
+  // Accepted back by `stop --job`.
+  EXPECT_EQ(parse_args({"stop", "--hostfile", "h", "--job", id}, [](const char*) { return nullptr; })
+                .options.job,
+            id);
+}
+
+TEST(AppResolve, IpLiteralIsItself) {
+  EXPECT_EQ(resolve_ipv4("198.18.0.1"), "198.18.0.1");
+  EXPECT_EQ(resolve_ipv4("198.18.255.254"), "198.18.255.254");
+}
+
+}  // namespace
+}  // namespace msrun_ssh

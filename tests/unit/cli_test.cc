@@ -1,0 +1,459 @@
+// The command line (src/cli/cli.cc): every option of SPEC §2 in both spellings, booleans, numeric
+// ranges, REMAINDER semantics, --env, the check / stop subcommands and every usage error.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/cli.h"
+#include "msrun_ssh/error.h"
+
+namespace msrun_ssh {
+namespace {
+
+using Args = std::vector<std::string>;
+
+// The launcher's environment, as --env NAME sees it.
+const std::map<std::string, std::string>& fake_env() {
+  static const std::map<std::string, std::string> env{
+      {"HOME", "/home/u"}, {"DATA_PATH", "/data/a b"}, {"EMPTY", ""}};
+  return env;
+}
+
+GetEnv fake_getenv() {
+  return [](const char* name) -> const char* {
+    auto it = fake_env().find(name);
+    return it == fake_env().end() ? nullptr : it->second.c_str();
+  };
+}
+
+CliResult parse(const Args& args) { return parse_args(args, fake_getenv()); }
+
+// Parses "--hostfile h.toml" + `opts` + "train.py".
+Options run_with(const Args& opts) {
+  Args args{"--hostfile", "h.toml"};
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.push_back("train.py");
+  CliResult r = parse(args);
+  EXPECT_EQ(r.action, CliAction::kRun);
+  return r.options;
+}
+
+std::string error_of(const Args& args) {
+  try {
+    parse(args);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string run_error(const Args& opts) {
+  Args args{"--hostfile", "h.toml"};
+  args.insert(args.end(), opts.begin(), opts.end());
+  args.push_back("train.py");
+  return error_of(args);
+}
+
+TEST(Cli, MinimalRunAndDefaults) {
+  CliResult r = parse({"--hostfile", "h.toml", "train.py"});
+  EXPECT_EQ(r.action, CliAction::kRun);
+  const Options& o = r.options;
+  EXPECT_EQ(o.command, Command::kRun);
+  EXPECT_EQ(o.hostfile, "h.toml");
+  EXPECT_EQ(o.task_script, "train.py");
+  EXPECT_TRUE(o.task_args.empty());
+  EXPECT_FALSE(o.worker_num.has_value());
+  EXPECT_EQ(o.local_worker_num, 8);
+  EXPECT_EQ(o.master_addr, "");
+  EXPECT_EQ(o.master_port, 8118);
+  EXPECT_EQ(o.log_dir, ".");
+  EXPECT_TRUE(o.join);
+  EXPECT_EQ(o.cluster_time_out, 600);
+  EXPECT_EQ(o.bind_core.mode, BindCore::Mode::kUnset);
+  EXPECT_EQ(o.bind_numa.mode, BindNuma::Mode::kUnset);
+  EXPECT_EQ(o.sim_level, -1);
+  EXPECT_EQ(o.sim_rank_id, -1);
+  EXPECT_EQ(o.rank_table_file, "");
+  EXPECT_EQ(o.worker_log_name, "worker");
+  EXPECT_TRUE(o.tail_worker_log.empty());
+  EXPECT_FALSE(o.dry_run);
+  EXPECT_EQ(o.ssh_config, "");
+  EXPECT_EQ(o.fanout, 64);
+  EXPECT_EQ(o.connect_timeout, 10);
+  EXPECT_EQ(o.heartbeat, 5);
+  EXPECT_EQ(o.kill_grace, 5);
+  EXPECT_FALSE(o.report_bindings);
+  EXPECT_FALSE(o.strict_host_key_checking.has_value());
+  EXPECT_TRUE(o.env.empty());
+  EXPECT_EQ(o.python, "");
+}
+
+// One option, one value, and what it must do to Options.
+struct Case {
+  std::string name;
+  std::string value;
+  std::function<void(const Options&)> check;
+};
+
+std::vector<Case> value_options() {
+  return {
+      {"--worker_num", "16", [](const Options& o) { EXPECT_EQ(o.worker_num, 16); }},
+      {"--local_worker_num", "4", [](const Options& o) { EXPECT_EQ(o.local_worker_num, 4); }},
+      {"--master_addr", "node7", [](const Options& o) { EXPECT_EQ(o.master_addr, "node7"); }},
+      {"--master_port", "9000", [](const Options& o) { EXPECT_EQ(o.master_port, 9000); }},
+      {"--log_dir", "/tmp/logs", [](const Options& o) { EXPECT_EQ(o.log_dir, "/tmp/logs"); }},
+      {"--join", "False", [](const Options& o) { EXPECT_FALSE(o.join); }},
+      {"--cluster_time_out", "30", [](const Options& o) { EXPECT_EQ(o.cluster_time_out, 30); }},
+      {"--bind_core", "True",
+       [](const Options& o) { EXPECT_EQ(o.bind_core.mode, BindCore::Mode::kAuto); }},
+      {"--bind_core", R"({"device0":["0-3"]})",
+       [](const Options& o) {
+         EXPECT_EQ(o.bind_core.mode, BindCore::Mode::kManual);
+         EXPECT_EQ(o.bind_core.ranges.at("device0"), std::vector<std::string>{"0-3"});
+       }},
+      {"--bind_numa", "1",
+       [](const Options& o) { EXPECT_EQ(o.bind_numa.mode, BindNuma::Mode::kAuto); }},
+      {"--bind_numa", R"({"device0":1})",
+       [](const Options& o) { EXPECT_EQ(o.bind_numa.nodes.at("device0"), std::vector<int>{1}); }},
+      {"--sim_level", "1", [](const Options& o) { EXPECT_EQ(o.sim_level, 1); }},
+      {"--sim_rank_id", "3", [](const Options& o) { EXPECT_EQ(o.sim_rank_id, 3); }},
+      {"--rank_table_file", "/etc/rt.json",
+       [](const Options& o) { EXPECT_EQ(o.rank_table_file, "/etc/rt.json"); }},
+      {"--worker_log_name", "w_{ip}_{hostname}",
+       [](const Options& o) { EXPECT_EQ(o.worker_log_name, "w_{ip}_{hostname}"); }},
+      {"--tail_worker_log", "0,3,12",
+       [](const Options& o) { EXPECT_EQ(o.tail_worker_log, (std::vector<int>{0, 3, 12})); }},
+      {"--tail_worker_log", "-1", [](const Options& o) { EXPECT_TRUE(o.tail_worker_log.empty()); }},
+      {"--ssh_config", "/etc/ssh/cfg",
+       [](const Options& o) { EXPECT_EQ(o.ssh_config, "/etc/ssh/cfg"); }},
+      {"--fanout", "16", [](const Options& o) { EXPECT_EQ(o.fanout, 16); }},
+      {"--connect_timeout", "2.5", [](const Options& o) { EXPECT_EQ(o.connect_timeout, 2.5); }},
+      {"--heartbeat", "1", [](const Options& o) { EXPECT_EQ(o.heartbeat, 1); }},
+      {"--kill_grace", "0", [](const Options& o) { EXPECT_EQ(o.kill_grace, 0); }},
+      {"--strict_host_key_checking", "accept-new",
+       [](const Options& o) { EXPECT_EQ(o.strict_host_key_checking, HostKeyPolicy::kAcceptNew); }},
+      {"--env", "A=1", [](const Options& o) { EXPECT_EQ(o.env, (EnvList{{"A", "1"}})); }},
+      {"--python", "/usr/bin/python3.11",
+       [](const Options& o) { EXPECT_EQ(o.python, "/usr/bin/python3.11"); }},
+  };
+}
+
+TEST(Cli, EveryOptionWithEquals) {
+  for (const auto& c : value_options()) {
+    SCOPED_TRACE(c.name + "=" + c.value);
+    c.check(run_with({c.name + "=" + c.value}));
+  }
+}
+
+TEST(Cli, EveryOptionWithASeparateValue) {
+  for (const auto& c : value_options()) {
+    SCOPED_TRACE(c.name + " " + c.value);
+    c.check(run_with({c.name, c.value}));
+  }
+}
+
+TEST(Cli, HostfileBothForms) {
+  EXPECT_EQ(parse({"--hostfile=a.toml", "t.py"}).options.hostfile, "a.toml");
+  EXPECT_EQ(parse({"--hostfile", "b.toml", "t.py"}).options.hostfile, "b.toml");
+  EXPECT_EQ(parse({"--hostfile=x=y", "t.py"}).options.hostfile, "x=y");  // first '=' splits
+}
+
+TEST(Cli, LastValueWins) {
+  Options o = run_with({"--master_port", "9000", "--master_port=9001"});
+  EXPECT_EQ(o.master_port, 9001);
+}
+
+TEST(Cli, Flags) {
+  Options o = run_with({"--dry_run", "--report_bindings"});
+  EXPECT_TRUE(o.dry_run);
+  EXPECT_TRUE(o.report_bindings);
+  o = run_with({"--dry_run=False", "--report_bindings=0"});
+  EXPECT_FALSE(o.dry_run);
+  EXPECT_FALSE(o.report_bindings);
+  o = run_with({"--dry_run=true"});
+  EXPECT_TRUE(o.dry_run);
+}
+
+TEST(Cli, FlagDoesNotTakeTheNextWord) {
+  // A flag never swallows the next word: here "True" is TASK_SCRIPT.
+  CliResult r = parse({"--hostfile", "h", "--dry_run", "True", "x.py"});
+  EXPECT_TRUE(r.options.dry_run);
+  EXPECT_EQ(r.options.task_script, "True");
+  EXPECT_EQ(r.options.task_args, Args{"x.py"});
+}
+
+TEST(Cli, BooleanWords) {
+  for (const char* t : {"True", "true", "1"}) {
+    EXPECT_TRUE(run_with({"--join", t}).join) << t;
+    EXPECT_TRUE(run_with({std::string("--join=") + t}).join) << t;
+  }
+  for (const char* f : {"False", "false", "0"}) {
+    EXPECT_FALSE(run_with({"--join", f}).join) << f;
+    EXPECT_FALSE(run_with({std::string("--join=") + f}).join) << f;
+  }
+}
+
+TEST(Cli, BadBoolean) {
+  EXPECT_EQ(run_error({"--join", "yes"}), "--join=yes: expects True or False");
+  EXPECT_EQ(run_error({"--join=TRUE"}), "--join=TRUE: expects True or False");
+  EXPECT_EQ(run_error({"--join="}), "--join=: expects True or False");
+  EXPECT_EQ(run_error({"--dry_run=2"}), "--dry_run=2: expects True or False");
+}
+
+TEST(Cli, BadBindValues) {
+  EXPECT_EQ(run_error({"--bind_core", "yes"}),
+            "--bind_core: not a boolean (True/False) nor valid JSON: yes");
+  EXPECT_EQ(run_error({"--bind_numa={\"x\":0}"}),
+            "--bind_numa: unknown key \"x\" (expected \"scheduler\" or \"device<N>\", as msrun)");
+}
+
+TEST(Cli, StrictHostKeyChecking) {
+  EXPECT_EQ(run_with({"--strict_host_key_checking", "yes"}).strict_host_key_checking,
+            HostKeyPolicy::kYes);
+  EXPECT_EQ(run_with({"--strict_host_key_checking=accept-new"}).strict_host_key_checking,
+            HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ(run_with({"--strict_host_key_checking=no"}).strict_host_key_checking,
+            HostKeyPolicy::kNo);
+  EXPECT_EQ(run_error({"--strict_host_key_checking", "ask"}),
+            "--strict_host_key_checking=ask: expects yes, accept-new or no");
+  EXPECT_EQ(run_error({"--strict_host_key_checking=Yes"}),
+            "--strict_host_key_checking=Yes: expects yes, accept-new or no");
+}
+
+TEST(Cli, RemainderBelongsToTheTask) {
+  CliResult r = parse({"--hostfile", "h.toml", "--master_port=9000", "train.py", "--lr", "0.1",
+                       "--hostfile", "x", "--master_port=1", "-h", "-v", "--node_rank", "3", "--"});
+  EXPECT_EQ(r.action, CliAction::kRun);
+  EXPECT_EQ(r.options.hostfile, "h.toml");
+  EXPECT_EQ(r.options.master_port, 9000);
+  EXPECT_EQ(r.options.task_script, "train.py");
+  EXPECT_EQ(r.options.task_args, (Args{"--lr", "0.1", "--hostfile", "x", "--master_port=1", "-h",
+                                       "-v", "--node_rank", "3", "--"}));
+}
+
+TEST(Cli, TaskArgsKeepEmptyAndOddWords) {
+  CliResult r = parse({"--hostfile", "h", "run.sh", "", " ", "a b", "'q'"});
+  EXPECT_EQ(r.options.task_script, "run.sh");
+  EXPECT_EQ(r.options.task_args, (Args{"", " ", "a b", "'q'"}));
+}
+
+TEST(Cli, SingleDashIsATaskScript) {
+  EXPECT_EQ(parse({"--hostfile", "h", "-", "x"}).options.task_script, "-");
+}
+
+TEST(Cli, NodeRankIsRejected) {
+  EXPECT_EQ(run_error({"--node_rank", "0"}),
+            "--node_rank=0: node ranks come from the order of the host file; remove --node_rank");
+  EXPECT_EQ(run_error({"--node_rank=1"}),
+            "--node_rank=1: node ranks come from the order of the host file; remove --node_rank");
+}
+
+TEST(Cli, NumericRanges) {
+  EXPECT_EQ(run_error({"--worker_num", "0"}), "--worker_num=0: must be 1..1048576");
+  EXPECT_EQ(run_error({"--worker_num", "-4"}), "--worker_num=-4: must be 1..1048576");
+  EXPECT_EQ(run_error({"--local_worker_num", "1025"}), "--local_worker_num=1025: must be 0..1024");
+  EXPECT_EQ(run_with({"--local_worker_num", "0"}).local_worker_num, 0);
+  EXPECT_EQ(run_with({"--local_worker_num", "1024"}).local_worker_num, 1024);
+  EXPECT_EQ(run_error({"--master_port", "1023"}), "--master_port=1023: must be 1024..65535");
+  EXPECT_EQ(run_error({"--master_port=65536"}), "--master_port=65536: must be 1024..65535");
+  EXPECT_EQ(run_with({"--master_port", "1024"}).master_port, 1024);
+  EXPECT_EQ(run_with({"--master_port", "65535"}).master_port, 65535);
+  EXPECT_EQ(run_error({"--cluster_time_out", "0"}), "--cluster_time_out=0: must be 1..604800");
+  EXPECT_EQ(run_error({"--sim_level", "-2"}), "--sim_level=-2: must be -1..1000");
+  EXPECT_EQ(run_with({"--sim_level", "-1"}).sim_level, -1);
+  EXPECT_EQ(run_error({"--sim_rank_id=-2"}), "--sim_rank_id=-2: must be -1..1048576");
+  EXPECT_EQ(run_error({"--fanout", "0"}), "--fanout=0: must be 1..4096");
+  EXPECT_EQ(run_error({"--fanout", "4097"}), "--fanout=4097: must be 1..4096");
+  EXPECT_EQ(run_error({"--tail_worker_log", "0,-2"}), "--tail_worker_log=-2: must be 0..1048576");
+  EXPECT_EQ(run_error({"--connect_timeout", "0.05"}),
+            "--connect_timeout=0.05: must be 0.1..3600 seconds");
+  EXPECT_EQ(run_error({"--heartbeat", "0.1"}), "--heartbeat=0.1: must be 0.2..3600 seconds");
+  EXPECT_EQ(run_error({"--kill_grace", "-1"}), "--kill_grace=-1: must be 0..3600 seconds");
+  EXPECT_EQ(run_error({"--kill_grace", "3601"}), "--kill_grace=3601: must be 0..3600 seconds");
+}
+
+TEST(Cli, NotNumbers) {
+  EXPECT_EQ(run_error({"--worker_num", "eight"}), "--worker_num=eight: not an integer");
+  EXPECT_EQ(run_error({"--master_port", "80a"}), "--master_port=80a: not an integer");
+  EXPECT_EQ(run_error({"--master_port", "1e4"}), "--master_port=1e4: not an integer");
+  EXPECT_EQ(run_error({"--fanout="}), "--fanout=: not an integer");
+  EXPECT_EQ(run_error({"--worker_num", "99999999999999999999"}),
+            "--worker_num=99999999999999999999: not an integer");
+  EXPECT_EQ(run_error({"--tail_worker_log", "1,,2"}), "--tail_worker_log=: not an integer");
+  EXPECT_EQ(run_error({"--heartbeat", "x"}), "--heartbeat=x: not a number of seconds");
+  EXPECT_EQ(run_error({"--heartbeat", "nan"}), "--heartbeat=nan: not a number of seconds");
+  EXPECT_EQ(run_error({"--heartbeat", "inf"}), "--heartbeat=inf: not a number of seconds");
+  EXPECT_EQ(run_error({"--connect_timeout", "5s"}), "--connect_timeout=5s: not a number of seconds");
+}
+
+TEST(Cli, EmptyValues) {
+  EXPECT_EQ(run_error({"--master_addr="}), "--master_addr=: must not be empty");
+  EXPECT_EQ(run_error({"--log_dir", ""}), "--log_dir=: must not be empty");
+  EXPECT_EQ(run_error({"--python="}), "--python=: must not be empty");
+  EXPECT_EQ(run_error({"--worker_log_name="}),
+            "--worker_log_name=: must be a non-empty file name without \"/\"");
+  EXPECT_EQ(run_error({"--worker_log_name", "a/b"}),
+            "--worker_log_name=a/b: must be a non-empty file name without \"/\"");
+}
+
+TEST(Cli, EnvSetsAndForwards) {
+  Options o = run_with({"--env", "A=1", "--env=B=x=y", "--env", "DATA_PATH", "--env=EMPTY",
+                        "--env", "C=", "--env", "A=2"});
+  EXPECT_EQ(o.env, (EnvList{{"A", "2"}, {"B", "x=y"}, {"DATA_PATH", "/data/a b"}, {"EMPTY", ""},
+                            {"C", ""}}));
+}
+
+TEST(Cli, EnvOfAnUnsetVariable) {
+  EXPECT_EQ(run_error({"--env", "NOT_SET_ANYWHERE"}),
+            "--env=NOT_SET_ANYWHERE: NOT_SET_ANYWHERE is not set in the launcher's environment");
+}
+
+TEST(Cli, EnvBadName) {
+  EXPECT_EQ(run_error({"--env", "1A=2"}), "--env=1A=2: not a valid environment variable name");
+  EXPECT_EQ(run_error({"--env", "=x"}), "--env==x: not a valid environment variable name");
+  EXPECT_EQ(run_error({"--env", "A-B=1"}), "--env=A-B=1: not a valid environment variable name");
+  EXPECT_EQ(run_error({"--env="}), "--env=: not a valid environment variable name");
+}
+
+TEST(Cli, MissingValue) {
+  EXPECT_EQ(error_of({"train.py", "--hostfile"}), "run: --hostfile is required");
+  EXPECT_EQ(error_of({"--hostfile"}), "--hostfile: expects a value");
+  EXPECT_EQ(error_of({"--hostfile", "h", "--master_port"}), "--master_port: expects a value");
+}
+
+TEST(Cli, UnknownOption) {
+  EXPECT_EQ(run_error({"--frobnicate"}), "unknown option \"--frobnicate\" for run (see --help)");
+  EXPECT_EQ(run_error({"--frobnicate=1"}), "unknown option \"--frobnicate\" for run (see --help)");
+  EXPECT_EQ(run_error({"-x"}), "unknown option \"-x\" for run (see --help)");
+  EXPECT_EQ(run_error({"--Hostfile=h"}), "unknown option \"--Hostfile\" for run (see --help)");
+}
+
+TEST(Cli, DoubleDashIsRefused) {
+  EXPECT_EQ(error_of({"--hostfile", "h", "--", "train.py"}),
+            "\"--\": put TASK_SCRIPT first, then its arguments");
+}
+
+TEST(Cli, MissingHostfile) {
+  EXPECT_EQ(error_of({"train.py"}), "run: --hostfile is required");
+  EXPECT_EQ(error_of({}), "run: --hostfile is required");
+  EXPECT_EQ(error_of({"check"}), "check: --hostfile is required");
+  EXPECT_EQ(error_of({"stop", "--job", "j1"}), "stop: --hostfile is required");
+}
+
+TEST(Cli, MissingTaskScript) {
+  EXPECT_EQ(error_of({"--hostfile", "h"}),
+            "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
+}
+
+TEST(Cli, HelpAndVersion) {
+  EXPECT_EQ(parse({"-h"}).action, CliAction::kHelp);
+  EXPECT_EQ(parse({"--help"}).action, CliAction::kHelp);
+  EXPECT_EQ(parse({"-v"}).action, CliAction::kVersion);
+  EXPECT_EQ(parse({"--version"}).action, CliAction::kVersion);
+  EXPECT_EQ(parse({"--hostfile", "h", "-h", "train.py"}).action, CliAction::kHelp);
+  CliResult r = parse({"stop", "-h"});
+  EXPECT_EQ(r.action, CliAction::kHelp);
+  EXPECT_EQ(r.options.command, Command::kStop);
+  EXPECT_EQ(parse({"check", "--help"}).options.command, Command::kCheck);
+}
+
+TEST(Cli, HelpTexts) {
+  EXPECT_EQ(help_text(Command::kRun).rfind("usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT", 0),
+            0u);
+  EXPECT_EQ(help_text(Command::kCheck).rfind("usage: msrun-ssh check", 0), 0u);
+  EXPECT_EQ(help_text(Command::kStop).rfind("usage: msrun-ssh stop", 0), 0u);
+  // Every option of the table is documented.
+  for (const char* name :
+       {"--hostfile", "--worker_num", "--local_worker_num", "--master_addr", "--master_port",
+        "--node_rank", "--log_dir", "--join", "--cluster_time_out", "--bind_core", "--bind_numa",
+        "--sim_level", "--sim_rank_id", "--rank_table_file", "--worker_log_name",
+        "--tail_worker_log", "--dry_run", "--ssh_config", "--fanout", "--connect_timeout",
+        "--heartbeat", "--kill_grace", "--report_bindings", "--strict_host_key_checking", "--env",
+        "--python", "--version"})
+    EXPECT_NE(help_text(Command::kRun).find(name), std::string::npos) << name;
+}
+
+// ---- check / stop -------------------------------------------------------------------------------
+
+TEST(Cli, Check) {
+  CliResult r = parse({"check", "--hostfile", "h.toml", "--import", "mindspore", "--import=numpy",
+                       "--json"});
+  const Options& o = r.options;
+  EXPECT_EQ(r.action, CliAction::kRun);
+  EXPECT_EQ(o.command, Command::kCheck);
+  EXPECT_EQ(o.hostfile, "h.toml");
+  EXPECT_EQ(o.task_script, "");
+  EXPECT_EQ(o.imports, (Args{"mindspore", "numpy"}));
+  EXPECT_TRUE(o.json);
+}
+
+TEST(Cli, CheckWithAScriptKeepsParsingOptions) {
+  CliResult r = parse({"check", "train.py", "--hostfile=h.toml", "--json=False", "--import", "x"});
+  EXPECT_EQ(r.options.task_script, "train.py");
+  EXPECT_TRUE(r.options.task_args.empty());
+  EXPECT_EQ(r.options.hostfile, "h.toml");
+  EXPECT_FALSE(r.options.json);
+  EXPECT_EQ(r.options.imports, Args{"x"});
+}
+
+TEST(Cli, CheckTakesOneScript) {
+  EXPECT_EQ(error_of({"check", "--hostfile", "h", "a.py", "b.py"}),
+            "check: unexpected argument \"b.py\"");
+}
+
+TEST(Cli, CheckTakesRunOptions) {
+  CliResult r = parse({"check", "--hostfile", "h", "--master_port", "9000", "--python=/p"});
+  EXPECT_EQ(r.options.master_port, 9000);
+  EXPECT_EQ(r.options.python, "/p");
+}
+
+TEST(Cli, Stop) {
+  CliResult r = parse({"stop", "--hostfile", "h.toml", "--job", "20261129-154501-3fa9c2",
+                       "--kill_grace=1"});
+  EXPECT_EQ(r.options.command, Command::kStop);
+  EXPECT_EQ(r.options.job, "20261129-154501-3fa9c2");
+  EXPECT_EQ(r.options.kill_grace, 1);
+  EXPECT_EQ(parse({"stop", "--hostfile=h", "--job=abc-1"}).options.job, "abc-1");
+}
+
+TEST(Cli, StopNeedsAJob) {
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h"}), "stop: --job ID is required");
+}
+
+TEST(Cli, StopTakesNoScript) {
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "j", "train.py"}),
+            "stop: unexpected argument \"train.py\"");
+}
+
+TEST(Cli, BadJobId) {
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "a;b"}),
+            "--job=a;b: not a job id (as printed by a --join=False run)");
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job="}),
+            "--job=: not a job id (as printed by a --join=False run)");
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "ABC"}),
+            "--job=ABC: not a job id (as printed by a --join=False run)");
+}
+
+TEST(Cli, OptionsOnlyForTheirCommand) {
+  EXPECT_EQ(run_error({"--import", "x"}), "unknown option \"--import\" for run (see --help)");
+  EXPECT_EQ(run_error({"--json"}), "unknown option \"--json\" for run (see --help)");
+  EXPECT_EQ(run_error({"--job", "j"}), "unknown option \"--job\" for run (see --help)");
+  EXPECT_EQ(error_of({"check", "--hostfile", "h", "--job", "j"}),
+            "unknown option \"--job\" for check (see --help)");
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "j", "--json"}),
+            "unknown option \"--json\" for stop (see --help)");
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "j", "--import=x"}),
+            "unknown option \"--import\" for stop (see --help)");
+}
+
+TEST(Cli, SubcommandOnlyAsTheFirstWord) {
+  CliResult r = parse({"--hostfile", "h", "check"});
+  EXPECT_EQ(r.options.command, Command::kRun);
+  EXPECT_EQ(r.options.task_script, "check");
+}
+
+}  // namespace
+}  // namespace msrun_ssh

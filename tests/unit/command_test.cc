@@ -1,0 +1,752 @@
+// The remote stanza (src/command/command.cc). Quoting is checked the only way that counts: the
+// generated command runs through real shells (dash as sh, and bash) on this machine, and a helper
+// at the end of the exec chain records the argv, environment and working directory it got, which
+// must equal the Process byte for byte, with nothing executed on the way. The watchdog and `stop`
+// also run here against marked `sleep` processes. Every wait is bounded; leftovers die in TearDown.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "msrun_ssh/command.h"
+
+namespace msrun_ssh {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Words = std::vector<std::string>;
+
+// The environment the local "login shell" starts with.
+const Words kShellEnv = {"PATH=/usr/bin:/bin", "LC_ALL=C.UTF-8"};
+// Variables a shell may add on its own on the way to the helper.
+const std::set<std::string> kShellVars = {"PATH", "LC_ALL", "PWD", "OLDPWD", "SHLVL", "_"};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Words split_nul(const std::string& data) {
+  Words out;
+  size_t pos = 0;
+  while (pos < data.size()) {
+    size_t end = data.find('\0', pos);
+    if (end == std::string::npos) end = data.size();
+    out.push_back(data.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::string random_job_id() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "unit-%08x%04x", rd(), rd() & 0xffff);
+  return buf;
+}
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // read end of the child's stdout + stderr
+  int in = -1;   // write end of the child's stdin; -1: stdin is /dev/null
+};
+
+// A process started by a test, with its output. Everything is bounded by deadlines.
+class CommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::signal(SIGPIPE, SIG_IGN);
+    // Orphans of the job (setsid'd grandchildren, detached processes) come back to this process,
+    // so that tests can reap them and nothing is left behind.
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    char tmpl[] = "/tmp/msrun-command-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    base_ = tmpl;
+    job_ = random_job_id();
+  }
+
+  void TearDown() override {
+    for (int fd : fds_) close(fd);
+    for (const auto& job : jobs_) kill_marked(job);
+    kill_marked(job_);
+    for (pid_t pid : children_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    // Reap orphans handed to us as subreaper (bounded).
+    auto t0 = Clock::now();
+    while (since(t0) < 2) {
+      pid_t r = waitpid(-1, nullptr, WNOHANG);
+      if (r > 0) continue;
+      if (r < 0 || marked(job_).empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::error_code ec;
+    fs::remove_all(base_, ec);
+  }
+
+  // Pids whose environment carries MSRUN_SSH_JOB=<job> (what the shell code looks for).
+  static std::vector<pid_t> marked(const std::string& job) {
+    std::vector<pid_t> out;
+    std::string want = std::string(kJobMarker) + "=" + job;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      for (const auto& kv : split_nul(slurp(e.path() / "environ")))
+        if (kv == want) out.push_back(std::stoi(name));
+    }
+    return out;
+  }
+
+  static void kill_marked(const std::string& job) {
+    for (pid_t p : marked(job)) kill(p, SIGKILL);
+  }
+
+  Child spawn(const Words& argv, const Words& env, const std::string& cwd, bool stdin_pipe) {
+    std::vector<char*> av, ev;
+    for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    for (const auto& e : env) ev.push_back(const_cast<char*>(e.c_str()));
+    ev.push_back(nullptr);
+    int out[2], in[2] = {-1, -1};
+    if (pipe2(out, O_CLOEXEC) != 0) ADD_FAILURE() << "pipe2";
+    if (stdin_pipe && pipe2(in, O_CLOEXEC) != 0) ADD_FAILURE() << "pipe2";
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (chdir(cwd.c_str()) != 0) _exit(126);
+      dup2(stdin_pipe ? in[0] : null, 0);
+      dup2(out[1], 1);
+      dup2(out[1], 2);
+      execve(av[0], av.data(), ev.data());
+      _exit(127);
+    }
+    close(null);
+    close(out[1]);
+    if (stdin_pipe) close(in[0]);
+    children_.push_back(pid);
+    fds_.push_back(out[0]);
+    if (stdin_pipe) fds_.push_back(in[1]);
+    return {pid, out[0], stdin_pipe ? in[1] : -1};
+  }
+
+  // Waits for `pid` at most `timeout_s`; returns its wait status, or nothing on timeout.
+  std::optional<int> wait_for(pid_t pid, double timeout_s) {
+    auto t0 = Clock::now();
+    while (true) {
+      int status = 0;
+      pid_t r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) {
+        std::erase(children_, pid);
+        return status;
+      }
+      if (r < 0 || since(t0) > timeout_s) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  // Reads from `fd` into `buf` until `done(buf)`, EOF or the deadline. Returns done(buf).
+  static bool read_until(int fd, std::string& buf, double timeout_s,
+                         const std::function<bool(const std::string&)>& done) {
+    auto t0 = Clock::now();
+    while (!done(buf)) {
+      int left = static_cast<int>((timeout_s - since(t0)) * 1000);
+      if (left <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, left) <= 0) continue;
+      char chunk[65536];
+      ssize_t n = read(fd, chunk, sizeof chunk);
+      if (n <= 0) return done(buf);
+      buf.append(chunk, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  static bool read_to_eof(int fd, std::string& buf, double timeout_s) {
+    bool eof = false;
+    auto t0 = Clock::now();
+    while (!eof) {
+      int left = static_cast<int>((timeout_s - since(t0)) * 1000);
+      if (left <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, left) <= 0) continue;
+      char chunk[65536];
+      ssize_t n = read(fd, chunk, sizeof chunk);
+      if (n <= 0) eof = true;
+      else buf.append(chunk, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  struct Result {
+    std::optional<int> status;
+    std::string output;
+  };
+
+  // Runs `shell -c command` in `cwd` with stdin /dev/null; bounded.
+  Result run_shell(const std::string& shell, const std::string& command, const std::string& cwd,
+                   double timeout_s = 10) {
+    Child c = spawn({shell, "-c", command}, kShellEnv, cwd, false);
+    Result r;
+    EXPECT_TRUE(read_to_eof(c.out, r.output, timeout_s)) << shell << ": no EOF in time";
+    r.status = wait_for(c.pid, timeout_s);
+    return r;
+  }
+
+  // Starts `env MSRUN_SSH_JOB=<job> ARGV...` and waits until ARGV[0] has been exec'd.
+  pid_t start_marked(const std::string& job, const Words& argv, const std::string& program) {
+    Words full{"/usr/bin/env", std::string(kJobMarker) + "=" + job};
+    full.insert(full.end(), argv.begin(), argv.end());
+    jobs_.insert(job);
+    Child c = spawn(full, {"PATH=/usr/bin:/bin"}, base_, false);
+    wait_exec(c.pid, program);
+    return c.pid;
+  }
+
+  // Waits until `pid` runs `program` (its argv[0]).
+  static void wait_exec(pid_t pid, const std::string& program) {
+    auto t0 = Clock::now();
+    while (true) {
+      Words cmdline = split_nul(slurp("/proc/" + std::to_string(pid) + "/cmdline"));
+      if (!cmdline.empty() && cmdline[0] == program) return;
+      if (since(t0) > 5) {
+        ADD_FAILURE() << "process " << pid << " did not exec " << program;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  std::string base_;
+  std::string job_;
+  std::set<std::string> jobs_;
+  std::vector<pid_t> children_;
+  std::vector<int> fds_;
+};
+
+// ---- shell_quote / shell_join / exact strings ------------------------------------------------------
+
+TEST(CommandQuote, ShellQuote) {
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("abc"), "'abc'");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("'"), "''\\'''");
+  EXPECT_EQ(shell_quote("''"), "''\\'''\\'''");
+  EXPECT_EQ(shell_quote("$(x) `y` \"z\" \\"), "'$(x) `y` \"z\" \\'");
+  EXPECT_EQ(shell_quote("a\nb"), "'a\nb'");
+  EXPECT_EQ(shell_quote(std::string_view("a\0b", 3)), std::string("'a\0b'", 5));
+}
+
+TEST(CommandQuote, ShellJoin) {
+  EXPECT_EQ(shell_join({}), "");
+  EXPECT_EQ(shell_join({"a"}), "'a'");
+  EXPECT_EQ(shell_join({"a", "", "b c", "d'e"}), "'a' '' 'b c' 'd'\\''e'");
+}
+
+TEST(CommandQuote, ProcessCommandExactly) {
+  Process p;
+  p.workdir = "/data/my job";
+  p.env = {{"A", "1"}, {"B", "it's"}};
+  p.argv = {"python3", "train.py", "--lr", "0.1"};
+  EXPECT_EQ(process_command(p, "20261129-154501-3fa9c2"),
+            "cd -- '/data/my job' && exec 'env' '--' 'MSRUN_SSH_JOB=20261129-154501-3fa9c2' 'A=1' "
+            "'B=it'\\''s' 'python3' 'train.py' '--lr' '0.1'");
+}
+
+TEST(CommandQuote, DetachedCommandExactly) {
+  Process p;
+  p.workdir = "/w";
+  p.env = {{"A", "1"}};
+  p.argv = {"sleep", "1"};
+  EXPECT_EQ(detached_command(p, "j1", "logs/worker_0.log"),
+            "cd -- '/w' && umask 077 && mkdir -p -- 'logs/' && { setsid 'env' '--' "
+            "'MSRUN_SSH_JOB=j1' 'A=1' 'sleep' '1' < /dev/null > 'logs/worker_0.log' 2>&1 & } && "
+            "echo \"msrun-ssh: started $!\"");
+  EXPECT_NE(detached_command(p, "j1", "w.log").find("mkdir -p -- '.' &&"), std::string::npos);
+}
+
+TEST(CommandQuote, WatchdogAndStopArguments) {
+  std::string w = watchdog_command("j-1", 1.0, 0.5);
+  EXPECT_EQ(w.rfind("exec sh -c '", 0), 0u);
+  // Timeout in seconds; grace in 0.2 s steps; the lost-launcher grace is capped at timeout / 4.
+  EXPECT_TRUE(w.ends_with("' msrun-ssh-watchdog 'j-1' 1.000 3 2")) << w;
+  std::string w2 = watchdog_command("j", 10, 0);
+  EXPECT_TRUE(w2.ends_with("' msrun-ssh-watchdog 'j' 10.000 0 0")) << w2;
+  std::string w3 = watchdog_command("j", 0.5, 0.01);
+  EXPECT_TRUE(w3.ends_with("' msrun-ssh-watchdog 'j' 0.500 1 1")) << w3;
+  std::string s = stop_command("j-1", 5);
+  EXPECT_EQ(s.rfind("exec sh -c '", 0), 0u);
+  EXPECT_TRUE(s.ends_with("' msrun-ssh-stop 'j-1' 25")) << s;
+}
+
+// For `exec sh -c SCRIPT ARGS`: the same with `sh -n`, which parses SCRIPT without running it.
+std::string parse_inner(const std::string& command) {
+  std::string c = command;
+  c.replace(0, 11, "exec sh -n -c ");
+  return c;
+}
+
+TEST_F(CommandTest, GeneratedCommandsAreValidShell) {
+  Process p;
+  p.workdir = base_;
+  p.env = {{"A", "it's $(x)"}};
+  p.argv = {"/bin/true", "'\"`;|&<>"};
+  Words commands{process_command(p, job_), detached_command(p, job_, "a/b'c/w.log"),
+                 watchdog_command(job_, 10, 5), watchdog_command("x'; touch pwned; '", 1, 1),
+                 stop_command(job_, 5)};
+  for (const auto& shell : {"/bin/sh", "/bin/bash"}) {
+    for (const auto& c : commands) {
+      Result outer = run_shell(shell, "set -n\n" + c, base_);
+      EXPECT_EQ(outer.status, 0) << shell << ": " << c << "\n" << outer.output;
+      EXPECT_EQ(outer.output, "") << shell << ": " << c;
+      if (c.rfind("exec sh -c ", 0) != 0) continue;
+      Result inner = run_shell(shell, parse_inner(c), base_);
+      EXPECT_EQ(inner.status, 0) << shell << ": " << c << "\n" << inner.output;
+      EXPECT_EQ(inner.output, "") << shell << ": " << c;
+    }
+  }
+  EXPECT_FALSE(fs::exists(base_ + "/pwned"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(base_), fs::directory_iterator()), 0);
+}
+
+// ---- byte-exact round trip -------------------------------------------------------------------------
+
+Words hostile_corpus(const std::string& base) {
+  const std::string p = base + "/pwned";
+  Words c = {
+      "",
+      " ",
+      "plain",
+      "two words",
+      "  leading and trailing  ",
+      "'",
+      "''",
+      "it's",
+      "\"",
+      "\"double\"",
+      "'\"'\"''\"\"''''\"\"\"'",
+      "'\\''",
+      "$(touch " + p + "1)",
+      "`touch " + p + "2`",
+      "'$(touch " + p + "3)'",
+      "\"$(touch " + p + "4)\"",
+      "; touch " + p + "5",
+      "&& touch " + p + "6 ||",
+      "\ntouch " + p + "7\n",
+      "| touch " + p + "8",
+      "\\$(touch " + p + "9)",
+      "'; touch " + p + "10; '",
+      "${HOME}",
+      "$HOME",
+      "$0 $1 $@ $* $# $? $$ $! $-",
+      "a;b",
+      "a|b",
+      "a&b",
+      "a<b",
+      "a>b",
+      ">out",
+      "a >> b 2>&1",
+      "line1\nline2",
+      "\n",
+      "tab\there",
+      "cr\rhere",
+      "\t\n \r",
+      "*",
+      "?",
+      "[a-z]*",
+      "~",
+      "~root",
+      "~/x",
+      "#comment",
+      "a #b",
+      "!",
+      "!!",
+      "!$",
+      "\\",
+      "\\\\n",
+      "back\\'slash",
+      "a\\\nb",
+      "-",
+      "--",
+      "-n",
+      "-e",
+      "-c",
+      "--help",
+      "=",
+      "A=B",
+      "=x",
+      "IFS=x",
+      "exec",
+      "%s%n%d%%",
+      "{a,b}",
+      "$'\\x41'",
+      "(sub)",
+      "{ echo; }",
+      "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93 \xe6\x97\xa5\xe6\x9c\xac",
+      "\xff\xfe",
+      "\x80" "abc\xc3",
+      "\x01\x02\x1b[31m\x7f",
+  };
+  return c;
+}
+
+// About 100 KB of everything at once, with a quote every 62 bytes.
+std::string long_word() {
+  const std::string chunk = "abcdefghij $(touch x) `y` \"z\" \\ ; & | < > * ? ~ # ! \t\r\n\xff\xc3 '";
+  std::string s;
+  while (s.size() < 100 * 1024) s += chunk;
+  return s;
+}
+
+// The helper at the end of the exec chain: writes its argv, its environment and its working
+// directory to files in that directory. It is plain sh: "$@" hands every byte on.
+const std::string kRecorder =
+    "{ [ $# -eq 0 ] || printf '%s\\0' \"$@\"; } > argv.bin && env -0 > env.bin && "
+    "pwd -P > pwd.txt";
+
+class CommandRoundTrip : public CommandTest {
+ protected:
+  void SetUp() override {
+    CommandTest::SetUp();
+    // The working directory has a hostile name too.
+    std::string tmpl = base_ + "/wd 'q' \"d\" $(touch pwned-wd) `touch pwned-wd2` ;&|<>*?~#!\\ \t-x=yXXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    workdir_ = tmpl;
+    corpus_ = hostile_corpus(base_);
+    ASSERT_GE(corpus_.size(), 40u);
+    process_.workdir = workdir_;
+    process_.argv = {"/bin/sh", "-c", kRecorder, "recorder"};
+    for (size_t i = 0; i < corpus_.size(); ++i) {
+      process_.argv.push_back(corpus_[i]);
+      process_.env.emplace_back("T" + std::to_string(i), corpus_[i]);
+    }
+    process_.argv.push_back(long_word());
+    process_.env.emplace_back("PYTHONUNBUFFERED", "1");
+    process_.env.emplace_back("MULTI_EQ", "a=b=c");
+  }
+
+  void check_run(const std::string& shell) {
+    SCOPED_TRACE(shell);
+    std::string command = process_command(process_, job_);
+    // A single argument of execve is limited to 128 KiB (MAX_ARG_STRLEN), for sshd too.
+    ASSERT_LT(command.size(), 131072u);
+    Result r = run_shell(shell, command, base_);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output, "");
+
+    Words argv = split_nul(slurp(workdir_ + "/argv.bin"));
+    Words want(process_.argv.begin() + 4, process_.argv.end());
+    ASSERT_EQ(argv.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(argv[i], want[i]) << "argv " << i;
+
+    std::map<std::string, std::string> env;
+    for (const auto& kv : split_nul(slurp(workdir_ + "/env.bin"))) {
+      size_t eq = kv.find('=');
+      ASSERT_NE(eq, std::string::npos) << kv;
+      EXPECT_TRUE(env.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second) << kv;
+    }
+    EXPECT_EQ(env[kJobMarker], job_);
+    for (const auto& [n, v] : process_.env) {
+      ASSERT_TRUE(env.count(n)) << n;
+      EXPECT_EQ(env[n], v) << n;
+    }
+    for (const auto& [n, v] : env) {
+      bool expected = n == kJobMarker || kShellVars.count(n) ||
+                      std::any_of(process_.env.begin(), process_.env.end(),
+                                  [&](const auto& kv) { return kv.first == n; });
+      EXPECT_TRUE(expected) << "unexpected variable " << n << "=" << v;
+    }
+    EXPECT_EQ(slurp(workdir_ + "/pwd.txt"), fs::canonical(workdir_).string() + "\n");
+  }
+
+  void check_nothing_ran() {
+    std::set<std::string> in_base, in_workdir;
+    for (const auto& e : fs::directory_iterator(base_)) in_base.insert(e.path().filename());
+    for (const auto& e : fs::directory_iterator(workdir_)) in_workdir.insert(e.path().filename());
+    EXPECT_EQ(in_base, std::set<std::string>{fs::path(workdir_).filename()});
+    EXPECT_EQ(in_workdir, (std::set<std::string>{"argv.bin", "env.bin", "pwd.txt"}));
+  }
+
+  std::string workdir_;
+  Words corpus_;
+  Process process_;
+};
+
+TEST_F(CommandRoundTrip, DashPassesEveryByte) {
+  check_run("/bin/sh");
+  check_nothing_ran();
+}
+
+TEST_F(CommandRoundTrip, BashPassesEveryByte) {
+  check_run("/bin/bash");
+  check_nothing_ran();
+}
+
+TEST_F(CommandRoundTrip, HostileJobIdStaysOneValue) {
+  // Job ids are ours, but the quoting must not depend on that.
+  job_ = "j'$(touch " + base_ + "/pwned-job)\n";
+  check_run("/bin/sh");
+  check_nothing_ran();
+}
+
+TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {
+  process_.env.clear();
+  process_.argv = {"/bin/sh", "-c", kRecorder, "recorder"};
+  check_run("/bin/sh");
+  EXPECT_EQ(slurp(workdir_ + "/argv.bin"), "");
+}
+
+TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {
+  process_.workdir = workdir_ + "/missing";
+  Result r = run_shell("/bin/sh", process_command(process_, job_), base_);
+  ASSERT_TRUE(r.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*r.status) && WEXITSTATUS(*r.status) != 0) << r.output;
+  EXPECT_FALSE(fs::exists(workdir_ + "/argv.bin"));
+  EXPECT_FALSE(fs::exists(base_ + "/argv.bin"));
+}
+
+// ---- detached -------------------------------------------------------------------------------------
+
+TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
+  process_.argv = {"/bin/sh", "-c", kRecorder + " && exec sleep 30", "recorder"};
+  for (size_t i = 0; i < 20; ++i) process_.argv.push_back(corpus_[i]);
+  std::string command = detached_command(process_, job_, "logs/sub dir/w'0.log");
+  auto t0 = Clock::now();
+  Result r = run_shell("/bin/sh", command, base_, 5);
+  EXPECT_LT(since(t0), 3) << "the detached command must return at once";
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.output.rfind("msrun-ssh: started ", 0), 0u) << r.output;
+  pid_t pid = std::stoi(r.output.substr(19));
+  EXPECT_EQ(r.output, "msrun-ssh: started " + std::to_string(pid) + "\n");
+
+  // The process records its argv, then sleeps, marked with the job id, in its own session.
+  wait_exec(pid, "sleep");
+  EXPECT_EQ(marked(job_), std::vector<pid_t>{pid});
+  Words argv = split_nul(slurp(workdir_ + "/argv.bin"));
+  EXPECT_EQ(argv, Words(process_.argv.begin() + 4, process_.argv.end()));
+  EXPECT_EQ(getsid(pid), pid);
+
+  // Log file 0600 in a 0700 directory, relative to the workdir.
+  std::string log = workdir_ + "/logs/sub dir/w'0.log";
+  struct stat st{};
+  ASSERT_EQ(stat(log.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((workdir_ + "/logs/sub dir").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  Result stop = run_shell("/bin/sh", stop_command(job_, 1), base_);
+  EXPECT_EQ(stop.status, 0);
+  EXPECT_EQ(stop.output, "killed " + std::to_string(pid) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
+  // Orphaned, it came back to us (subreaper): reap it.
+  std::optional<int> status = wait_for(pid, 5);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+}
+
+// ---- stop -----------------------------------------------------------------------------------------
+
+TEST_F(CommandTest, StopKillsTheMarkedProcess) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  pid_t bystander = start_marked(random_job_id(), {"sleep", "30"}, "sleep");
+  // Same prefix, another job: the marker must match as a whole.
+  pid_t sibling = start_marked(job_ + "0", {"sleep", "30"}, "sleep");
+  Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output,
+            "killed " + std::to_string(sleeper) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
+  std::optional<int> status = wait_for(sleeper, 2);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  // Other jobs' processes are left alone.
+  EXPECT_FALSE(wait_for(bystander, 0.1).has_value());
+  EXPECT_FALSE(wait_for(sibling, 0).has_value());
+}
+
+TEST_F(CommandTest, StopWithNothingRunning) {
+  Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "msrun-ssh-stop: done\n");
+}
+
+TEST_F(CommandTest, StopEscalatesToSigkill) {
+  // SIGTERM stays ignored across exec: this sleep ignores it.
+  pid_t stubborn = start_marked(job_, {"/bin/sh", "-c", "trap '' TERM; exec sleep 30"}, "sleep");
+  auto t0 = Clock::now();
+  Result r = run_shell("/bin/sh", stop_command(job_, 0.4), base_);
+  EXPECT_EQ(r.status, 0);
+  std::string p = std::to_string(stubborn);
+  EXPECT_EQ(r.output, "killed " + p + " SIGTERM sleep 30 \nkilled " + p +
+                          " SIGKILL sleep 30 \nmsrun-ssh-stop: done\n");
+  EXPECT_GE(since(t0), 0.35);  // the grace was given
+  std::optional<int> status = wait_for(stubborn, 2);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+}
+
+TEST_F(CommandTest, StopReachesGrandchildrenInOtherSessions) {
+  pid_t parent =
+      start_marked(job_, {"/bin/sh", "-c", "setsid sleep 31 & exec sleep 30"}, "sleep");
+  auto t0 = Clock::now();
+  while (marked(job_).size() < 2 && since(t0) < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::vector<pid_t> pids = marked(job_);
+  ASSERT_EQ(pids.size(), 2u);
+  pid_t grandchild = pids[0] == parent ? pids[1] : pids[0];
+  wait_exec(grandchild, "sleep");
+  EXPECT_NE(getsid(grandchild), getsid(parent));
+  Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("killed " + std::to_string(parent) + " SIGTERM sleep 30 \n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("killed " + std::to_string(grandchild) + " SIGTERM sleep 31 \n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(wait_for(parent, 2).has_value());
+  EXPECT_TRUE(wait_for(grandchild, 2).has_value());  // orphaned to us: reaped here
+}
+
+// ---- watchdog -------------------------------------------------------------------------------------
+
+class Watchdog : public CommandTest {
+ protected:
+  // Starts the watchdog for job_ and waits for its ready line.
+  void start(double timeout_s, double grace_s) {
+    dog_ = spawn({"/bin/sh", "-c", watchdog_command(job_, timeout_s, grace_s)}, kShellEnv, base_,
+                 true);
+    ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
+      return b.find('\n') != std::string::npos;
+    })) << out_;
+    EXPECT_EQ(out_, "msrun-ssh-watchdog: ready " + std::to_string(dog_.pid) + "\n");
+    out_.clear();
+  }
+  void send(char c) { ASSERT_EQ(write(dog_.in, &c, 1), 1); }
+  // Reads the watchdog's output until it exits; returns its exit status.
+  std::optional<int> finish(double timeout_s) {
+    EXPECT_TRUE(read_to_eof(dog_.out, out_, timeout_s)) << out_;
+    return wait_for(dog_.pid, timeout_s);
+  }
+  Child dog_;
+  std::string out_;
+};
+
+TEST_F(Watchdog, EchoesHeartbeatsAndTearsDownAfterSilence) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(1.0, 0.5);
+  // Heartbeats every 0.25 s for 1.5 s: longer than the timeout, and nothing is killed.
+  for (int i = 0; i < 6; ++i) {
+    send(kBeat);
+    ASSERT_TRUE(read_until(dog_.out, out_, 2, [](const std::string& b) { return b == "h\n"; }))
+        << out_;
+    out_.clear();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    EXPECT_FALSE(wait_for(sleeper, 0).has_value()) << "killed despite heartbeats";
+  }
+  // Silence, stdin still open.
+  auto t0 = Clock::now();
+  std::optional<int> status = wait_for(sleeper, 2.5);
+  double waited = since(t0);
+  ASSERT_TRUE(status.has_value()) << "not torn down within 2.5 s of the last heartbeat";
+  EXPECT_GE(waited, 0.5);
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  std::optional<int> dog = finish(3);
+  EXPECT_EQ(dog, 0);
+  EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\nkilled " + std::to_string(sleeper) +
+                      " SIGTERM sleep 30 \n");
+}
+
+TEST_F(Watchdog, TeardownByteEndsTheJobAtOnce) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  pid_t bystander = start_marked(random_job_id(), {"sleep", "30"}, "sleep");
+  start(30, 5);
+  auto t0 = Clock::now();
+  send(kTeardown);
+  std::optional<int> status = wait_for(sleeper, 1.5);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_LT(since(t0), 1.5);
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(out_, "killed " + std::to_string(sleeper) +
+                      " SIGTERM sleep 30 \nmsrun-ssh-watchdog: done\n");
+  EXPECT_FALSE(wait_for(bystander, 0.1).has_value());
+}
+
+TEST_F(Watchdog, KillByteSendsSigkill) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(30, 5);
+  send(kKillNow);
+  std::optional<int> status = wait_for(sleeper, 1.5);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(out_, "killed " + std::to_string(sleeper) +
+                      " SIGKILL sleep 30 \nmsrun-ssh-watchdog: done\n");
+}
+
+TEST_F(Watchdog, QuitWithNothingLeft) {
+  start(30, 5);
+  send(kQuit);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(out_, "msrun-ssh-watchdog: done\n");
+}
+
+TEST_F(Watchdog, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(30, 0.4);
+  auto t0 = Clock::now();
+  close(dog_.in);
+  std::erase(fds_, dog_.in);
+  std::optional<int> status = wait_for(sleeper, 2);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_LT(since(t0), 2);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\nkilled " + std::to_string(sleeper) +
+                      " SIGTERM sleep 30 \n");
+}
+
+TEST_F(Watchdog, HostileJobIdIsOneWord) {
+  job_ = "x'; touch pwned; echo '$(touch pwned2)";
+  start(30, 0.4);
+  send(kQuit);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(out_, "msrun-ssh-watchdog: done\n");
+  EXPECT_FALSE(fs::exists(base_ + "/pwned"));
+  EXPECT_FALSE(fs::exists(base_ + "/pwned2"));
+}
+
+TEST_F(Watchdog, UnknownByteCountsAsLost) {
+  start(30, 0.4);
+  send('x');
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\n");
+}
+
+}  // namespace
+}  // namespace msrun_ssh

@@ -1,0 +1,157 @@
+// The --dry_run text (src/cli/dry_run.cc): the whole plan, exactly, for a small job; detached
+// commands, simulation and bindings in their short forms.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "msrun_ssh/command.h"
+#include "msrun_ssh/dry_run.h"
+#include "msrun_ssh/plan.h"
+
+namespace msrun_ssh {
+namespace {
+
+// IP literals resolve to themselves; nothing else resolves.
+std::string literal_only(const std::string& name) {
+  return name.rfind("198.18.", 0) == 0 ? name : "";
+}
+
+class DryRun : public ::testing::Test {
+ protected:
+  DryRun() {
+    Host a;
+    a.address = "198.18.0.1";
+    a.user = "ms";
+    a.port = 2222;
+    a.local_worker_num = 1;
+    a.env = {{"GLOO_SOCKET_IFNAME", "eth0"}};
+    cluster.path = "h.toml";
+    cluster.hosts = {a};
+    options.task_script = "train.py";
+    options.task_args = {"--lr", "0.1"};
+    options.job_id = "20261129-154501-3fa9c2";
+    options.launcher_cwd = "/job";
+    options.log_dir = "logs";
+    options.env = {{"X", "a b'c"}};
+  }
+  std::string text() { return describe_plan(make_plan(options, cluster, literal_only), options); }
+
+  Options options;
+  Cluster cluster;
+};
+
+TEST_F(DryRun, WholePlanExactly) {
+  const std::string common =
+      "    GLOO_SOCKET_IFNAME='eth0'\n"
+      "    X='a b'\\''c'\n"
+      "    MS_SCHED_HOST='198.18.0.1'\n"
+      "    MS_SCHED_PORT='8118'\n"
+      "    MS_TOPO_TIMEOUT='600'\n";
+  const std::string cmd_head =
+      "    command: cd -- '/job' && exec 'env' '--' 'MSRUN_SSH_JOB=20261129-154501-3fa9c2' "
+      "'GLOO_SOCKET_IFNAME=eth0' 'X=a b'\\''c' 'MS_SCHED_HOST=198.18.0.1' 'MS_SCHED_PORT=8118' "
+      "'MS_TOPO_TIMEOUT=600' ";
+  EXPECT_EQ(text(),
+            "job 20261129-154501-3fa9c2: 1 hosts, 1 workers, scheduler at 198.18.0.1:8118\n"
+            "logs: logs\n"
+            "\n"
+            "host 198.18.0.1 (node rank 0) [master]: ms@198.18.0.1:2222, workdir /job\n"
+            "  scheduler: DEVICE_ID=- cpus - log scheduler.log\n" +
+                common +
+                "    MS_ROLE='MS_SCHED'\n"
+                "    MS_WORKER_NUM='1'\n"
+                "    RANK_SIZE='1'\n"
+                "    MS_NODE_RANK='0'\n"
+                "    RANK_ID='0'\n"
+                "    PYTHONUNBUFFERED='1'\n" +
+                cmd_head +
+                "'MS_ROLE=MS_SCHED' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
+                "'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' '0.1'\n"
+                "  rank 0: DEVICE_ID=0 cpus - log worker_0.log\n" +
+                common +
+                "    MS_ROLE='MS_WORKER'\n"
+                "    MS_WORKER_NUM='1'\n"
+                "    RANK_SIZE='1'\n"
+                "    MS_NODE_RANK='0'\n"
+                "    RANK_ID='0'\n"
+                "    MS_NODE_ID='0'\n"
+                "    DEVICE_ID='0'\n"
+                "    PYTHONUNBUFFERED='1'\n" +
+                cmd_head +
+                "'MS_ROLE=MS_WORKER' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
+                "'MS_NODE_ID=0' 'DEVICE_ID=0' 'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' "
+                "'0.1'\n");
+}
+
+TEST_F(DryRun, OtherHostsShowTheirAddress) {
+  Host b;
+  b.address = "node2";
+  b.local_worker_num = 1;
+  cluster.hosts.push_back(b);
+  std::string t = text();
+  EXPECT_NE(t.find("\nhost node2 (node rank 1): node2, workdir /job\n  rank 1: DEVICE_ID=0 cpus - "
+                   "log worker_1.log\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("job 20261129-154501-3fa9c2: 2 hosts, 2 workers"), std::string::npos);
+}
+
+TEST_F(DryRun, DetachedCommands) {
+  options.join = false;
+  Plan plan = make_plan(options, cluster, literal_only);
+  std::string t = describe_plan(plan, options);
+  const Process& w = plan.hosts[0].processes[1];
+  EXPECT_NE(t.find("    command: " + detached_command(w, plan.job_id, "logs/worker_0.log") + "\n"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("exec 'env'"), std::string::npos);
+}
+
+TEST_F(DryRun, Simulation) {
+  options.sim_level = 2;
+  std::string t = text();
+  EXPECT_EQ(t.rfind("job 20261129-154501-3fa9c2: 1 hosts, 1 workers, scheduler at "
+                    "198.18.0.1:8118 (simulation level 2)\n",
+                    0),
+            0u)
+      << t;
+  EXPECT_EQ(t.find("scheduler:"), std::string::npos);
+  EXPECT_NE(t.find("    MS_SIMULATION_LEVEL='2'\n"), std::string::npos);
+}
+
+TEST_F(DryRun, Bindings) {
+  cluster.hosts[0].local_worker_num = 2;
+  options.bind_core = parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4"]})",
+                                      "x");
+  options.bind_numa = parse_bind_numa(R"({"device1": 1})", "x");
+  std::string t = text();
+  EXPECT_NE(t.find("  scheduler: DEVICE_ID=- cpus 0-1 log scheduler.log\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  rank 0: DEVICE_ID=0 cpus 2-3 log worker_0.log\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  rank 1: DEVICE_ID=1 cpus 4 numa 1 log worker_1.log\n"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("'numactl' '--physcpubind=4' '--membind=1' 'python3'"), std::string::npos) << t;
+  EXPECT_NE(t.find("'taskset' '-c' '2-3' 'python3'"), std::string::npos) << t;
+}
+
+TEST_F(DryRun, AutoBindingIsShownPending) {
+  options.bind_core = parse_bind_core("True", "x");
+  std::string t = text();
+  EXPECT_NE(t.find("  rank 0: DEVICE_ID=0 cpus auto (from the host's topology at start-up) log "
+                   "worker_0.log\n"),
+            std::string::npos)
+      << t;
+}
+
+TEST_F(DryRun, DescribeBindings) {
+  cluster.hosts[0].local_worker_num = 2;
+  options.bind_core = parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4"]})",
+                                      "x");
+  options.bind_numa = parse_bind_numa(R"({"device1": 1})", "x");
+  EXPECT_EQ(describe_bindings(make_plan(options, cluster, literal_only)),
+            "node   0  198.18.0.1       scheduler  DEVICE_ID=-   cpus 0-1\n"
+            "node   0  198.18.0.1       rank 0     DEVICE_ID=0   cpus 2-3\n"
+            "node   0  198.18.0.1       rank 1     DEVICE_ID=1   cpus 4 numa 1\n");
+}
+
+}  // namespace
+}  // namespace msrun_ssh
