@@ -89,8 +89,8 @@ std::string process_command(const Process& process, const std::string& job_id) {
 
 std::string detached_command(const Process& process, const std::string& job_id,
                              const std::string& remote_log) {
-  std::string dir = remote_log.substr(0, remote_log.rfind('/') + 1);
-  if (dir.empty()) dir = ".";
+  size_t slash = remote_log.rfind('/');
+  std::string dir = slash == std::string::npos ? std::string(".") : remote_log.substr(0, slash + 1);
   // The log path is relative to the workdir, like --log_dir is relative to the launcher's cwd.
   return fmt::format(
       "cd -- {} && umask 077 && mkdir -p -- {} && {{ setsid {} < /dev/null > {} 2>&1 & }} && "
