@@ -1,6 +1,8 @@
 // The application (src/cli/app.cc run_app): argv in, exit status and printed text out. Stdout and
 // stderr are captured by pointing fds 1 and 2 at temporary files around the call. Host files use
 // IP literals of 198.18.0.0/16 only, so nothing is ever looked up.
+#include "msrun_ssh/app.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,7 +14,6 @@
 #include <sstream>
 #include <string>
 
-#include "msrun_ssh/app.h"
 #include "msrun_ssh/cli.h"
 
 namespace msrun_ssh {
@@ -131,8 +132,7 @@ TEST_F(App, DryRunPrintsThePlan) {
 
 TEST_F(App, DryRunHonoursOptions) {
   Captured c = run({"--hostfile=" + hostfile_, "--master_addr", "198.18.0.2", "--master_port=9000",
-                    "--dry_run", "--python", "/opt/py", "--env", "A=1", "--log_dir=out",
-                    "run.py"});
+                    "--dry_run", "--python", "/opt/py", "--env", "A=1", "--log_dir=out", "run.py"});
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_NE(c.out.find("scheduler at 198.18.0.2:9000\nlogs: out\n"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("host 198.18.0.2 (node rank 1) [master]"), std::string::npos);
@@ -157,10 +157,12 @@ TEST_F(App, DryRunWithAPlainHostFile) {
 
 TEST_F(App, UsageErrorsExitTwo) {
   expect_error({"train.py"}, "run: --hostfile is required");
-  expect_error({"--hostfile", hostfile_}, "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile "
-                                          "FILE TASK_SCRIPT ...");
-  expect_error({"--hostfile", hostfile_, "--node_rank=1", "train.py"},
-               "--node_rank=1: node ranks come from the order of the host file; remove --node_rank");
+  expect_error({"--hostfile", hostfile_},
+               "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile "
+               "FILE TASK_SCRIPT ...");
+  expect_error(
+      {"--hostfile", hostfile_, "--node_rank=1", "train.py"},
+      "--node_rank=1: node ranks come from the order of the host file; remove --node_rank");
   expect_error({"--hostfile", hostfile_, "--bogus", "train.py"},
                "unknown option \"--bogus\" for run (see --help)");
 }
@@ -203,9 +205,10 @@ TEST(AppJobId, Format) {
   std::string id = new_job_id();
   EXPECT_TRUE(std::regex_match(id, std::regex("[0-9]{8}-[0-9]{6}-[0-9a-f]{6}"))) << id;
   // Accepted back by `stop --job`.
-  EXPECT_EQ(parse_args({"stop", "--hostfile", "h", "--job", id}, [](const char*) { return nullptr; })
-                .options.job,
-            id);
+  EXPECT_EQ(
+      parse_args({"stop", "--hostfile", "h", "--job", id}, [](const char*) { return nullptr; })
+          .options.job,
+      id);
 }
 
 TEST(AppResolve, IpLiteralIsItself) {

@@ -1,5 +1,7 @@
 // Binding requests (src/plan/binding.cc): boolean words, --bind_core / --bind_numa values in every
 // accepted form, CPU lists, and every error message.
+#include "msrun_ssh/binding.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,7 +10,6 @@
 #include <fstream>
 #include <string>
 
-#include "msrun_ssh/binding.h"
 #include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
@@ -68,12 +69,11 @@ TEST(Binding, BindCoreBooleans) {
 }
 
 TEST(Binding, BindCoreDict) {
-  BindCore b = parse_bind_core(R"({"scheduler":["0-3"],"device0":["4-9","20-25"],"device12":["30"]})",
-                               "--bind_core");
+  BindCore b = parse_bind_core(
+      R"({"scheduler":["0-3"],"device0":["4-9","20-25"],"device12":["30"]})", "--bind_core");
   EXPECT_EQ(b.mode, BindCore::Mode::kManual);
-  EXPECT_EQ(b.ranges, (Ranges{{"device0", {"4-9", "20-25"}},
-                              {"device12", {"30"}},
-                              {"scheduler", {"0-3"}}}));
+  EXPECT_EQ(b.ranges,
+            (Ranges{{"device0", {"4-9", "20-25"}}, {"device12", {"30"}}, {"scheduler", {"0-3"}}}));
 }
 
 TEST(Binding, BindCoreEmptyDictIsManualWithNoKeys) {
@@ -87,8 +87,9 @@ TEST(Binding, BindCoreErrors) {
   EXPECT_EQ(core_error("{\"device0\": [\"0-3\"]"),
             "--bind_core: not a boolean (True/False) nor valid JSON: {\"device0\": [\"0-3\"]");
   EXPECT_EQ(core_error("[\"0-3\"]"), "--bind_core: expected a JSON object, got: [\"0-3\"]");
-  EXPECT_EQ(core_error("{\"gpu0\":[\"0\"]}"),
-            "--bind_core: unknown key \"gpu0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
+  EXPECT_EQ(
+      core_error("{\"gpu0\":[\"0\"]}"),
+      "--bind_core: unknown key \"gpu0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
   EXPECT_EQ(core_error("{\"device0\":\"0-3\"}"),
             "--bind_core key \"device0\": expected a non-empty list of CPU ranges");
   EXPECT_EQ(core_error("{\"device0\":[]}"),
@@ -104,8 +105,8 @@ TEST(Binding, BindCoreErrors) {
 TEST(Binding, BindKeys) {
   for (const char* k : {"scheduler", "device0", "device7", "device123456"})
     EXPECT_NO_THROW(validate_bind_key(k, "w")) << k;
-  for (const char* k : {"device", "device-1", "device1a", "Device0", "sched", "device1234567",
-                        "", "device+1", "device 1"})
+  for (const char* k : {"device", "device-1", "device1a", "Device0", "sched", "device1234567", "",
+                        "device+1", "device 1"})
     EXPECT_EQ(error_of([&] { validate_bind_key(k, "w"); }),
               std::string("w: unknown key \"") + k +
                   "\" (expected \"scheduler\" or \"device<N>\", as msrun)")
@@ -126,8 +127,9 @@ TEST(Binding, BindNumaDict) {
 TEST(Binding, BindNumaErrors) {
   EXPECT_EQ(numa_error("maybe"), "--bind_numa: not a boolean (True/False) nor valid JSON: maybe");
   EXPECT_EQ(numa_error("3"), "--bind_numa: expected a JSON object, got: 3");
-  EXPECT_EQ(numa_error(R"({"dev0": 0})"),
-            "--bind_numa: unknown key \"dev0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
+  EXPECT_EQ(
+      numa_error(R"({"dev0": 0})"),
+      "--bind_numa: unknown key \"dev0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
   EXPECT_EQ(numa_error(R"({"device0": -1})"),
             "--bind_numa key \"device0\": expected NUMA node ids (0-4095)");
   EXPECT_EQ(numa_error(R"({"device0": 4096})"),
@@ -174,8 +176,8 @@ TEST_F(BindNumaFile, ErrorsNameTheFile) {
   EXPECT_EQ(numa_error(path),
             "--bind_numa (file " + path + ") key \"device0\": expected NUMA node ids (0-4095)");
   std::string garbage = write("garbage.json", "not json");
-  EXPECT_EQ(numa_error(garbage),
-            "--bind_numa (file " + garbage + "): not a boolean (True/False) nor valid JSON: not json");
+  EXPECT_EQ(numa_error(garbage), "--bind_numa (file " + garbage +
+                                     "): not a boolean (True/False) nor valid JSON: not json");
 }
 
 TEST(Binding, CpuLists) {

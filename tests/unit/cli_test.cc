@@ -1,5 +1,7 @@
 // The command line (src/cli/cli.cc): every option of SPEC §2 in both spellings, booleans, numeric
 // ranges, REMAINDER semantics, --env, the check / stop subcommands and every usage error.
+#include "msrun_ssh/cli.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -7,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "msrun_ssh/cli.h"
 #include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
@@ -125,7 +126,9 @@ std::vector<Case> value_options() {
       {"--worker_log_name", "w_{ip}_{hostname}",
        [](const Options& o) { EXPECT_EQ(o.worker_log_name, "w_{ip}_{hostname}"); }},
       {"--tail_worker_log", "0,3,12",
-       [](const Options& o) { EXPECT_EQ(o.tail_worker_log, (std::vector<int>{0, 3, 12})); }},
+       [](const Options& o) {
+         EXPECT_EQ(o.tail_worker_log, (std::vector<int>{0, 3, 12}));
+       }},
       {"--tail_worker_log", "-1", [](const Options& o) { EXPECT_TRUE(o.tail_worker_log.empty()); }},
       {"--ssh_config", "/etc/ssh/cfg",
        [](const Options& o) { EXPECT_EQ(o.ssh_config, "/etc/ssh/cfg"); }},
@@ -135,7 +138,10 @@ std::vector<Case> value_options() {
       {"--kill_grace", "0", [](const Options& o) { EXPECT_EQ(o.kill_grace, 0); }},
       {"--strict_host_key_checking", "accept-new",
        [](const Options& o) { EXPECT_EQ(o.strict_host_key_checking, HostKeyPolicy::kAcceptNew); }},
-      {"--env", "A=1", [](const Options& o) { EXPECT_EQ(o.env, (EnvList{{"A", "1"}})); }},
+      {"--env", "A=1",
+       [](const Options& o) {
+         EXPECT_EQ(o.env, (EnvList{{"A", "1"}}));
+       }},
       {"--python", "/usr/bin/python3.11",
        [](const Options& o) { EXPECT_EQ(o.python, "/usr/bin/python3.11"); }},
   };
@@ -286,7 +292,8 @@ TEST(Cli, NotNumbers) {
   EXPECT_EQ(run_error({"--heartbeat", "x"}), "--heartbeat=x: not a number of seconds");
   EXPECT_EQ(run_error({"--heartbeat", "nan"}), "--heartbeat=nan: not a number of seconds");
   EXPECT_EQ(run_error({"--heartbeat", "inf"}), "--heartbeat=inf: not a number of seconds");
-  EXPECT_EQ(run_error({"--connect_timeout", "5s"}), "--connect_timeout=5s: not a number of seconds");
+  EXPECT_EQ(run_error({"--connect_timeout", "5s"}),
+            "--connect_timeout=5s: not a number of seconds");
 }
 
 TEST(Cli, EmptyValues) {
@@ -300,10 +307,11 @@ TEST(Cli, EmptyValues) {
 }
 
 TEST(Cli, EnvSetsAndForwards) {
-  Options o = run_with({"--env", "A=1", "--env=B=x=y", "--env", "DATA_PATH", "--env=EMPTY",
-                        "--env", "C=", "--env", "A=2"});
-  EXPECT_EQ(o.env, (EnvList{{"A", "2"}, {"B", "x=y"}, {"DATA_PATH", "/data/a b"}, {"EMPTY", ""},
-                            {"C", ""}}));
+  Options o = run_with({"--env", "A=1", "--env=B=x=y", "--env", "DATA_PATH", "--env=EMPTY", "--env",
+                        "C=", "--env", "A=2"});
+  EXPECT_EQ(
+      o.env,
+      (EnvList{{"A", "2"}, {"B", "x=y"}, {"DATA_PATH", "/data/a b"}, {"EMPTY", ""}, {"C", ""}}));
 }
 
 TEST(Cli, EnvOfAnUnsetVariable) {
@@ -361,26 +369,47 @@ TEST(Cli, HelpAndVersion) {
 }
 
 TEST(Cli, HelpTexts) {
-  EXPECT_EQ(help_text(Command::kRun).rfind("usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT", 0),
-            0u);
+  EXPECT_EQ(
+      help_text(Command::kRun).rfind("usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT", 0),
+      0u);
   EXPECT_EQ(help_text(Command::kCheck).rfind("usage: msrun-ssh check", 0), 0u);
   EXPECT_EQ(help_text(Command::kStop).rfind("usage: msrun-ssh stop", 0), 0u);
   // Every option of the table is documented.
-  for (const char* name :
-       {"--hostfile", "--worker_num", "--local_worker_num", "--master_addr", "--master_port",
-        "--node_rank", "--log_dir", "--join", "--cluster_time_out", "--bind_core", "--bind_numa",
-        "--sim_level", "--sim_rank_id", "--rank_table_file", "--worker_log_name",
-        "--tail_worker_log", "--dry_run", "--ssh_config", "--fanout", "--connect_timeout",
-        "--heartbeat", "--kill_grace", "--report_bindings", "--strict_host_key_checking", "--env",
-        "--python", "--version"})
+  for (const char* name : {"--hostfile",
+                           "--worker_num",
+                           "--local_worker_num",
+                           "--master_addr",
+                           "--master_port",
+                           "--node_rank",
+                           "--log_dir",
+                           "--join",
+                           "--cluster_time_out",
+                           "--bind_core",
+                           "--bind_numa",
+                           "--sim_level",
+                           "--sim_rank_id",
+                           "--rank_table_file",
+                           "--worker_log_name",
+                           "--tail_worker_log",
+                           "--dry_run",
+                           "--ssh_config",
+                           "--fanout",
+                           "--connect_timeout",
+                           "--heartbeat",
+                           "--kill_grace",
+                           "--report_bindings",
+                           "--strict_host_key_checking",
+                           "--env",
+                           "--python",
+                           "--version"})
     EXPECT_NE(help_text(Command::kRun).find(name), std::string::npos) << name;
 }
 
 // ---- check / stop -------------------------------------------------------------------------------
 
 TEST(Cli, Check) {
-  CliResult r = parse({"check", "--hostfile", "h.toml", "--import", "mindspore", "--import=numpy",
-                       "--json"});
+  CliResult r =
+      parse({"check", "--hostfile", "h.toml", "--import", "mindspore", "--import=numpy", "--json"});
   const Options& o = r.options;
   EXPECT_EQ(r.action, CliAction::kRun);
   EXPECT_EQ(o.command, Command::kCheck);
@@ -411,8 +440,8 @@ TEST(Cli, CheckTakesRunOptions) {
 }
 
 TEST(Cli, Stop) {
-  CliResult r = parse({"stop", "--hostfile", "h.toml", "--job", "20261129-154501-3fa9c2",
-                       "--kill_grace=1"});
+  CliResult r =
+      parse({"stop", "--hostfile", "h.toml", "--job", "20261129-154501-3fa9c2", "--kill_grace=1"});
   EXPECT_EQ(r.options.command, Command::kStop);
   EXPECT_EQ(r.options.job, "20261129-154501-3fa9c2");
   EXPECT_EQ(r.options.kill_grace, 1);

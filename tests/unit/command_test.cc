@@ -3,6 +3,8 @@
 // at the end of the exec chain records the argv, environment and working directory it got, which
 // must equal the Process byte for byte, with nothing executed on the way. The watchdog and `stop`
 // also run here against marked `sleep` processes. Every wait is bounded; leftovers die in TearDown.
+#include "msrun_ssh/command.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -25,8 +27,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "msrun_ssh/command.h"
 
 namespace msrun_ssh {
 namespace {
@@ -198,8 +198,10 @@ class CommandTest : public ::testing::Test {
       if (poll(&p, 1, left) <= 0) continue;
       char chunk[65536];
       ssize_t n = read(fd, chunk, sizeof chunk);
-      if (n <= 0) eof = true;
-      else buf.append(chunk, static_cast<size_t>(n));
+      if (n <= 0)
+        eof = true;
+      else
+        buf.append(chunk, static_cast<size_t>(n));
     }
     return true;
   }
@@ -250,7 +252,8 @@ class CommandTest : public ::testing::Test {
   std::vector<int> fds_;
 };
 
-// ---- shell_quote / shell_join / exact strings ------------------------------------------------------
+// ---- shell_quote / shell_join / exact strings
+// ------------------------------------------------------
 
 TEST(CommandQuote, ShellQuote) {
   EXPECT_EQ(shell_quote(""), "''");
@@ -280,6 +283,18 @@ TEST(CommandQuote, ProcessCommandExactly) {
             "'B=it'\\''s' 'python3' 'train.py' '--lr' '0.1'");
 }
 
+TEST(CommandQuote, ProgramWithAnEqualsSignGoesThroughExec) {
+  Process p;
+  p.workdir = "/w";
+  p.argv = {"./a=b", "x"};
+  EXPECT_EQ(process_command(p, "j"),
+            "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'sh' '-c' 'exec \"$@\"' 'sh' './a=b' "
+            "'x'");
+  p.argv = {"python3", "a=b.py"};  // only the program matters
+  EXPECT_EQ(process_command(p, "j"),
+            "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'python3' 'a=b.py'");
+}
+
 TEST(CommandQuote, DetachedCommandExactly) {
   Process p;
   p.workdir = "/w";
@@ -306,6 +321,8 @@ TEST(CommandQuote, WatchdogAndStopArguments) {
   EXPECT_TRUE(s.ends_with("' msrun-ssh-stop 'j-1' 25")) << s;
 }
 
+class CommandSyntax : public CommandTest {};
+
 // For `exec sh -c SCRIPT ARGS`: the same with `sh -n`, which parses SCRIPT without running it.
 std::string parse_inner(const std::string& command) {
   std::string c = command;
@@ -313,7 +330,7 @@ std::string parse_inner(const std::string& command) {
   return c;
 }
 
-TEST_F(CommandTest, GeneratedCommandsAreValidShell) {
+TEST_F(CommandSyntax, GeneratedCommandsAreValidShell) {
   Process p;
   p.workdir = base_;
   p.env = {{"A", "it's $(x)"}};
@@ -336,7 +353,8 @@ TEST_F(CommandTest, GeneratedCommandsAreValidShell) {
   EXPECT_EQ(std::distance(fs::directory_iterator(base_), fs::directory_iterator()), 0);
 }
 
-// ---- byte-exact round trip -------------------------------------------------------------------------
+// ---- byte-exact round trip
+// -------------------------------------------------------------------------
 
 Words hostile_corpus(const std::string& base) {
   const std::string p = base + "/pwned";
@@ -411,15 +429,17 @@ Words hostile_corpus(const std::string& base) {
       "{ echo; }",
       "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93 \xe6\x97\xa5\xe6\x9c\xac",
       "\xff\xfe",
-      "\x80" "abc\xc3",
+      "\x80"
+      "abc\xc3",
       "\x01\x02\x1b[31m\x7f",
   };
   return c;
 }
 
-// About 100 KB of everything at once, with a quote every 62 bytes.
+// About 100 KB of everything at once, one quote per chunk (quoting grows it by 3 bytes a chunk).
 std::string long_word() {
-  const std::string chunk = "abcdefghij $(touch x) `y` \"z\" \\ ; & | < > * ? ~ # ! \t\r\n\xff\xc3 '";
+  const std::string chunk =
+      "abcdefghij $(touch x) `y` \"z\" \\ ; & | < > * ? ~ # ! \t\r\n\xff\xc3 '";
   std::string s;
   while (s.size() < 100 * 1024) s += chunk;
   return s;
@@ -436,7 +456,8 @@ class CommandRoundTrip : public CommandTest {
   void SetUp() override {
     CommandTest::SetUp();
     // The working directory has a hostile name too.
-    std::string tmpl = base_ + "/wd 'q' \"d\" $(touch pwned-wd) `touch pwned-wd2` ;&|<>*?~#!\\ \t-x=yXXXXXX";
+    std::string tmpl =
+        base_ + "/wd 'q' \"d\" $(touch pwned-wd) `touch pwned-wd2` ;&|<>*?~#!\\ \t-x=yXXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     workdir_ = tmpl;
     corpus_ = hostile_corpus(base_);
@@ -462,7 +483,7 @@ class CommandRoundTrip : public CommandTest {
     EXPECT_EQ(r.output, "");
 
     Words argv = split_nul(slurp(workdir_ + "/argv.bin"));
-    Words want(process_.argv.begin() + 4, process_.argv.end());
+    Words want(process_.argv.begin() + recorder_words_, process_.argv.end());
     ASSERT_EQ(argv.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(argv[i], want[i]) << "argv " << i;
 
@@ -497,6 +518,7 @@ class CommandRoundTrip : public CommandTest {
   std::string workdir_;
   Words corpus_;
   Process process_;
+  size_t recorder_words_ = 4;  // argv words before the recorded ones ("$@")
 };
 
 TEST_F(CommandRoundTrip, DashPassesEveryByte) {
@@ -516,6 +538,20 @@ TEST_F(CommandRoundTrip, HostileJobIdStaysOneValue) {
   check_nothing_ran();
 }
 
+TEST_F(CommandRoundTrip, ProgramWithAnEqualsSign) {
+  // env(1) takes every leading NAME=VALUE word for an assignment: the program must still run.
+  std::string program = workdir_ + "/rec=1";
+  std::ofstream(program) << "#!/bin/sh\n" << kRecorder << "\n";
+  fs::permissions(program, fs::perms::owner_all);
+  process_.argv = {"./rec=1"};
+  process_.argv.insert(process_.argv.end(), corpus_.begin(), corpus_.end());
+  recorder_words_ = 1;
+  for (const auto& shell : {"/bin/sh", "/bin/bash"}) {
+    check_run(shell);
+    for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+  }
+}
+
 TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {
   process_.env.clear();
   process_.argv = {"/bin/sh", "-c", kRecorder, "recorder"};
@@ -532,7 +568,8 @@ TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {
   EXPECT_FALSE(fs::exists(base_ + "/argv.bin"));
 }
 
-// ---- detached -------------------------------------------------------------------------------------
+// ---- detached
+// -------------------------------------------------------------------------------------
 
 TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   process_.argv = {"/bin/sh", "-c", kRecorder + " && exec sleep 30", "recorder"};
@@ -555,7 +592,7 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
 
   // Log file 0600 in a 0700 directory, relative to the workdir.
   std::string log = workdir_ + "/logs/sub dir/w'0.log";
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat(log.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat((workdir_ + "/logs/sub dir").c_str(), &st), 0);
@@ -563,16 +600,20 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
 
   Result stop = run_shell("/bin/sh", stop_command(job_, 1), base_);
   EXPECT_EQ(stop.status, 0);
-  EXPECT_EQ(stop.output, "killed " + std::to_string(pid) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
+  EXPECT_EQ(stop.output,
+            "killed " + std::to_string(pid) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
   // Orphaned, it came back to us (subreaper): reap it.
   std::optional<int> status = wait_for(pid, 5);
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
 }
 
-// ---- stop -----------------------------------------------------------------------------------------
+// ---- stop
+// -----------------------------------------------------------------------------------------
 
-TEST_F(CommandTest, StopKillsTheMarkedProcess) {
+class StopCommand : public CommandTest {};
+
+TEST_F(StopCommand, KillsTheMarkedProcess) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   pid_t bystander = start_marked(random_job_id(), {"sleep", "30"}, "sleep");
   // Same prefix, another job: the marker must match as a whole.
@@ -589,13 +630,13 @@ TEST_F(CommandTest, StopKillsTheMarkedProcess) {
   EXPECT_FALSE(wait_for(sibling, 0).has_value());
 }
 
-TEST_F(CommandTest, StopWithNothingRunning) {
+TEST_F(StopCommand, WithNothingRunning) {
   Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.output, "msrun-ssh-stop: done\n");
 }
 
-TEST_F(CommandTest, StopEscalatesToSigkill) {
+TEST_F(StopCommand, EscalatesToSigkill) {
   // SIGTERM stays ignored across exec: this sleep ignores it.
   pid_t stubborn = start_marked(job_, {"/bin/sh", "-c", "trap '' TERM; exec sleep 30"}, "sleep");
   auto t0 = Clock::now();
@@ -610,16 +651,18 @@ TEST_F(CommandTest, StopEscalatesToSigkill) {
   EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
 }
 
-TEST_F(CommandTest, StopReachesGrandchildrenInOtherSessions) {
-  pid_t parent =
-      start_marked(job_, {"/bin/sh", "-c", "setsid sleep 31 & exec sleep 30"}, "sleep");
-  auto t0 = Clock::now();
-  while (marked(job_).size() < 2 && since(t0) < 5)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::vector<pid_t> pids = marked(job_);
-  ASSERT_EQ(pids.size(), 2u);
-  pid_t grandchild = pids[0] == parent ? pids[1] : pids[0];
-  wait_exec(grandchild, "sleep");
+TEST_F(StopCommand, ReachesGrandchildrenInOtherSessions) {
+  pid_t parent = start_marked(job_, {"/bin/sh", "-c", "setsid sleep 31 & exec sleep 30"}, "sleep");
+  // The grandchild, once it runs `sleep 31` (a scan of /proc may miss a process mid-exec).
+  pid_t grandchild = -1;
+  for (auto t0 = Clock::now(); grandchild < 0 && since(t0) < 5;) {
+    for (pid_t p : marked(job_))
+      if (split_nul(slurp("/proc/" + std::to_string(p) + "/cmdline")) == Words{"sleep", "31"})
+        grandchild = p;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(grandchild, 0);
+  EXPECT_EQ(marked(job_).size(), 2u);
   EXPECT_NE(getsid(grandchild), getsid(parent));
   Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
   EXPECT_EQ(r.status, 0);
@@ -633,9 +676,10 @@ TEST_F(CommandTest, StopReachesGrandchildrenInOtherSessions) {
   EXPECT_TRUE(wait_for(grandchild, 2).has_value());  // orphaned to us: reaped here
 }
 
-// ---- watchdog -------------------------------------------------------------------------------------
+// ---- watchdog
+// -------------------------------------------------------------------------------------
 
-class Watchdog : public CommandTest {
+class WatchdogCommand : public CommandTest {
  protected:
   // Starts the watchdog for job_ and waits for its ready line.
   void start(double timeout_s, double grace_s) {
@@ -657,7 +701,7 @@ class Watchdog : public CommandTest {
   std::string out_;
 };
 
-TEST_F(Watchdog, EchoesHeartbeatsAndTearsDownAfterSilence) {
+TEST_F(WatchdogCommand, EchoesHeartbeatsAndTearsDownAfterSilence) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(1.0, 0.5);
   // Heartbeats every 0.25 s for 1.5 s: longer than the timeout, and nothing is killed.
@@ -682,7 +726,7 @@ TEST_F(Watchdog, EchoesHeartbeatsAndTearsDownAfterSilence) {
                       " SIGTERM sleep 30 \n");
 }
 
-TEST_F(Watchdog, TeardownByteEndsTheJobAtOnce) {
+TEST_F(WatchdogCommand, TeardownByteEndsTheJobAtOnce) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   pid_t bystander = start_marked(random_job_id(), {"sleep", "30"}, "sleep");
   start(30, 5);
@@ -693,12 +737,12 @@ TEST_F(Watchdog, TeardownByteEndsTheJobAtOnce) {
   EXPECT_LT(since(t0), 1.5);
   EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
   EXPECT_EQ(finish(3), 0);
-  EXPECT_EQ(out_, "killed " + std::to_string(sleeper) +
-                      " SIGTERM sleep 30 \nmsrun-ssh-watchdog: done\n");
+  EXPECT_EQ(out_,
+            "killed " + std::to_string(sleeper) + " SIGTERM sleep 30 \nmsrun-ssh-watchdog: done\n");
   EXPECT_FALSE(wait_for(bystander, 0.1).has_value());
 }
 
-TEST_F(Watchdog, KillByteSendsSigkill) {
+TEST_F(WatchdogCommand, KillByteSendsSigkill) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 5);
   send(kKillNow);
@@ -706,18 +750,18 @@ TEST_F(Watchdog, KillByteSendsSigkill) {
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
   EXPECT_EQ(finish(3), 0);
-  EXPECT_EQ(out_, "killed " + std::to_string(sleeper) +
-                      " SIGKILL sleep 30 \nmsrun-ssh-watchdog: done\n");
+  EXPECT_EQ(out_,
+            "killed " + std::to_string(sleeper) + " SIGKILL sleep 30 \nmsrun-ssh-watchdog: done\n");
 }
 
-TEST_F(Watchdog, QuitWithNothingLeft) {
+TEST_F(WatchdogCommand, QuitWithNothingLeft) {
   start(30, 5);
   send(kQuit);
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(out_, "msrun-ssh-watchdog: done\n");
 }
 
-TEST_F(Watchdog, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
+TEST_F(WatchdogCommand, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 0.4);
   auto t0 = Clock::now();
@@ -731,7 +775,7 @@ TEST_F(Watchdog, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
                       " SIGTERM sleep 30 \n");
 }
 
-TEST_F(Watchdog, HostileJobIdIsOneWord) {
+TEST_F(WatchdogCommand, HostileJobIdIsOneWord) {
   job_ = "x'; touch pwned; echo '$(touch pwned2)";
   start(30, 0.4);
   send(kQuit);
@@ -741,7 +785,7 @@ TEST_F(Watchdog, HostileJobIdIsOneWord) {
   EXPECT_FALSE(fs::exists(base_ + "/pwned2"));
 }
 
-TEST_F(Watchdog, UnknownByteCountsAsLost) {
+TEST_F(WatchdogCommand, UnknownByteCountsAsLost) {
   start(30, 0.4);
   send('x');
   EXPECT_EQ(finish(3), 0);

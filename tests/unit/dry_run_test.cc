@@ -1,11 +1,12 @@
 // The --dry_run text (src/cli/dry_run.cc): the whole plan, exactly, for a small job; detached
 // commands, simulation and bindings in their short forms.
+#include "msrun_ssh/dry_run.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "msrun_ssh/command.h"
-#include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/plan.h"
 
 namespace msrun_ssh {
@@ -121,11 +122,12 @@ TEST_F(DryRun, Simulation) {
 
 TEST_F(DryRun, Bindings) {
   cluster.hosts[0].local_worker_num = 2;
-  options.bind_core = parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4"]})",
-                                      "x");
+  options.bind_core =
+      parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4"]})", "x");
   options.bind_numa = parse_bind_numa(R"({"device1": 1})", "x");
   std::string t = text();
-  EXPECT_NE(t.find("  scheduler: DEVICE_ID=- cpus 0-1 log scheduler.log\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("  scheduler: DEVICE_ID=- cpus 0-1 log scheduler.log\n"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("  rank 0: DEVICE_ID=0 cpus 2-3 log worker_0.log\n"), std::string::npos) << t;
   EXPECT_NE(t.find("  rank 1: DEVICE_ID=1 cpus 4 numa 1 log worker_1.log\n"), std::string::npos)
       << t;
@@ -144,8 +146,8 @@ TEST_F(DryRun, AutoBindingIsShownPending) {
 
 TEST_F(DryRun, DescribeBindings) {
   cluster.hosts[0].local_worker_num = 2;
-  options.bind_core = parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4"]})",
-                                      "x");
+  options.bind_core =
+      parse_bind_core(R"({"scheduler":["0-1"],"device0":["2-3"],"device1":["4"]})", "x");
   options.bind_numa = parse_bind_numa(R"({"device1": 1})", "x");
   EXPECT_EQ(describe_bindings(make_plan(options, cluster, literal_only)),
             "node   0  198.18.0.1       scheduler  DEVICE_ID=-   cpus 0-1\n"

@@ -1,6 +1,8 @@
 // Host files (src/hostfile/hostfile.cc): every key of the TOML format, [defaults] under host keys,
 // every error with its exact FILE:LINE:COL message, the plain "host slots=N" format, and
 // load_hostfile choosing the format by the file name.
+#include "msrun_ssh/hostfile.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 #include <string>
 
 #include "msrun_ssh/error.h"
-#include "msrun_ssh/hostfile.h"
 
 namespace msrun_ssh {
 namespace {
@@ -106,9 +107,8 @@ TEST(Hostfile, HostKeysOverrideDefaults) {
   // A host's env adds to [defaults]' env; the same name takes the host's value.
   EXPECT_EQ(h.env, (Env{{"DATA_PATH", "/other"}, {"GLOO_SOCKET_IFNAME", "eth0"}, {"EXTRA", "x"}}));
   EXPECT_EQ(h.bind_core.mode, BindCore::Mode::kManual);
-  EXPECT_EQ(h.bind_core.ranges,
-            (std::map<std::string, std::vector<std::string>>{{"device0", {"0-3"}},
-                                                             {"scheduler", {"4", "6-7"}}}));
+  EXPECT_EQ(h.bind_core.ranges, (std::map<std::string, std::vector<std::string>>{
+                                    {"device0", {"0-3"}}, {"scheduler", {"4", "6-7"}}}));
   EXPECT_EQ(h.bind_numa.mode, BindNuma::Mode::kManual);
   EXPECT_EQ(h.bind_numa.nodes,
             (std::map<std::string, std::vector<int>>{{"device0", {0}}, {"device1", {1, 0}}}));
@@ -150,8 +150,7 @@ TEST(Hostfile, BindNumaTakesIntsAndArrays) {
 
 TEST(Hostfile, TildeOnlyExpandsAsAPrefix) {
   Cluster c = parse_toml_hostfile(
-      "[[hosts]]\naddress = \"a\"\nidentity_file = \"/x/~/id\"\nknown_hosts = \"~kh\"\n",
-      "h.toml");
+      "[[hosts]]\naddress = \"a\"\nidentity_file = \"/x/~/id\"\nknown_hosts = \"~kh\"\n", "h.toml");
   EXPECT_EQ(c.hosts[0].identity_file, "/x/~/id");
   EXPECT_EQ(c.hosts[0].known_hosts, "~kh");
 }
@@ -245,7 +244,8 @@ TEST(Hostfile, DefaultsMustBeATable) {
 
 TEST(Hostfile, WrongTypes) {
   const std::string head = "[[hosts]]\naddress = \"a\"\n";
-  EXPECT_EQ(toml_error("[[hosts]]\naddress = 1\n"), "h.toml:2:11: key \"address\" must be a string");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = 1\n"),
+            "h.toml:2:11: key \"address\" must be a string");
   EXPECT_EQ(toml_error(head + "user = 1\n"), "h.toml:3:8: key \"user\" must be a string");
   EXPECT_EQ(toml_error(head + "port = \"22\"\n"), "h.toml:3:8: key \"port\" must be an integer");
   EXPECT_EQ(toml_error(head + "port = 22.0\n"), "h.toml:3:8: key \"port\" must be an integer");
@@ -272,7 +272,8 @@ TEST(Hostfile, WrongTypeInDefaults) {
 
 TEST(Hostfile, PortOutOfRange) {
   const std::string head = "[[hosts]]\naddress = \"a\"\n";
-  EXPECT_EQ(toml_error(head + "port = 0\n"), "h.toml:3:8: key \"port\" = 0 is out of range 1..65535");
+  EXPECT_EQ(toml_error(head + "port = 0\n"),
+            "h.toml:3:8: key \"port\" = 0 is out of range 1..65535");
   EXPECT_EQ(toml_error(head + "port = 65536\n"),
             "h.toml:3:8: key \"port\" = 65536 is out of range 1..65535");
   EXPECT_EQ(toml_error(head + "port = -22\n"),
@@ -290,7 +291,8 @@ TEST(Hostfile, LocalWorkerNumOutOfRange) {
 }
 
 TEST(Hostfile, EmptyStrings) {
-  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"\"\n"), "h.toml:2:11: key \"address\" must not be empty");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"\"\n"),
+            "h.toml:2:11: key \"address\" must not be empty");
   EXPECT_EQ(toml_error("[defaults]\nworkdir = \"\"\n[[hosts]]\naddress = \"a\"\n"),
             "h.toml:2:11: key \"workdir\" must not be empty");
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nuser = ''\n"),
@@ -324,11 +326,17 @@ TEST(Hostfile, NonStringEnvValue) {
 }
 
 TEST(Hostfile, HostsMustBeAnArrayOfTables) {
-  EXPECT_EQ(toml_error("hosts = \"a\"\n"), "h.toml:1:9: \"hosts\" must be an array of tables: [[hosts]]");
+  EXPECT_EQ(toml_error("hosts = \"a\"\n"),
+            "h.toml:1:9: \"hosts\" must be an array of tables: [[hosts]]");
   EXPECT_EQ(toml_error("hosts = [\"a\", \"b\"]\n"),
             "h.toml:1:9: \"hosts\" must be an array of tables: [[hosts]]");
   EXPECT_EQ(toml_error("[hosts]\naddress = \"a\"\n"),
             "h.toml:1:1: \"hosts\" must be an array of tables: [[hosts]]");
+}
+
+TEST(Hostfile, EmptyHostsArray) {
+  EXPECT_EQ(toml_error("hosts = []\n"),
+            "h.toml:1:9: \"hosts\" must be an array of tables: [[hosts]]");
 }
 
 TEST(Hostfile, MissingAddress) {
@@ -479,8 +487,10 @@ TEST(HostfilePlain, NoFinalNewline) {
 }
 
 TEST(HostfilePlain, UnknownWord) {
-  EXPECT_EQ(plain_error("a slots=1\nb cpus=4\n"), "hosts:2: unknown word \"cpus=4\" (expected slots=N)");
-  EXPECT_EQ(plain_error("a slots=1\n\n# x\nb 4\n"), "hosts:4: unknown word \"4\" (expected slots=N)");
+  EXPECT_EQ(plain_error("a slots=1\nb cpus=4\n"),
+            "hosts:2: unknown word \"cpus=4\" (expected slots=N)");
+  EXPECT_EQ(plain_error("a slots=1\n\n# x\nb 4\n"),
+            "hosts:4: unknown word \"4\" (expected slots=N)");
 }
 
 TEST(HostfilePlain, BadSlots) {
@@ -538,7 +548,8 @@ class LoadHostfile : public ::testing::Test {
 };
 
 TEST_F(LoadHostfile, TomlByExtension) {
-  std::string path = write("cluster.toml", "[[hosts]]\naddress = \"198.18.0.1\"\nlocal_worker_num = 2\n");
+  std::string path =
+      write("cluster.toml", "[[hosts]]\naddress = \"198.18.0.1\"\nlocal_worker_num = 2\n");
   Cluster c = load_hostfile(path);
   EXPECT_EQ(c.path, path);
   ASSERT_EQ(c.hosts.size(), 1u);

@@ -25,9 +25,7 @@ std::string error_of(std::string_view pattern) {
 
 TEST(Nodeset, PlainNameIsItself) { EXPECT_EQ(expand_nodeset("node1"), Names{"node1"}); }
 
-TEST(Nodeset, IpAddressIsItself) {
-  EXPECT_EQ(expand_nodeset("198.18.0.1"), Names{"198.18.0.1"});
-}
+TEST(Nodeset, IpAddressIsItself) { EXPECT_EQ(expand_nodeset("198.18.0.1"), Names{"198.18.0.1"}); }
 
 TEST(Nodeset, RangeKeepsZeroPadding) {
   EXPECT_EQ(expand_nodeset("node[01-03]"), (Names{"node01", "node02", "node03"}));
@@ -73,8 +71,7 @@ TEST(Nodeset, SuffixAfterGroup) {
 TEST(Nodeset, GroupOnly) { EXPECT_EQ(expand_nodeset("[1-2]"), (Names{"1", "2"})); }
 
 TEST(Nodeset, IpRange) {
-  EXPECT_EQ(expand_nodeset("198.18.0.[1-3]"),
-            (Names{"198.18.0.1", "198.18.0.2", "198.18.0.3"}));
+  EXPECT_EQ(expand_nodeset("198.18.0.[1-3]"), (Names{"198.18.0.1", "198.18.0.2", "198.18.0.3"}));
 }
 
 TEST(Nodeset, GroupsMultiply) {

@@ -1,6 +1,8 @@
 // The launch plan (src/plan/plan.cc): ranks and the master on uneven hosts, the environment
 // contract, simulation, log names, devices, the interpreter rule and manual / auto binding.
 // Names are never resolved for real: every test passes a fake Resolver.
+#include "msrun_ssh/plan.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "msrun_ssh/error.h"
-#include "msrun_ssh/plan.h"
 
 namespace msrun_ssh {
 namespace {
@@ -167,12 +168,14 @@ TEST_F(MakePlan, MasterAddrMatchesAnIpLiteralInTheHostFile) {
 
 TEST_F(MakePlan, UnknownMasterAddr) {
   options.master_addr = "nowhere";
-  EXPECT_EQ(error(), "--master_addr=nowhere: no host of the host file has this address, name or IP "
-                     "(nowhere)");
+  EXPECT_EQ(error(),
+            "--master_addr=nowhere: no host of the host file has this address, name or IP "
+            "(nowhere)");
   dns.table["elsewhere"] = "198.18.9.9";
   options.master_addr = "elsewhere";
-  EXPECT_EQ(error(), "--master_addr=elsewhere: no host of the host file has this address, name or "
-                     "IP (198.18.9.9)");
+  EXPECT_EQ(error(),
+            "--master_addr=elsewhere: no host of the host file has this address, name or "
+            "IP (198.18.9.9)");
 }
 
 TEST_F(MakePlan, SchedulerEnvironment) {
@@ -293,15 +296,14 @@ TEST_F(MakePlan, SimulationHasNoSchedulerNorSchedulerVariables) {
       EXPECT_EQ(*env_of(proc, "MS_SIMULATION_LEVEL"), "1");
     }
   EXPECT_EQ(p.hosts[0].processes.size(), 3u);
-  EXPECT_EQ(p.hosts[2].processes[2].env,
-            (EnvList{{"MS_WORKER_NUM", "8"},
-                     {"RANK_SIZE", "8"},
-                     {"MS_NODE_RANK", "2"},
-                     {"RANK_ID", "6"},
-                     {"MS_NODE_ID", "6"},
-                     {"DEVICE_ID", "2"},
-                     {"MS_SIMULATION_LEVEL", "1"},
-                     {"PYTHONUNBUFFERED", "1"}}));
+  EXPECT_EQ(p.hosts[2].processes[2].env, (EnvList{{"MS_WORKER_NUM", "8"},
+                                                  {"RANK_SIZE", "8"},
+                                                  {"MS_NODE_RANK", "2"},
+                                                  {"RANK_ID", "6"},
+                                                  {"MS_NODE_ID", "6"},
+                                                  {"DEVICE_ID", "2"},
+                                                  {"MS_SIMULATION_LEVEL", "1"},
+                                                  {"PYTHONUNBUFFERED", "1"}}));
 }
 
 TEST_F(MakePlan, SimulationLevelZeroCounts) {
@@ -348,9 +350,10 @@ TEST_F(MakePlan, RankTableFile) {
   options.rank_table_file = "/etc/hccl.json";
   Plan p = plan();
   for (const auto& h : p.hosts)
-    for (const auto& proc : h.processes) EXPECT_EQ(*env_of(proc, "RANK_TABLE_FILE"), "/etc/hccl.json");
-  EXPECT_EQ(p.hosts[0].processes[0].env[8], (std::pair<std::string, std::string>{
-                                                "RANK_TABLE_FILE", "/etc/hccl.json"}));
+    for (const auto& proc : h.processes)
+      EXPECT_EQ(*env_of(proc, "RANK_TABLE_FILE"), "/etc/hccl.json");
+  EXPECT_EQ(p.hosts[0].processes[0].env[8],
+            (std::pair<std::string, std::string>{"RANK_TABLE_FILE", "/etc/hccl.json"}));
 }
 
 TEST_F(MakePlan, NoRankTableFileByDefault) {
@@ -367,7 +370,8 @@ TEST_F(MakePlan, TailWorkerLogOutOfRange) {
   EXPECT_EQ(error(), "--tail_worker_log: rank 8 does not exist (the job has ranks 0..7)");
 }
 
-// ---- log names, workdir ---------------------------------------------------------------------------
+// ---- log names, workdir
+// ---------------------------------------------------------------------------
 
 TEST_F(MakePlan, LogNames) {
   Plan p = plan();
@@ -408,7 +412,8 @@ TEST_F(MakePlan, WorkdirDefaultsToTheLauncherCwd) {
   EXPECT_EQ(p.hosts[1].processes[0].workdir, "/data/job");
 }
 
-// ---- devices -------------------------------------------------------------------------------------
+// ---- devices
+// -------------------------------------------------------------------------------------
 
 TEST_F(MakePlan, DeviceIdIsTheLocalIndex) {
   Plan p = plan();
@@ -449,7 +454,8 @@ TEST_F(MakePlan, BindKeysFollowVisibleDevicesGivenWithEnv) {
   EXPECT_EQ(p.hosts[2].processes[3].device_id, "3");
 }
 
-// ---- task argv -----------------------------------------------------------------------------------
+// ---- task argv
+// -----------------------------------------------------------------------------------
 
 TEST(TaskArgv, PythonScriptUnderPython3ByDefault) {
   Options o;
@@ -481,8 +487,8 @@ TEST(TaskArgv, PythonPytestAndOtherProgramsRunAsGiven) {
   Host h;
   h.python = "/opt/conda/bin/python";
   o.task_args = {"-m", "x.py"};
-  for (const char* prog : {"python", "python3", "pytest", "./run.sh", "/bin/echo", "train.pyc",
-                           "train.PY", "py"}) {
+  for (const char* prog :
+       {"python", "python3", "pytest", "./run.sh", "/bin/echo", "train.pyc", "train.PY", "py"}) {
     o.task_script = prog;
     EXPECT_EQ(task_argv(o, h), (Argv{prog, "-m", "x.py"})) << prog;
   }
@@ -497,7 +503,8 @@ TEST_F(MakePlan, ProcessArgvIsTheTask) {
   EXPECT_FALSE(p.hosts[1].processes[0].bind_pending);
 }
 
-// ---- binding -------------------------------------------------------------------------------------
+// ---- binding
+// -------------------------------------------------------------------------------------
 
 TEST_F(MakePlan, ManualBindCore) {
   cluster.hosts = {host("alpha", 2)};
@@ -537,8 +544,9 @@ TEST_F(MakePlan, ManualBindCoreUsesPhysicalDeviceKeys) {
 
 TEST_F(MakePlan, ManualBindCoreMissingDeviceKey) {
   options.bind_core = parse_bind_core(R"({"device0":["0"],"device1":["1"]})", "x");
-  EXPECT_EQ(error(), "bind_core for host alpha: no entry \"device2\" for rank 2 (keys are "
-                     "\"scheduler\" and \"device<physical id>\")");
+  EXPECT_EQ(error(),
+            "bind_core for host alpha: no entry \"device2\" for rank 2 (keys are "
+            "\"scheduler\" and \"device<physical id>\")");
 }
 
 TEST_F(MakePlan, HostBindCoreFromTheHostFile) {
@@ -565,8 +573,8 @@ TEST_F(MakePlan, ManualBindNuma) {
   EXPECT_TRUE(procs[0].numa_nodes.empty());  // no "scheduler" key
   EXPECT_EQ(procs[0].argv[0], "python3");
   EXPECT_EQ(procs[1].numa_nodes, (std::vector<int>{0}));
-  EXPECT_EQ(procs[1].argv,
-            (Argv{"numactl", "--cpunodebind=0", "--membind=0", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(procs[1].argv, (Argv{"numactl", "--cpunodebind=0", "--membind=0", "python3", "train.py",
+                                 "--lr", "0.1"}));
   EXPECT_EQ(procs[2].numa_nodes, (std::vector<int>{0, 1}));
   EXPECT_EQ(procs[2].argv, (Argv{"numactl", "--cpunodebind=0-1", "--membind=0-1", "python3",
                                  "train.py", "--lr", "0.1"}));
@@ -578,8 +586,8 @@ TEST_F(MakePlan, ManualBindCoreAndNumaUsePhyscpubind) {
   options.bind_core = parse_bind_core(R"({"scheduler":["0"],"device0":["4-7"]})", "x");
   options.bind_numa = parse_bind_numa(R"({"scheduler": 0, "device0": 1})", "x");
   Plan p = plan();
-  EXPECT_EQ(p.hosts[0].processes[0].argv,
-            (Argv{"numactl", "--physcpubind=0", "--membind=0", "python3", "train.py", "--lr", "0.1"}));
+  EXPECT_EQ(p.hosts[0].processes[0].argv, (Argv{"numactl", "--physcpubind=0", "--membind=0",
+                                                "python3", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(p.hosts[0].processes[1].argv, (Argv{"numactl", "--physcpubind=4-7", "--membind=1",
                                                 "python3", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(*env_of(p.hosts[0].processes[1], "MSRUN_CPU_LIST"), "4-7");
