@@ -18,8 +18,9 @@
 
 namespace msrun_ssh {
 
-// Splits one byte stream into lines. A line longer than `max_line` is handed out in pieces of
-// that size (the last piece of such a line ends where its newline is).
+// Splits one byte stream into lines. A line longer than `max_line` (its newline included) is handed
+// out in pieces of that size (the last piece of such a line ends where its newline is), wherever
+// the chunks fed happened to be cut.
 class LineFramer {
  public:
   explicit LineFramer(size_t max_line = 1 << 20) : max_line_(max_line) {}
@@ -42,9 +43,9 @@ class LineFramer {
 template <typename F>
 void LineFramer::feed(std::string_view data, F&& on_line) {
   while (!data.empty()) {
-    size_t nl = data.find('\n');
+    size_t room = max_line_ - partial_.size();
+    size_t nl = data.substr(0, room).find('\n');  // a newline past `room` ends a later piece
     if (nl == std::string_view::npos) {
-      size_t room = max_line_ - partial_.size();
       if (data.size() < room) {
         partial_.append(data);
         return;

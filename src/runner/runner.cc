@@ -183,7 +183,9 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       if (e.status != 0 && !tearing_down_)
         fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
                                    describe_status(e.status, e.signal)));
-      else if (tearing_down_ && e.status != 0 && exit_code_ != e.status)
+      // A process the teardown killed reports the teardown's signal, whatever the job's status
+      // (143 after a SIGTERM to the launcher is not a failure of every process).
+      else if (tearing_down_ && e.status != 0 && (!e.signal.empty() || exit_code_ != e.status))
         p.note = "ended by teardown";
       break;
     case TransportEvent::Kind::kOpenFailed:
@@ -229,9 +231,14 @@ bool Runner::start_watchdogs() {
   auto all_ready = [&] {
     return std::all_of(hosts_.begin(), hosts_.end(), [](const HostState& h) { return h.ready; });
   };
-  while (!all_ready() && exit_code_ < 0 && t_.now_ms() < deadline)
-    t_.poll(static_cast<int>(std::max(1.0, deadline - t_.now_ms())),
+  // Heartbeats go out while slower hosts start: a watchdog already running gives up on a silent
+  // launcher after 2 heartbeats, which --connect_timeout may exceed.
+  next_beat_ms_ = now + heartbeat_ms_;
+  while (!all_ready() && exit_code_ < 0 && t_.now_ms() < deadline) {
+    if (t_.now_ms() >= next_beat_ms_) beat();
+    t_.poll(static_cast<int>(std::max(1.0, std::min(deadline, next_beat_ms_) - t_.now_ms())),
             [&](const TransportEvent& e) { handle(e); });
+  }
   if (all_ready() && exit_code_ < 0) return true;
   for (size_t h = 0; h < hosts_.size(); ++h)
     if (!hosts_[h].ready && exit_code_ < 0)
@@ -281,6 +288,10 @@ void Runner::check_heartbeats(double now) {
 int Runner::timeout_ms(double now) const {
   double until = next_beat_ms_;
   if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
+  // Wake up when a silent host becomes lost, not at the next heartbeat after.
+  for (const HostState& h : hosts_)
+    if (!h.lost && !h.watchdog_closed)
+      until = std::min(until, h.last_echo_ms + 2 * heartbeat_ms_ + kEchoSlackMs);
   return static_cast<int>(std::clamp(std::ceil(until - now), 1.0, 60000.0));
 }
 
@@ -292,6 +303,8 @@ int Runner::run() {
   auto handler = [&](const TransportEvent& e) { handle(e); };
   while (true) {
     double now = t_.now_ms();
+    // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
+    check_heartbeats(now);
     if (processes_done() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;
@@ -313,7 +326,6 @@ int Runner::run() {
       break;
     }
     if (now >= next_beat_ms_) beat();
-    check_heartbeats(now);
     t_.poll(timeout_ms(now), handler);
     out_.flush();
   }

@@ -1,0 +1,418 @@
+// Output (src/output/output.cc): line framing, per-process log files, the prefixed console, the
+// last-lines ring and the summary table. Consoles are temporary files read back after flush();
+// every test works in its own temporary directory.
+#include "msrun_ssh/output.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/error.h"
+
+namespace {
+
+namespace ms = msrun_ssh;
+namespace fs = std::filesystem;
+using Strings = std::vector<std::string>;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return st.st_mode & 07777;
+}
+
+// Feeds `chunks` one after the other, then finishes; returns every piece handed out.
+Strings frame(const Strings& chunks, size_t max_line) {
+  ms::LineFramer f(max_line);
+  Strings out;
+  auto take = [&](std::string_view l) { out.emplace_back(l); };
+  for (const auto& c : chunks) f.feed(c, take);
+  f.finish(take);
+  return out;
+}
+
+// --- LineFramer ----------------------------------------------------------------------------------
+
+TEST(LineFramer, HandsOutWholeLinesWithTheirNewline) {
+  ms::LineFramer f;
+  Strings out;
+  f.feed("a\nbb\n\nccc", [&](std::string_view l) { out.emplace_back(l); });
+  EXPECT_EQ(out, (Strings{"a\n", "bb\n", "\n"}));
+  EXPECT_EQ(f.pending(), 3u);
+}
+
+TEST(LineFramer, JoinsALineSplitOverChunks) {
+  EXPECT_EQ(frame({"hel", "lo wo", "rld\nnext", "\n"}, 100), (Strings{"hello world\n", "next\n"}));
+}
+
+TEST(LineFramer, FinishHandsOutTheLastLineWithoutNewline) {
+  ms::LineFramer f;
+  Strings out;
+  auto take = [&](std::string_view l) { out.emplace_back(l); };
+  f.feed("done\nno newline", take);
+  f.finish(take);
+  EXPECT_EQ(out, (Strings{"done\n", "no newline"}));
+  EXPECT_EQ(f.pending(), 0u);
+  f.finish(take);  // nothing left: nothing more
+  EXPECT_EQ(out.size(), 2u);
+}
+
+TEST(LineFramer, FinishWithNothingPendingHandsOutNothing) {
+  EXPECT_EQ(frame({"a\n"}, 100), Strings{"a\n"});
+  EXPECT_EQ(frame({}, 100), Strings{});
+  EXPECT_EQ(frame({"", ""}, 100), Strings{});
+}
+
+// Pieces hold at most max_line bytes, the newline included; the last piece of a long line ends with
+// its newline.
+TEST(LineFramer, LongLinesAreCutAtMaxLine) {
+  EXPECT_EQ(frame({"0123456789abcdefXY\n"}, 8), (Strings{"01234567", "89abcdef", "XY\n"}));
+  EXPECT_EQ(frame({"0123456789"}, 8), (Strings{"01234567", "89"}));
+  EXPECT_EQ(frame({"1234567\n"}, 8), Strings{"1234567\n"});
+  EXPECT_EQ(frame({"12345678\n"}, 8), (Strings{"12345678", "\n"}));
+  EXPECT_EQ(frame({"abc", "defghijk\n"}, 8), (Strings{"abcdefgh", "ijk\n"}));
+}
+
+TEST(LineFramer, ALongLineInOneChunkIsCutToo) {
+  ms::LineFramer f(4);
+  Strings out;
+  f.feed("aaaaaaaaaa\nb\n", [&](std::string_view l) { out.emplace_back(l); });
+  EXPECT_EQ(out, (Strings{"aaaa", "aaaa", "aa\n", "b\n"}));
+}
+
+// The pieces do not depend on where the stream was cut into chunks: every split into three chunks
+// gives the pieces of the whole stream at once, byte by byte as well.
+TEST(LineFramer, ChunkBoundariesDoNotChangeThePieces) {
+  const std::string text = "alpha\nbeta gamma\n\n0123456789abcdefXY\n12345678\nend";
+  const Strings expected = {"alpha\n",  "beta gam", "ma\n",     "\n", "01234567",
+                            "89abcdef", "XY\n",     "12345678", "\n", "end"};
+  ASSERT_EQ(frame({text}, 8), expected);
+  for (size_t i = 0; i <= text.size(); ++i)
+    for (size_t j = i; j <= text.size(); ++j)
+      ASSERT_EQ(frame({text.substr(0, i), text.substr(i, j - i), text.substr(j)}, 8), expected)
+          << "cuts at " << i << " and " << j;
+  Strings bytes;
+  for (char c : text) bytes.emplace_back(1, c);
+  EXPECT_EQ(frame(bytes, 8), expected);
+}
+
+// --- Output --------------------------------------------------------------------------------------
+
+class Output : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/output_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    config_.log_dir = dir_ + "/logs";
+    ASSERT_EQ(::mkdir(config_.log_dir.c_str(), 0700), 0);
+    config_.console_out = ::open((dir_ + "/out").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    config_.console_err = ::open((dir_ + "/err").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(config_.console_out, 0);
+    ASSERT_GE(config_.console_err, 0);
+  }
+  void TearDown() override {
+    ::close(config_.console_out);
+    ::close(config_.console_err);
+    fs::remove_all(dir_);
+  }
+
+  std::string out() const { return slurp(dir_ + "/out"); }
+  std::string err() const { return slurp(dir_ + "/err"); }
+  std::string log(const std::string& name) const { return slurp(config_.log_dir + "/" + name); }
+
+  std::string dir_;
+  ms::OutputConfig config_;
+};
+
+TEST_F(Output, LogGetsEveryByteInOrder) {
+  ms::Output o(config_);
+  int p = o.add_process("0@node0", "worker_0.log", true);
+  o.data(p, false, "step 1\nst");
+  o.data(p, false, "ep 2\n");
+  o.data(p, true, "warning\n");
+  o.data(p, false, "\n\nlast");
+  o.finish(p);
+  o.flush();
+  EXPECT_EQ(log("worker_0.log"), "step 1\nstep 2\nwarning\n\n\nlast");
+  EXPECT_EQ(o.log_bytes(p), 28u);
+}
+
+TEST_F(Output, StdoutAndStderrLinesNeverSplitEachOtherInTheLog) {
+  ms::Output o(config_);
+  int p = o.add_process("0@node0", "worker_0.log", true);
+  o.data(p, false, "hello wo");
+  o.data(p, true, "warn");
+  o.data(p, true, "ing\nerr ");
+  o.data(p, false, "rld\n");
+  o.data(p, true, "two\n");
+  o.flush();
+  EXPECT_EQ(log("worker_0.log"), "warning\nhello world\nerr two\n");
+  EXPECT_EQ(out(), "[0@node0] hello world\n");
+  EXPECT_EQ(err(), "[0@node0 err] warning\n[0@node0 err] err two\n");
+}
+
+TEST_F(Output, ConsoleLinesArePrefixedWithRankAndHost) {
+  ms::Output o(config_);
+  int p = o.add_process("3@host", "worker_3.log", true);
+  int s = o.add_process("sched@host", "scheduler.log", true);
+  o.data(p, false, "out line\n");
+  o.data(p, true, "err line\n");
+  o.data(s, false, "ready\n");
+  o.flush();
+  EXPECT_EQ(out(), "[3@host] out line\n[sched@host] ready\n");
+  EXPECT_EQ(err(), "[3@host err] err line\n");
+}
+
+TEST_F(Output, ColorMarksThePrefixes) {
+  config_.color = true;
+  ms::Output o(config_);
+  int p = o.add_process("3@host", "worker_3.log", true);
+  o.data(p, false, "x\n");
+  o.data(p, true, "y\n");
+  o.flush();
+  EXPECT_EQ(out(), "\x1b[36m[3@host]\x1b[0m x\n");
+  EXPECT_EQ(err(), "\x1b[31m[3@host err]\x1b[0m y\n");
+  EXPECT_EQ(log("worker_3.log"), "x\ny\n");  // logs stay plain
+}
+
+TEST_F(Output, LinesOfDifferentProcessesNeverMix) {
+  ms::Output o(config_);
+  int a = o.add_process("0@a", "worker_0.log", true);
+  int b = o.add_process("1@b", "worker_1.log", true);
+  o.data(a, false, "aa");
+  o.data(b, false, "bb");
+  o.data(b, false, "bb\n");
+  o.data(a, false, "aa\n");
+  o.flush();
+  EXPECT_EQ(out(), "[1@b] bbbb\n[0@a] aaaa\n");
+}
+
+TEST_F(Output, FinishShowsAndLogsAFinalLineWithoutNewline) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  o.data(p, false, "first\nno newline");
+  o.flush();
+  EXPECT_EQ(out(), "[0@h] first\n");
+  EXPECT_EQ(log("worker_0.log"), "first\n");
+  o.finish(p);
+  o.flush();
+  EXPECT_EQ(out(), "[0@h] first\n[0@h] no newline\n");
+  EXPECT_EQ(log("worker_0.log"), "first\nno newline");
+}
+
+TEST_F(Output, OffConsoleProcessesAreOnlyLogged) {
+  ms::Output o(config_);
+  int hidden = o.add_process("0@h", "worker_0.log", false);
+  int shown = o.add_process("1@h", "worker_1.log", true);
+  o.data(hidden, false, "quiet\n");
+  o.data(hidden, true, "quiet err\n");
+  o.data(shown, false, "loud\n");
+  o.finish(hidden);
+  o.flush();
+  EXPECT_EQ(out(), "[1@h] loud\n");
+  EXPECT_EQ(err(), "");
+  EXPECT_EQ(log("worker_0.log"), "quiet\nquiet err\n");
+  EXPECT_EQ(o.last_lines(hidden), (std::deque<std::string>{"quiet", "quiet err"}));
+}
+
+TEST_F(Output, NothingReachesTheConsoleBeforeFlush) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  o.data(p, false, "line\n");
+  EXPECT_EQ(out(), "");
+  o.flush();
+  EXPECT_EQ(out(), "[0@h] line\n");
+  o.flush();
+  EXPECT_EQ(out(), "[0@h] line\n");  // once
+}
+
+TEST_F(Output, DestructorFlushes) {
+  {
+    ms::Output o(config_);
+    int p = o.add_process("0@h", "worker_0.log", true);
+    o.data(p, false, "bye\n");
+  }
+  EXPECT_EQ(out(), "[0@h] bye\n");
+  EXPECT_EQ(log("worker_0.log"), "bye\n");
+}
+
+TEST_F(Output, LogFilesAre0600AndTruncated) {
+  std::string path = config_.log_dir + "/worker_0.log";
+  {
+    std::ofstream old(path);
+    old << "a previous job's log\n";
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  EXPECT_EQ(mode_of(path), 0600u);
+  EXPECT_EQ(fs::file_size(path), 0u);
+  o.add_process("1@h", "worker_1.log", true);
+  EXPECT_EQ(mode_of(config_.log_dir + "/worker_1.log"), 0600u);
+  o.data(p, false, "new\n");
+  o.flush();
+  EXPECT_EQ(log("worker_0.log"), "new\n");
+}
+
+TEST_F(Output, AddProcessNamesTheLogFileItCannotOpen) {
+  config_.log_dir = dir_ + "/missing";
+  ms::Output o(config_);
+  try {
+    o.add_process("0@h", "worker_0.log", true);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot open log file " + dir_ + "/missing/worker_0.log: No such file or directory");
+  }
+}
+
+TEST_F(Output, LastLinesKeepTheNewestOfBothStreams) {
+  config_.keep_last_lines = 3;
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  EXPECT_TRUE(o.last_lines(p).empty());
+  o.data(p, false, "l1\nl2\n");
+  o.data(p, true, "l3\n");
+  EXPECT_EQ(o.last_lines(p), (std::deque<std::string>{"l1", "l2", "l3"}));
+  o.data(p, false, "l4\n");
+  o.data(p, true, "l5\nl6");
+  EXPECT_EQ(o.last_lines(p), (std::deque<std::string>{"l3", "l4", "l5"}));
+  o.finish(p);
+  EXPECT_EQ(o.last_lines(p), (std::deque<std::string>{"l4", "l5", "l6"}));
+}
+
+TEST_F(Output, LastLinesAreCutTo400Bytes) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  o.data(p, false, std::string(1000, 'x') + "\n");
+  ASSERT_EQ(o.last_lines(p).size(), 1u);
+  EXPECT_EQ(o.last_lines(p).front(), std::string(400, 'x'));
+  o.flush();
+  EXPECT_EQ(log("worker_0.log").size(), 1001u);  // the log keeps it whole
+}
+
+TEST_F(Output, MessagesGoToTheErrorConsoleAfterWhatIsPending) {
+  std::ostringstream launcher;
+  config_.launcher_log = std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_st>(launcher));
+  config_.launcher_log->set_pattern("%v");
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  o.data(p, true, "pending\n");
+  o.message("rank 0 on h failed: exit 1");
+  EXPECT_EQ(err(), "[0@h err] pending\nmsrun-ssh: rank 0 on h failed: exit 1\n");
+  EXPECT_EQ(launcher.str(), "rank 0 on h failed: exit 1\n");
+}
+
+// --- make_log_dir --------------------------------------------------------------------------------
+
+TEST_F(Output, MakeLogDirCreatesNestedDirectories0700) {
+  std::string top = dir_ + "/a";
+  ms::Output::make_log_dir(top + "/b/c");
+  EXPECT_EQ(mode_of(top), 0700u);
+  EXPECT_EQ(mode_of(top + "/b"), 0700u);
+  EXPECT_EQ(mode_of(top + "/b/c"), 0700u);
+  ms::Output::make_log_dir(top + "/b/c");  // again: fine
+  ms::Output::make_log_dir(top + "/b/c/");
+  ms::Output::make_log_dir(top + "//b/d");
+  EXPECT_EQ(mode_of(top + "/b/d"), 0700u);
+}
+
+TEST_F(Output, MakeLogDirLeavesAnExistingDirectoryAlone) {
+  std::string d = dir_ + "/shared";
+  ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(d.c_str(), 0755), 0);
+  ms::Output::make_log_dir(d);
+  EXPECT_EQ(mode_of(d), 0755u);
+}
+
+TEST_F(Output, MakeLogDirUnderARegularFileNamesThePart) {
+  std::string file = dir_ + "/file";
+  { std::ofstream(file) << "x"; }
+  try {
+    ms::Output::make_log_dir(file + "/logs/deeper");
+    FAIL() << "no exception";
+  } catch (const ms::InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--log_dir=" + file + "/logs/deeper: cannot create " + file +
+                                         "/logs: Not a directory");
+  }
+}
+
+TEST_F(Output, MakeLogDirOnARegularFile) {
+  std::string file = dir_ + "/file";
+  { std::ofstream(file) << "x"; }
+  try {
+    ms::Output::make_log_dir(file);
+    FAIL() << "no exception";
+  } catch (const ms::InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--log_dir=" + file + ": not a directory");
+  }
+}
+
+TEST_F(Output, MakeLogDirThatCannotBeWritten) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes everywhere";
+  std::string d = dir_ + "/ro";
+  ASSERT_EQ(::mkdir(d.c_str(), 0500), 0);
+  try {
+    ms::Output::make_log_dir(d);
+    FAIL() << "no exception";
+  } catch (const ms::InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--log_dir=" + d + ": not writable");
+  }
+  try {
+    ms::Output::make_log_dir(d + "/sub");
+    FAIL() << "no exception";
+  } catch (const ms::InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--log_dir=" + d + "/sub: cannot create " + d + "/sub: Permission denied");
+  }
+}
+
+// --- format_summary ------------------------------------------------------------------------------
+
+TEST(Summary, FormatsTheTableAndTheLastLinesOfFailedProcesses) {
+  std::vector<ms::SummaryRow> rows(3);
+  rows[0] = {"198.18.0.1", "scheduler", "exit 0", 12.34, false, {"not shown"}};
+  rows[1] = {"198.18.0.2", "rank 3", "exit 7", 0.5, true, {"Traceback", "ValueError: x"}};
+  rows[2] = {"198.18.0.2", "rank 4", "killed by SIGTERM (ended by teardown)", 123456.78, false, {}};
+  EXPECT_EQ(ms::format_summary(rows),
+            "host        process    status                                      time\n"
+            "198.18.0.1  scheduler  exit 0                                     12.3s\n"
+            "198.18.0.2  rank 3     exit 7                                      0.5s\n"
+            "198.18.0.2  rank 4     killed by SIGTERM (ended by teardown)  123456.8s\n"
+            "--- last lines of rank 3 on 198.18.0.2 ---\n"
+            "Traceback\n"
+            "ValueError: x\n");
+}
+
+TEST(Summary, NoRowsIsJustTheHeader) {
+  EXPECT_EQ(ms::format_summary({}), "host  process  status       time\n");
+}
+
+TEST(Summary, FailedWithoutLastLinesShowsNoSection) {
+  std::vector<ms::SummaryRow> rows(1);
+  rows[0] = {"h", "rank 0", "host lost", 1, true, {}};
+  EXPECT_EQ(ms::format_summary(rows),
+            "host  process  status          time\n"
+            "h     rank 0   host lost       1.0s\n");
+}
+
+}  // namespace

@@ -1,0 +1,638 @@
+// The job runner (src/runner/runner.cc) against FakeTransport: scripted hosts, a fake clock, no SSH
+// and no sleeping. Every test states the exit status, the summary, the bytes each watchdog got and
+// when, on the fake clock (ms). Unless a test says otherwise: --heartbeat 5, --kill_grace 5,
+// --connect_timeout 10; watchdogs say ready 10 ms after their exec, so processes start at 10 ms and
+// the first heartbeat goes at 10 ms; echoes take 1 ms, a teardown 100 ms, a SIGKILL 10 ms.
+#include "msrun_ssh/runner.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fake_transport.h"
+#include "msrun_ssh/error.h"
+
+namespace {
+
+namespace ms = msrun_ssh;
+namespace fs = std::filesystem;
+using ms::fake::FakeTransport;
+using ms::fake::HostScript;
+using ms::fake::ProcScript;
+using Strings = std::vector<std::string>;
+using Times = std::vector<double>;
+
+const std::string kTerm = "killed by SIGTERM (ended by teardown)";
+const std::string kKill = "killed by SIGKILL (ended by teardown)";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Hosts node0, node1, ... with that many workers each (global ranks in order), and the scheduler
+// first on node0 when asked.
+ms::Plan make_plan(const std::vector<int>& workers, bool scheduler = false) {
+  ms::Plan plan;
+  plan.job_id = "job-1";
+  int rank = 0;
+  for (size_t h = 0; h < workers.size(); ++h) {
+    ms::HostPlan hp;
+    hp.node_rank = static_cast<int>(h);
+    hp.host.address = "node" + std::to_string(h);
+    hp.is_master = h == 0;
+    auto add = [&](ms::Role role, int r, int local, const std::string& log) {
+      ms::Process p;
+      p.role = role;
+      p.rank = r;
+      p.local_index = local;
+      p.log_name = log;
+      p.workdir = "/w";
+      p.argv = {"python3", "train.py"};
+      hp.processes.push_back(p);
+    };
+    if (scheduler && h == 0) add(ms::Role::kScheduler, 0, -1, "scheduler.log");
+    for (int i = 0; i < workers[h]; ++i, ++rank)
+      add(ms::Role::kWorker, rank, i, "worker_" + std::to_string(rank) + ".log");
+    plan.hosts.push_back(std::move(hp));
+  }
+  plan.worker_num = rank;
+  return plan;
+}
+
+ProcScript exits(double at, int status = 0) {
+  ProcScript p;
+  p.exit_at = at;
+  p.status = status;
+  return p;
+}
+
+HostScript host(std::vector<ProcScript> processes = {}) {
+  HostScript h;
+  h.processes = std::move(processes);
+  return h;
+}
+
+class Runner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/runner_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    options_.heartbeat = 5;
+    options_.kill_grace = 5;
+    options_.connect_timeout = 10;
+    options_.log_dir = dir_ + "/logs";
+    options_.job_id = "job-1";
+    console_out_ = ::open((dir_ + "/console.out").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    console_err_ = ::open((dir_ + "/console.err").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(console_out_, 0);
+    ASSERT_GE(console_err_, 0);
+  }
+
+  void TearDown() override {
+    runner_.reset();
+    output_.reset();
+    ::close(console_out_);
+    ::close(console_err_);
+    fs::remove_all(dir_);
+  }
+
+  // Builds the runner (scheduled callbacks reach it through runner()), runs it to its end on the
+  // fake clock, and keeps the summary and the time it returned.
+  int run(FakeTransport& fake, int stdin_fd = -1, int signal_fd = -1) {
+    ms::OutputConfig oc;
+    oc.log_dir = options_.log_dir;
+    oc.console_out = console_out_;
+    oc.console_err = console_err_;
+    ms::Output::make_log_dir(oc.log_dir);
+    output_ = std::make_unique<ms::Output>(oc);
+    runner_ = std::make_unique<ms::Runner>(plan_, options_, fake, *output_, signal_fd, stdin_fd);
+    int code = runner_->run();
+    ended_ms_ = fake.now_ms();
+    rows_ = runner_->summary();
+    output_->flush();
+    return code;
+  }
+
+  ms::Runner& runner() { return *runner_; }
+
+  Strings statuses() const {
+    Strings s;
+    for (const auto& r : rows_) s.push_back(r.status);
+    return s;
+  }
+  std::vector<bool> failed() const {
+    std::vector<bool> f;
+    for (const auto& r : rows_) f.push_back(r.failed);
+    return f;
+  }
+  std::string console_out() const { return slurp(dir_ + "/console.out"); }
+  std::string console_err() const { return slurp(dir_ + "/console.err"); }
+  std::string log(const std::string& name) const { return slurp(options_.log_dir + "/" + name); }
+
+  std::string dir_;
+  ms::Options options_;
+  ms::Plan plan_;
+  int console_out_ = -1;
+  int console_err_ = -1;
+  std::unique_ptr<ms::Output> output_;
+  std::unique_ptr<ms::Runner> runner_;
+  std::vector<ms::SummaryRow> rows_;
+  double ended_ms_ = -1;
+};
+
+// --- Normal end ----------------------------------------------------------------------------------
+
+TEST_F(Runner, AllExitZeroSendsQuitAfterTheLastExitAndWaitsForTheWatchdogs) {
+  plan_ = make_plan({3, 3});
+  FakeTransport fake(
+      {host({exits(1), exits(2), exits(3)}), host({exits(1.5), exits(2.5), exits(0.5)})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(fake.control(0), "hq");
+  EXPECT_EQ(fake.control(1), "hq");
+  EXPECT_EQ(fake.control_times(0, 'q'), Times{3010});  // the last exit: rank 2 at 10 + 3000
+  EXPECT_EQ(fake.control_times(1, 'q'), Times{3010});
+  EXPECT_EQ(ended_ms_, 3110);  // both watchdogs swept for 100 ms and closed
+  EXPECT_EQ(statuses(), Strings(6, "exit 0"));
+  EXPECT_EQ(failed(), std::vector<bool>(6, false));
+  EXPECT_DOUBLE_EQ(rows_[0].seconds, 1.0);
+  EXPECT_DOUBLE_EQ(rows_[2].seconds, 3.0);
+  EXPECT_DOUBLE_EQ(rows_[5].seconds, 0.5);
+  EXPECT_EQ(rows_[4].host, "node1");
+  EXPECT_EQ(rows_[4].process, "rank 4");
+  EXPECT_EQ(console_err(), "");
+  EXPECT_TRUE(fake.drops.empty());
+}
+
+TEST_F(Runner, WatchdogsStartFirstAndProcessesOnlyWhenAllAreReady) {
+  plan_ = make_plan({1, 1});
+  HostScript slow = host({exits(1)});
+  slow.ready_after = 2;
+  FakeTransport fake({host({exits(1)}), slow});
+  EXPECT_EQ(run(fake), 0);
+  ASSERT_EQ(fake.channels().size(), 4u);
+  EXPECT_TRUE(fake.channel(0).watchdog);
+  EXPECT_TRUE(fake.channel(1).watchdog);
+  EXPECT_NE(fake.channel(0).command.find("msrun-ssh-watchdog 'job-1' 10.000 25 13"),
+            std::string::npos);
+  EXPECT_EQ(fake.channel(fake.process(0, 0)).opened_ms, 2000);
+  EXPECT_EQ(fake.channel(fake.process(1, 0)).opened_ms, 2000);
+  EXPECT_EQ(fake.channel(fake.process(0, 0))
+                .command.rfind("cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=job-1' ", 0),
+            0u);
+}
+
+TEST_F(Runner, LeftoversSweptAfterQuitAreReported) {
+  plan_ = make_plan({1});
+  HostScript h = host({exits(1)});
+  h.sweep_lines = {"killed 4242 SIGTERM python3 stray.py"};
+  FakeTransport fake({h});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: node0: ended a process the job left behind: 4242 SIGTERM python3 "
+            "stray.py\n");
+}
+
+// --- Failures ------------------------------------------------------------------------------------
+
+TEST_F(Runner, FirstFailureTearsDownEveryHostAndDecidesTheExitStatus) {
+  plan_ = make_plan({3, 3});
+  ProcScript rank3 = exits(1, 7);
+  rank3.errors = {{0.5, "Traceback\nValueError: boom\n"}};
+  FakeTransport fake({host(), host({rank3})});
+  EXPECT_EQ(run(fake), 7);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "hk");
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{1010});
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{1010});
+  EXPECT_EQ(ended_ms_, 1110);
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, kTerm, "exit 7", kTerm, kTerm}));
+  EXPECT_EQ(failed(), (std::vector<bool>{false, false, false, true, false, false}));
+  EXPECT_EQ(rows_[3].last_lines, (Strings{"Traceback", "ValueError: boom"}));
+  EXPECT_TRUE(rows_[0].last_lines.empty());
+  EXPECT_DOUBLE_EQ(rows_[3].seconds, 1.0);
+  EXPECT_DOUBLE_EQ(rows_[0].seconds, 1.1);
+  EXPECT_EQ(console_err(),
+            "[3@node1 err] Traceback\n[3@node1 err] ValueError: boom\n"
+            "msrun-ssh: rank 3 on node1 failed: exit 7; stopping the job on every host\n");
+}
+
+TEST_F(Runner, DeathBySignalIsAFailureWithItsStatus) {
+  plan_ = make_plan({2});
+  ProcScript segv = exits(1, 139);
+  segv.signal = "SEGV";
+  FakeTransport fake({host({segv})});
+  EXPECT_EQ(run(fake), 139);
+  EXPECT_EQ(statuses(), (Strings{"killed by SIGSEGV", kTerm}));
+  EXPECT_EQ(failed(), (std::vector<bool>{true, false}));
+}
+
+TEST_F(Runner, TwoFailuresTheFirstOneWins) {
+  plan_ = make_plan({3, 3});
+  FakeTransport fake({host({ProcScript{}, exits(1, 3)}), host({ProcScript{}, exits(1.05, 5)})});
+  EXPECT_EQ(run(fake), 3);
+  EXPECT_EQ(rows_[1].status, "exit 3");
+  EXPECT_TRUE(rows_[1].failed);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: rank 1 on node0 failed: exit 3; stopping the job on every host\n");
+}
+
+TEST_F(Runner, TwoFailuresAtTheSameInstantTheFirstReportedWins) {
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host({exits(1, 3)}), host({exits(1, 5)})});
+  EXPECT_EQ(run(fake), 3);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "hk");
+}
+
+TEST_F(Runner, ProcessThatCannotStartFailsTheJob) {
+  plan_ = make_plan({3, 3});
+  ProcScript refused;
+  refused.open_error = "administratively prohibited";
+  FakeTransport fake({host(), host({ProcScript{}, refused})});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "hk");
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{11});
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, kTerm, kTerm,
+                                 "not started: administratively prohibited", kTerm}));
+  EXPECT_TRUE(rows_[4].failed);
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: cannot start rank 4 on node1: administratively prohibited; stopping the "
+            "job on every host\n");
+}
+
+TEST_F(Runner, ChannelClosedWithoutExitStatusIsAFailure) {
+  plan_ = make_plan({3});
+  ProcScript vanished = exits(1);
+  vanished.exit_status = false;
+  FakeTransport fake({host({ProcScript{}, ProcScript{}, vanished})});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "no exit status"}));
+  EXPECT_EQ(failed(), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: rank 2 on node0 ended without an exit status; stopping the job on every "
+            "host\n");
+}
+
+TEST_F(Runner, WatchdogEndingUnexpectedlyFailsTheJob) {
+  plan_ = make_plan({1, 1});
+  HostScript gone = host();
+  gone.watchdog_exits_at = 2;
+  FakeTransport fake({host(), gone});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "h");  // nothing is written to a closed watchdog
+  EXPECT_EQ(fake.writes_after_close, 0);
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: the watchdog on node1 ended unexpectedly; stopping the job on every host\n"
+            "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n");
+  EXPECT_EQ(statuses(), (Strings{kTerm, "did not end in time"}));
+  // Nothing can reach node1's process any more: the wait is bounded by --kill_grace + 10 s, and
+  // with no watchdog left to send 'K' to, it ends there.
+  EXPECT_EQ(ended_ms_, 2000 + 5000 + 10000);
+}
+
+// --- Signals to the launcher ---------------------------------------------------------------------
+
+TEST_F(Runner, SigintTearsDownAndExits130) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host()});
+  fake.at(1, [&] { runner().on_signal(SIGINT); });
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "hk");
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{1000});
+  EXPECT_EQ(ended_ms_, 1100);
+  EXPECT_EQ(statuses(), Strings(4, kTerm));
+  EXPECT_EQ(failed(), std::vector<bool>(4, false));
+  EXPECT_EQ(console_err(), "msrun-ssh: received SIGINT; stopping the job on every host\n");
+}
+
+TEST_F(Runner, SecondSigintKillsAtOnce) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host()});
+  fake.at(1, [&] { runner().on_signal(SIGINT); });
+  fake.at(1.05, [&] { runner().on_signal(SIGINT); });
+  fake.at(1.055, [&] { runner().on_signal(SIGINT); });  // a third changes nothing
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(fake.control(0), "hkK");
+  EXPECT_EQ(fake.control(1), "hkK");
+  EXPECT_EQ(fake.control_times(0, 'K'), Times{1050});
+  EXPECT_EQ(ended_ms_, 1060);
+  EXPECT_EQ(statuses(), Strings(4, kKill));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: received SIGINT; stopping the job on every host\n"
+            "msrun-ssh: second interrupt: killing every process now\n");
+}
+
+TEST_F(Runner, SigtermExits143AndTheTornDownProcessesAreNotFailures) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host()});
+  fake.at(1, [&] { runner().on_signal(SIGTERM); });
+  EXPECT_EQ(run(fake), 143);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(statuses(), Strings(4, kTerm));
+  EXPECT_EQ(failed(), std::vector<bool>(4, false));
+  EXPECT_EQ(console_err(), "msrun-ssh: received SIGTERM; stopping the job on every host\n");
+}
+
+TEST_F(Runner, SighupExits129) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host()});
+  fake.at(1, [&] { runner().on_signal(SIGHUP); });
+  EXPECT_EQ(run(fake), 129);
+  EXPECT_EQ(fake.control(1), "hk");
+  EXPECT_EQ(statuses(), Strings(4, kTerm));
+  EXPECT_EQ(console_err(), "msrun-ssh: received SIGHUP; stopping the job on every host\n");
+}
+
+TEST_F(Runner, SecondSigtermDoesNotKillAtOnce) {
+  plan_ = make_plan({1});
+  FakeTransport fake({host()});
+  fake.at(1, [&] { runner().on_signal(SIGTERM); });
+  fake.at(1.05, [&] { runner().on_signal(SIGTERM); });
+  EXPECT_EQ(run(fake), 143);
+  EXPECT_EQ(fake.control(0), "hk");
+}
+
+TEST_F(Runner, FailureThenSigtermKeepsTheFailuresStatus) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host({exits(1, 7)})});
+  fake.at(1.05, [&] { runner().on_signal(SIGTERM); });
+  EXPECT_EQ(run(fake), 7);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "hk");
+}
+
+TEST_F(Runner, FailureThenSigintKillsAtOnceAndKeepsTheFailuresStatus) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host({exits(1, 7)})});
+  fake.at(1.05, [&] { runner().on_signal(SIGINT); });
+  EXPECT_EQ(run(fake), 7);
+  EXPECT_EQ(fake.control(0), "hkK");
+  EXPECT_EQ(fake.control(1), "hkK");
+  EXPECT_EQ(statuses(), (Strings{kKill, kKill, "exit 7", kKill}));
+}
+
+TEST_F(Runner, SignalsAreReadFromTheSignalFd) {
+  plan_ = make_plan({1});
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+  FakeTransport fake({host()});
+  fake.at(1, [&] {
+    signalfd_siginfo info{};
+    info.ssi_signo = SIGHUP;
+    ASSERT_EQ(::write(fds[1], &info, sizeof info), static_cast<ssize_t>(sizeof info));
+  });
+  EXPECT_EQ(run(fake, -1, fds[0]), 129);
+  EXPECT_EQ(fake.watched, std::vector<int>{fds[0]});
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{1000});
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST_F(Runner, SigintBeforeTheWatchdogsAreReadyStartsNothing) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host(), host()});
+  fake.at(0.005, [&] { runner().on_signal(SIGINT); });
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(fake.process_execs(), 0u);
+  EXPECT_EQ(fake.control(0).substr(0, 1), "k");
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{5});
+  EXPECT_EQ(statuses(), Strings(4, "not started"));
+  EXPECT_EQ(ended_ms_, 110);  // the watchdogs read the 'k' when ready (10 ms), then closed
+}
+
+// --- Lost hosts ----------------------------------------------------------------------------------
+
+TEST_F(Runner, SilentHostIsLostAfterTwoHeartbeatsAndTwoSeconds) {
+  plan_ = make_plan({2, 2});
+  HostScript cut = host();
+  cut.silent_from = 1;  // its last echo came at 11 ms
+  FakeTransport fake({host(), cut});
+  EXPECT_EQ(run(fake), 255);
+  ASSERT_EQ(fake.drops.size(), 1u);
+  EXPECT_EQ(fake.drops[0].first, 1u);
+  double silence = fake.drops[0].second - 11;
+  EXPECT_GT(silence, 2 * 5000 + 2000);
+  EXPECT_LE(silence, 2 * 5000 + 2000 + 5);
+  EXPECT_EQ(fake.control(0), "hhhk");
+  EXPECT_EQ(fake.control(1), "hhh");  // 10, 5010, 10010; nothing after the drop
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{fake.drops[0].second});
+  EXPECT_EQ(fake.writes_after_drop, 0);
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "host lost", "host lost"}));
+  EXPECT_EQ(failed(), (std::vector<bool>{false, false, true, true}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: host node1 lost: no answer to heartbeats for 12.0 s; stopping the job on "
+            "every host\n");
+  EXPECT_EQ(ended_ms_, fake.drops[0].second + 100);
+}
+
+TEST_F(Runner, HostLostEventTearsDownTheOthers) {
+  plan_ = make_plan({2, 2});
+  HostScript lost = host();
+  lost.lost_at = 2;
+  FakeTransport fake({host(), lost});
+  EXPECT_EQ(run(fake), 255);
+  ASSERT_EQ(fake.drops.size(), 1u);
+  EXPECT_EQ(fake.drops[0], (std::pair<size_t, double>{1, 2000}));
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "h");
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{2000});
+  EXPECT_EQ(fake.writes_after_drop, 0);
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "host lost", "host lost"}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: host node1 lost: connection reset by peer; stopping the job on every "
+            "host\n");
+  EXPECT_EQ(ended_ms_, 2100);
+}
+
+TEST_F(Runner, WatchdogThatNeverSaysReadyFailsWithinTheConnectTimeout) {
+  plan_ = make_plan({2, 2});
+  HostScript mute = host();
+  mute.watchdog_answers = false;
+  FakeTransport fake({host(), mute});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.process_execs(), 0u);
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{10000});
+  EXPECT_EQ(statuses(), Strings(4, "not started"));
+  EXPECT_EQ(failed(), std::vector<bool>(4, true));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: the watchdog on node1 did not start within 10 s; stopping the job on "
+            "every host\n");
+  // The mute host is given up as lost once silent for 2 heartbeats + 2 s since its exec.
+  ASSERT_EQ(fake.drops.size(), 1u);
+  EXPECT_EQ(fake.drops[0].first, 1u);
+  EXPECT_EQ(fake.drops[0].second, 12001);  // silent since its exec at 0 for more than 12 s
+  EXPECT_EQ(ended_ms_, 12001);
+}
+
+TEST_F(Runner, HostsThatNeverConfirmTheTeardownAreKilledThenGivenUp) {
+  plan_ = make_plan({2, 2});
+  HostScript stuck = host();
+  stuck.obeys = false;  // reads q / k / K, keeps echoing, ends nothing
+  FakeTransport fake({host({exits(1, 7)}), stuck});
+  EXPECT_EQ(run(fake), 7);
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(fake.control(1), "hkhhhK");  // beats at 10, 5010, 10010, 15010
+  double k = 1010;
+  EXPECT_EQ(fake.control_times(1, 'K'), Times{k + 5000 + 10000});  // --kill_grace + 10 s
+  EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 3000);                   // then 3 s more
+  EXPECT_EQ(statuses(), (Strings{"exit 7", kTerm, "did not end in time", "did not end in time"}));
+  EXPECT_EQ(failed(), (std::vector<bool>{true, false, true, true}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: rank 0 on node0 failed: exit 7; stopping the job on every host\n"
+            "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n"
+            "msrun-ssh: giving up waiting for the hosts\n");
+}
+
+TEST_F(Runner, ProcessSurvivingSigtermIsKilledAfterTheGrace) {
+  plan_ = make_plan({2});
+  ProcScript stubborn;
+  stubborn.dies_on_teardown = false;
+  FakeTransport fake({host({exits(1, 1), stubborn})});
+  EXPECT_EQ(run(fake), 1);
+  EXPECT_EQ(statuses(), (Strings{"exit 1", kKill}));
+  EXPECT_EQ(ended_ms_, 1010 + 100 + 5000 + 10);  // the watchdog's grace is --kill_grace
+}
+
+// --- Heartbeats ----------------------------------------------------------------------------------
+
+TEST_F(Runner, HeartbeatEveryHeartbeatSecondsToEveryLiveWatchdog) {
+  plan_ = make_plan({1, 1, 1});
+  HostScript lost = host();
+  lost.lost_at = 6;
+  FakeTransport fake({host({exits(12)}), host({exits(12)}), lost});
+  fake.at(11, [&] {});  // nothing: only to show that extra wake-ups do not add beats
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.control_times(0, 'h'), (Times{10, 5010}));
+  EXPECT_EQ(fake.control_times(2, 'h'), (Times{10, 5010}));
+}
+
+TEST_F(Runner, HeartbeatsKeepRunningUntilTheEnd) {
+  plan_ = make_plan({1, 1});
+  options_.heartbeat = 2;
+  FakeTransport fake({host({exits(7)}), host({exits(7)})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(fake.control_times(0, 'h'), (Times{10, 2010, 4010, 6010}));
+  EXPECT_EQ(fake.control_times(1, 'h'), (Times{10, 2010, 4010, 6010}));
+  EXPECT_EQ(fake.control(1), "hhhhq");
+  EXPECT_TRUE(fake.drops.empty());
+}
+
+TEST_F(Runner, HeartbeatsGoOutWhileWaitingForSlowWatchdogs) {
+  // node0's watchdog gives up on a silent launcher after 2 heartbeats (10 s); node1 takes 12 s.
+  plan_ = make_plan({1, 1});
+  options_.connect_timeout = 30;
+  HostScript slow = host({exits(1)});
+  slow.ready_after = 12;
+  FakeTransport fake({host({exits(1)}), slow});
+  EXPECT_EQ(run(fake), 0);
+  Times beats = fake.control_times(0, 'h');
+  ASSERT_GE(beats.size(), 3u);
+  EXPECT_EQ(beats[0], 5000);
+  EXPECT_EQ(beats[1], 10000);
+  EXPECT_EQ(fake.channel(fake.process(0, 0)).opened_ms, 12000);
+  EXPECT_EQ(console_err(), "");
+}
+
+// --- stdin and the console -----------------------------------------------------------------------
+
+TEST_F(Runner, StdinGoesOnlyToTheTailedRanksAndEofFollowsThePipe) {
+  plan_ = make_plan({2, 2}, /*scheduler=*/true);
+  options_.tail_worker_log = {1};
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  FakeTransport fake({host({exits(5), exits(5), exits(5)}), host({exits(5), exits(5)})});
+  fake.at(1, [&] { ASSERT_EQ(::write(fds[1], "hello\n", 6), 6); });
+  fake.at(2, [&] { ASSERT_EQ(::write(fds[1], "world", 5), 5); });
+  fake.at(3, [&] { ::close(fds[1]); });
+  EXPECT_EQ(run(fake, fds[0]), 0);
+  ::close(fds[0]);
+  ms::fake::FakeTransport::Channel rank1 = fake.channel(fake.process(0, 2));  // sched, 0, 1
+  EXPECT_EQ(fake.written(rank1.id), "hello\nworld");
+  ASSERT_EQ(rank1.writes.size(), 2u);
+  EXPECT_EQ(rank1.writes[0].at_ms, 1000);
+  EXPECT_EQ(rank1.writes[1].at_ms, 2000);
+  EXPECT_EQ(rank1.eofs, Times{3000});
+  for (auto [h, i] :
+       std::initializer_list<std::pair<size_t, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}) {
+    const auto& c = fake.channel(fake.process(h, i));
+    EXPECT_EQ(fake.written(c.id), "") << h << "/" << i;
+    EXPECT_EQ(c.eofs, Times{10}) << h << "/" << i;
+  }
+  EXPECT_EQ(fake.watched, std::vector<int>{fds[0]});
+  EXPECT_EQ(fake.unwatched, std::vector<int>{fds[0]});
+}
+
+TEST_F(Runner, StdinIsNotReadWithoutTailWorkerLog) {
+  plan_ = make_plan({2});
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  ASSERT_EQ(::write(fds[1], "ignored\n", 8), 8);
+  FakeTransport fake({host({exits(1), exits(1)})});
+  EXPECT_EQ(run(fake, fds[0]), 0);
+  EXPECT_TRUE(fake.watched.empty());
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(fake.written(fake.process(0, i)), "");
+    EXPECT_EQ(fake.channel(fake.process(0, i)).eofs, Times{10});
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+TEST_F(Runner, ConsoleShowsOnlyTheTailedRanksAndLogsGetEverything) {
+  plan_ = make_plan({2, 2}, /*scheduler=*/true);
+  options_.tail_worker_log = {1};
+  auto talk = [](std::vector<std::pair<double, std::string>> out,
+                 std::vector<std::pair<double, std::string>> err = {}) {
+    ProcScript p = exits(1);
+    p.output = std::move(out);
+    p.errors = std::move(err);
+    return p;
+  };
+  FakeTransport fake({host({talk({{0.1, "sched line\n"}}), talk({{0.1, "zero\n"}}),
+                            talk({{0.1, "one\n"}, {0.3, "tail"}}, {{0.2, "oops\n"}})}),
+                      host({talk({{0.1, "two\n"}}, {{0.1, "two err\n"}}), talk({})})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(console_out(), "[1@node0] one\n[1@node0] tail\n");
+  EXPECT_EQ(console_err(), "[1@node0 err] oops\n");
+  EXPECT_EQ(log("scheduler.log"), "sched line\n");
+  EXPECT_EQ(log("worker_0.log"), "zero\n");
+  EXPECT_EQ(log("worker_1.log"), "one\noops\ntail");
+  EXPECT_EQ(log("worker_2.log"), "two\ntwo err\n");
+  EXPECT_EQ(log("worker_3.log"), "");
+  struct stat st {};
+  ASSERT_EQ(::stat((options_.log_dir + "/worker_1.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(Runner, ConsoleShowsEveryProcessWithoutTailWorkerLog) {
+  plan_ = make_plan({1, 1}, /*scheduler=*/true);
+  ProcScript s = exits(1), r0 = exits(1), r1 = exits(1);
+  s.output = {{0.1, "s\n"}};
+  r0.output = {{0.2, "a\n"}};
+  r1.output = {{0.3, "b\n"}};
+  FakeTransport fake({host({s, r0}), host({r1})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(console_out(), "[sched@node0] s\n[0@node0] a\n[1@node1] b\n");
+}
+
+}  // namespace
