@@ -9,6 +9,8 @@ namespace msrun_ssh {
 namespace {
 
 // Shared by the watchdog and `stop`: finds and signals every process of job $J on this host.
+// While waiting out the grace, teardown keeps reading the launcher: 'K' (a second Ctrl-C) ends the
+// wait at once, heartbeats are still echoed; once stdin is closed it simply sleeps.
 // /proc/PID/environ is the environment the process was started with; grep -z reads it as NUL
 // separated lines, -x -F match the marker exactly. Zombies have an empty environ, so they count
 // as gone. Neither this shell nor grep carries the marker, so they never match themselves.
@@ -25,7 +27,14 @@ signal_all() {
 teardown() {
   signal_all TERM || return 0
   i=0
-  while [ $i -lt $1 ] && [ -n "$(pids)" ]; do sleep 0.2; i=$((i+1)); done
+  while [ $i -lt $1 ] && [ -n "$(pids)" ]; do
+    c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
+    case "$c" in
+      K) break ;;
+      h) echo h ;;
+      *) i=$((i+1)); [ $rc -eq 0 ] && sleep 0.2 ;;
+    esac
+  done
   signal_all KILL || true
 }
 )SH";

@@ -754,6 +754,23 @@ TEST_F(WatchdogCommand, KillByteSendsSigkill) {
             "killed " + std::to_string(sleeper) + " SIGKILL sleep 30 \nmsrun-ssh-watchdog: done\n");
 }
 
+TEST_F(WatchdogCommand, KillByteDuringTeardownEndsTheGraceAtOnce) {
+  // A process that ignores SIGTERM would hold the teardown for the whole grace (30 s here); a
+  // second Ctrl-C ('K') must end the wait and SIGKILL it at once.
+  pid_t stubborn = start_marked(job_, {"sh", "-c", "trap '' TERM; sleep 30"}, "sh");
+  start(60, 30);
+  send(kTeardown);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(wait_for(stubborn, 0).has_value()) << "SIGTERM should have been ignored";
+  auto t0 = Clock::now();
+  send(kKillNow);
+  std::optional<int> status = wait_for(stubborn, 2);
+  ASSERT_TRUE(status.has_value()) << "'K' did not end the grace";
+  EXPECT_LT(since(t0), 2);
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  EXPECT_EQ(finish(3), 0);
+}
+
 TEST_F(WatchdogCommand, QuitWithNothingLeft) {
   start(30, 5);
   send(kQuit);
