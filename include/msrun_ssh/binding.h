@@ -48,6 +48,10 @@ std::vector<int> parse_cpu_list(std::string_view text, std::string_view what);
 // Formats sorted CPU ids back into the compact list form ("0-3,8").
 std::string format_cpu_list(const std::vector<int>& cpus);
 
+// MSRUN_CPU_LIST's value in msrun's format: Python's str() of the list, "[4, 5, 6]", which
+// MindSpore's set_cpu_affinity reads back with ast.literal_eval.
+std::string msrun_cpu_list_value(const std::vector<int>& cpus);
+
 // Parses a boolean word as msrun accepts it: True/False/true/false/1/0. Returns false from the
 // function (and leaves `out` alone) for anything else.
 bool parse_bool_word(std::string_view text, bool& out);

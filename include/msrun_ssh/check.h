@@ -1,7 +1,8 @@
 // Cluster acceptance (SPEC §8): `msrun-ssh check` asks every host, concurrently, whether a job
 // planned from the same options would start there, and prints one verdict per host and check.
 //
-// What it costs each host: one SSH connection and at most three commands.
+// What it costs each host: one SSH connection (made twice when some other host failed to
+// connect: SshPool::connect_all closes every session on any failure) and at most three commands.
 //  1. one probe (probe_command): a POSIX sh script that prints `key=value` lines about the host
 //     (clock first, then OS, CPUs, NUMA, devices, workdir, disk, script checksum, python and
 //     imports, route to the master); parse_probe() reads them and evaluate_probe() turns them into
@@ -34,8 +35,9 @@
 //   import:MODULE  one per --import: `import MODULE` in the workdir, with the host's env.
 //   script         TASK_SCRIPT (when it is a file: ends in .py or contains '/') exists, relative
 //                  to the workdir on the host, with the SHA-256 of the launcher's copy (relative
-//                  to the launcher's cwd). Without a launcher copy the hosts' majority is the
-//                  reference (warn on the hosts that agree). skip: no TASK_SCRIPT or a program.
+//                  to the launcher's cwd). Without a launcher copy (a run does not need one) the
+//                  checksum most hosts have is the reference. fail: missing, unreadable, differs.
+//                  skip: no TASK_SCRIPT, a program name (python, pytest, ...), workdir unusable.
 //   workdir        cd + create and remove a file. fail: missing, not a directory, not writable.
 //   clock          remote `date +%s.%N` vs the middle of the launcher's request/answer interval.
 //                  warn: |offset| > 0.5 s. fail: > 5 s.
@@ -45,6 +47,11 @@
 //                  cannot run the test (not connected, port in use, no python: warn on it).
 //   route          `ip route get MASTER_IP`: the interface (and source address) each host uses to
 //                  reach the master. fail: no route. warn: no `ip` command.
+//
+// Nothing is left on a host: the temporary file is removed at once, the listener ends on EOF of
+// its stdin (also when the launcher dies: sshd closes the channel) or at its own deadline, and
+// every probe step runs under `timeout` (at most 60 s for one --import), so even after the
+// launcher is killed mid-check every remote process ends within its step's bound.
 //
 // Exit status: 0 when no check failed — warnings and skips do not fail a check run (a cluster
 // without NPUs/GPUs, for instance, warns on "devices" and still passes) —, 1 when any check failed
@@ -125,17 +132,17 @@ struct HostExpectation {
   bool is_master = false;
   int processes = 0;  // planned on the host, scheduler included
   int workers = 0;
-  std::vector<int> device_ids;  // physical ids the workers drive (from their bind keys)
-  std::vector<int> manual_cpus;       // union of the processes' manual bind_core CPUs
-  std::vector<int> manual_numa;       // union of the processes' manual bind_numa nodes
+  std::vector<int> device_ids;   // physical ids the workers drive (from their bind keys)
+  std::vector<int> manual_cpus;  // union of the processes' manual bind_core CPUs
+  std::vector<int> manual_numa;  // union of the processes' manual bind_numa nodes
   bool auto_bind_core = false;
   bool auto_bind_numa = false;
-  EnvList env;             // the host's env and --env (what every process gets from the user)
-  std::string python;      // interpreter of the run
+  EnvList env;         // the host's env and --env (what every process gets from the user)
+  std::string python;  // interpreter of the run
   bool python_required = true;
   std::vector<std::string> imports;
-  std::string script;      // TASK_SCRIPT as given when it is a file, else ""
-  std::string script_note; // why there is no script to check ("no TASK_SCRIPT", ...)
+  std::string script;       // TASK_SCRIPT as given when it is a file, else ""
+  std::string script_note;  // why there is no script to check ("no TASK_SCRIPT", ...)
   std::string workdir;
   std::string master_ip;
   int master_port = 0;
@@ -170,8 +177,8 @@ std::optional<double> parse_remote_time(std::string_view text, bool* whole_secon
 
 // Verdicts of every probe check (os ... route, without master_port and script) from the facts.
 // A probe that did not finish (no "end" line) fails every check it could not decide.
-std::vector<CheckResult> evaluate_probe(const HostExpectation& expectation,
-                                        const ProbeFacts& facts, const ClockSample& clock);
+std::vector<CheckResult> evaluate_probe(const HostExpectation& expectation, const ProbeFacts& facts,
+                                        const ClockSample& clock);
 
 // The script check on every host at once. `local_sha` is the launcher copy's SHA-256 (nullopt:
 // `local_error` says why there is none); `facts[i]` is host i's probe (nullptr: not probed).

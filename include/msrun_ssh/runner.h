@@ -69,6 +69,7 @@ class Runner {
   void teardown(char how);
   void send_all(char byte);
   bool processes_done() const;
+  bool processes_ended() const;
   bool watchdogs_done() const;
   int timeout_ms(double now) const;
   const std::string& host_name(size_t host) const;

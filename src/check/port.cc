@@ -73,7 +73,9 @@ std::vector<std::string> interpreters(const std::string& python) {
   return out;
 }
 
-std::string int_seconds(double s) { return std::to_string(std::max(1, static_cast<int>(std::ceil(s)))); }
+std::string int_seconds(double s) {
+  return std::to_string(std::max(1, static_cast<int>(std::ceil(s))));
+}
 
 }  // namespace
 
@@ -101,17 +103,24 @@ std::vector<CheckResult> connected_checks(const std::string& address,
   CheckResult key = make("host_key", CheckStatus::kPass, "host key verified (known_hosts)", "");
   std::string prefix = address + ": ";
   for (const auto& w : warnings)
-    if (w.rfind(prefix, 0) == 0) key = make("host_key", CheckStatus::kWarn, w.substr(prefix.size()));
+    if (w.rfind(prefix, 0) == 0)
+      key = make("host_key", CheckStatus::kWarn, w.substr(prefix.size()));
   return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
           make("authenticated", CheckStatus::kPass, "public key accepted"), key};
 }
 
 std::string listener_command(const std::string& python, int port, double limit_s) {
-  std::string script = std::string("L=$1 C=$2 A=$3 B=$4 D=$5; shift 5\n") + kRunPython +
-                       "echo no_python\nexit 4\n";
-  std::vector<std::string> words{"/bin/sh", "-c", script, "msrun-ssh-listen",
-                                 int_seconds(limit_s + 5), kListenerPy, std::to_string(port),
-                                 fmt::format("{:g}", limit_s), ""};
+  std::string script =
+      std::string("L=$1 C=$2 A=$3 B=$4 D=$5; shift 5\n") + kRunPython + "echo no_python\nexit 4\n";
+  std::vector<std::string> words{"/bin/sh",
+                                 "-c",
+                                 script,
+                                 "msrun-ssh-listen",
+                                 int_seconds(limit_s + 5),
+                                 kListenerPy,
+                                 std::to_string(port),
+                                 fmt::format("{:g}", limit_s),
+                                 ""};
   for (const auto& p : interpreters(python)) words.push_back(p);
   return "exec " + shell_join(words);
 }
@@ -129,8 +138,14 @@ if command -v bash >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
 fi
 echo "reach=untested no python or bash on this host"
 )SH";
-  std::vector<std::string> words{"/bin/sh", "-c", script, "msrun-ssh-connect",
-                                 int_seconds(timeout_s + 5), kConnectPy, ip, std::to_string(port),
+  std::vector<std::string> words{"/bin/sh",
+                                 "-c",
+                                 script,
+                                 "msrun-ssh-connect",
+                                 int_seconds(timeout_s + 5),
+                                 kConnectPy,
+                                 ip,
+                                 std::to_string(port),
                                  int_seconds(timeout_s)};
   for (const auto& p : interpreters(python)) words.push_back(p);
   return "exec " + shell_join(words);
@@ -139,8 +154,9 @@ echo "reach=untested no python or bash on this host"
 CheckResult port_result(const std::string& master, const std::optional<std::string>& output,
                         bool is_master) {
   std::string free = is_master ? "port free on the master; " : "";
-  if (!output) return make("master_port", CheckStatus::kFail,
-                           fmt::format("{}no answer from the connection test to {}", free, master));
+  if (!output)
+    return make("master_port", CheckStatus::kFail,
+                fmt::format("{}no answer from the connection test to {}", free, master));
   ProbeFacts f = parse_probe(*output);
   std::string r = f.get("reach");
   if (r == "ok")

@@ -17,14 +17,31 @@ namespace msrun_ssh {
 namespace {
 
 // Run as `/bin/sh -c SCRIPT msrun-ssh-check WORKDIR PYTHON SCRIPT MASTER_IP [MODULE...]`. The clock
-// line comes first so that its arrival time brackets the remote reading closely. `t` bounds every
+// is read first, between "sync=1" and the launcher's answer to it (one byte, then EOF, on stdin),
+// so that the launcher's write and the line's arrival bracket the reading within one round trip;
+// bash's $EPOCHREALTIME reads it without starting a process after the byte came (date needs one,
+// which skews the reading late), date is the fallback. The EOF also means that nothing later in
+// the probe can wait for input. `t` bounds every
 // program that could hang (a dead NFS mount under df, a wedged driver under npu-smi); `one` keeps
 // a value on one line. Lines never depend on the user's locale for their keys.
 constexpr const char* kProbeScript = R"SH(W=$1 PY=$2 S=$3 M=$4
 shift 4
-echo "clock=$(date +%s.%N)"
-if command -v timeout >/dev/null 2>&1; then t() { timeout -k 2 "$@"; }; else t() { shift; "$@"; }; fi
+if command -v timeout >/dev/null 2>&1; then t() { timeout -k 2 "$@"; }
+else t() { shift; "$@"; }; fi
+bash -c '[ -n "$EPOCHREALTIME" ] || exit 9
+  echo sync=1; read -r -t 10 _; echo "clock=$EPOCHREALTIME"' 2>/dev/null
+r=$?
+if [ "$r" = 9 ] || [ "$r" = 127 ]; then
+  echo "sync=1"
+  t 10 head -c 1 >/dev/null
+  echo "clock=$(date +%s.%N)"
+fi
 one() { tr '\n\r\t' '   ' | sed 's/  */ /g;s/^ //;s/ $//'; }
+last() { grep -v '^[[:space:]]*$' | tail -n 1 | one; }
+first() { grep -v '^[[:space:]]*$' | head -n 1 | one; }
+sha() {
+  t 30 sha256sum -- "$1" || t 30 shasum -a 256 -- "$1" || t 30 openssl dgst -sha256 -r -- "$1"
+}
 echo "os=$( (. /etc/os-release 2>/dev/null; printf '%s\n' "${PRETTY_NAME:-$NAME}") | one)"
 echo "kernel=$(uname -srm 2>/dev/null | one)"
 echo "cpus_allowed=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$$/status 2>/dev/null)"
@@ -38,12 +55,12 @@ echo "numa_nodes=$k"
 if command -v npu-smi >/dev/null 2>&1; then
   o=$(t 20 npu-smi info -l 2>&1); r=$?
   echo "npu=$r $(printf '%s\n' "$o" | grep -c 'NPU ID')"
-  [ "$r" = 0 ] || echo "npu_error=$(printf '%s\n' "$o" | grep -v '^[[:space:]]*$' | head -n 1 | one)"
+  [ "$r" = 0 ] || echo "npu_error=$(printf '%s\n' "$o" | first)"
 fi
 if command -v nvidia-smi >/dev/null 2>&1; then
   o=$(t 20 nvidia-smi -L 2>&1); r=$?
   echo "gpu=$r $(printf '%s\n' "$o" | grep -c '^GPU [0-9]')"
-  [ "$r" = 0 ] || echo "gpu_error=$(printf '%s\n' "$o" | grep -v '^[[:space:]]*$' | head -n 1 | one)"
+  [ "$r" = 0 ] || echo "gpu_error=$(printf '%s\n' "$o" | first)"
 fi
 echo "devices_probed=1"
 if cd -- "$W" 2>/dev/null; then
@@ -67,20 +84,24 @@ if [ -n "$S" ]; then
   elif [ ! -e "$S" ]; then echo "script=missing"
   elif [ ! -r "$S" ]; then echo "script=unreadable"
   else
-    h=$( { t 30 sha256sum -- "$S" || t 30 shasum -a 256 -- "$S" || t 30 openssl dgst -sha256 -r -- "$S"; } 2>/dev/null | sed -n '1{s/^\\//;s/[[:space:]].*//;p;}')
+    h=$(sha "$S" 2>/dev/null | sed -n '1{s/^\\//;s/[[:space:]].*//;p;}')
     if [ -n "$h" ]; then echo "script_sha256=$h"; else echo "script=nohash"; fi
   fi
 fi
 if p=$(command -v "$PY" 2>/dev/null) && [ -n "$p" ]; then
   echo "python_path=$p"
   v=$(t 30 "$PY" -c 'import sys; print("%d.%d.%d" % tuple(sys.version_info[:3]))' 2>&1); r=$?
-  if [ "$r" = 0 ]; then echo "python_version=$(printf '%s\n' "$v" | grep '^[0-9][0-9.]*$' | tail -n 1)"
-  else echo "python_error=exit $r: $(printf '%s\n' "$v" | grep -v '^[[:space:]]*$' | tail -n 1 | one)"; fi
+  if [ "$r" = 0 ]; then
+    echo "python_version=$(printf '%s\n' "$v" | grep '^[0-9][0-9.]*$' | tail -n 1)"
+  else
+    echo "python_error=exit $r: $(printf '%s\n' "$v" | last)"
+  fi
   for m in "$@"; do
-    e=$(t 60 "$PY" -c 'import importlib, sys; importlib.import_module(sys.argv[1])' "$m" 2>&1); r=$?
+    e=$(t 60 "$PY" -c 'import importlib, sys; importlib.import_module(sys.argv[1])' "$m" 2>&1)
+    r=$?
     if [ "$r" = 0 ]; then echo "import_ok=$m"
     elif [ "$r" = 124 ]; then echo "import_fail=$m timed out after 60 s"
-    else echo "import_fail=$m $(printf '%s\n' "$e" | grep -v '^[[:space:]]*$' | tail -n 1 | one)"; fi
+    else echo "import_fail=$m $(printf '%s\n' "$e" | last)"; fi
   done
 else
   echo "python_path="
@@ -208,7 +229,8 @@ CheckResult numa_check(const HostExpectation& e, const ProbeFacts& f) {
     std::string cpus = sp == std::string::npos ? "" : line.substr(sp + 1);
     if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) continue;
     ids.push_back(std::atoi(id.c_str()));
-    listing += fmt::format("{}{} ({})", listing.empty() ? "" : ", ", id, cpus.empty() ? "no CPUs" : cpus);
+    listing +=
+        fmt::format("{}{} ({})", listing.empty() ? "" : ", ", id, cpus.empty() ? "no CPUs" : cpus);
   }
   std::sort(ids.begin(), ids.end());
   if (ids.empty()) {
@@ -312,8 +334,8 @@ CheckResult import_check(const HostExpectation& e, const ProbeFacts& f, const st
   for (const auto& bad : f.all("import_fail"))
     if (bad.rfind(m + " ", 0) == 0 || bad == m)
       return make(name, CheckStatus::kFail,
-                  fmt::format("import {}: {}", m, bad.size() > m.size() ? bad.substr(m.size() + 1)
-                                                                        : "failed"));
+                  fmt::format("import {}: {}", m,
+                              bad.size() > m.size() ? bad.substr(m.size() + 1) : "failed"));
   return missing(name, f);
 }
 
@@ -346,7 +368,8 @@ CheckResult disk_check(const HostExpectation& e, const ProbeFacts& f) {
     return make("disk", CheckStatus::kSkip, fmt::format("workdir {} unavailable", e.workdir));
   std::string kb = f.get("disk_kb");
   if (kb.empty() || kb.find_first_not_of("0123456789") != std::string::npos)
-    return make("disk", CheckStatus::kWarn, fmt::format("df gives no free space for {}", e.workdir));
+    return make("disk", CheckStatus::kWarn,
+                fmt::format("df gives no free space for {}", e.workdir));
   double bytes = std::strtod(kb.c_str(), nullptr) * 1024;
   std::string free = human_bytes(bytes);
   if (bytes < 1024.0 * 1024 * 1024)
@@ -359,6 +382,8 @@ CheckResult disk_check(const HostExpectation& e, const ProbeFacts& f) {
 
 CheckResult clock_check(const ProbeFacts& f, const ClockSample& c) {
   if (!f.has("clock") || c.received <= 0) return missing("clock", f);
+  if (c.sent <= 0 || c.sent > c.received)
+    return make("clock", CheckStatus::kWarn, "the clock exchange with the launcher failed");
   bool whole = false;
   auto remote = parse_remote_time(f.get("clock"), &whole);
   if (!remote)
@@ -377,9 +402,9 @@ CheckResult clock_check(const ProbeFacts& f, const ClockSample& c) {
 
 CheckResult route_check(const HostExpectation& e, const ProbeFacts& f) {
   if (f.has("route_error"))
-    return make("route", CheckStatus::kWarn,
-                fmt::format("cannot tell the interface to {}: {}", e.master_ip,
-                            f.get("route_error")));
+    return make(
+        "route", CheckStatus::kWarn,
+        fmt::format("cannot tell the interface to {}: {}", e.master_ip, f.get("route_error")));
   if (!f.has("route")) return missing("route", f);
   std::string r = f.get("route");
   std::string dev = word_after(r, "dev");
@@ -396,6 +421,42 @@ CheckResult route_check(const HostExpectation& e, const ProbeFacts& f) {
                           src.empty() ? "" : fmt::format(" (source {})", src),
                           via.empty() ? "" : fmt::format(", gateway {}", via)),
               dev);
+}
+
+// The script verdict of one probed host against `reference` (the launcher's checksum when
+// `local`, else the majority's; `counts`: hosts per checksum).
+CheckResult script_check(const HostExpectation& e, const ProbeFacts& f,
+                         const std::string& reference, std::map<std::string, int>& counts,
+                         bool local, const std::string& local_error, size_t hosts) {
+  bool relative = e.script[0] != '/';
+  std::string where = relative ? fmt::format("{} in {}", e.script, e.workdir) : e.script;
+  std::string state = f.get("script");
+  std::string sha = f.get("script_sha256");
+  if (relative && f.has("workdir") && !workdir_entered(f))
+    return make("script", CheckStatus::kSkip, fmt::format("workdir {} unavailable", e.workdir));
+  if (state == "missing")
+    return make("script", CheckStatus::kFail, fmt::format("{} not found", where));
+  if (state == "notfile")
+    return make("script", CheckStatus::kFail, fmt::format("{} is a directory", where));
+  if (state == "unreadable")
+    return make("script", CheckStatus::kFail, fmt::format("{} is not readable", where));
+  if (state == "nohash")
+    return make("script", CheckStatus::kFail,
+                fmt::format("cannot checksum {}: no sha256sum, shasum or openssl", where));
+  if (sha.empty()) return missing("script", f);
+  if (sha == reference) {
+    std::string against = local ? "the launcher's copy"
+                                : fmt::format("{} of {} hosts; no launcher copy: {}", counts[sha],
+                                              hosts, local_error);
+    return make("script", CheckStatus::kPass,
+                fmt::format("{}: sha256 {} same as {}", where, sha.substr(0, 16), against),
+                sha.substr(0, 8));
+  }
+  std::string against = local ? fmt::format("the launcher's {}", reference.substr(0, 16))
+                              : fmt::format("{} on {} other hosts (no launcher copy)",
+                                            reference.substr(0, 16), counts[reference]);
+  return make("script", CheckStatus::kFail,
+              fmt::format("{}: sha256 {} differs from {}", where, sha.substr(0, 16), against));
 }
 
 }  // namespace
@@ -489,7 +550,7 @@ ProbeFacts parse_probe(std::string_view output) {
 }
 
 std::optional<double> parse_remote_time(std::string_view text, bool* whole_seconds) {
-  size_t dot = text.find('.');
+  size_t dot = text.find_first_of(".,");  // bash's $EPOCHREALTIME uses the locale's separator
   std::string_view secs = text.substr(0, dot);
   std::string_view frac = dot == std::string_view::npos ? "" : text.substr(dot + 1);
   if (secs.empty() || secs.size() > 12 || secs.find_first_not_of("0123456789") != secs.npos)
@@ -503,8 +564,8 @@ std::optional<double> parse_remote_time(std::string_view text, bool* whole_secon
 
 std::vector<CheckResult> evaluate_probe(const HostExpectation& e, const ProbeFacts& f,
                                         const ClockSample& clock) {
-  std::vector<CheckResult> out{os_check(f), cpus_check(e, f), numa_check(e, f),
-                               devices_check(e, f), python_check(e, f)};
+  std::vector<CheckResult> out{os_check(f), cpus_check(e, f), numa_check(e, f), devices_check(e, f),
+                               python_check(e, f)};
   for (const auto& m : e.imports) out.push_back(import_check(e, f, m));
   out.push_back(workdir_check(e, f));
   out.push_back(clock_check(f, clock));
@@ -527,50 +588,14 @@ std::vector<CheckResult> script_checks(const std::vector<HostExpectation>& es,
       if (reference.empty() || n > counts[reference]) reference = sha;
   std::vector<CheckResult> out;
   for (size_t i = 0; i < es.size(); ++i) {
-    const HostExpectation& e = es[i];
     const ProbeFacts* f = i < facts.size() ? facts[i] : nullptr;
-    if (e.script.empty()) {
-      out.push_back(make("script", CheckStatus::kSkip, e.script_note));
-      continue;
-    }
-    if (!f) {
+    if (es[i].script.empty())
+      out.push_back(make("script", CheckStatus::kSkip, es[i].script_note));
+    else if (!f)
       out.push_back(make("script", CheckStatus::kSkip, "host not probed"));
-      continue;
-    }
-    bool relative = e.script[0] != '/';
-    std::string where = relative ? fmt::format("{} in {}", e.script, e.workdir) : e.script;
-    std::string state = f->get("script");
-    std::string sha = f->get("script_sha256");
-    if (relative && f->has("workdir") && !workdir_entered(*f)) {
-      out.push_back(make("script", CheckStatus::kSkip,
-                         fmt::format("workdir {} unavailable", e.workdir)));
-    } else if (state == "missing") {
-      out.push_back(make("script", CheckStatus::kFail, fmt::format("{} not found", where)));
-    } else if (state == "notfile") {
-      out.push_back(make("script", CheckStatus::kFail, fmt::format("{} is a directory", where)));
-    } else if (state == "unreadable") {
-      out.push_back(make("script", CheckStatus::kFail, fmt::format("{} is not readable", where)));
-    } else if (state == "nohash") {
-      out.push_back(make("script", CheckStatus::kFail,
-                         fmt::format("cannot checksum {}: no sha256sum, shasum or openssl", where)));
-    } else if (sha.empty()) {
-      out.push_back(missing("script", *f));
-    } else if (sha == reference) {
-      std::string against =
-          local_sha ? "the launcher's copy"
-                    : fmt::format("{} of {} hosts; no launcher copy: {}", counts[sha], es.size(),
-                                  local_error);
-      out.push_back(make("script", CheckStatus::kPass,
-                         fmt::format("{}: sha256 {} same as {}", where, sha.substr(0, 16), against),
-                         sha.substr(0, 8)));
-    } else {
-      std::string against = local_sha ? fmt::format("the launcher's {}", reference.substr(0, 16))
-                                      : fmt::format("{} on {} other hosts (no launcher copy)",
-                                                    reference.substr(0, 16), counts[reference]);
-      out.push_back(make("script", CheckStatus::kFail,
-                         fmt::format("{}: sha256 {} differs from {}", where, sha.substr(0, 16),
-                                     against)));
-    }
+    else
+      out.push_back(script_check(es[i], *f, reference, counts, local_sha.has_value(), local_error,
+                                 es.size()));
   }
   return out;
 }
@@ -585,8 +610,8 @@ void compare_hosts(CheckReport& report) {
   for (const auto& [v, n] : counts)
     if (majority.empty() || n > counts[majority]) majority = v;
   for (auto& h : report.hosts)
-    if (CheckResult* c = h.find("python"); c && c->status == CheckStatus::kPass &&
-                                           c->value != majority) {
+    if (CheckResult* c = h.find("python");
+        c && c->status == CheckStatus::kPass && c->value != majority) {
       c->status = CheckStatus::kWarn;
       c->detail += fmt::format(": differs from {} on {} of {} hosts", majority, counts[majority],
                                report.hosts.size());
@@ -609,9 +634,10 @@ void validate_imports(const std::vector<std::string>& imports) {
       }
     }
     if (!ok || start)
-      throw InputError(fmt::format("--import={}: not a Python module name (want e.g. "
-                                   "\"numpy\" or \"mindspore.nn\")",
-                                   m));
+      throw InputError(
+          fmt::format("--import={}: not a Python module name (want e.g. "
+                      "\"numpy\" or \"mindspore.nn\")",
+                      m));
   }
 }
 

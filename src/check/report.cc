@@ -161,7 +161,8 @@ std::string format_table(const CheckReport& report, bool color) {
   for (size_t c = 0; c < cols.size(); ++c) {
     width[c + 1] = header(cols[c]).size();
     for (const auto& h : report.hosts)
-      if (const CheckResult* r = h.find(cols[c])) width[c + 1] = std::max(width[c + 1], cell(*r).size());
+      if (const CheckResult* r = h.find(cols[c]))
+        width[c + 1] = std::max(width[c + 1], cell(*r).size());
   }
   std::string out = summary_line(report) + "\n\n";
   std::string line = fmt::format("{:<{}}", "host", width[0]);
@@ -190,7 +191,7 @@ std::string format_table(const CheckReport& report, bool color) {
 std::string format_json(const CheckReport& report) {
   CheckTally t = tally(report);
   nlohmann::ordered_json doc;
-  doc["summary"] = {{"hosts", t.hosts},     {"passed", t.passed},   {"failed", t.failed},
+  doc["summary"] = {{"hosts", t.hosts},       {"passed", t.passed},   {"failed", t.failed},
                     {"warnings", t.warnings}, {"skipped", t.skipped}, {"ok", t.failed == 0}};
   doc["master"] = report.master;
   doc["hosts"] = nlohmann::ordered_json::object();

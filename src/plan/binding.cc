@@ -1,6 +1,7 @@
 #include "msrun_ssh/binding.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -97,6 +98,10 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
     i = j + 1;
   }
   return out;
+}
+
+std::string msrun_cpu_list_value(const std::vector<int>& cpus) {
+  return fmt::format("[{}]", fmt::join(cpus, ", "));
 }
 
 BindCore parse_bind_core(std::string_view text, std::string_view what) {

@@ -208,7 +208,7 @@ void apply_binding(HostPlan& hp, const Options& options) {
     } else if (numa.mode == BindNuma::Mode::kAuto) {
       p.bind_pending = true;
     }
-    if (!p.cpus.empty()) set_env(p.env, "MSRUN_CPU_LIST", format_cpu_list(p.cpus));
+    if (!p.cpus.empty()) set_env(p.env, "MSRUN_CPU_LIST", msrun_cpu_list_value(p.cpus));
     p.argv = process_argv(p, options, hp);
   }
 }

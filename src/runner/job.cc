@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "msrun_ssh/command.h"
@@ -16,6 +17,7 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
 namespace {
@@ -71,6 +73,50 @@ std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
     throw InputError(fmt::format("--log_dir={}: cannot write the launcher log: {}", log_dir,
                                  e.what()));
   }
+}
+
+bool needs_topology(const HostPlan& h) {
+  for (const auto& p : h.processes)
+    if (p.bind_pending || !p.cpus.empty() || !p.numa_nodes.empty()) return true;
+  return false;
+}
+
+// Binding from each host's real topology (SPEC §5): one probe per host, all hosts at once, then the
+// allocation; also checks that the host has the taskset / numactl the bound commands start with.
+// Returns false (after printing why) when a host could not be probed; bad binding input throws
+// InputError naming the host.
+bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
+  std::vector<size_t> hosts;
+  for (size_t h = 0; h < plan.hosts.size(); ++h)
+    if (needs_topology(plan.hosts[h])) hosts.push_back(h);
+  if (hosts.empty()) return true;
+  double timeout = std::max(10.0, options.connect_timeout);
+  auto probes = pool.run_on_all(hosts, topology_probe_command(), timeout);
+  auto tools = pool.run_on_all(hosts, "command -v taskset; command -v numactl; true", timeout);
+  bool ok = true;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    HostPlan& hp = plan.hosts[hosts[i]];
+    if (!probes[i] || !tools[i]) {
+      std::fprintf(stderr, "msrun-ssh: %s: cannot read the host's topology\n",
+                   hp.host.address.c_str());
+      ok = false;
+      continue;
+    }
+    try {
+      bind_host_from_topology(hp, parse_probe_output(*probes[i]), options);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("host {}: {}", hp.host.address, e.what()));
+    }
+    for (const auto& p : hp.processes) {
+      if (p.argv.empty()) continue;
+      const std::string& tool = p.argv[0];
+      if ((tool == "taskset" || tool == "numactl") &&
+          tools[i]->find("/" + tool) == std::string::npos)
+        throw InputError(fmt::format("host {}: binding needs {}, which is not installed there",
+                                     hp.host.address, tool));
+    }
+  }
+  return ok;
 }
 
 int run_detached(const Options& options, const Plan& plan, SshPool& pool) {
@@ -131,6 +177,7 @@ int run_job(const Options& options, Plan& plan) {
   if (options.join) Output::make_log_dir(options.log_dir);
   SshPool pool(std::move(endpoints), ssh_settings(options));
   if (!connect(pool, hosts, connections)) return kExitHostFailure;
+  if (!bind_from_topologies(pool, plan, options)) return kExitHostFailure;
   if (options.report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
   if (!options.join) return run_detached(options, plan, pool);
 

@@ -63,6 +63,14 @@ bool Runner::processes_done() const {
   return std::all_of(procs_.begin(), procs_.end(), [](const Proc& p) { return p.done; });
 }
 
+// A process has ended once its exit status arrived, even while a grandchild it left behind still
+// holds its output open (the channel closes only when that grandchild is gone): the watchdogs'
+// final sweep ends such leftovers, and then the channels close.
+bool Runner::processes_ended() const {
+  return std::all_of(procs_.begin(), procs_.end(),
+                     [](const Proc& p) { return p.done || p.exited; });
+}
+
 bool Runner::watchdogs_done() const {
   return std::all_of(hosts_.begin(), hosts_.end(),
                      [](const HostState& h) { return h.lost || h.watchdog_closed; });
@@ -101,7 +109,7 @@ void Runner::lose_host(size_t host, const std::string& why) {
 void Runner::finish_process(Proc& p, const std::string& note) {
   if (p.done) return;
   p.done = true;
-  p.end_ms = t_.now_ms();
+  if (!p.exited || p.end_ms == 0) p.end_ms = t_.now_ms();
   if (!note.empty() && p.note.empty()) p.note = note;
   if (p.out >= 0) out_.finish(p.out);
 }
@@ -178,6 +186,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       break;
     case TransportEvent::Kind::kExit:
       p.exited = true;
+      p.end_ms = t_.now_ms();
       p.status = e.status;
       p.signal = e.signal;
       if (e.status != 0 && !tearing_down_)
@@ -305,7 +314,7 @@ int Runner::run() {
     double now = t_.now_ms();
     // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
     check_heartbeats(now);
-    if (processes_done() && !quit_sent_) {
+    if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;
       if (!tearing_down_) {

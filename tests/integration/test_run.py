@@ -206,3 +206,16 @@ def test_pdb_on_one_rank():
     check(p.returncode == 0, f"exit {p.returncode}: {err.decode()[-2000:]}")
     check(re.search(rb"^\[1@[\d.]+\] .*42$", out, re.M), f"pdb did not print x: {out.decode()}")
     check(b"rank 1 continued after pdb" in out, "rank 1 did not continue")
+
+
+def test_job_ends_when_processes_exit_despite_leftover_grandchildren():
+    # sleeper.py leaves a `sleep` grandchild in its own session holding the output open: the job
+    # still ends when the processes exit, and the final sweep ends and names the leftovers.
+    start = time.monotonic()
+    code, out, err, _ = run([job("sleeper.py"), "--sleep", "0"], timeout=60)
+    took = time.monotonic() - start
+    check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+    check(took < 10, f"took {took:.1f} s")
+    check(len(re.findall(rb"ended a process the job left behind: \d+ SIGTERM sleep", err)) == 7,
+          f"leftovers not named: {err.decode()[-1500:]}")
+    wait_clean(2)

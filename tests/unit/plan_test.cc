@@ -515,10 +515,10 @@ TEST_F(MakePlan, ManualBindCore) {
   ASSERT_EQ(procs.size(), 3u);
   EXPECT_EQ(procs[0].cpus, (std::vector<int>{0, 1}));
   EXPECT_EQ(procs[0].argv, (Argv{"taskset", "-c", "0-1", "python3", "train.py", "--lr", "0.1"}));
-  EXPECT_EQ(*env_of(procs[0], "MSRUN_CPU_LIST"), "0-1");
+  EXPECT_EQ(*env_of(procs[0], "MSRUN_CPU_LIST"), "[0, 1]");
   EXPECT_EQ(procs[2].cpus, (std::vector<int>{4, 6, 7}));
   EXPECT_EQ(procs[2].argv, (Argv{"taskset", "-c", "4,6-7", "python3", "train.py", "--lr", "0.1"}));
-  EXPECT_EQ(procs[2].env.back(), (std::pair<std::string, std::string>{"MSRUN_CPU_LIST", "4,6-7"}));
+  EXPECT_EQ(procs[2].env.back(), (std::pair<std::string, std::string>{"MSRUN_CPU_LIST", "[4, 6, 7]"}));
   EXPECT_FALSE(procs[2].bind_pending);
   EXPECT_TRUE(procs[2].numa_nodes.empty());
 }
@@ -538,7 +538,7 @@ TEST_F(MakePlan, ManualBindCoreUsesPhysicalDeviceKeys) {
   options.bind_core = parse_bind_core(R"({"device6":["0-3"],"device7":["4-7"]})", "x");
   Plan p = plan();
   EXPECT_EQ(p.hosts[0].processes[1].cpus, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(*env_of(p.hosts[0].processes[2], "MSRUN_CPU_LIST"), "4-7");
+  EXPECT_EQ(*env_of(p.hosts[0].processes[2], "MSRUN_CPU_LIST"), "[4, 5, 6, 7]");
   EXPECT_EQ(*env_of(p.hosts[0].processes[2], "DEVICE_ID"), "1");
 }
 
@@ -590,7 +590,7 @@ TEST_F(MakePlan, ManualBindCoreAndNumaUsePhyscpubind) {
                                                 "python3", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(p.hosts[0].processes[1].argv, (Argv{"numactl", "--physcpubind=4-7", "--membind=1",
                                                 "python3", "train.py", "--lr", "0.1"}));
-  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "MSRUN_CPU_LIST"), "4-7");
+  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "MSRUN_CPU_LIST"), "[4, 5, 6, 7]");
 }
 
 TEST_F(MakePlan, AutoBindingIsPending) {

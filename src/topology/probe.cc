@@ -1,0 +1,242 @@
+// The remote topology probe: the command that prints a host's topology, and its parsers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+#include <utility>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/topology.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr std::string_view kWhat = "topology probe";
+
+// The script, one statement per entry, joined by "; " into one line. Rules that keep it working
+// through any login shell and any later quoting: no single quote, backslash, '!' or newline.
+// sysfs is read with grep -H, one process for all CPUs: shell `read` does one-byte reads, which
+// some kernels answer with nothing for the binary node/cpulist attribute.
+constexpr std::string_view kScript[] = {
+    "a=$(sed -n \"s/^Cpus_allowed_list:[[:space:]]*//p\" /proc/self/status 2>/dev/null)",
+    "test -n \"$a\" || a=$(cat /sys/devices/system/cpu/online)",
+    "echo \"allowed: $a\"",
+    "for t in lstopo-no-graphics hwloc-ls lstopo; do"
+    " command -v $t >/dev/null 2>&1 || continue;"
+    " x=$($t --disallowed --of xml - 2>/dev/null) || x=$($t --whole-system --of xml - 2>/dev/null)"
+    " || x=$($t --of xml - 2>/dev/null) || x=;"
+    " test -n \"$x\" || continue;"
+    " echo \"format: hwloc-xml\"; printf %s \"$x\"; echo; exit 0;"
+    " done",
+    "echo \"format: sysfs\"",
+    "s=/sys/devices/system",
+    "grep -H \"\" $s/cpu/online $s/cpu/cpu[0-9]*/topology/core_id"
+    " $s/cpu/cpu[0-9]*/topology/physical_package_id $s/node/node[0-9]*/cpulist 2>/dev/null",
+    "for f in $(grep -l -e 0x19e5 -e 0x10de -e 0x1002 /sys/bus/pci/devices/*/vendor 2>/dev/null);"
+    " do grep -H \"\" ${f%/vendor}/vendor ${f%/vendor}/class ${f%/vendor}/numa_node 2>/dev/null;"
+    " done",
+    "true",
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+std::pair<std::string_view, std::string_view> split_line(std::string_view text) {
+  size_t nl = text.find('\n');
+  if (nl == std::string_view::npos) return {text, {}};
+  return {text.substr(0, nl), text.substr(nl + 1)};
+}
+
+// The probe's output from its "allowed:" line on (whatever a login script printed before it is
+// dropped).
+std::string_view from_allowed_line(std::string_view text) {
+  for (std::string_view rest = text; !rest.empty(); rest = split_line(rest).second)
+    if (starts_with(rest, "allowed:")) return rest;
+  std::string head(text.substr(0, 80));
+  std::replace(head.begin(), head.end(), '\n', ' ');
+  throw InputError(
+      fmt::format("{}: no \"allowed:\" line in the output (it starts: \"{}\")", kWhat, head));
+}
+
+[[noreturn]] void bad_line(std::string_view line) {
+  throw InputError(fmt::format("{}: bad line \"{}\"", kWhat, line));
+}
+
+int parse_int(std::string_view s, int base, std::string_view line) {
+  s = trim(s);
+  if (base == 16 && (starts_with(s, "0x") || starts_with(s, "0X"))) s.remove_prefix(2);
+  bool negative = base == 10 && starts_with(s, "-");
+  if (negative) s.remove_prefix(1);
+  int value = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), value, base);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) bad_line(line);
+  return negative ? -value : value;
+}
+
+std::vector<int> cpu_list(std::string_view text, std::string_view line) {
+  if (trim(text).empty()) return {};
+  return parse_cpu_list(text, fmt::format("{}: line \"{}\"", kWhat, line));
+}
+
+struct PciFacts {
+  int vendor = 0, pci_class = 0, numa = -1;
+};
+
+// The facts of a sysfs dump, before they become a Topology.
+struct SysfsFacts {
+  std::vector<int> allowed, online;
+  bool has_allowed = false;
+  std::map<int, int> core_id, package_id;  // CPU -> id
+  std::vector<NumaNode> nodes;
+  std::map<std::string, PciFacts> pci;  // bus id -> facts
+};
+
+// "<prefix><N>/<rest>" -> N and rest, for cpuN/ and nodeN/ paths.
+std::pair<int, std::string_view> numbered(std::string_view path, std::string_view prefix,
+                                          std::string_view line) {
+  size_t slash = path.find('/');
+  if (!starts_with(path, prefix) || slash == std::string_view::npos) bad_line(line);
+  return {parse_int(path.substr(prefix.size(), slash - prefix.size()), 10, line),
+          path.substr(slash + 1)};
+}
+
+void parse_pci_file(SysfsFacts& f, std::string_view path, std::string_view value,
+                    std::string_view line) {
+  size_t slash = path.find('/');
+  if (slash == std::string_view::npos) bad_line(line);
+  std::string bus(path.substr(0, slash));
+  for (char& ch : bus) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string_view file = path.substr(slash + 1);
+  PciFacts& pci = f.pci[bus];
+  if (file == "vendor")
+    pci.vendor = parse_int(value, 16, line);
+  else if (file == "class")
+    pci.pci_class = parse_int(value, 16, line) >> 8;  // drop prog-if
+  else if (file == "numa_node")
+    pci.numa = parse_int(value, 10, line);
+}
+
+void parse_cpu_file(SysfsFacts& f, std::string_view path, std::string_view value,
+                    std::string_view line) {
+  if (path == "online") {
+    f.online = cpu_list(value, line);
+    return;
+  }
+  auto [cpu, file] = numbered(path, "cpu", line);
+  if (file == "topology/core_id")
+    f.core_id[cpu] = parse_int(value, 10, line);
+  else if (file == "topology/physical_package_id")
+    f.package_id[cpu] = parse_int(value, 10, line);
+}
+
+// One "PATH:VALUE" line of grep -H. Values never hold ':' but PCI bus ids in paths do.
+void parse_sys_line(SysfsFacts& f, std::string_view line) {
+  size_t colon = line.rfind(':');
+  if (colon == std::string_view::npos) bad_line(line);
+  std::string_view path = line.substr(0, colon), value = trim(line.substr(colon + 1));
+  if (starts_with(path, "/sys/devices/system/cpu/")) {
+    parse_cpu_file(f, path.substr(24), value, line);
+  } else if (starts_with(path, "/sys/devices/system/node/")) {
+    auto [node, file] = numbered(path.substr(25), "node", line);
+    if (file == "cpulist") f.nodes.push_back(NumaNode{node, cpu_list(value, line)});
+  } else if (starts_with(path, "/sys/bus/pci/devices/")) {
+    parse_pci_file(f, path.substr(21), value, line);
+  }
+}
+
+void parse_sysfs_line(SysfsFacts& f, std::string_view line) {
+  line = trim(line);
+  if (line.empty()) return;
+  if (starts_with(line, "/sys/")) return parse_sys_line(f, line);
+  size_t colon = line.find(':');
+  std::string_view key = line.substr(0, colon);
+  std::string_view value = colon == std::string_view::npos ? "" : trim(line.substr(colon + 1));
+  if (key == "allowed") {
+    f.allowed = cpu_list(value, line);
+    f.has_allowed = true;
+  } else if (key == "format") {
+    if (value != "sysfs")
+      throw InputError(fmt::format("{}: expected format sysfs, got \"{}\"", kWhat, value));
+  } else {
+    throw InputError(fmt::format("{}: unexpected line \"{}\"", kWhat, line));
+  }
+}
+
+// Cores from the per-CPU ids; online CPUs without topology files are a core each.
+std::vector<Core> cores_of(const SysfsFacts& f) {
+  std::map<std::pair<int, int>, std::vector<int>> by_id;  // (package, core id) -> CPUs
+  for (auto [cpu, core] : f.core_id) {
+    auto pkg = f.package_id.find(cpu);
+    by_id[{pkg == f.package_id.end() ? -1 : pkg->second, core}].push_back(cpu);
+  }
+  std::vector<Core> cores;
+  for (auto& [key, cpus] : by_id) cores.push_back(Core{key.first, -1, std::move(cpus)});
+  for (int cpu : f.online)
+    if (!f.core_id.count(cpu)) cores.push_back(Core{-1, -1, {cpu}});
+  return cores;
+}
+
+Topology topology_of(SysfsFacts f) {
+  Topology t;
+  t.source = "sysfs";
+  t.cores = cores_of(f);
+  t.numa_nodes = std::move(f.nodes);
+  for (const auto& [bus, pci] : f.pci)
+    if (std::string kind = device_kind(pci.vendor, pci.pci_class); !kind.empty())
+      t.devices.push_back(Device{kind, bus, pci.vendor, pci.pci_class, pci.numa});
+  t.allowed_cpus = f.has_allowed ? f.allowed : f.online;
+  normalize_topology(t);
+  if (t.allowed_cpus.empty())
+    throw InputError(fmt::format("{}: no allowed CPU is online (allowed: {}, online: {})", kWhat,
+                                 f.has_allowed ? format_cpu_list(f.allowed) : "not given",
+                                 f.online.empty() ? "not given" : format_cpu_list(f.online)));
+  return t;
+}
+
+}  // namespace
+
+std::string topology_probe_command() {
+  std::string script;
+  for (std::string_view s : kScript) script += (script.empty() ? "" : "; ") + std::string(s);
+  return "sh -c '" + script + "'";
+}
+
+Topology topology_from_sysfs_probe(std::string_view text) {
+  SysfsFacts facts;
+  for (std::string_view rest = text; !rest.empty();) {
+    auto [line, next] = split_line(rest);
+    parse_sysfs_line(facts, line);
+    rest = next;
+  }
+  return topology_of(std::move(facts));
+}
+
+Topology parse_probe_output(std::string_view text) {
+  std::string_view rest = from_allowed_line(text);
+  auto [allowed_line, after_allowed] = split_line(rest);
+  auto [format_line, body] = split_line(after_allowed);
+  std::string_view format = trim(format_line);
+  if (format == "format: sysfs") return topology_from_sysfs_probe(rest);
+  if (format != "format: hwloc-xml")
+    throw InputError(
+        fmt::format("{}: unknown format line \"{}\" (expected \"format: hwloc-xml\" "
+                    "or \"format: sysfs\")",
+                    kWhat, format));
+  std::vector<int> allowed = cpu_list(trim(allowed_line.substr(8)), allowed_line);
+  if (allowed.empty())
+    throw InputError(fmt::format("{}: the \"allowed:\" line lists no CPU", kWhat));
+  return topology_from_hwloc_xml(body, allowed);
+}
+
+}  // namespace msrun_ssh

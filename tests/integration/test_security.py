@@ -1,0 +1,107 @@
+"""Security claims of docs/security.md, each tested for real on the namespace cluster."""
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+
+from harness import (addresses, check, cluster_dir, copy_hosts_file, job, launch,
+                     marked_processes, read, run, tmpdir, wait_for)
+
+
+def _known_hosts_copy(name, transform):
+    known = os.path.join(tmpdir(), name)
+    lines = open(os.path.join(cluster_dir(), "known_hosts")).read().splitlines()
+    open(known, "w").write("\n".join(transform(lines)) + "\n")
+    return known
+
+
+def _other_key_line(addr):
+    key = os.path.join(tmpdir(), "sec_otherkey")
+    if not os.path.exists(key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    return f"{addr} " + " ".join(open(key + ".pub").read().split()[:2])
+
+
+def test_changed_key_refused_even_with_checking_off():
+    victim = addresses()[0]
+    known = _known_hosts_copy("sec_changed", lambda ls: [
+        _other_key_line(victim) if l.startswith(victim + " ") else l for l in ls])
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "5"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'),
+                          extra=["--strict_host_key_checking=no"])
+    check(code == 255, f"exit {code}: {err.decode()}")
+    check(re.search(rf"{re.escape(victim)}: host key CHANGED".encode(), err), err.decode())
+    check(not marked_processes(), "something started")
+
+
+def test_accept_new_adds_unknown_keys_only():
+    victim = addresses()[2]
+    known = _known_hosts_copy("sec_acceptnew", lambda ls: [l for l in ls if not l.startswith(victim + " ")])
+    before = open(known).read()
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "0"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'),
+                          extra=["--strict_host_key_checking=accept-new"])
+    check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+    after = open(known).read()
+    check(after.startswith(before) and len(after) > len(before), "key not appended")
+    check(b"new host key added" in err, "no notice of the added key")
+    # The next run verifies against the added key with the default policy.
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "0"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'))
+    check(code == 0, f"second run exit {code}: {err.decode()[-1500:]}")
+
+
+def test_unknown_key_with_checking_off_warns():
+    victim = addresses()[1]
+    known = _known_hosts_copy("sec_off", lambda ls: [l for l in ls if not l.startswith(victim + " ")])
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "0"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'),
+                          extra=["--strict_host_key_checking=no"])
+    check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+    check(re.search(rf"warning: {re.escape(victim)}: host key NOT verified".encode(), err), err.decode())
+    check(open(known).read().count(victim + " ") == 0, "policy 'no' must not write known_hosts")
+
+
+def test_hashed_known_hosts():
+    known = _known_hosts_copy("sec_hashed", lambda ls: ls)
+    subprocess.run(["ssh-keygen", "-H", "-f", known], check=True, capture_output=True)
+    text = open(known).read()
+    check("|1|" in text and addresses()[0] not in text, "ssh-keygen -H did not hash")
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "0"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'))
+    check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+
+
+def test_log_permissions_and_no_key_material():
+    base = os.path.join(tmpdir(), "sec_logs")
+    shutil.rmtree(base, ignore_errors=True)
+    log_dir = os.path.join(base, "a", "b")
+    code, out, err, _ = run([job("sleeper.py"), "--fail_rank", "1", "--delay", "0.5"],
+                            log_dir=log_dir)
+    check(code == 1, f"exit {code}")
+    for d in (os.path.join(base, "a"), log_dir):
+        mode = stat.S_IMODE(os.stat(d).st_mode)
+        check(mode == 0o700, f"{d} has mode {oct(mode)}")
+    key = read(os.path.join(cluster_dir(), "id_ed25519"))
+    body = b"".join(key.split(b"\n")[1:-2])[:40]
+    for name in os.listdir(log_dir):
+        path = os.path.join(log_dir, name)
+        check(stat.S_IMODE(os.stat(path).st_mode) == 0o600, f"{name} not 0600")
+        check(body not in read(path), f"{name} contains key material")
+    check(body not in out and body not in err, "console shows key material")
+
+
+def test_env_values_not_in_remote_command_lines():
+    secret = "s3cr3t-value-" + str(os.getpid())
+    p, _ = launch([job("sleeper.py")], extra=["--env", f"HOSTILE_SECRET={secret}"])
+    try:
+        wait_for(lambda: len([x for x in marked_processes() if "sleeper.py" in x[2]]) >= 7, 15,
+                 "processes")
+        time.sleep(0.5)
+        for ns, pid, cmd in marked_processes():
+            check(secret not in cmd, f"{ns} pid {pid} shows the value in its command line: {cmd}")
+    finally:
+        p.terminate()
+        p.communicate(timeout=20)
