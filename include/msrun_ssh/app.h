@@ -16,4 +16,8 @@ std::string new_job_id();
 // IPv4 address of `name` through getaddrinfo, or "" when it does not resolve.
 std::string resolve_ipv4(const std::string& name);
 
+// The host an ssh config's `Host NAME` entry points to (its HostName), or `name` itself when the
+// config (`ssh_config`, else ~/.ssh/config if it exists) has none.
+std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config);
+
 }  // namespace msrun_ssh

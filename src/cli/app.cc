@@ -1,6 +1,7 @@
 #include "msrun_ssh/app.h"
 
 #include <arpa/inet.h>
+#include <libssh/libssh.h>
 #include <fmt/format.h>
 #include <netdb.h>
 #include <unistd.h>
@@ -46,6 +47,26 @@ std::string resolve_ipv4(const std::string& name) {
   return buf;
 }
 
+std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config) {
+  std::string config = ssh_config;
+  if (config.empty()) {
+    const char* home = std::getenv("HOME");
+    config = std::string(home ? home : "") + "/.ssh/config";
+    if (access(config.c_str(), R_OK) != 0) return name;
+  }
+  ssh_session s = ssh_new();
+  if (!s) return name;
+  std::string out = name;
+  ssh_options_set(s, SSH_OPTIONS_HOST, name.c_str());
+  if (ssh_options_parse_config(s, config.c_str()) == SSH_OK) {
+    char* host = nullptr;
+    if (ssh_options_get(s, SSH_OPTIONS_HOST, &host) == SSH_OK && host) out = host;
+    ssh_string_free_char(host);
+  }
+  ssh_free(s);
+  return out;
+}
+
 int run_app(const std::vector<std::string>& args) {
   Options options;
   try {
@@ -66,7 +87,12 @@ int run_app(const std::vector<std::string>& args) {
     if (options.command == Command::kStop) return stop_job(options, cluster);
     if (options.command == Command::kCheck && options.task_script.empty())
       options.task_script = "true";  // plan a harmless program: check only needs the layout
-    Plan plan = make_plan(options, cluster, resolve_ipv4);
+    // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
+    // so that an alias never turns into a DNS query for a name that exists only in the config.
+    Resolver resolve = [&options](const std::string& name) {
+      return resolve_ipv4(ssh_config_hostname(name, options.ssh_config));
+    };
+    Plan plan = make_plan(options, cluster, resolve);
     if (options.command == Command::kCheck) return check_cluster(options, cluster, plan);
     if (options.dry_run) {
       std::fputs(describe_plan(plan, options).c_str(), stdout);
