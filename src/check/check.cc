@@ -59,9 +59,11 @@ struct Connected {
 Connected connect_hosts(const Options& options, const Plan& plan) {
   Connected c;
   std::vector<size_t> todo;
+  todo.reserve(plan.hosts.size());
   for (size_t h = 0; h < plan.hosts.size(); ++h) todo.push_back(h);
   while (!todo.empty()) {
     std::vector<SshEndpoint> endpoints;
+    endpoints.reserve(todo.size());
     for (size_t h : todo) endpoints.push_back(endpoint(plan.hosts[h].host));
     auto pool = std::make_unique<SshPool>(std::move(endpoints), ssh_settings(options));
     auto failures = pool->connect_all(std::vector<int>(todo.size(), 1));

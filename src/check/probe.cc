@@ -505,7 +505,7 @@ HostExpectation expectation_for(const Plan& plan, size_t h, const Options& o) {
 
 std::string probe_command(const HostExpectation& e) {
   std::vector<std::string> words{"env", "--"};
-  for (const auto& [n, v] : e.env) words.push_back(n + "=" + v);
+  for (const auto& [n, v] : e.env) words.push_back(fmt::format("{}={}", n, v));
   words.insert(words.end(), {"/bin/sh", "-c", kProbeScript, "msrun-ssh-check", e.workdir, e.python,
                              e.script, e.master_ip});
   words.insert(words.end(), e.imports.begin(), e.imports.end());

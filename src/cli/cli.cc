@@ -91,7 +91,7 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        })},
       {"--join", value([](O& o, S n, S v) { o.join = to_bool(n, v); })},
       {"--cluster_time_out", value([](O& o, S n, S v) {
-         o.cluster_time_out = static_cast<int>(to_int(n, v, 1, 86400 * 7));
+         o.cluster_time_out = static_cast<int>(to_int(n, v, 1, 86400LL * 7));
        })},
       {"--bind_core", value([](O& o, S n, S v) { o.bind_core = parse_bind_core(v, n); })},
       {"--bind_numa", value([](O& o, S n, S v) { o.bind_numa = parse_bind_numa(v, n); })},

@@ -63,7 +63,7 @@ int grace_steps(double s) { return static_cast<int>(std::ceil(std::max(s, 0.0) *
 // `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted.
 std::string exec_env(const Process& process, const std::string& job_id) {
   std::vector<std::string> words{"env", "--", fmt::format("{}={}", kJobMarker, job_id)};
-  for (const auto& [n, v] : process.env) words.push_back(n + "=" + v);
+  for (const auto& [n, v] : process.env) words.push_back(fmt::format("{}={}", n, v));
   // env takes every leading word with a '=' for an assignment, a program named "./a=b" too: such a
   // program is started through `sh -c 'exec "$@"'`, which passes its words on unchanged.
   if (!process.argv.empty() && process.argv[0].find('=') != std::string::npos)

@@ -147,7 +147,8 @@ BindNuma parse_bind_numa(std::string_view text, std::string_view what) {
   }
   nlohmann::json j = parse_json_object(body, where);
   spec.mode = BindNuma::Mode::kManual;
-  for (auto& [key, value] : j.items()) {
+  for (auto& [name, value] : j.items()) {
+    const std::string key = name;  // a structured binding cannot be captured by clang 14
     validate_bind_key(key, where);
     std::string at = fmt::format("{} key \"{}\"", where, key);
     auto add = [&](const nlohmann::json& v) {

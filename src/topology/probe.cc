@@ -19,6 +19,8 @@ constexpr std::string_view kWhat = "topology probe";
 // through any login shell and any later quoting: no single quote, backslash, '!' or newline.
 // sysfs is read with grep -H, one process for all CPUs: shell `read` does one-byte reads, which
 // some kernels answer with nothing for the binary node/cpulist attribute.
+// Long lines are concatenated on purpose.
+// NOLINTBEGIN(bugprone-suspicious-missing-comma)
 constexpr std::string_view kScript[] = {
     "a=$(sed -n \"s/^Cpus_allowed_list:[[:space:]]*//p\" /proc/self/status 2>/dev/null)",
     "test -n \"$a\" || a=$(cat /sys/devices/system/cpu/online)",
@@ -39,6 +41,7 @@ constexpr std::string_view kScript[] = {
     " done",
     "true",
 };
+// NOLINTEND(bugprone-suspicious-missing-comma)
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
@@ -181,6 +184,7 @@ std::vector<Core> cores_of(const SysfsFacts& f) {
     by_id[{pkg == f.package_id.end() ? -1 : pkg->second, core}].push_back(cpu);
   }
   std::vector<Core> cores;
+  cores.reserve(by_id.size() + f.online.size());
   for (auto& [key, cpus] : by_id) cores.push_back(Core{key.first, -1, std::move(cpus)});
   for (int cpu : f.online)
     if (!f.core_id.count(cpu)) cores.push_back(Core{-1, -1, {cpu}});
