@@ -39,6 +39,15 @@ struct HostFailure {
   std::string reason;  // "connection refused", "timed out after 10 s", "host key changed", ...
 };
 
+// sshd's default MaxSessions: channels per connection before another connection is opened.
+inline constexpr int kChannelsPerConnection = 10;
+
+// The pool settings of a run (also used by `check` and `stop`, so they reach hosts the same way).
+SshSettings ssh_settings(const Options& options);
+
+// How to reach a host of the host file.
+SshEndpoint endpoint_of(const Host& host);
+
 class SshPool : public Transport {
  public:
   SshPool(std::vector<SshEndpoint> hosts, SshSettings settings);

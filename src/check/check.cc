@@ -16,23 +16,6 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr int kChannelsPerConnection = 10;  // sshd's default MaxSessions
-
-// Same as a run (src/runner/job.cc), so that check reaches hosts exactly as a run would.
-SshSettings ssh_settings(const Options& o) {
-  SshSettings s;
-  s.ssh_config = o.ssh_config;
-  s.fanout = o.fanout;
-  s.connect_timeout_s = o.connect_timeout;
-  s.host_key_policy = o.strict_host_key_checking;
-  s.channels_per_connection = kChannelsPerConnection;
-  return s;
-}
-
-SshEndpoint endpoint(const Host& h) {
-  return SshEndpoint{h.address, h.user, h.port, h.identity_file, h.known_hosts};
-}
-
 double wall_now() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -64,7 +47,7 @@ Connected connect_hosts(const Options& options, const Plan& plan) {
   while (!todo.empty()) {
     std::vector<SshEndpoint> endpoints;
     endpoints.reserve(todo.size());
-    for (size_t h : todo) endpoints.push_back(endpoint(plan.hosts[h].host));
+    for (size_t h : todo) endpoints.push_back(endpoint_of(plan.hosts[h].host));
     auto pool = std::make_unique<SshPool>(std::move(endpoints), ssh_settings(options));
     auto failures = pool->connect_all(std::vector<int>(todo.size(), 1));
     for (const auto& w : pool->warnings()) c.warnings.push_back(w);

@@ -22,22 +22,6 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr int kChannelsPerConnection = 10;  // sshd's default MaxSessions
-
-SshSettings ssh_settings(const Options& o) {
-  SshSettings s;
-  s.ssh_config = o.ssh_config;
-  s.fanout = o.fanout;
-  s.connect_timeout_s = o.connect_timeout;
-  s.host_key_policy = o.strict_host_key_checking;
-  s.channels_per_connection = kChannelsPerConnection;
-  return s;
-}
-
-SshEndpoint endpoint(const Host& h) {
-  return SshEndpoint{h.address, h.user, h.port, h.identity_file, h.known_hosts};
-}
-
 // Phase one. Prints every failed host and returns false when any failed.
 bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections) {
@@ -170,7 +154,7 @@ int run_job(const Options& options, Plan& plan) {
   std::vector<int> connections;
   for (const auto& h : plan.hosts) {
     hosts.push_back(&h.host);
-    endpoints.push_back(endpoint(h.host));
+    endpoints.push_back(endpoint_of(h.host));
     int channels = static_cast<int>(h.processes.size()) + 1;  // + the watchdog
     connections.push_back((channels + kChannelsPerConnection - 1) / kChannelsPerConnection);
   }
@@ -214,7 +198,7 @@ int stop_job(const Options& options, const Cluster& cluster) {
   std::vector<size_t> all;
   for (const auto& h : cluster.hosts) {
     hosts.push_back(&h);
-    endpoints.push_back(endpoint(h));
+    endpoints.push_back(endpoint_of(h));
     all.push_back(all.size());
   }
   SshPool pool(std::move(endpoints), ssh_settings(options));
