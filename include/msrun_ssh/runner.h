@@ -82,10 +82,10 @@ class Runner {
   int stdin_fd_;
   std::vector<Proc> procs_;
   std::vector<HostState> hosts_;
-  std::vector<int> proc_of_channel_;  // channel id -> proc index (-1: none)
-  std::vector<int> host_of_watchdog_; // channel id -> host index (-1: none)
+  std::vector<int> proc_of_channel_;   // channel id -> proc index (-1: none)
+  std::vector<int> host_of_watchdog_;  // channel id -> host index (-1: none)
   std::vector<ChannelId> stdin_targets_;
-  int exit_code_ = -1;      // set once, by the first failure / signal / lost host
+  int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   bool tearing_down_ = false;
   bool killed_now_ = false;
   bool quit_sent_ = false;

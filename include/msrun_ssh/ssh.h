@@ -31,7 +31,7 @@ struct SshSettings {
   int fanout = 64;
   double connect_timeout_s = 10;
   std::optional<HostKeyPolicy> host_key_policy;  // unset: ssh config, else yes
-  int channels_per_connection = 10;  // sshd's default MaxSessions
+  int channels_per_connection = 10;              // sshd's default MaxSessions
 };
 
 struct HostFailure {

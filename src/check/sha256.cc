@@ -63,7 +63,8 @@ class Sha256 {
     for (size_t i = 0; i < 16; ++i)
       w[i] = static_cast<uint32_t>(block_[4 * i]) << 24 |
              static_cast<uint32_t>(block_[4 * i + 1]) << 16 |
-             static_cast<uint32_t>(block_[4 * i + 2]) << 8 | static_cast<uint32_t>(block_[4 * i + 3]);
+             static_cast<uint32_t>(block_[4 * i + 2]) << 8 |
+             static_cast<uint32_t>(block_[4 * i + 3]);
     for (int i = 16; i < 64; ++i) {
       uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
       uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);

@@ -1,8 +1,8 @@
 #include "msrun_ssh/app.h"
 
 #include <arpa/inet.h>
-#include <libssh/libssh.h>
 #include <fmt/format.h>
+#include <libssh/libssh.h>
 #include <netdb.h>
 #include <unistd.h>
 

@@ -73,9 +73,8 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--hostfile", value([](O& o, S, S v) { o.hostfile = v; })},
       {"--worker_num",
        value([](O& o, S n, S v) { o.worker_num = static_cast<int>(to_int(n, v, 1, 1 << 20)); })},
-      {"--local_worker_num", value([](O& o, S n, S v) {
-         o.local_worker_num = static_cast<int>(to_int(n, v, 0, 1024));
-       })},
+      {"--local_worker_num",
+       value([](O& o, S n, S v) { o.local_worker_num = static_cast<int>(to_int(n, v, 0, 1024)); })},
       {"--master_addr", value([](O& o, S n, S v) {
          if (v.empty()) bad(n, v, "must not be empty");
          o.master_addr = v;
@@ -117,10 +116,14 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--report_bindings",
        flag([](O& o, S n, S v) { o.report_bindings = v.empty() || to_bool(n, v); })},
       {"--strict_host_key_checking", value([](O& o, S n, S v) {
-         if (v == "yes") o.strict_host_key_checking = HostKeyPolicy::kYes;
-         else if (v == "accept-new") o.strict_host_key_checking = HostKeyPolicy::kAcceptNew;
-         else if (v == "no") o.strict_host_key_checking = HostKeyPolicy::kNo;
-         else bad(n, v, "expects yes, accept-new or no");
+         if (v == "yes")
+           o.strict_host_key_checking = HostKeyPolicy::kYes;
+         else if (v == "accept-new")
+           o.strict_host_key_checking = HostKeyPolicy::kAcceptNew;
+         else if (v == "no")
+           o.strict_host_key_checking = HostKeyPolicy::kNo;
+         else
+           bad(n, v, "expects yes, accept-new or no");
        })},
       {"--env", value([getenv](O& o, S n, S v) {
          size_t eq = v.find('=');
@@ -146,8 +149,8 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--import", value([](O& o, S, S v) { o.imports.push_back(v); })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
       {"--job", value([](O& o, S n, S v) {
-         if (v.empty() || v.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz-") !=
-                              std::string::npos)
+         if (v.empty() ||
+             v.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz-") != std::string::npos)
            bad(n, v, "not a job id (as printed by a --join=False run)");
          o.job = v;
        })},
@@ -180,7 +183,7 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     const std::string& arg = args[i];
     if (arg == "-h" || arg == "--help") return {CliAction::kHelp, o};
     if (arg == "-v" || arg == "--version") return {CliAction::kVersion, o};
-    if (arg.size() < 2 || arg[0] != '-' || arg == "-" ) {
+    if (arg.size() < 2 || arg[0] != '-' || arg == "-") {
       // TASK_SCRIPT: for a run, it and everything after it belong to the task.
       if (o.command == Command::kRun) {
         o.task_script = arg;
@@ -188,7 +191,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
         break;
       }
       if (o.command == Command::kStop || !o.task_script.empty())
-        throw InputError(fmt::format("{}: unexpected argument \"{}\"", command_name(o.command), arg));
+        throw InputError(
+            fmt::format("{}: unexpected argument \"{}\"", command_name(o.command), arg));
       o.task_script = arg;
       continue;
     }
@@ -197,8 +201,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     std::string name = arg.substr(0, eq);
     auto it = table.find(name);
     if (it == table.end() || !allowed(o.command, name))
-      throw InputError(fmt::format("unknown option \"{}\" for {} (see --help)", name,
-                                   command_name(o.command)));
+      throw InputError(
+          fmt::format("unknown option \"{}\" for {} (see --help)", name, command_name(o.command)));
     std::string value;
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
@@ -211,7 +215,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
   if (o.hostfile.empty())
     throw InputError(fmt::format("{}: --hostfile is required", command_name(o.command)));
   if (o.command == Command::kRun && o.task_script.empty())
-    throw InputError("TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
+    throw InputError(
+        "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
   if (o.command == Command::kStop && o.job.empty()) throw InputError("stop: --job ID is required");
   return result;
 }

@@ -33,18 +33,19 @@ std::string describe_plan(const Plan& plan, const Options& options) {
       options.sim_level >= 0 ? fmt::format(" (simulation level {})", options.sim_level) : "",
       options.log_dir);
   for (const auto& h : plan.hosts) {
-    out += fmt::format("\nhost {} (node rank {}){}: {}{}{}, workdir {}\n", h.host.address,
-                       h.node_rank, h.is_master ? " [master]" : "", h.host.user.empty() ? "" : h.host.user + "@",
-                       h.ip.empty() ? h.host.address : h.ip, h.host.port ? fmt::format(":{}", *h.host.port) : "", h.host.workdir);
+    out +=
+        fmt::format("\nhost {} (node rank {}){}: {}{}{}, workdir {}\n", h.host.address, h.node_rank,
+                    h.is_master ? " [master]" : "", h.host.user.empty() ? "" : h.host.user + "@",
+                    h.ip.empty() ? h.host.address : h.ip,
+                    h.host.port ? fmt::format(":{}", *h.host.port) : "", h.host.workdir);
     for (const auto& p : h.processes) {
       out += fmt::format("  {}: DEVICE_ID={} cpus {} log {}\n", p.label(),
                          p.device_id.empty() ? "-" : p.device_id, binding_of(p), p.log_name);
       for (const auto& [n, v] : p.env) out += fmt::format("    {}={}\n", n, shell_quote(v));
-      out += fmt::format("    command: {}\n", options.join
-                                                  ? process_command(p, plan.job_id)
-                                                  : detached_command(p, plan.job_id,
-                                                                     options.log_dir + "/" +
-                                                                         p.log_name));
+      out += fmt::format(
+          "    command: {}\n",
+          options.join ? process_command(p, plan.job_id)
+                       : detached_command(p, plan.job_id, options.log_dir + "/" + p.log_name));
     }
   }
   return out;

@@ -125,8 +125,8 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
 std::string stop_command(const std::string& job_id, double grace_s) {
   std::string script =
       fmt::format("J=$1 G=$2\n{}teardown \"$G\"\necho \"msrun-ssh-stop: done\"\n", kSweepFunctions);
-  return fmt::format("exec sh -c {} msrun-ssh-stop {} {}", shell_quote(script),
-                     shell_quote(job_id), grace_steps(grace_s));
+  return fmt::format("exec sh -c {} msrun-ssh-stop {} {}", shell_quote(script), shell_quote(job_id),
+                     grace_steps(grace_s));
 }
 
 }  // namespace msrun_ssh

@@ -1,6 +1,7 @@
 #include "msrun_ssh/hostfile.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <cctype>
 #include <cstdlib>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "msrun_ssh/error.h"
 
@@ -183,9 +183,10 @@ void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host
     for (char c : name)
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
             c == ':' || c == '%'))
-        throw InputError(fmt::format("{}: address \"{}\" contains a character not allowed in a "
-                                     "host name or address",
-                                     where, name));
+        throw InputError(
+            fmt::format("{}: address \"{}\" contains a character not allowed in a "
+                        "host name or address",
+                        where, name));
     Host h = host;
     h.address = std::move(name);
     cluster.hosts.push_back(std::move(h));
@@ -268,9 +269,8 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
         n = -1;
       }
       if (n < 0 || n > kMaxWorkersPerHost)
-        throw InputError(
-            fmt::format("{}: {} must be an integer 0..{}: \"{}\"", where, key, kMaxWorkersPerHost,
-                        word));
+        throw InputError(fmt::format("{}: {} must be an integer 0..{}: \"{}\"", where, key,
+                                     kMaxWorkersPerHost, word));
       if (key == "slots") host.local_worker_num = n;  // max_slots is accepted and ignored
     }
     add_expanded(cluster, wheres, host, where);

@@ -29,7 +29,8 @@ std::vector<std::string> expand_group(std::string_view body) {
     if (!number(lo_s, lo) || !number(hi_s, hi))
       throw InputError(fmt::format("bad node set range \"{}\"", item));
     if (hi < lo) throw InputError(fmt::format("reversed node set range \"{}\"", item));
-    if (hi - lo >= kMaxNames) throw InputError(fmt::format("node set range \"{}\" is too large", item));
+    if (hi - lo >= kMaxNames)
+      throw InputError(fmt::format("node set range \"{}\" is too large", item));
     // Zero padding: "01-16" pads to the width of the first bound when it starts with 0.
     size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
     for (unsigned long v = lo; v <= hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));

@@ -36,7 +36,8 @@ nlohmann::json parse_json_object(std::string_view text, std::string_view what) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
     throw InputError(fmt::format("{}: not a boolean (True/False) nor valid JSON: {}", what, text));
-  if (!j.is_object()) throw InputError(fmt::format("{}: expected a JSON object, got: {}", what, text));
+  if (!j.is_object())
+    throw InputError(fmt::format("{}: expected a JSON object, got: {}", what, text));
   return j;
 }
 
@@ -78,7 +79,8 @@ std::vector<int> parse_cpu_list(std::string_view text, std::string_view what) {
                   : parse_uint(item.substr(0, dash), lo) && parse_uint(item.substr(dash + 1), hi);
     if (!ok) throw InputError(fmt::format("{}: bad CPU range \"{}\"", what, item));
     if (hi < lo) throw InputError(fmt::format("{}: reversed CPU range \"{}\"", what, item));
-    if (hi > kMaxCpu) throw InputError(fmt::format("{}: CPU id out of range in \"{}\"", what, item));
+    if (hi > kMaxCpu)
+      throw InputError(fmt::format("{}: CPU id out of range in \"{}\"", what, item));
     for (int c = lo; c <= hi; ++c) cpus.push_back(c);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);

@@ -31,7 +31,8 @@ std::string get_env(const EnvList& env, const std::string& name) {
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string replace_all(std::string s, std::string_view from, const std::string& to) {
@@ -55,8 +56,7 @@ const std::string& resolved_ip(HostPlan& hp, const Resolver& resolve) {
 }
 
 // Index of the master host: --master_addr matched by address, then by resolved IP.
-size_t find_master(const Options& options, std::vector<HostPlan>& hosts,
-                   const Resolver& resolve) {
+size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Resolver& resolve) {
   if (options.master_addr.empty()) return 0;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (hosts[i].host.address == options.master_addr) return i;
@@ -64,9 +64,9 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts,
   if (ip.empty()) ip = options.master_addr;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (resolved_ip(hosts[i], resolve) == ip) return i;
-  throw InputError(fmt::format(
-      "--master_addr={}: no host of the host file has this address, name or IP ({})",
-      options.master_addr, ip));
+  throw InputError(
+      fmt::format("--master_addr={}: no host of the host file has this address, name or IP ({})",
+                  options.master_addr, ip));
 }
 
 // Physical device ids of a host's workers: from ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES
@@ -147,8 +147,8 @@ std::vector<std::string> task_argv(const Options& options, const Host& host) {
   const std::string& s = options.task_script;
   if (ends_with(s, ".py")) {
     argv.push_back(!options.python.empty() ? options.python
-                   : !host.python.empty() ? host.python
-                                          : "python3");
+                   : !host.python.empty()  ? host.python
+                                           : "python3");
   }
   argv.push_back(s);
   argv.insert(argv.end(), options.task_args.begin(), options.task_args.end());
@@ -162,8 +162,8 @@ std::vector<std::string> process_argv(const Process& p, const Options& options,
     std::vector<int> nodes = p.numa_nodes;
     std::string list = format_cpu_list(nodes);
     argv = {"numactl", "--cpunodebind=" + list, "--membind=" + list};
-    if (!p.cpus.empty()) argv = {"numactl", "--physcpubind=" + format_cpu_list(p.cpus),
-                                 "--membind=" + list};
+    if (!p.cpus.empty())
+      argv = {"numactl", "--physcpubind=" + format_cpu_list(p.cpus), "--membind=" + list};
   } else if (!p.cpus.empty()) {
     argv = {"taskset", "-c", format_cpu_list(p.cpus)};
   }
@@ -173,10 +173,10 @@ std::vector<std::string> process_argv(const Process& p, const Options& options,
 }
 
 void apply_binding(HostPlan& hp, const Options& options) {
-  BindCore core = options.bind_core.mode != BindCore::Mode::kUnset ? options.bind_core
-                                                                     : hp.host.bind_core;
-  BindNuma numa = options.bind_numa.mode != BindNuma::Mode::kUnset ? options.bind_numa
-                                                                     : hp.host.bind_numa;
+  BindCore core =
+      options.bind_core.mode != BindCore::Mode::kUnset ? options.bind_core : hp.host.bind_core;
+  BindNuma numa =
+      options.bind_numa.mode != BindNuma::Mode::kUnset ? options.bind_numa : hp.host.bind_numa;
   std::string what = fmt::format("bind_core for host {}", hp.host.address);
   for (auto& p : hp.processes) {
     p.cpus.clear();
@@ -186,9 +186,10 @@ void apply_binding(HostPlan& hp, const Options& options) {
       auto it = core.ranges.find(p.bind_key);
       if (it == core.ranges.end()) {
         if (p.role == Role::kWorker)
-          throw InputError(fmt::format("{}: no entry \"{}\" for {} (keys are \"scheduler\" and "
-                                       "\"device<physical id>\")",
-                                       what, p.bind_key, p.label()));
+          throw InputError(
+              fmt::format("{}: no entry \"{}\" for {} (keys are \"scheduler\" and "
+                          "\"device<physical id>\")",
+                          what, p.bind_key, p.label()));
       } else {
         std::string ranges;
         for (const auto& r : it->second) ranges += (ranges.empty() ? "" : ",") + r;

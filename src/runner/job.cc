@@ -54,8 +54,8 @@ std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
     log->flush_on(spdlog::level::info);
     return log;
   } catch (const spdlog::spdlog_ex& e) {
-    throw InputError(fmt::format("--log_dir={}: cannot write the launcher log: {}", log_dir,
-                                 e.what()));
+    throw InputError(
+        fmt::format("--log_dir={}: cannot write the launcher log: {}", log_dir, e.what()));
   }
 }
 
@@ -229,6 +229,5 @@ int stop_job(const Options& options, const Cluster& cluster) {
   std::printf("job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed, hosts.size());
   return code;
 }
-
 
 }  // namespace msrun_ssh

@@ -15,8 +15,8 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr double kEchoSlackMs = 2000;     // beyond 2x heartbeat before a silent host counts as lost
-constexpr double kTeardownSlackMs = 10000; // beyond the kill grace before we stop waiting
+constexpr double kEchoSlackMs = 2000;  // beyond 2x heartbeat before a silent host counts as lost
+constexpr double kTeardownSlackMs = 10000;  // beyond the kill grace before we stop waiting
 constexpr double kKillNowWaitMs = 3000;
 
 template <typename T>
@@ -56,7 +56,8 @@ const std::string& Runner::host_name(size_t host) const { return plan_.hosts[hos
 
 void Runner::send_all(char byte) {
   for (auto& h : hosts_)
-    if (!h.lost && !h.watchdog_closed && h.watchdog >= 0) t_.write(h.watchdog, std::string(1, byte));
+    if (!h.lost && !h.watchdog_closed && h.watchdog >= 0)
+      t_.write(h.watchdog, std::string(1, byte));
 }
 
 bool Runner::processes_done() const {
@@ -160,8 +161,10 @@ void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
   HostState& h = hosts_[host];
   switch (e.kind) {
     case TransportEvent::Kind::kData:
-      if (!e.is_stderr) h.framer.feed(e.data, [&](std::string_view l) { watchdog_line(host, l); });
-      else out_.message(fmt::format("{}: watchdog: {}", host_name(host), e.data));
+      if (!e.is_stderr)
+        h.framer.feed(e.data, [&](std::string_view l) { watchdog_line(host, l); });
+      else
+        out_.message(fmt::format("{}: watchdog: {}", host_name(host), e.data));
       break;
     case TransportEvent::Kind::kOpenFailed:
       h.watchdog_closed = true;
@@ -171,7 +174,8 @@ void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
     case TransportEvent::Kind::kClosed:
       h.watchdog_closed = true;
       if (!quit_sent_ && !tearing_down_)
-        fail(kExitHostFailure, fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
+        fail(kExitHostFailure,
+             fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
       break;
     default:
       break;
@@ -204,8 +208,8 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       break;
     case TransportEvent::Kind::kClosed:
       if (!p.exited && !tearing_down_)
-        fail(kExitHostFailure, fmt::format("{} on {} ended without an exit status",
-                                           p.spec->label(), host_name(p.host)));
+        fail(kExitHostFailure, fmt::format("{} on {} ended without an exit status", p.spec->label(),
+                                           host_name(p.host)));
       finish_process(p, p.exited ? "" : "no exit status");
       break;
     default:
@@ -215,8 +219,10 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
 
 void Runner::handle(const TransportEvent& e) {
   if (e.kind == TransportEvent::Kind::kFdReady) {
-    if (e.fd == signal_fd_) read_signals();
-    else if (e.fd == stdin_fd_) read_stdin();
+    if (e.fd == signal_fd_)
+      read_signals();
+    else if (e.fd == stdin_fd_)
+      read_stdin();
     return;
   }
   if (e.kind == TransportEvent::Kind::kHostLost) return lose_host(e.host, std::string(e.data));
@@ -264,19 +270,23 @@ void Runner::start_processes() {
     Proc& p = procs_[i];
     const Process& s = *p.spec;
     bool is_worker = s.role == Role::kWorker;
-    bool on_console = is_worker ? tailed[static_cast<size_t>(s.rank)] : options_.tail_worker_log.empty();
+    bool on_console =
+        is_worker ? tailed[static_cast<size_t>(s.rank)] : options_.tail_worker_log.empty();
     std::string tag = is_worker ? std::to_string(s.rank) : "sched";
     p.out = out_.add_process(fmt::format("{}@{}", tag, host_name(p.host)), s.log_name, on_console);
     p.channel = t_.exec(p.host, process_command(s, plan_.job_id));
     p.start_ms = t_.now_ms();
     put(proc_of_channel_, p.channel, static_cast<int>(i));
-    if (forward && is_worker && !options_.tail_worker_log.empty() && tailed[static_cast<size_t>(s.rank)])
+    if (forward && is_worker && !options_.tail_worker_log.empty() &&
+        tailed[static_cast<size_t>(s.rank)])
       stdin_targets_.push_back(p.channel);
     else
       t_.send_eof(p.channel);
   }
-  if (forward) t_.watch_fd(stdin_fd_);
-  else stdin_fd_ = -1;
+  if (forward)
+    t_.watch_fd(stdin_fd_);
+  else
+    stdin_fd_ = -1;
 }
 
 void Runner::beat() {
@@ -306,8 +316,10 @@ int Runner::timeout_ms(double now) const {
 
 int Runner::run() {
   if (signal_fd_ >= 0) t_.watch_fd(signal_fd_);
-  if (start_watchdogs()) start_processes();
-  else for (auto& p : procs_) finish_process(p, "not started");
+  if (start_watchdogs())
+    start_processes();
+  else
+    for (auto& p : procs_) finish_process(p, "not started");
   beat();
   auto handler = [&](const TransportEvent& e) { handle(e); };
   while (true) {

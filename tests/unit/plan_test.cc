@@ -518,7 +518,8 @@ TEST_F(MakePlan, ManualBindCore) {
   EXPECT_EQ(*env_of(procs[0], "MSRUN_CPU_LIST"), "[0, 1]");
   EXPECT_EQ(procs[2].cpus, (std::vector<int>{4, 6, 7}));
   EXPECT_EQ(procs[2].argv, (Argv{"taskset", "-c", "4,6-7", "python3", "train.py", "--lr", "0.1"}));
-  EXPECT_EQ(procs[2].env.back(), (std::pair<std::string, std::string>{"MSRUN_CPU_LIST", "[4, 6, 7]"}));
+  EXPECT_EQ(procs[2].env.back(),
+            (std::pair<std::string, std::string>{"MSRUN_CPU_LIST", "[4, 6, 7]"}));
   EXPECT_FALSE(procs[2].bind_pending);
   EXPECT_TRUE(procs[2].numa_nodes.empty());
 }
