@@ -23,7 +23,7 @@ namespace msrun_ssh {
 // the chunks fed happened to be cut.
 class LineFramer {
  public:
-  explicit LineFramer(size_t max_line = 1 << 20) : max_line_(max_line) {}
+  explicit LineFramer(size_t max_line = 1 << 20) : max_line_(max_line > 0 ? max_line : 1) {}
 
   // Feeds bytes; calls on_line(bytes) for every complete line, newline included.
   template <typename F>

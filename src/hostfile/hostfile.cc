@@ -262,6 +262,7 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
         throw InputError(fmt::format("{}: unknown word \"{}\" (expected slots=N)", where, word));
       int n = -1;
       try {
+        if (value.empty() || value[0] < '0' || value[0] > '9') throw std::invalid_argument(value);
         size_t used = 0;
         n = std::stoi(value, &used);
         if (used != value.size()) n = -1;

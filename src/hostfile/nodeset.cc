@@ -31,6 +31,9 @@ std::vector<std::string> expand_group(std::string_view body) {
     if (hi < lo) throw InputError(fmt::format("reversed node set range \"{}\"", item));
     if (hi - lo >= kMaxNames)
       throw InputError(fmt::format("node set range \"{}\" is too large", item));
+    // Checked before expanding: many ranges of one group must not allocate past the limit first.
+    if (out.size() + (hi - lo + 1) > kMaxNames)
+      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
     // Zero padding: "01-16" pads to the width of the first bound when it starts with 0.
     size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
     for (unsigned long v = lo; v <= hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));

@@ -66,7 +66,8 @@ void validate_bind_key(const std::string& key, std::string_view what) {
 }
 
 std::vector<int> parse_cpu_list(std::string_view text, std::string_view what) {
-  std::vector<int> cpus;
+  // A bitmap, not a list of every id: a long list of wide ranges costs time in its length only.
+  std::vector<bool> seen;
   std::string_view rest = trim(text);
   if (rest.empty()) throw InputError(fmt::format("{}: empty CPU list", what));
   while (true) {
@@ -81,12 +82,14 @@ std::vector<int> parse_cpu_list(std::string_view text, std::string_view what) {
     if (hi < lo) throw InputError(fmt::format("{}: reversed CPU range \"{}\"", what, item));
     if (hi > kMaxCpu)
       throw InputError(fmt::format("{}: CPU id out of range in \"{}\"", what, item));
-    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+    if (seen.size() <= static_cast<size_t>(hi)) seen.resize(static_cast<size_t>(hi) + 1);
+    std::fill(seen.begin() + lo, seen.begin() + hi + 1, true);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
-  std::sort(cpus.begin(), cpus.end());
-  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  std::vector<int> cpus;
+  for (size_t c = 0; c < seen.size(); ++c)
+    if (seen[c]) cpus.push_back(static_cast<int>(c));
   return cpus;
 }
 

@@ -19,15 +19,14 @@
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/error.h"
 
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, \
-                   __LINE__, #cond);                                       \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                     \
+      std::fprintf(stderr, "\n");                                                            \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace {
@@ -93,9 +92,9 @@ void check_options(const std::vector<std::string>& args, const Options& o) {
              "worker_log_name \"%s\"", o.worker_log_name.c_str());
   for (int r : o.tail_worker_log) FUZZ_CHECK(r >= 0 && r <= (1 << 20), "tail rank %d", r);
   FUZZ_CHECK(o.fanout >= 1 && o.fanout <= 4096, "fanout %d", o.fanout);
-  FUZZ_CHECK(std::isfinite(o.connect_timeout) && o.connect_timeout >= 0.1 &&
-                 o.connect_timeout <= 3600,
-             "connect_timeout %g", o.connect_timeout);
+  FUZZ_CHECK(
+      std::isfinite(o.connect_timeout) && o.connect_timeout >= 0.1 && o.connect_timeout <= 3600,
+      "connect_timeout %g", o.connect_timeout);
   FUZZ_CHECK(std::isfinite(o.heartbeat) && o.heartbeat >= 0.2 && o.heartbeat <= 3600,
              "heartbeat %g", o.heartbeat);
   FUZZ_CHECK(std::isfinite(o.kill_grace) && o.kill_grace >= 0 && o.kill_grace <= 3600,

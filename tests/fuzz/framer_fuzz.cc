@@ -4,18 +4,15 @@
 // the next n bytes are chunk sizes 0..255, used cyclically (0: an empty feed); the rest is the
 // stream, fed in chunks of those sizes (one chunk when n = 0), then finish().
 //
-// Properties, as the implementation behaves:
+// Properties (output.h: "a line longer than max_line, its newline included, is handed out in
+// pieces of that size ... wherever the chunks fed happened to be cut"):
 //  - the pieces handed out, concatenated, are exactly the stream; none is empty;
-//  - a piece holds at most one '\n', and only as its last byte;
+//  - a piece holds at most one '\n', and only as its last byte; no piece exceeds max_line;
 //  - a piece handed out by feed() without '\n' is exactly max_line long (a long line cut up);
 //  - the piece of finish() has no '\n' and is 1..max_line-1 long; pending() is always below
 //    max_line and equals the bytes fed since the end of the last piece;
-//  - exactly the pieces of this model: a line whose newline arrives in the same chunk as the rest
-//    of it is never cut (whatever its length: pending bytes + the chunk's bytes up to the '\n');
-//    the newline-free tail of a chunk is cut into max_line pieces, pending bytes included.
-// The last point means pieces ending in '\n' can exceed max_line, which output.h's comment ("a
-// line longer than max_line is handed out in pieces of that size") does not say; set
-// MSRUN_SSH_FUZZ_FRAMER_DOC=1 to check that documented bound too (it fails today).
+//  - the pieces do not depend on the chunking: they are exactly those of the stream cut after
+//    every '\n' and wherever a piece reaches max_line bytes (the Model below, byte by byte).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -26,37 +23,26 @@
 
 #include "msrun_ssh/output.h"
 
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, \
-                   __LINE__, #cond);                                       \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                     \
+      std::fprintf(stderr, "\n");                                                            \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace {
 
-bool check_doc_bound() {
-  static const bool on = [] {
-    const char* v = std::getenv("MSRUN_SSH_FUZZ_FRAMER_DOC");
-    return v && *v && std::string_view(v) != "0";
-  }();
-  return on;
-}
-
-// The reference: byte by byte, knowing where each chunk's last newline is.
+// The reference, byte by byte and blind to chunk boundaries.
 class Model {
  public:
   explicit Model(size_t max_line) : max_line_(max_line) {}
   void feed(std::string_view chunk, std::vector<std::string>& out) {
-    size_t last_nl = chunk.rfind('\n');
-    for (size_t i = 0; i < chunk.size(); ++i) {
-      pending_ += chunk[i];
-      bool in_tail = last_nl == std::string_view::npos || i > last_nl;
-      if (chunk[i] == '\n' || (in_tail && pending_.size() == max_line_)) {
+    for (char c : chunk) {
+      pending_ += c;
+      if (c == '\n' || pending_.size() == max_line_) {
         out.push_back(pending_);
         pending_.clear();
       }
@@ -143,9 +129,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(p.size() == max_line, "cut piece %zu of %zu bytes, max_line %zu", i, p.size(),
                  max_line);
     }
-    if (check_doc_bound())
-      FUZZ_CHECK(p.size() <= max_line, "piece %zu of %zu bytes > max_line %zu", i, p.size(),
-                 max_line);
+    FUZZ_CHECK(p.size() <= max_line, "piece %zu of %zu bytes > max_line %zu", i, p.size(),
+               max_line);
   }
   FUZZ_CHECK(all == stream, "pieces (%zu bytes) are not the stream (%zu bytes)", all.size(),
              stream.size());

@@ -15,15 +15,14 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, \
-                   __LINE__, #cond);                                       \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                     \
+      std::fprintf(stderr, "\n");                                                            \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace {
@@ -72,8 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(*h.local_worker_num >= 0 && *h.local_worker_num <= 1024, "slots %d",
                    *h.local_worker_num);
       std::string_view origin = h.origin;
-      FUZZ_CHECK(origin.rfind(std::string(kPath) + ":", 0) == 0, "origin \"%s\"",
-                 h.origin.c_str());
+      FUZZ_CHECK(origin.rfind(std::string(kPath) + ":", 0) == 0, "origin \"%s\"", h.origin.c_str());
       origin.remove_prefix(std::string_view(kPath).size() + 1);
       std::string with_colon = std::string(origin) + ":";
       std::string_view rest = with_colon;

@@ -16,15 +16,14 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, \
-                   __LINE__, #cond);                                       \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                     \
+      std::fprintf(stderr, "\n");                                                            \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace {
@@ -83,8 +82,7 @@ void check_cluster(const msrun_ssh::Cluster& cluster) {
                  static_cast<unsigned char>(c));
     FUZZ_CHECK(seen.emplace(h.address, h.port.value_or(0)).second, "host \"%s\" listed twice",
                h.address.c_str());
-    FUZZ_CHECK(h.origin.rfind(std::string(kPath) + ":", 0) == 0, "origin \"%s\"",
-               h.origin.c_str());
+    FUZZ_CHECK(h.origin.rfind(std::string(kPath) + ":", 0) == 0, "origin \"%s\"", h.origin.c_str());
     if (h.port) FUZZ_CHECK(*h.port >= 1 && *h.port <= 65535, "port %d", *h.port);
     if (h.local_worker_num)
       FUZZ_CHECK(*h.local_worker_num >= 0 && *h.local_worker_num <= 1024, "local_worker_num %d",
@@ -96,9 +94,9 @@ void check_cluster(const msrun_ssh::Cluster& cluster) {
       FUZZ_CHECK(!name.empty() && !(name[0] >= '0' && name[0] <= '9'), "env name \"%s\"",
                  name.c_str());
       for (char c : name)
-        FUZZ_CHECK(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                       (c >= '0' && c <= '9'),
-                   "env name \"%s\"", name.c_str());
+        FUZZ_CHECK(
+            c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'),
+            "env name \"%s\"", name.c_str());
       FUZZ_CHECK(no_nul(value), "NUL in env value of %s", name.c_str());
       FUZZ_CHECK(names.insert(name).second, "env name %s twice", name.c_str());
     }

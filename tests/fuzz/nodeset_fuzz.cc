@@ -22,15 +22,14 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 
-#define FUZZ_CHECK(cond, ...)                                              \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, \
-                   __LINE__, #cond);                                       \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      std::abort();                                                        \
-    }                                                                      \
+#define FUZZ_CHECK(cond, ...)                                                                \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                     \
+      std::fprintf(stderr, "\n");                                                            \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 namespace {
@@ -113,6 +112,7 @@ std::string reference_name(const std::vector<Segment>& segments, size_t index) {
     if (seg.group.empty()) continue;
     size_t size = 0;
     for (const Item& it : seg.group) size += it.hi - it.lo + 1;
+    FUZZ_CHECK(size > 0, "reference: empty group");  // every item holds lo..hi, lo <= hi
     size_t k = index % size;
     index /= size;
     for (const Item& it : seg.group) {
@@ -140,8 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     names = msrun_ssh::expand_nodeset(pattern);
   } catch (const msrun_ssh::InputError& e) {
-    FUZZ_CHECK(!valid, "expand_nodeset refused a valid pattern (%zu names): %s", count,
-               e.what());
+    FUZZ_CHECK(!valid, "expand_nodeset refused a valid pattern (%zu names): %s", count, e.what());
     return 0;
   } catch (const std::exception& e) {
     FUZZ_CHECK(false, "unexpected exception: %s", e.what());

@@ -214,3 +214,19 @@ TEST(Binding, FormatCpuList) {
 
 }  // namespace
 }  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+TEST(Binding, LongCpuListsAreParsedInTimeOfTheirLength) {
+  std::string list;
+  for (int i = 0; i < 500; ++i) list += (i ? "," : "") + std::string("0-65535");
+  std::vector<int> cpus = parse_cpu_list(list, "x");
+  ASSERT_EQ(cpus.size(), 65536u);
+  EXPECT_EQ(cpus.front(), 0);
+  EXPECT_EQ(cpus.back(), 65535);
+  EXPECT_EQ(parse_cpu_list("7,3-4,3", "x"), (std::vector<int>{3, 4, 7}));
+}
+
+}  // namespace
+}  // namespace msrun_ssh

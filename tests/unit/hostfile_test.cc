@@ -497,6 +497,7 @@ TEST(HostfilePlain, BadSlots) {
   EXPECT_EQ(plain_error("a slots=x\n"), "hosts:1: slots must be an integer 0..1024: \"slots=x\"");
   EXPECT_EQ(plain_error("a slots=\n"), "hosts:1: slots must be an integer 0..1024: \"slots=\"");
   EXPECT_EQ(plain_error("a slots\n"), "hosts:1: slots must be an integer 0..1024: \"slots\"");
+  EXPECT_EQ(plain_error("a slots=+4\n"), "hosts:1: slots must be an integer 0..1024: \"slots=+4\"");
   EXPECT_EQ(plain_error("a slots=-1\n"), "hosts:1: slots must be an integer 0..1024: \"slots=-1\"");
   EXPECT_EQ(plain_error("a slots=1025\n"),
             "hosts:1: slots must be an integer 0..1024: \"slots=1025\"");

@@ -2,6 +2,8 @@
 // every malformed pattern with its exact message.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <string>
 #include <vector>
 
@@ -138,6 +140,21 @@ TEST(Nodeset, Nested) {
 }
 
 TEST(Nodeset, EmptyPatternIsAnError) { EXPECT_EQ(error_of(""), "empty host name"); }
+
+}  // namespace
+}  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+TEST(Nodeset, ManyRangesInOneGroupFailBeforeExpanding) {
+  std::string body;
+  for (int i = 0; i < 200; ++i) body += (i ? "," : "") + std::string("0-99999");
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(expand_nodeset("n[" + body + "]"), InputError);
+  // Expanding first cost seconds and a gigabyte; the limit is checked before anything is built.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
 
 }  // namespace
 }  // namespace msrun_ssh
