@@ -102,6 +102,14 @@ void Runner::lose_host(size_t host, const std::string& why) {
   if (h.lost) return;
   h.lost = true;
   t_.drop_host(host);
+  if (quit_sent_ && !tearing_down_) {
+    // Every process had already reported how it ended: the job's outcome stands.
+    for (auto& p : procs_)
+      if (p.host == host && !p.done) finish_process(p, "");
+    out_.message(fmt::format("warning: host {} lost after every process had ended: {}",
+                             host_name(host), why));
+    return;
+  }
   for (auto& p : procs_)
     if (p.host == host && !p.done) finish_process(p, "host lost");
   fail(kExitHostFailure, fmt::format("host {} lost: {}", host_name(host), why));

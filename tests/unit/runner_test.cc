@@ -464,6 +464,20 @@ TEST_F(Runner, HostLostEventTearsDownTheOthers) {
   EXPECT_EQ(ended_ms_, 2100);
 }
 
+TEST_F(Runner, HostLostAfterEveryProcessEndedKeepsTheJobsStatus) {
+  // Every process exited 0; the host goes away while its watchdog sweeps: the job succeeded.
+  plan_ = make_plan({1, 1});
+  HostScript late = host({exits(1)});
+  late.obeys = false;  // its watchdog never confirms the end
+  late.lost_at = 3;
+  FakeTransport fake({host({exits(1)}), late});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: warning: host node1 lost after every process had ended: connection reset "
+            "by peer\n");
+}
+
 TEST_F(Runner, WatchdogThatNeverSaysReadyFailsWithinTheConnectTimeout) {
   plan_ = make_plan({2, 2});
   HostScript mute = host();
