@@ -55,7 +55,7 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
 // Expands a node set: "node[01-03]" -> node01 node02 node03; "n[1-3,7]" -> n1 n2 n3 n7; several
 // bracket groups multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is
 // returned as is. Throws InputError (message without location) on malformed sets, reversed
-// ranges, or more than 100000 names.
+// ranges, or more than 16384 names.
 std::vector<std::string> expand_nodeset(std::string_view pattern);
 
 // Replaces a leading "~/" with $HOME.

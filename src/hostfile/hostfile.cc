@@ -16,6 +16,7 @@ namespace msrun_ssh {
 namespace {
 
 constexpr int kMaxWorkersPerHost = 1024;
+constexpr size_t kMaxHosts = 16384;
 constexpr const char* kHostKeys =
     "address, user, port, identity_file, known_hosts, python, workdir, local_worker_num, env, "
     "bind_core, bind_numa";
@@ -179,6 +180,8 @@ void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: address \"{}\": {}", where, host.address, e.what()));
   }
+  if (cluster.hosts.size() + names.size() > kMaxHosts)
+    throw InputError(fmt::format("{}: more than {} hosts in the host file", where, kMaxHosts));
   for (auto& name : names) {
     for (char c : name)
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||

@@ -8,7 +8,8 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr size_t kMaxNames = 100000;
+// Far above any real cluster, low enough that a typo cannot make the launcher plan for millions.
+constexpr size_t kMaxNames = 16384;
 
 // Expands the inside of one bracket group ("01-03,7") into its words, padding kept.
 std::vector<std::string> expand_group(std::string_view body) {

@@ -5,11 +5,11 @@
 //   item    := NUM | NUM "-" NUM                          NUM: 1..9 decimal digits, lo <= hi
 //
 // with zero padding to the width of the lower bound when it starts with '0' (and has more than
-// one digit), groups multiplying left to right, at most 100000 names in all (the implementation
-// also refuses one range spanning 100000 values or more), and no empty name.
+// one digit), groups multiplying left to right, at most 16384 names in all (the implementation
+// also refuses one range spanning 16384 values or more), and no empty name.
 //
 // Findings: any crash or sanitizer report; any exception other than InputError; success with an
-// empty name, more than 100000 names, or a name holding a bracket; success/failure or names that
+// empty name, more than 16384 names, or a name holding a bracket; success/failure or names that
 // differ from the reference.
 #include <cstdint>
 #include <cstdio>
@@ -34,7 +34,7 @@
 
 namespace {
 
-constexpr size_t kMaxNames = 100000;
+constexpr size_t kMaxNames = 16384;
 constexpr size_t kMaxCompared = 5000;  // names compared one by one (else count, first, last)
 
 struct Item {

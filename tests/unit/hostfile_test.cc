@@ -611,3 +611,18 @@ TEST_F(LoadHostfile, DirectoryIsUnreadable) {
 
 }  // namespace
 }  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+TEST(HostfilePlain, MoreThan16384HostsIsAnError) {
+  try {
+    parse_plain_hostfile("a[0-9999]\nb[0-9999]\n", "hosts");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "hosts:2: more than 16384 hosts in the host file");
+  }
+}
+
+}  // namespace
+}  // namespace msrun_ssh
