@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -14,7 +15,10 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr size_t kLogFlushBytes = 256 * 1024;
+// Buffers are written out once they reach these sizes, not only at flush(): with hundreds of
+// processes flooding output, what one turn of the event loop brings in stays bounded in memory.
+constexpr size_t kLogFlushBytes = size_t{64} << 10;
+constexpr size_t kConsoleFlushBytes = size_t{1} << 20;
 constexpr size_t kMaxKeptLine = 400;
 
 void write_all(int fd, std::string_view data) {
@@ -38,7 +42,12 @@ struct Output::Proc {
   LineFramer framers[2];
   std::string log_buf;
   size_t logged = 0;
-  std::deque<std::string> last;
+  // The last lines, in a ring whose strings keep their capacity: a flood of output costs no
+  // allocation per line. `last` is the oldest-first copy that last_lines() hands out.
+  std::vector<std::string> ring;
+  size_t ring_next = 0;
+  size_t ring_count = 0;
+  mutable std::deque<std::string> last;
 };
 
 Output::Output(OutputConfig config) : config_(std::move(config)) {}
@@ -59,21 +68,20 @@ void Output::make_log_dir(const std::string& log_dir) {
     path = log_dir.substr(0, pos);
     if (path.empty()) continue;
     if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-      throw InputError(fmt::format("--log_dir={}: cannot create {}: {}", log_dir, path,
-                                   std::strerror(errno)));
+      throw InputError(
+          fmt::format("--log_dir={}: cannot create {}: {}", log_dir, path, std::strerror(errno)));
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(log_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError(fmt::format("--log_dir={}: not a directory", log_dir));
   if (::access(log_dir.c_str(), W_OK) != 0)
     throw InputError(fmt::format("--log_dir={}: not writable", log_dir));
 }
 
-int Output::add_process(const std::string& prefix, const std::string& log_name,
-                        bool on_console) {
+int Output::add_process(const std::string& prefix, const std::string& log_name, bool on_console) {
   auto* p = new Proc;
-  p->console_prefix[0] = config_.color ? fmt::format("\x1b[36m[{}]\x1b[0m ", prefix)
-                                       : fmt::format("[{}] ", prefix);
+  p->console_prefix[0] =
+      config_.color ? fmt::format("\x1b[36m[{}]\x1b[0m ", prefix) : fmt::format("[{}] ", prefix);
   p->console_prefix[1] = config_.color ? fmt::format("\x1b[31m[{} err]\x1b[0m ", prefix)
                                        : fmt::format("[{} err] ", prefix);
   p->path = config_.log_dir + "/" + log_name;
@@ -82,10 +90,11 @@ int Output::add_process(const std::string& prefix, const std::string& log_name,
   if (p->fd < 0) {
     std::string why = std::strerror(errno);
     delete p;
-    throw std::runtime_error(fmt::format("cannot open log file {}: {}", config_.log_dir + "/" +
-                                                                            log_name, why));
+    throw std::runtime_error(
+        fmt::format("cannot open log file {}: {}", config_.log_dir + "/" + log_name, why));
   }
   ::fchmod(p->fd, 0600);
+  p->ring.resize(config_.keep_last_lines);
   procs_.push_back(p);
   return static_cast<int>(procs_.size() - 1);
 }
@@ -94,8 +103,11 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   p.log_buf.append(text);
   std::string_view body = text;
   if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
-  p.last.emplace_back(body.substr(0, kMaxKeptLine));
-  if (p.last.size() > config_.keep_last_lines) p.last.pop_front();
+  if (!p.ring.empty()) {
+    p.ring[p.ring_next].assign(body.data(), std::min(body.size(), kMaxKeptLine));
+    p.ring_next = (p.ring_next + 1) % p.ring.size();
+    p.ring_count = std::min(p.ring_count + 1, p.ring.size());
+  }
   if (!p.on_console) return;
   std::string& buf = is_stderr ? err_buf_ : out_buf_;
   buf += p.console_prefix[is_stderr ? 1 : 0];
@@ -111,12 +123,16 @@ void Output::data(int proc, bool is_stderr, std::string_view bytes) {
     p.logged += p.log_buf.size();
     p.log_buf.clear();
   }
+  std::string& console = is_stderr ? err_buf_ : out_buf_;
+  if (console.size() >= kConsoleFlushBytes) {
+    write_all(is_stderr ? config_.console_err : config_.console_out, console);
+    console.clear();
+  }
 }
 
 void Output::finish(int proc) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
-  for (int s = 0; s < 2; ++s)
-    p.framers[s].finish([&](std::string_view l) { line(p, s == 1, l); });
+  for (int s = 0; s < 2; ++s) p.framers[s].finish([&](std::string_view l) { line(p, s == 1, l); });
 }
 
 void Output::flush() {
@@ -139,7 +155,12 @@ void Output::message(const std::string& text) {
 }
 
 const std::deque<std::string>& Output::last_lines(int proc) const {
-  return procs_.at(static_cast<size_t>(proc))->last;
+  const Proc& p = *procs_.at(static_cast<size_t>(proc));
+  p.last.clear();
+  size_t size = p.ring.size();
+  for (size_t i = 0; i < p.ring_count; ++i)
+    p.last.push_back(p.ring[(p.ring_next + size - p.ring_count + i) % size]);
+  return p.last;
 }
 
 size_t Output::log_bytes(int proc) const {

@@ -236,14 +236,16 @@ struct SshPool::Impl {
           return true;
         }
         if (policy == HostKeyPolicy::kNo) {
-          warnings.push_back(fmt::format("{}: host key NOT verified (not in {}) because of "
-                                         "--strict_host_key_checking=no",
-                                         ep.address, known));
+          warnings.push_back(
+              fmt::format("{}: host key NOT verified (not in {}) because of "
+                          "--strict_host_key_checking=no",
+                          ep.address, known));
           return true;
         }
-        error = fmt::format("unknown host key (not in {}); after checking it, add it with: "
-                            "ssh-keyscan -p {} {} >> {}",
-                            known, ep.port.value_or(22), ep.address, known);
+        error = fmt::format(
+            "unknown host key (not in {}); after checking it, add it with: "
+            "ssh-keyscan -p {} {} >> {}",
+            known, ep.port.value_or(22), ep.address, known);
         return false;
       default:
         error = fmt::format("cannot check the host key: {}", describe_error(c.session));
@@ -305,8 +307,10 @@ struct SshPool::Impl {
         size_t ci = next++;
         ++in_flight;
         std::string error;
-        if (!start_connect(ci, error)) fail(ci, error);
-        else if (conns[ci].state == ConnState::kReady) --in_flight;
+        if (!start_connect(ci, error))
+          fail(ci, error);
+        else if (conns[ci].state == ConnState::kReady)
+          --in_flight;
       }
       if (in_flight == 0 && next == conns.size()) break;
       double now = monotonic_ms();
@@ -315,9 +319,9 @@ struct SshPool::Impl {
         Conn& c = conns[ci];
         if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
         if (c.deadline <= now) {
-          fail(ci, fmt::format("timed out after {:g} s ({})", settings.connect_timeout_s,
-                               c.state == ConnState::kConnecting ? "no answer"
-                                                                 : "during authentication"));
+          fail(ci, fmt::format(
+                       "timed out after {:g} s ({})", settings.connect_timeout_s,
+                       c.state == ConnState::kConnecting ? "no answer" : "during authentication"));
         } else {
           soonest = std::min(soonest, c.deadline);
         }
@@ -330,11 +334,14 @@ struct SshPool::Impl {
         Conn& c = conns[ci];
         if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
         std::string error;
-        if (!advance(ci, error)) fail(ci, error);
-        else if (c.state == ConnState::kReady) --in_flight;
+        if (!advance(ci, error))
+          fail(ci, error);
+        else if (c.state == ConnState::kReady)
+          --in_flight;
       }
     }
     std::vector<HostFailure> out;
+    out.reserve(failed.size());
     for (auto& [h, why] : failed) out.push_back({h, why});
     if (!out.empty()) close_all();
     return out;
@@ -456,16 +463,16 @@ struct SshPool::Impl {
       int rc = ssh_channel_open_session(ch->channel);
       if (rc == SSH_AGAIN) return;
       if (rc != SSH_OK)
-        return open_failed(ch, fmt::format("cannot open a session channel: {}",
-                                           describe_error(c.session)));
+        return open_failed(
+            ch, fmt::format("cannot open a session channel: {}", describe_error(c.session)));
       ch->state = ChanState::kExec;
     }
     if (ch->state == ChanState::kExec) {
       int rc = ssh_channel_request_exec(ch->channel, ch->command.c_str());
       if (rc == SSH_AGAIN) return;
       if (rc != SSH_OK)
-        return open_failed(ch, fmt::format("cannot execute the command: {}",
-                                           describe_error(c.session)));
+        return open_failed(
+            ch, fmt::format("cannot execute the command: {}", describe_error(c.session)));
       ch->state = ChanState::kRunning;
     }
     if (!ch->out.empty()) {
@@ -481,7 +488,8 @@ struct SshPool::Impl {
   bool needs_step(const Chan& ch) const {
     return ch.state == ChanState::kNew || ch.state == ChanState::kOpening ||
            ch.state == ChanState::kExec ||
-           (ch.state == ChanState::kRunning && (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent)));
+           (ch.state == ChanState::kRunning &&
+            (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent)));
   }
 
   void step_all() {
@@ -515,14 +523,21 @@ struct SshPool::Impl {
     update_epoll(ci);
   }
 
+  // libssh reads at most 4 KB from the socket per poll. While a connection has more waiting (a
+  // process flooding output), keep reading it here rather than going back through epoll_wait and
+  // the whole loop for every 4 KB; bounded, so that one busy host cannot starve the others.
+  static constexpr int kMaxPumpRounds = 16;  // 64 KB per connection per wake-up
+
   void pump(size_t ci) {
     Conn& c = conns[ci];
-    if (c.state != ConnState::kReady) return;
-    int rc = ssh_event_dopoll(c.event, 0);
-    if (rc == SSH_ERROR && c.state == ConnState::kReady) {
-      std::string why = describe_error(c.session);
-      host_lost(ci, why == "connection failed" ? "connection closed" : why);
-      return;
+    for (int round = 0; round < kMaxPumpRounds && c.state == ConnState::kReady; ++round) {
+      int rc = ssh_event_dopoll(c.event, 0);
+      if (rc == SSH_ERROR && c.state == ConnState::kReady) {
+        std::string why = describe_error(c.session);
+        host_lost(ci, why == "connection failed" ? "connection closed" : why);
+        return;
+      }
+      if (rc != SSH_OK) break;  // SSH_AGAIN: nothing more to read now
     }
     check_conn(ci);
   }
@@ -641,7 +656,9 @@ void SshPool::drop_host(size_t host) {
 void SshPool::watch_fd(int fd) { impl_->watch_fd(fd); }
 void SshPool::unwatch_fd(int fd) { impl_->unwatch_fd(fd); }
 
-void SshPool::poll(int timeout_ms, const EventHandler& handler) { impl_->poll(timeout_ms, handler); }
+void SshPool::poll(int timeout_ms, const EventHandler& handler) {
+  impl_->poll(timeout_ms, handler);
+}
 
 double SshPool::now_ms() const { return monotonic_ms(); }
 
