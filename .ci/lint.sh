@@ -9,7 +9,13 @@ clang-format --dry-run --Werror "${files[@]}"
 [ -f build/compile_commands.json ] || cmake -S . -B build >/dev/null
 mapfile -t sources < <(git ls-files 'src/*.cc')
 echo "lint: clang-tidy on ${#sources[@]} files"
-printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p build --quiet 2>&1 \
-  | grep -v "warnings generated" | tee /tmp/clang-tidy.out
-! grep -q "error:" /tmp/clang-tidy.out
+out=$(mktemp)
+printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -n 4 clang-tidy -p build --quiet >"$out" 2>&1 || true
+grep -v "warnings generated" "$out" || true
+if grep -qE "(error|warning):" "$out"; then
+  rm -f "$out"
+  echo "lint: clang-tidy found problems" >&2
+  exit 1
+fi
+rm -f "$out"
 echo "lint: clean"
