@@ -58,6 +58,12 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
 // ranges, or more than 16384 names.
 std::vector<std::string> expand_nodeset(std::string_view pattern);
 
+// Sets NAME=VALUE in `env`, replacing an earlier value in place so that the order stays stable.
+void set_env(EnvList& env, const std::string& name, const std::string& value);
+
+// True for a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
+bool valid_env_name(std::string_view name);
+
 // Replaces a leading "~/" with $HOME.
 std::string expand_home(std::string_view path);
 

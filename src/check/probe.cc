@@ -119,15 +119,6 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-void add_env(EnvList& env, const std::string& name, const std::string& value) {
-  for (auto& [n, v] : env)
-    if (n == name) {
-      v = value;
-      return;
-    }
-  env.emplace_back(name, value);
-}
-
 void add_unique(std::vector<int>& to, const std::vector<int>& from) {
   to.insert(to.end(), from.begin(), from.end());
   std::sort(to.begin(), to.end());
@@ -483,7 +474,7 @@ HostExpectation expectation_for(const Plan& plan, size_t h, const Options& o) {
   e.auto_bind_core = core.mode == BindCore::Mode::kAuto;
   e.auto_bind_numa = numa.mode == BindNuma::Mode::kAuto;
   e.env = hp.host.env;
-  for (const auto& [n, v] : o.env) add_env(e.env, n, v);
+  for (const auto& [n, v] : o.env) set_env(e.env, n, v);
   e.python = !o.python.empty() ? o.python : !hp.host.python.empty() ? hp.host.python : "python3";
   e.imports = o.imports;
   const std::string& s = o.task_script;

@@ -43,14 +43,6 @@ bool to_bool(const std::string& name, const std::string& v) {
   return out;
 }
 
-bool valid_env_name(std::string_view name) {
-  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
-  for (char c : name)
-    if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
-      return false;
-  return true;
-}
-
 std::vector<int> to_rank_list(const std::string& name, const std::string& v) {
   if (v == "-1") return {};
   std::vector<int> ranks;
@@ -138,9 +130,7 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
            val = local;
          }
          if (val.find('\0') != std::string::npos) bad(n, v, "value contains a NUL byte");
-         for (auto& [k, old] : o.env)
-           if (k == name) return void(old = val);
-         o.env.emplace_back(name, val);
+         set_env(o.env, name, val);
        })},
       {"--python", value([](O& o, S n, S v) {
          if (v.empty()) bad(n, v, "must not be empty");

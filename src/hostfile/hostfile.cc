@@ -31,14 +31,6 @@ std::string at(const std::string& path, const toml::node& node) {
   throw InputError(fmt::format("{}: {}", at(path, node), msg));
 }
 
-bool valid_env_name(std::string_view name) {
-  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
-  for (char c : name)
-    if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
-      return false;
-  return true;
-}
-
 std::string get_string(const std::string& path, const std::string& key, const toml::node& node) {
   const auto* s = node.as_string();
   if (!s) fail(path, node, fmt::format("key \"{}\" must be a string", key));
@@ -68,10 +60,7 @@ EnvList get_env(const std::string& path, const toml::node& node, EnvList env) {
     if (!s) fail(path, v, fmt::format("env: value of \"{}\" must be a string", name));
     if (s->get().find('\0') != std::string::npos)
       fail(path, v, fmt::format("env: value of \"{}\" contains a NUL byte", name));
-    bool replaced = false;
-    for (auto& [n, val] : env)
-      if (n == name) val = s->get(), replaced = true;
-    if (!replaced) env.emplace_back(name, s->get());
+    set_env(env, name, s->get());
   }
   return env;
 }

@@ -10,16 +10,6 @@
 namespace msrun_ssh {
 namespace {
 
-// Sets NAME=VALUE, replacing an earlier value in place so that the order stays stable.
-void set_env(EnvList& env, const std::string& name, const std::string& value) {
-  for (auto& [n, v] : env)
-    if (n == name) {
-      v = value;
-      return;
-    }
-  env.emplace_back(name, value);
-}
-
 bool has_env(const EnvList& env, const std::string& name) {
   return std::any_of(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
 }

@@ -10,15 +10,6 @@
 namespace msrun_ssh {
 namespace {
 
-void set_env(EnvList& env, const std::string& name, const std::string& value) {
-  for (auto& [n, v] : env)
-    if (n == name) {
-      v = value;
-      return;
-    }
-  env.emplace_back(name, value);
-}
-
 // The modes in effect for a host, as apply_binding() decides them: the command line's, else the
 // host file's.
 BindCore::Mode core_mode(const HostPlan& host, const Options& options) {
