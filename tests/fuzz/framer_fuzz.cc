@@ -21,17 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_check.h"
 #include "msrun_ssh/output.h"
-
-#define FUZZ_CHECK(cond, ...)                                                                \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                                     \
-      std::fprintf(stderr, "\n");                                                            \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
 
 namespace {
 

@@ -12,43 +12,20 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_check.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
-
-#define FUZZ_CHECK(cond, ...)                                                                \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                                     \
-      std::fprintf(stderr, "\n");                                                            \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
 
 namespace {
 
 constexpr const char* kPath = "fuzz.hosts";
-
-bool allowed_address_char(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
-         c == '-' || c == '_' || c == ':' || c == '%';
-}
-
-// Consumes "DIGITS:" with DIGITS a positive decimal number.
-bool line_number(std::string_view& msg) {
-  size_t digits = 0;
-  while (digits < msg.size() && msg[digits] >= '0' && msg[digits] <= '9') ++digits;
-  if (digits == 0 || msg[0] == '0' || digits == msg.size() || msg[digits] != ':') return false;
-  msg.remove_prefix(digits + 1);
-  return true;
-}
 
 bool located(std::string_view msg) {
   std::string prefix = std::string(kPath) + ":";
   if (msg.rfind(prefix, 0) != 0) return false;
   msg.remove_prefix(prefix.size());
   if (msg == " no hosts") return true;
-  return line_number(msg) && msg.size() > 1 && msg[0] == ' ';
+  return fuzz::line_number(msg) && msg.size() > 1 && msg[0] == ' ';
 }
 
 }  // namespace
@@ -63,8 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& h : cluster.hosts) {
       FUZZ_CHECK(!h.address.empty(), "empty address from %s", h.origin.c_str());
       for (char c : h.address)
-        FUZZ_CHECK(allowed_address_char(c), "address \"%s\" has byte 0x%02x", h.address.c_str(),
-                   static_cast<unsigned char>(c));
+        FUZZ_CHECK(fuzz::allowed_address_char(c), "address \"%s\" has byte 0x%02x",
+                   h.address.c_str(), static_cast<unsigned char>(c));
       FUZZ_CHECK(seen.insert(h.address).second, "host \"%s\" listed twice", h.address.c_str());
       FUZZ_CHECK(!h.port.has_value(), "plain format set a port");
       if (h.local_worker_num)
@@ -75,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       origin.remove_prefix(std::string_view(kPath).size() + 1);
       std::string with_colon = std::string(origin) + ":";
       std::string_view rest = with_colon;
-      FUZZ_CHECK(line_number(rest) && rest.empty(), "origin \"%s\"", h.origin.c_str());
+      FUZZ_CHECK(fuzz::line_number(rest) && rest.empty(), "origin \"%s\"", h.origin.c_str());
       // Addresses are whole words of the line: the text must contain them (modulo node sets).
       if (text.find('[') == text.npos)
         FUZZ_CHECK(text.find(h.address) != text.npos, "address \"%s\" not in the input",

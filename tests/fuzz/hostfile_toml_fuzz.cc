@@ -12,29 +12,14 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz_check.h"
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 
-#define FUZZ_CHECK(cond, ...)                                                                \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "PROPERTY VIOLATION (%s:%d): %s\n  ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                                     \
-      std::fprintf(stderr, "\n");                                                            \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
-
 namespace {
 
 constexpr const char* kPath = "fuzz.toml";
-
-bool allowed_address_char(char c) {
-  unsigned char u = static_cast<unsigned char>(c);
-  return (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || c == '.' ||
-         c == '-' || c == '_' || c == ':' || c == '%';
-}
 
 bool valid_bind_key(const std::string& key) {
   try {
@@ -59,13 +44,7 @@ bool located(std::string_view msg) {
   if (msg.rfind(prefix, 0) != 0) return false;
   msg.remove_prefix(prefix.size());
   if (msg == " no [[hosts]] entries") return true;
-  for (int field = 0; field < 2; ++field) {
-    size_t digits = 0;
-    while (digits < msg.size() && msg[digits] >= '0' && msg[digits] <= '9') ++digits;
-    if (digits == 0 || msg[0] == '0' || digits == msg.size() || msg[digits] != ':') return false;
-    msg.remove_prefix(digits + 1);
-  }
-  return msg.size() > 1 && msg[0] == ' ';
+  return fuzz::line_number(msg) && fuzz::line_number(msg) && msg.size() > 1 && msg[0] == ' ';
 }
 
 bool no_nul(const std::string& s) { return s.find('\0') == std::string::npos; }
@@ -78,7 +57,7 @@ void check_cluster(const msrun_ssh::Cluster& cluster) {
   for (const Host& h : cluster.hosts) {
     FUZZ_CHECK(!h.address.empty(), "host from %s has an empty address", h.origin.c_str());
     for (char c : h.address)
-      FUZZ_CHECK(allowed_address_char(c), "address \"%s\" has byte 0x%02x", h.address.c_str(),
+      FUZZ_CHECK(fuzz::allowed_address_char(c), "address \"%s\" has byte 0x%02x", h.address.c_str(),
                  static_cast<unsigned char>(c));
     FUZZ_CHECK(seen.emplace(h.address, h.port.value_or(0)).second, "host \"%s\" listed twice",
                h.address.c_str());
