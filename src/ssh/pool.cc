@@ -100,8 +100,8 @@ struct SshPool::Impl {
   SshSettings settings;
   std::vector<Conn> conns;
   std::map<ChannelId, std::unique_ptr<Chan>> chans;
-  std::set<ChannelId> unsettled;   // channels with an open / exec / stdin / EOF step to take
-  std::vector<ChannelId> ended;    // closed channels, freed outside libssh's callbacks
+  std::set<ChannelId> unsettled;  // channels with an open / exec / stdin / EOF step to take
+  std::vector<ChannelId> ended;   // closed channels, freed outside libssh's callbacks
   double last_wake_ms = 0;
   bool busy = false;  // the last wake-up read a stream of output: do not pause
   std::set<size_t> lost_hosts;
@@ -140,8 +140,8 @@ struct SshPool::Impl {
 
   int wait(std::vector<epoll_event>& evs, int timeout_ms) {
     if (timeout_ms > 0 && !busy) {
-      double pause = std::min(kCoalesceMs - (monotonic_ms() - last_wake_ms),
-                              static_cast<double>(timeout_ms));
+      double pause =
+          std::min(kCoalesceMs - (monotonic_ms() - last_wake_ms), static_cast<double>(timeout_ms));
       if (pause > 0) {
         timespec ts{0, static_cast<long>(pause * 1e6)};
         nanosleep(&ts, nullptr);
@@ -592,7 +592,7 @@ struct SshPool::Impl {
         host_lost(ci, why == "connection failed" ? "connection closed" : why);
         return;
       }
-      if (rc != SSH_OK) break;  // SSH_AGAIN: nothing more to read now
+      if (rc != SSH_OK) break;     // SSH_AGAIN: nothing more to read now
       if (round > 0) busy = true;  // still more after a first read: a stream, not a message
     }
     check_conn(ci);
