@@ -29,8 +29,13 @@ std::string shell_quote(std::string_view word);
 // Joins words, each quoted, with single spaces.
 std::string shell_join(const std::vector<std::string>& words);
 
-// The command that runs `process` of job `job_id` (attached: output through the channel).
-std::string process_command(const Process& process, const std::string& job_id);
+// Whether `process` reads the launcher's stdin: the workers that --tail_worker_log names (pdb).
+bool stdin_from_launcher(const Options& options, const Process& process);
+
+// The command that runs `process` of job `job_id` (attached: output through the channel). Its
+// stdin is /dev/null unless `stdin_from_launcher` (--tail_worker_log ranks get the launcher's).
+std::string process_command(const Process& process, const std::string& job_id,
+                            bool stdin_from_launcher = false);
 
 // Same, detached (--join=False): the process survives the launcher, its stdin is /dev/null and its
 // output goes to `remote_log` on the host (directories created, file 0600).

@@ -71,6 +71,7 @@ class SshPool : public Transport {
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;
   void send_eof(ChannelId channel) override;
+  void no_more_channels() override;
   void watch_fd(int fd) override;
   void unwatch_fd(int fd) override;
   void drop_host(size_t host) override;

@@ -42,6 +42,9 @@ class Transport {
   virtual void write(ChannelId channel, std::string_view data) = 0;
   // Sends EOF on the channel's stdin.
   virtual void send_eof(ChannelId channel) = 0;
+  // Promises that no channel will be opened any more: channels that end from now on need no
+  // close handshake of their own, the disconnect at the end closes them all.
+  virtual void no_more_channels() = 0;
   // Reports kFdReady for `fd` whenever it is readable (until unwatch_fd).
   virtual void watch_fd(int fd) = 0;
   virtual void unwatch_fd(int fd) = 0;

@@ -44,7 +44,7 @@ std::string describe_plan(const Plan& plan, const Options& options) {
       for (const auto& [n, v] : p.env) out += fmt::format("    {}={}\n", n, shell_quote(v));
       out += fmt::format(
           "    command: {}\n",
-          options.join ? process_command(p, plan.job_id)
+          options.join ? process_command(p, plan.job_id, stdin_from_launcher(options, p))
                        : detached_command(p, plan.job_id, options.log_dir + "/" + p.log_name));
     }
   }

@@ -271,27 +271,23 @@ bool Runner::start_watchdogs() {
 }
 
 void Runner::start_processes() {
-  std::vector<bool> tailed(static_cast<size_t>(plan_.worker_num), options_.tail_worker_log.empty());
-  for (int r : options_.tail_worker_log) tailed[static_cast<size_t>(r)] = true;
-  bool forward = !options_.tail_worker_log.empty() && stdin_fd_ >= 0;
   for (size_t i = 0; i < procs_.size(); ++i) {
     Proc& p = procs_[i];
     const Process& s = *p.spec;
     bool is_worker = s.role == Role::kWorker;
-    bool on_console =
-        is_worker ? tailed[static_cast<size_t>(s.rank)] : options_.tail_worker_log.empty();
+    bool tailed = stdin_from_launcher(options_, s);
+    bool on_console = options_.tail_worker_log.empty() || tailed;
     std::string tag = is_worker ? std::to_string(s.rank) : "sched";
     p.out = out_.add_process(fmt::format("{}@{}", tag, host_name(p.host)), s.log_name, on_console);
-    p.channel = t_.exec(p.host, process_command(s, plan_.job_id));
+    // The others read /dev/null (set in their command): no EOF to send.
+    bool gets_stdin = tailed && stdin_fd_ >= 0;
+    p.channel = t_.exec(p.host, process_command(s, plan_.job_id, gets_stdin));
     p.start_ms = t_.now_ms();
     put(proc_of_channel_, p.channel, static_cast<int>(i));
-    if (forward && is_worker && !options_.tail_worker_log.empty() &&
-        tailed[static_cast<size_t>(s.rank)])
-      stdin_targets_.push_back(p.channel);
-    else
-      t_.send_eof(p.channel);
+    if (gets_stdin) stdin_targets_.push_back(p.channel);
   }
-  if (forward)
+  t_.no_more_channels();
+  if (!stdin_targets_.empty())
     t_.watch_fd(stdin_fd_);
   else
     stdin_fd_ = -1;

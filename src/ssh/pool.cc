@@ -103,6 +103,9 @@ struct SshPool::Impl {
   std::set<ChannelId> unsettled;  // channels with an open / exec / stdin / EOF step to take
   std::vector<ChannelId> ended;   // closed channels, freed outside libssh's callbacks
   double last_wake_ms = 0;
+  // No channel will be opened any more (no_more_channels): an ended channel is not answered
+  // with a close of its own (one packet per channel less); ssh_disconnect closes and frees it.
+  bool linger = false;
   bool busy = false;  // the last wake-up read a stream of output: do not pause
   std::set<size_t> lost_hosts;
   std::map<std::string, KeyPtr> keys;  // identity file -> key, loaded once
@@ -561,7 +564,11 @@ struct SshPool::Impl {
     for (ChannelId id : std::exchange(ended, {})) {
       auto it = chans.find(id);
       if (it == chans.end()) continue;
-      if (it->second->channel) ssh_channel_free(it->second->channel);
+      Chan& ch = *it->second;
+      if (ch.channel && linger && conns[ch.conn].state == ConnState::kReady)
+        ssh_remove_channel_callbacks(ch.channel, &ch.callbacks);  // left to ssh_disconnect
+      else if (ch.channel)
+        ssh_channel_free(ch.channel);
       chans.erase(it);
     }
   }
@@ -707,6 +714,8 @@ void SshPool::send_eof(ChannelId channel) {
     impl_->unsettled.insert(channel);
   }
 }
+
+void SshPool::no_more_channels() { impl_->linger = true; }
 
 void SshPool::drop_host(size_t host) {
   for (auto& [id, ch] : impl_->chans)

@@ -127,7 +127,7 @@ TEST_F(App, DryRunPrintsThePlan) {
   // One command line per process, each marked with the job and running the task.
   EXPECT_EQ(count(c.out, "    command: cd -- "), 4u);
   EXPECT_EQ(count(c.out, "'MSRUN_SSH_JOB=" + job + "'"), 4u);
-  EXPECT_EQ(count(c.out, "'python3' 'train.py' '--lr' '0.1'\n"), 4u);
+  EXPECT_EQ(count(c.out, "'python3' 'train.py' '--lr' '0.1' < /dev/null\n"), 4u);
 }
 
 TEST_F(App, DryRunHonoursOptions) {
@@ -137,7 +137,7 @@ TEST_F(App, DryRunHonoursOptions) {
   EXPECT_NE(c.out.find("scheduler at 198.18.0.2:9000\nlogs: out\n"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("host 198.18.0.2 (node rank 1) [master]"), std::string::npos);
   EXPECT_EQ(count(c.out, "    A='1'\n"), 4u);
-  EXPECT_EQ(count(c.out, "'/opt/py' 'run.py'\n"), 4u);
+  EXPECT_EQ(count(c.out, "'/opt/py' 'run.py' < /dev/null\n"), 4u);
   EXPECT_FALSE(std::filesystem::exists("out/scheduler.log"));
 }
 

@@ -280,7 +280,26 @@ TEST(CommandQuote, ProcessCommandExactly) {
   p.argv = {"python3", "train.py", "--lr", "0.1"};
   EXPECT_EQ(process_command(p, "20261129-154501-3fa9c2"),
             "cd -- '/data/my job' && exec 'env' '--' 'MSRUN_SSH_JOB=20261129-154501-3fa9c2' 'A=1' "
-            "'B=it'\\''s' 'python3' 'train.py' '--lr' '0.1'");
+            "'B=it'\\''s' 'python3' 'train.py' '--lr' '0.1' < /dev/null");
+  EXPECT_EQ(process_command(p, "j", /*stdin_from_launcher=*/true),
+            "cd -- '/data/my job' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'A=1' 'B=it'\\''s' "
+            "'python3' 'train.py' '--lr' '0.1'");
+}
+
+TEST(CommandQuote, OnlyTailedWorkersReadTheLaunchersStdin) {
+  Options options;
+  Process worker;
+  worker.role = Role::kWorker;
+  worker.rank = 3;
+  Process sched;
+  sched.role = Role::kScheduler;
+  sched.rank = 3;
+  EXPECT_FALSE(stdin_from_launcher(options, worker));  // no --tail_worker_log: nobody
+  options.tail_worker_log = {1, 3};
+  EXPECT_TRUE(stdin_from_launcher(options, worker));
+  EXPECT_FALSE(stdin_from_launcher(options, sched));
+  options.tail_worker_log = {1};
+  EXPECT_FALSE(stdin_from_launcher(options, worker));
 }
 
 TEST(CommandQuote, ProgramWithAnEqualsSignGoesThroughExec) {
@@ -289,10 +308,10 @@ TEST(CommandQuote, ProgramWithAnEqualsSignGoesThroughExec) {
   p.argv = {"./a=b", "x"};
   EXPECT_EQ(process_command(p, "j"),
             "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'sh' '-c' 'exec \"$@\"' 'sh' './a=b' "
-            "'x'");
+            "'x' < /dev/null");
   p.argv = {"python3", "a=b.py"};  // only the program matters
   EXPECT_EQ(process_command(p, "j"),
-            "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'python3' 'a=b.py'");
+            "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'python3' 'a=b.py' < /dev/null");
 }
 
 TEST(CommandQuote, DetachedCommandExactly) {
@@ -557,6 +576,20 @@ TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {
   process_.argv = {"/bin/sh", "-c", kRecorder, "recorder"};
   check_run("/bin/sh");
   EXPECT_EQ(slurp(workdir_ + "/argv.bin"), "");
+}
+
+TEST_F(CommandRoundTrip, StdinIsDevNullUnlessFromTheLauncher) {
+  process_.argv = {"/bin/sh", "-c", "readlink /proc/$$/fd/0 > stdin.txt"};
+  std::string input = base_ + "/input.txt";
+  std::ofstream(input) << "typed\n";
+  for (bool from_launcher : {false, true}) {
+    // The shell that sshd starts has the channel as its stdin: here a file stands for it.
+    std::string command =
+        "{ " + process_command(process_, job_, from_launcher) + "; } < " + shell_quote(input);
+    Result r = run_shell("/bin/sh", command, base_);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(slurp(workdir_ + "/stdin.txt"), from_launcher ? input + "\n" : "/dev/null\n");
+  }
 }
 
 TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {

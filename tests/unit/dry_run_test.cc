@@ -67,7 +67,7 @@ TEST_F(DryRun, WholePlanExactly) {
                 "    PYTHONUNBUFFERED='1'\n" +
                 cmd_head +
                 "'MS_ROLE=MS_SCHED' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
-                "'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' '0.1'\n"
+                "'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' '0.1' < /dev/null\n"
                 "  rank 0: DEVICE_ID=0 cpus - log worker_0.log\n" +
                 common +
                 "    MS_ROLE='MS_WORKER'\n"
@@ -81,7 +81,17 @@ TEST_F(DryRun, WholePlanExactly) {
                 cmd_head +
                 "'MS_ROLE=MS_WORKER' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
                 "'MS_NODE_ID=0' 'DEVICE_ID=0' 'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' "
-                "'0.1'\n");
+                "'0.1' < /dev/null\n");
+}
+
+TEST_F(DryRun, TailedRanksKeepTheLaunchersStdin) {
+  options.tail_worker_log = {0};
+  std::string out = text();
+  EXPECT_NE(out.find("'MS_ROLE=MS_SCHED'"), std::string::npos) << out;
+  // The scheduler reads /dev/null, the tailed rank 0 the launcher's stdin (for pdb).
+  EXPECT_EQ(out.find("'--lr' '0.1'\n  rank 0:"), std::string::npos) << out;
+  EXPECT_NE(out.find("'--lr' '0.1' < /dev/null\n  rank 0:"), std::string::npos) << out;
+  EXPECT_TRUE(out.ends_with("'--lr' '0.1'\n")) << out;
 }
 
 TEST_F(DryRun, OtherHostsShowTheirAddress) {

@@ -102,6 +102,8 @@ class FakeTransport : public Transport {
 
   ChannelId exec(size_t host, const std::string& command) override {
     if (host >= hosts_.size()) throw std::logic_error("FakeTransport: exec on unknown host");
+    if (!no_more_channels_at.empty())
+      throw std::logic_error("FakeTransport: exec after no_more_channels");
     Channel c;
     c.id = static_cast<ChannelId>(channels_.size());
     c.host = host;
@@ -123,6 +125,8 @@ class FakeTransport : public Transport {
       start_process(ch);
     return ch.id;
   }
+
+  void no_more_channels() override { no_more_channels_at.push_back(now_); }
 
   void write(ChannelId id, std::string_view data) override {
     Channel& c = chan(id);
@@ -230,6 +234,7 @@ class FakeTransport : public Transport {
   std::vector<std::pair<size_t, double>> drops;  // drop_host calls: host, time
   std::vector<int> watched, unwatched;
   std::vector<int> polled_timeouts;
+  std::vector<double> no_more_channels_at;  // when the runner promised it
   int writes_after_drop = 0;
   int writes_after_close = 0;
 
