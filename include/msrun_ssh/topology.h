@@ -106,6 +106,14 @@ Topology topology_from_hwloc_xml(std::string_view xml, const std::vector<int>& a
 // Anything printed before the "allowed:" line (a chatty .bashrc) is ignored by the parser.
 std::string topology_probe_command();
 
+// What runs once per host before binding, in one round trip: the paths of taskset and numactl as
+// `command -v` prints them (one line each, only those that exist), then topology_probe_command().
+std::string binding_probe_command();
+
+// Whether the output of binding_probe_command() shows `tool` ("taskset" or "numactl") installed;
+// only the lines before the probe's "allowed:" line count.
+bool probe_found_tool(std::string_view output, std::string_view tool);
+
 // Parses the whole output of topology_probe_command(), dispatching on its "format:" line.
 // Throws InputError naming the problem (no "allowed:" line, unknown format, bad XML, bad line).
 Topology parse_probe_output(std::string_view text);

@@ -66,7 +66,8 @@ bool needs_topology(const HostPlan& h) {
 }
 
 // Binding from each host's real topology (SPEC §5): one probe per host, all hosts at once, then the
-// allocation; also checks that the host has the taskset / numactl the bound commands start with.
+// allocation; the same round trip tells whether the host has the taskset / numactl the bound
+// commands start with.
 // Returns false (after printing why) when a host could not be probed; bad binding input throws
 // InputError naming the host.
 bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
@@ -75,12 +76,11 @@ bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
     if (needs_topology(plan.hosts[h])) hosts.push_back(h);
   if (hosts.empty()) return true;
   double timeout = std::max(10.0, options.connect_timeout);
-  auto probes = pool.run_on_all(hosts, topology_probe_command(), timeout);
-  auto tools = pool.run_on_all(hosts, "command -v taskset; command -v numactl; true", timeout);
+  auto probes = pool.run_on_all(hosts, binding_probe_command(), timeout);
   bool ok = true;
   for (size_t i = 0; i < hosts.size(); ++i) {
     HostPlan& hp = plan.hosts[hosts[i]];
-    if (!probes[i] || !tools[i]) {
+    if (!probes[i]) {
       std::fprintf(stderr, "msrun-ssh: %s: cannot read the host's topology\n",
                    hp.host.address.c_str());
       ok = false;
@@ -94,8 +94,7 @@ bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
     for (const auto& p : hp.processes) {
       if (p.argv.empty()) continue;
       const std::string& tool = p.argv[0];
-      if ((tool == "taskset" || tool == "numactl") &&
-          tools[i]->find("/" + tool) == std::string::npos)
+      if ((tool == "taskset" || tool == "numactl") && !probe_found_tool(*probes[i], tool))
         throw InputError(fmt::format("host {}: binding needs {}, which is not installed there",
                                      hp.host.address, tool));
     }

@@ -216,6 +216,23 @@ std::string topology_probe_command() {
   return "sh -c '" + script + "'";
 }
 
+std::string binding_probe_command() {
+  return "command -v taskset; command -v numactl; " + topology_probe_command();
+}
+
+bool probe_found_tool(std::string_view output, std::string_view tool) {
+  for (std::string_view rest = output; !rest.empty();) {
+    auto [line, next] = split_line(rest);
+    if (starts_with(line, "allowed:")) return false;
+    line = trim(line);
+    if (line.size() > tool.size() && line.ends_with(tool) &&
+        line[line.size() - tool.size() - 1] == '/')
+      return true;
+    rest = next;
+  }
+  return false;
+}
+
 Topology topology_from_sysfs_probe(std::string_view text) {
   SysfsFacts facts;
   for (std::string_view rest = text; !rest.empty();) {

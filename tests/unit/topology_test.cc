@@ -264,6 +264,26 @@ TEST(Topology, ProbeCommandIsOneLineAnyShellPassesOn) {
   EXPECT_THAT(script, HasSubstr("lstopo-no-graphics"));
 }
 
+TEST(Topology, ProbeFoundToolReadsOnlyTheLinesBeforeTheProbe) {
+  std::string xml_mentions =
+      "allowed: 0-3\nformat: hwloc-xml\n<info value=\"/usr/bin/numactl\"/>\n";
+  EXPECT_TRUE(probe_found_tool("/usr/bin/taskset\n/usr/bin/numactl\n" + xml_mentions, "taskset"));
+  EXPECT_TRUE(probe_found_tool("/usr/bin/taskset\n/usr/bin/numactl\n" + xml_mentions, "numactl"));
+  EXPECT_TRUE(probe_found_tool("/bin/taskset\n" + xml_mentions, "taskset"));
+  EXPECT_FALSE(probe_found_tool("/bin/taskset\n" + xml_mentions, "numactl"));
+  EXPECT_FALSE(probe_found_tool(xml_mentions, "numactl"));
+  EXPECT_FALSE(probe_found_tool("/opt/mytaskset\n" + xml_mentions, "taskset"));
+  EXPECT_FALSE(probe_found_tool("taskset\n" + xml_mentions, "taskset"));  // a shell function
+  EXPECT_FALSE(probe_found_tool("", "taskset"));
+}
+
+TEST(Topology, BindingProbeRunsHere) {
+  std::string out = run("/bin/sh -c " + quoted(binding_probe_command()));
+  EXPECT_EQ(probe_found_tool(out, "taskset"), access("/usr/bin/taskset", X_OK) == 0);
+  EXPECT_EQ(probe_found_tool(out, "numactl"), access("/usr/bin/numactl", X_OK) == 0);
+  EXPECT_EQ(parse_probe_output(out).allowed_cpus, affinity());
+}
+
 TEST(Topology, ProbeRunsHereAndMatchesHwloc) {
   Topology probed = parse_probe_output(run("/bin/sh -c " + quoted(topology_probe_command())));
   Topology local = load_local_topology();
@@ -295,7 +315,12 @@ TEST(Topology, ProbeWithoutHwlocToolsReadsSysfs) {
         break;
       }
   std::string out = run("/bin/sh -c " + quoted(topology_probe_command()), dir);
+  // The same PATH has neither taskset nor numactl: the binding probe says so.
+  std::string with_tools = run("/bin/sh -c " + quoted(binding_probe_command()), dir);
   std::filesystem::remove_all(dir);
+  EXPECT_FALSE(probe_found_tool(with_tools, "taskset")) << with_tools.substr(0, 200);
+  EXPECT_FALSE(probe_found_tool(with_tools, "numactl"));
+  EXPECT_EQ(parse_probe_output(with_tools).source, "sysfs");
   EXPECT_THAT(out, HasSubstr("\nformat: sysfs\n"));
   Topology probed = parse_probe_output(out);
   Topology local = load_local_topology();
