@@ -7,9 +7,11 @@
 // channels opened on demand, spread over as many connections per host as MaxSessions requires.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "msrun_ssh/options.h"
@@ -47,6 +49,34 @@ SshSettings ssh_settings(const Options& options);
 
 // How to reach a host of the host file.
 SshEndpoint endpoint_of(const Host& host);
+
+// One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
+// twice per connection (to order the host key algorithms, then to verify the key), and decodes
+// and HMACs every hashed line ("|1|salt|hash", HashKnownHosts yes) on each read: for N hosts and
+// M lines, 2·N·M line parses. The pool instead hands each session only lines_for(its host), and
+// libssh still verifies the key against them: a line wrongly left out could only make a host look
+// unknown (refused), never let a wrong key in.
+class KnownHostsIndex {
+ public:
+  explicit KnownHostsIndex(std::string_view text);
+
+  // The lines (each ending in '\n', in file order) that may concern `host` on `port`. libssh
+  // looks the host up as "host" (port 22) or "[host]:port", lower-cased: handed are plain lines
+  // naming either spelling (case aside), hashed lines whose HMAC-SHA1 is that of the name libssh
+  // looks up, and every line this index does not judge — markers (@revoked, @cert-authority),
+  // patterns with wildcards or negations, malformed lines. Comments and blank lines are dropped.
+  std::string lines_for(std::string_view host, int port) const;
+
+ private:
+  struct Hashed {
+    std::string salt, hash;  // decoded
+    size_t line;
+  };
+  std::vector<std::string> lines_;
+  std::vector<size_t> always_;
+  std::map<std::string, std::vector<size_t>> plain_;  // lower-cased name -> lines
+  std::vector<Hashed> hashed_;
+};
 
 class SshPool : public Transport {
  public:

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,15 +46,50 @@ void raise_fd_limit() {
   }
 }
 
-// The user's ~/.ssh as libssh and OpenSSH find it: from the password database, not $HOME.
-std::string user_ssh_dir() {
+// The user's home as libssh and OpenSSH find it: from the password database, not $HOME.
+std::string user_home_dir() {
   long size = sysconf(_SC_GETPW_R_SIZE_MAX);
   std::vector<char> buf(static_cast<size_t>(size > 0 ? size : 16384));
   passwd pw{};
   passwd* found = nullptr;
   if (getpwuid_r(getuid(), &pw, buf.data(), buf.size(), &found) != 0 || !found || !pw.pw_dir)
     return "";
-  return std::string(pw.pw_dir) + "/.ssh";
+  return pw.pw_dir;
+}
+
+std::optional<std::string> read_whole_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (n < 0) return std::nullopt;
+  return text;
+}
+
+// An in-memory file holding `text`, readable by path as /proc/self/fd/N; -1 on failure.
+int memory_file(const std::string& text) {
+  int fd = memfd_create("msrun-ssh-known_hosts", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
+}
+
+std::string option_string(ssh_session s, ssh_options_e option) {
+  char* value = nullptr;
+  if (ssh_options_get(s, option, &value) != SSH_OK || !value) return "";
+  std::string out = value;
+  ssh_string_free_char(value);
+  return out;
 }
 
 struct KeyDeleter {
@@ -80,6 +116,9 @@ struct SshPool::Impl {
     int fd = -1;
     uint32_t mask = 0;
     int channels = 0;
+    std::string known_hosts;           // the user known_hosts file, as the user knows it
+    std::string global_known_hosts;    // and the global one
+    std::vector<int> known_hosts_fds;  // the narrowed copies libssh reads (memfds)
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -114,11 +153,14 @@ struct SshPool::Impl {
   const EventHandler* handler = nullptr;
   ChannelId next_id = 1;
   int epfd = -1;
-  std::string ssh_dir;  // ~/.ssh of the user, looked up once
+  std::string home_dir;  // of the user, from the password database, looked up once
+  std::string ssh_dir;   // home_dir/.ssh
+  std::map<std::string, std::unique_ptr<KnownHostsIndex>> known_hosts_files;  // read once each
 
   Impl(std::vector<SshEndpoint> h, SshSettings s) : hosts(std::move(h)), settings(std::move(s)) {
     raise_fd_limit();
-    ssh_dir = user_ssh_dir();
+    home_dir = user_home_dir();
+    if (!home_dir.empty()) ssh_dir = home_dir + "/.ssh";
     epfd = epoll_create1(EPOLL_CLOEXEC);
   }
 
@@ -182,6 +224,7 @@ struct SshPool::Impl {
 
   void drop_conn(size_t ci, ConnState state) {
     Conn& c = conns[ci];
+    close_known_hosts(c);
     if (c.fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr);
     c.fd = -1;
     c.mask = 0;
@@ -251,21 +294,79 @@ struct SshPool::Impl {
     }
     if (!ep.known_hosts.empty())
       ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, ep.known_hosts.c_str());
+    narrow_known_hosts(c);
     ssh_set_blocking(c.session, 0);
     c.deadline = monotonic_ms() + settings.connect_timeout_s * 1000;
     c.state = ConnState::kConnecting;
     return advance(ci, error);
   }
 
+  // The path libssh would open for a known_hosts option value; "" when it holds what only libssh
+  // expands (%d, %u, ~user).
+  std::string expand_path(const std::string& value) const {
+    if (value.find('%') != std::string::npos) return "";
+    if (value.starts_with("~/")) return home_dir.empty() ? "" : home_dir + value.substr(1);
+    if (value.starts_with('~')) return "";
+    return value;
+  }
+
+  const KnownHostsIndex& known_hosts_index(const std::string& path) {
+    auto& index = known_hosts_files[path];
+    if (!index) index = std::make_unique<KnownHostsIndex>(read_whole_file(path).value_or(""));
+    return *index;
+  }
+
+  // Points the session's known_hosts options at in-memory copies of its files that hold only the
+  // lines for its host (KnownHostsIndex). Leaves the session as it is when a path cannot be told
+  // for sure or a copy cannot be made: libssh then reads the files themselves.
+  void narrow_known_hosts(Conn& c) {
+    std::string user = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+    user = user.empty() ? (ssh_dir.empty() ? "" : ssh_dir + "/known_hosts") : expand_path(user);
+    std::string global = option_string(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS);
+    global = global.empty() ? "/etc/ssh/ssh_known_hosts" : expand_path(global);
+    std::string host = option_string(c.session, SSH_OPTIONS_HOST);
+    unsigned int port = 22;
+    if (user.empty() || global.empty() || host.empty() ||
+        ssh_options_get_port(c.session, &port) != SSH_OK)
+      return;
+    int user_fd = memory_file(known_hosts_index(user).lines_for(host, static_cast<int>(port)));
+    int global_fd = memory_file(known_hosts_index(global).lines_for(host, static_cast<int>(port)));
+    if (user_fd < 0 || global_fd < 0) {
+      if (user_fd >= 0) close(user_fd);
+      if (global_fd >= 0) close(global_fd);
+      return;
+    }
+    c.known_hosts = user;
+    c.global_known_hosts = global;
+    c.known_hosts_fds = {user_fd, global_fd};
+    ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS,
+                    fmt::format("/proc/self/fd/{}", user_fd).c_str());
+    ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
+                    fmt::format("/proc/self/fd/{}", global_fd).c_str());
+  }
+
+  // After the host key check: the session's options name the real files again (accept-new writes
+  // there) and the copies are closed.
+  void close_known_hosts(Conn& c) {
+    if (c.known_hosts_fds.empty()) return;
+    if (c.session) {
+      ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, c.known_hosts.c_str());
+      ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, c.global_known_hosts.c_str());
+    }
+    for (int fd : c.known_hosts_fds) close(fd);
+    c.known_hosts_fds.clear();
+  }
+
   bool verify_host_key(size_t ci, std::string& error) {
     Conn& c = conns[ci];
     const SshEndpoint& ep = hosts[c.host];
     HostKeyPolicy policy = settings.host_key_policy.value_or(HostKeyPolicy::kYes);
-    char* file = nullptr;
-    ssh_options_get(c.session, SSH_OPTIONS_KNOWNHOSTS, &file);
-    std::string known = file ? file : "~/.ssh/known_hosts";
-    ssh_string_free_char(file);
-    switch (ssh_session_is_known_server(c.session)) {
+    std::string known = c.known_hosts;
+    if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+    if (known.empty()) known = "~/.ssh/known_hosts";
+    enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);
+    close_known_hosts(c);
+    switch (verdict) {
       case SSH_KNOWN_HOSTS_OK:
         return true;
       case SSH_KNOWN_HOSTS_CHANGED:

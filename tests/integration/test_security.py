@@ -74,6 +74,25 @@ def test_hashed_known_hosts():
     check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
 
 
+def test_hashed_known_hosts_changed_key_is_still_caught():
+    # Each session is handed only its host's lines of known_hosts (the pool narrows the file once
+    # per launch): a hashed line with the wrong key must still be found and refused as CHANGED,
+    # among hundreds of hashed lines for other hosts. Dropping it would say "unknown" instead.
+    victim = addresses()[0]
+    decoys = [f"10.9.{i // 200}.{i % 200} " + _other_key_line("x").split(" ", 1)[1]
+              for i in range(600)]
+    known = _known_hosts_copy("sec_hashed_changed", lambda ls: decoys + [
+        _other_key_line(victim) if l.startswith(victim + " ") else l for l in ls])
+    subprocess.run(["ssh-keygen", "-H", "-f", known], check=True, capture_output=True)
+    check(open(known).read().count("|1|") >= 600, "ssh-keygen -H did not hash")
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "5"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'))
+    check(code == 255, f"exit {code}: {err.decode()[-1500:]}")
+    check(re.search(rf"{re.escape(victim)}: host key CHANGED \(does not match {re.escape(known)}\)"
+                    .encode(), err), err.decode())
+    check(not marked_processes(), "something started")
+
+
 def test_log_permissions_and_no_key_material():
     base = os.path.join(tmpdir(), "sec_logs")
     shutil.rmtree(base, ignore_errors=True)

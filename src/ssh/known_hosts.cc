@@ -1,0 +1,125 @@
+// known_hosts narrowing: each file read once per launch, each session handed only the lines that
+// may concern its host (see KnownHostsIndex in ssh.h).
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <string_view>
+
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr std::string_view kHashedPrefix = "|1|";
+constexpr size_t kSha1Size = 20;
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Strict base64 (with padding) to bytes; nullopt for anything else.
+std::optional<std::string> decode_base64(std::string_view text) {
+  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
+  size_t pad = 0;
+  while (pad < 2 && text[text.size() - 1 - pad] == '=') ++pad;
+  std::string out(text.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  if (n < 0 || static_cast<size_t>(n) != out.size()) return std::nullopt;
+  out.resize(out.size() - pad);
+  return out;
+}
+
+// The first whitespace-separated word of a line, and whether anything follows it.
+std::string_view first_word(std::string_view line, bool& more) {
+  size_t end = line.find_first_of(" \t");
+  std::string_view word = line.substr(0, end);
+  more = end != std::string_view::npos &&
+         line.find_first_not_of(" \t\r", end) != std::string_view::npos;
+  return word;
+}
+
+}  // namespace
+
+KnownHostsIndex::KnownHostsIndex(std::string_view text) {
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = text.find('\n', pos);
+    std::string_view line = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    std::string_view body = line.substr(std::min(line.size(), line.find_first_not_of(" \t\r")));
+    if (body.empty() || body.front() == '#') continue;  // nothing libssh would use
+    size_t index = lines_.size();
+    lines_.emplace_back(line);
+    bool more = false;
+    std::string_view hosts = first_word(body, more);
+    // Markers (@revoked, @cert-authority), wildcards, negations and lines without a key are
+    // libssh's to judge: every host gets them.
+    if (!more || hosts.front() == '@' || hosts.find_first_of("*?!") != std::string_view::npos) {
+      always_.push_back(index);
+      continue;
+    }
+    if (hosts.starts_with(kHashedPrefix)) {
+      std::string_view rest = hosts.substr(kHashedPrefix.size());
+      size_t bar = rest.find('|');
+      auto salt = decode_base64(rest.substr(0, bar));
+      auto hash =
+          bar == std::string_view::npos ? std::nullopt : decode_base64(rest.substr(bar + 1));
+      if (salt && hash && hash->size() == kSha1Size)
+        hashed_.push_back(Hashed{std::move(*salt), std::move(*hash), index});
+      else
+        always_.push_back(index);
+      continue;
+    }
+    for (size_t start = 0; start <= hosts.size();) {
+      size_t comma = hosts.find(',', start);
+      std::string_view name =
+          hosts.substr(start, comma == std::string_view::npos ? hosts.npos : comma - start);
+      if (!name.empty()) plain_[lower(name)].push_back(index);
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
+  }
+}
+
+std::string KnownHostsIndex::lines_for(std::string_view host, int port) const {
+  // libssh looks up the lower-cased "host" on port 22 and "[host]:port" otherwise. Plain lines
+  // under either spelling are kept (a map lookup each); a hashed line costs an HMAC per name, so
+  // it is tested against exactly the name libssh will hash.
+  std::string bare = lower(host);
+  std::string bracketed = "[" + bare + "]:" + std::to_string(port);
+  std::vector<size_t> keep = always_;
+  for (const std::string* name : {&bare, &bracketed}) {
+    auto it = plain_.find(*name);
+    if (it != plain_.end()) keep.insert(keep.end(), it->second.begin(), it->second.end());
+  }
+  const std::string& looked_up = port == 22 ? bare : bracketed;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  for (const Hashed& h : hashed_) {
+    unsigned int len = 0;
+    bool hashed = HMAC(EVP_sha1(), h.salt.data(), static_cast<int>(h.salt.size()),
+                       reinterpret_cast<const unsigned char*>(looked_up.data()), looked_up.size(),
+                       mac, &len) != nullptr;
+    // A line whose HMAC cannot be computed is kept: libssh decides.
+    if (!hashed || (len == kSha1Size &&
+                    std::equal(h.hash.begin(), h.hash.end(), mac, [](char a, unsigned char b) {
+                      return static_cast<unsigned char>(a) == b;
+                    })))
+      keep.push_back(h.line);
+  }
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  std::string out;
+  for (size_t i : keep) {
+    out += lines_[i];
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace msrun_ssh
