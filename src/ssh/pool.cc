@@ -156,11 +156,14 @@ struct SshPool::Impl {
   std::string home_dir;  // of the user, from the password database, looked up once
   std::string ssh_dir;   // home_dir/.ssh
   std::map<std::string, std::unique_ptr<KnownHostsIndex>> known_hosts_files;  // read once each
+  bool narrowing = false;  // known_hosts narrowing possible (/proc mounted)
 
   Impl(std::vector<SshEndpoint> h, SshSettings s) : hosts(std::move(h)), settings(std::move(s)) {
     raise_fd_limit();
     home_dir = user_home_dir();
     if (!home_dir.empty()) ssh_dir = home_dir + "/.ssh";
+    // The narrowed known_hosts copies are opened by libssh as /proc/self/fd/N.
+    narrowing = access("/proc/self/fd", X_OK) == 0;
     epfd = epoll_create1(EPOLL_CLOEXEC);
   }
 
@@ -326,7 +329,7 @@ struct SshPool::Impl {
     global = global.empty() ? "/etc/ssh/ssh_known_hosts" : expand_path(global);
     std::string host = option_string(c.session, SSH_OPTIONS_HOST);
     unsigned int port = 22;
-    if (user.empty() || global.empty() || host.empty() ||
+    if (!narrowing || user.empty() || global.empty() || host.empty() ||
         ssh_options_get_port(c.session, &port) != SSH_OK)
       return;
     int user_fd = memory_file(known_hosts_index(user).lines_for(host, static_cast<int>(port)));
