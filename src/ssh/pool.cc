@@ -119,6 +119,7 @@ struct SshPool::Impl {
     std::string known_hosts;           // the user known_hosts file, as the user knows it
     std::string global_known_hosts;    // and the global one
     std::vector<int> known_hosts_fds;  // the narrowed copies libssh reads (memfds)
+    bool known_hosts_empty = false;    // and they hold no line for the host
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -332,8 +333,10 @@ struct SshPool::Impl {
     if (!narrowing || user.empty() || global.empty() || host.empty() ||
         ssh_options_get_port(c.session, &port) != SSH_OK)
       return;
-    int user_fd = memory_file(known_hosts_index(user).lines_for(host, static_cast<int>(port)));
-    int global_fd = memory_file(known_hosts_index(global).lines_for(host, static_cast<int>(port)));
+    std::string user_lines = known_hosts_index(user).lines_for(host, static_cast<int>(port));
+    std::string global_lines = known_hosts_index(global).lines_for(host, static_cast<int>(port));
+    int user_fd = memory_file(user_lines);
+    int global_fd = memory_file(global_lines);
     if (user_fd < 0 || global_fd < 0) {
       if (user_fd >= 0) close(user_fd);
       if (global_fd >= 0) close(global_fd);
@@ -342,6 +345,7 @@ struct SshPool::Impl {
     c.known_hosts = user;
     c.global_known_hosts = global;
     c.known_hosts_fds = {user_fd, global_fd};
+    c.known_hosts_empty = user_lines.empty() && global_lines.empty();
     ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS,
                     fmt::format("/proc/self/fd/{}", user_fd).c_str());
     ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
@@ -371,6 +375,13 @@ struct SshPool::Impl {
     close_known_hosts(c);
     switch (verdict) {
       case SSH_KNOWN_HOSTS_OK:
+        // libssh also says OK for a host it has no line for when the ssh config says
+        // StrictHostKeyChecking no: not verified, and the user is told so.
+        if (c.known_hosts_empty)
+          warnings.push_back(
+              fmt::format("{}: host key NOT verified (not in {}) because the ssh config says "
+                          "StrictHostKeyChecking no",
+                          ep.address, known));
         return true;
       case SSH_KNOWN_HOSTS_CHANGED:
         error = fmt::format(

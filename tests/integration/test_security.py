@@ -64,6 +64,23 @@ def test_unknown_key_with_checking_off_warns():
     check(open(known).read().count(victim + " ") == 0, "policy 'no' must not write known_hosts")
 
 
+def test_ssh_config_strict_no_is_reported():
+    # libssh honours "StrictHostKeyChecking no" from the ssh config by itself (it then calls an
+    # unknown host OK); the launcher must still say, per host, that the key was not verified.
+    victim = addresses()[1]
+    known = _known_hosts_copy("sec_cfg_no", lambda ls: [l for l in ls if not l.startswith(victim + " ")])
+    config = os.path.join(tmpdir(), "sec_cfg_no.config")
+    open(config, "w").write("Host *\n  StrictHostKeyChecking no\n")
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "0"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'),
+                          extra=["--ssh_config", config])
+    check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+    check(re.search(rf"warning: {re.escape(victim)}: host key NOT verified \(not in "
+                    rf"{re.escape(known)}\) because the ssh config says StrictHostKeyChecking no"
+                    .encode(), err), err.decode())
+    check(err.count(b"NOT verified") == 1, "only the unknown host is reported: " + err.decode())
+
+
 def test_hashed_known_hosts():
     known = _known_hosts_copy("sec_hashed", lambda ls: ls)
     subprocess.run(["ssh-keygen", "-H", "-f", known], check=True, capture_output=True)
