@@ -252,6 +252,17 @@ def fmt_stat(s, scale=1.0, digits=2):
             f"{s['max'] * scale:.{digits}f})")
 
 
+def ok_runs(runs, tool, n):
+    """The successful runs of `tool` on `n` hosts."""
+    return [r for r in runs[tool].get(str(n), []) if r["ok"]]
+
+
+def size_cells(runs, tool, sizes, value, scale, digits):
+    """One table cell per host count: median (min–max) of value(run, n) over the good runs."""
+    return [fmt_stat(common.summarize([value(r, n) for r in ok_runs(runs, tool, n)]), scale, digits)
+            for n in sizes]
+
+
 def launch_tables(results, key="launch"):
     runs = results.get(key, {})
     sizes = sorted({int(n) for t in runs.values() for n in t})
@@ -266,17 +277,10 @@ def launch_tables(results, key="launch"):
         for tool in TOOLS:
             if tool not in runs:
                 continue
-            cells = []
-            for n in sizes:
-                rs = [r for r in runs[tool].get(str(n), []) if r["ok"]]
-                cells.append(fmt_stat(common.summarize([fn(r, n) for r in rs]), scale, digits))
+            cells = size_cells(runs, tool, sizes, fn, scale, digits)
             lines.append(f"| {tool} | " + " | ".join(cells) + " |")
         if "CPU" in title and "mpirun" in runs:
-            cells = []
-            for n in sizes:
-                rs = [r for r in runs["mpirun"].get(str(n), []) if r["ok"]]
-                cells.append(fmt_stat(common.summarize([r["own_cpu"] / n for r in rs]), scale,
-                                      digits))
+            cells = size_cells(runs, "mpirun", sizes, lambda r, n: r["own_cpu"] / n, scale, digits)
             lines.append("| mpirun, wait4 only (its ssh children that it did not wait for left "
                          "out) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -296,7 +300,7 @@ def memory_table(results):
             continue
         cells = []
         for n in sizes:
-            rs = [r for r in runs[tool].get(str(n), []) if r["ok"]]
+            rs = ok_runs(runs, tool, n)
             a = common.summarize([r["root_peak_kb"] for r in rs])
             b = common.summarize([r["tree_peak_kb"] for r in rs])
             cells.append(f"{fmt_stat(a, 1 / 1024, 1)} / {fmt_stat(b, 1 / 1024, 1)}")
@@ -342,7 +346,7 @@ def plot(results, prefix):
                               (axes[1], lambda r, n: r["cpu"] / n, 1000)]:
             med, lo, hi = [], [], []
             for n in sizes:
-                s = common.summarize([fn(r, n) for r in runs[tool][str(n)] if r["ok"]])
+                s = common.summarize([fn(r, n) for r in ok_runs(runs, tool, n)])
                 med.append(s["median"] * scale)
                 lo.append((s["median"] - s["min"]) * scale)
                 hi.append((s["max"] - s["median"]) * scale)
@@ -350,7 +354,7 @@ def plot(results, prefix):
         if tool == "mpirun":
             # What wait4 alone reports: mpirun and the ssh children it waited for (it leaves most
             # of them to exit after it). Shown because it is the usual way to measure it.
-            own = [common.summarize([r["own_cpu"] / n for r in runs[tool][str(n)] if r["ok"]])
+            own = [common.summarize([r["own_cpu"] / n for r in ok_runs(runs, tool, n)])
                    for n in sizes]
             axes[1].plot(sizes, [o["median"] * 1000 for o in own], linestyle="--", marker="x",
                          color="tab:red", alpha=0.6, label="mpirun, wait4 only")
