@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "msrun_ssh/ssh.h"
@@ -157,6 +158,7 @@ struct SshPool::Impl {
   std::string home_dir;  // of the user, from the password database, looked up once
   std::string ssh_dir;   // home_dir/.ssh
   std::map<std::string, std::unique_ptr<KnownHostsIndex>> known_hosts_files;  // read once each
+  std::map<std::tuple<std::string, std::string, int>, std::string> known_hosts_lines_of;
   bool narrowing = false;  // known_hosts narrowing possible (/proc mounted)
 
   Impl(std::vector<SshEndpoint> h, SshSettings s) : hosts(std::move(h)), settings(std::move(s)) {
@@ -314,10 +316,16 @@ struct SshPool::Impl {
     return value;
   }
 
-  const KnownHostsIndex& known_hosts_index(const std::string& path) {
+  // The lines of known_hosts file `path` for a host, computed once per file and host: a host with
+  // several connections (past MaxSessions) does not pay its HMACs again.
+  const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port) {
     auto& index = known_hosts_files[path];
     if (!index) index = std::make_unique<KnownHostsIndex>(read_whole_file(path).value_or(""));
-    return *index;
+    auto key = std::make_tuple(path, host, port);
+    auto it = known_hosts_lines_of.find(key);
+    if (it == known_hosts_lines_of.end())
+      it = known_hosts_lines_of.emplace(key, index->lines_for(host, port)).first;
+    return it->second;
   }
 
   // Points the session's known_hosts options at in-memory copies of its files that hold only the
@@ -333,8 +341,8 @@ struct SshPool::Impl {
     if (!narrowing || user.empty() || global.empty() || host.empty() ||
         ssh_options_get_port(c.session, &port) != SSH_OK)
       return;
-    std::string user_lines = known_hosts_index(user).lines_for(host, static_cast<int>(port));
-    std::string global_lines = known_hosts_index(global).lines_for(host, static_cast<int>(port));
+    const std::string& user_lines = known_hosts_lines(user, host, static_cast<int>(port));
+    const std::string& global_lines = known_hosts_lines(global, host, static_cast<int>(port));
     int user_fd = memory_file(user_lines);
     int global_fd = memory_file(global_lines);
     if (user_fd < 0 || global_fd < 0) {
