@@ -18,6 +18,9 @@ inline constexpr int kExitHostFailure = 255;  // a host could not be reached/aut
 inline constexpr int kExitSigint = 130;
 inline constexpr int kExitSigterm = 143;
 inline constexpr int kExitSighup = 129;
+// The launcher gave up waiting for the end of the job on a host it still reaches: processes it
+// names (on stderr and in the summary) may still run there.
+inline constexpr int kExitUnconfirmed = 254;
 
 class InputError : public std::runtime_error {
  public:

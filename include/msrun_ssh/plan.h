@@ -23,7 +23,8 @@ struct Process {
   std::string device_id;  // DEVICE_ID value; empty for the scheduler
   std::string bind_key;   // "scheduler" or "device<physical id>"
   EnvList env;            // complete environment the process gets on top of the remote login env
-  std::string log_name;   // file name inside --log_dir ("worker_3.log", "scheduler.log")
+  std::string log_name;   // file name inside --log_dir ("worker_3.log", "scheduler.log"); may
+                          // hold {hostname}, known only at start-up (see with_hostname)
   std::string workdir;
   std::vector<std::string> argv;  // what runs, binding prefix (taskset/numactl) included
   std::vector<int> cpus;          // bound CPUs; empty: not bound
@@ -32,6 +33,13 @@ struct Process {
 
   std::string label() const;  // "scheduler" or "rank 3"
 };
+
+// The token of --worker_log_name that stands for the host's own name (msrun: socket.gethostname()
+// on that node), which the launcher learns only from the host at start-up.
+inline constexpr std::string_view kHostnameToken = "{hostname}";
+
+// `log_name` with kHostnameToken replaced by `hostname` ('/' made '_'; empty: left as is).
+std::string with_hostname(std::string log_name, std::string_view hostname);
 
 struct HostPlan {
   int node_rank = 0;

@@ -27,6 +27,9 @@ class Runner {
   // Reacts as if the launcher had received `signo` (what the signalfd delivers).
   void on_signal(int signo);
 
+  // The host's own name as its watchdog reported it ("" before that).
+  const std::string& reported_name(size_t host) const { return hosts_[host].name; }
+
   // One row per process, in plan order; valid after run().
   std::vector<SummaryRow> summary() const;
 
@@ -50,6 +53,7 @@ class Runner {
     bool lost = false;
     bool watchdog_closed = false;
     double last_echo_ms = 0;
+    std::string name;  // the host's own name (uname -n), from the watchdog's ready line
     LineFramer framer{4096};
   };
 
@@ -67,6 +71,8 @@ class Runner {
   void lose_host(size_t host, const std::string& why);
   void fail(int status, const std::string& why);
   void teardown(char how);
+  void kill_channels(bool watchdogs_too);
+  void give_up();
   void send_all(char byte);
   bool processes_done() const;
   bool processes_ended() const;
@@ -88,6 +94,7 @@ class Runner {
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   bool tearing_down_ = false;
   bool killed_now_ = false;
+  bool channels_killed_ = false;  // the open process channels got an SSH "signal" KILL
   bool quit_sent_ = false;
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;

@@ -102,6 +102,8 @@ class SshPool : public Transport {
   void write(ChannelId channel, std::string_view data) override;
   void send_eof(ChannelId channel) override;
   void no_more_channels() override;
+  void cancel(ChannelId channel) override;
+  void kill(ChannelId channel, const char* signal) override;
   void watch_fd(int fd) override;
   void unwatch_fd(int fd) override;
   void drop_host(size_t host) override;

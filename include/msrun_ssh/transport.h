@@ -42,6 +42,13 @@ class Transport {
   virtual void write(ChannelId channel, std::string_view data) = 0;
   // Sends EOF on the channel's stdin.
   virtual void send_eof(ChannelId channel) = 0;
+  // For a teardown. cancel: a command not sent to the host yet never will be (the channel then
+  // reports kOpenFailed); one already sent is left alone. kill: cancel, and a command already sent
+  // gets the SSH "signal" request for `signal` ("KILL"), which OpenSSH's sshd (7.9 and later)
+  // delivers to the command's process group: the user's login shell while its rc still runs, and
+  // what the rc started, too. Both are no-ops on a closed channel.
+  virtual void cancel(ChannelId channel) = 0;
+  virtual void kill(ChannelId channel, const char* signal) = 0;
   // Promises that no channel will be opened any more: channels that end from now on need no
   // close handshake of their own, the disconnect at the end closes them all.
   virtual void no_more_channels() = 0;

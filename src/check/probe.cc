@@ -131,11 +131,7 @@ std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
   return out;
 }
 
-std::string join_ints(const std::vector<int>& v) {
-  std::string out;
-  for (int x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
-  return out;
-}
+std::string join_ints(const std::vector<int>& v) { return fmt::format("{}", fmt::join(v, ",")); }
 
 CheckResult make(std::string name, CheckStatus status, std::string detail, std::string value = "") {
   return CheckResult{std::move(name), status, std::move(detail), std::move(value)};

@@ -32,6 +32,9 @@ std::string describe_plan(const Plan& plan, const Options& options) {
       plan.hosts.size(), plan.worker_num, plan.master_ip, plan.master_port,
       options.sim_level >= 0 ? fmt::format(" (simulation level {})", options.sim_level) : "",
       options.log_dir);
+  if (options.worker_log_name.find(kHostnameToken) != std::string::npos)
+    out += fmt::format("{} in log names: each host's own name (uname -n), resolved at start-up\n",
+                       kHostnameToken);
   for (const auto& h : plan.hosts) {
     out +=
         fmt::format("\nhost {} (node rank {}){}: {}{}{}, workdir {}\n", h.host.address, h.node_rank,

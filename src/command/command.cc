@@ -11,16 +11,29 @@ namespace {
 // Shared by the watchdog and `stop`: finds and signals every process of job $J on this host.
 // While waiting out the grace, teardown keeps reading the launcher: 'K' (a second Ctrl-C) ends the
 // wait at once, heartbeats are still echoed; once stdin is closed it simply sleeps.
-// /proc/PID/environ is the environment the process was started with; grep -z reads it as NUL
-// separated lines, -x -F match the marker exactly. Zombies have an empty environ, so they count
-// as gone. Neither this shell nor grep carries the marker, so they never match themselves.
+//
+// A process of the job is found in either of its two lives (docs/architecture.md, "Teardown"):
+//  - started: /proc/PID/environ, the environment it was started with, holds MSRUN_SSH_JOB=$J
+//    (grandchildren that left the process group too). grep -z reads it as NUL separated records.
+//  - still in the user's login shell (its rc can take seconds: conda, module load), before the
+//    `exec env` of its command: the shell has no marker in its environment yet, but its command
+//    line holds the command string, and with it 'MSRUN_SSH_JOB=$J' (quoted: the exact spelling of
+//    process_command). What the rc started runs in the shell's process group.
+// Every pid found is signalled as a process group when it leads one (sshd makes each command a
+// session leader, so that reaches the rc's children), else alone. One grep reads both files of
+// every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
+// and `stop` carry neither spelling; zombies have an empty environ and count as gone.
 constexpr const char* kSweepFunctions = R"SH(
-pids() { grep -lzxF "MSRUN_SSH_JOB=$J" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/,,;s,/environ$,,'; }
+pids() {
+  grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
+    /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | sed 's,^/proc/,,;s,/[a-z]*$,,'
+}
 signal_all() {
   found=1
   for p in $(pids); do
+    [ "$p" = "$$" ] && continue
     c=$(tr '\000' ' ' < /proc/$p/cmdline 2>/dev/null)
-    kill -$1 $p 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
+    { kill -$1 -$p || kill -$1 $p; } 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
   done
   return $found
 }
@@ -42,16 +55,23 @@ teardown() {
 // The watchdog's main loop. $T: silence (seconds) after which the launcher counts as gone; $G and
 // $L: grace steps of 0.2 s for a requested teardown and for a teardown after losing the launcher.
 // SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
+// The ready line carries the host's own name (uname -n, read without a fork) for {hostname}.
+// After losing the launcher nobody else can end a command whose exec request sshd took just
+// before the connection died (its shell may appear after the first sweep): the watchdog sweeps
+// four more times over one second before it exits. With the launcher alive, the launcher ends
+// such late commands itself (SSH "signal" requests) and waits until every channel has closed.
 constexpr const char* kWatchdogLoop = R"SH(
 trap '' PIPE HUP
-echo "msrun-ssh-watchdog: ready $$"
+n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
+echo "msrun-ssh-watchdog: ready $$ $n"
 while :; do
   c=$(timeout "$T" dd bs=1 count=1 2>/dev/null) || c=
   case "$c" in
     h) echo h ;;
     q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     K) signal_all KILL; echo "msrun-ssh-watchdog: done"; exit 0 ;;
-    *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"; exit 0 ;;
+    *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"
+       for i in 1 2 3 4; do sleep 0.25; signal_all KILL; done; exit 0 ;;
   esac
 done
 )SH";

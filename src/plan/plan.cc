@@ -89,7 +89,6 @@ void check_ranks(const std::vector<int>& ranks, int worker_num, std::string_view
 std::string log_name_for(const Options& options, const HostPlan& hp, const Process& p) {
   if (p.role == Role::kScheduler) return "scheduler.log";
   std::string base = replace_all(options.worker_log_name, "{ip}", hp.ip);
-  base = replace_all(base, "{hostname}", hp.host.address);
   return fmt::format("{}_{}.log", base, p.rank);
 }
 
@@ -273,6 +272,13 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     apply_binding(hp, options);
   }
   return plan;
+}
+
+std::string with_hostname(std::string log_name, std::string_view hostname) {
+  if (hostname.empty()) return log_name;
+  std::string name(hostname);
+  std::replace(name.begin(), name.end(), '/', '_');
+  return replace_all(std::move(log_name), kHostnameToken, name);
 }
 
 }  // namespace msrun_ssh

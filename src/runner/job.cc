@@ -102,12 +102,35 @@ bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
   return ok;
 }
 
+// Each host's own name (uname -n), for {hostname} in log names; one round trip, only when a log
+// name asks for it. A host that does not answer keeps its address.
+std::vector<std::string> host_names(SshPool& pool, const Plan& plan, double timeout_s) {
+  std::vector<std::string> names;
+  bool wanted = false;
+  for (const auto& h : plan.hosts) {
+    names.push_back(h.host.address);
+    for (const auto& p : h.processes)
+      wanted = wanted || p.log_name.find(kHostnameToken) != std::string::npos;
+  }
+  if (!wanted) return names;
+  std::vector<size_t> all;
+  for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
+  auto got = pool.run_on_all(all, "uname -n", timeout_s);
+  for (size_t h = 0; h < got.size(); ++h) {
+    std::string n = got[h].value_or("");
+    while (!n.empty() && (n.back() == '\n' || n.back() == '\r')) n.pop_back();
+    if (!n.empty()) names[h] = n;
+  }
+  return names;
+}
+
 int run_detached(const Options& options, const Plan& plan, SshPool& pool) {
   std::vector<std::pair<ChannelId, const Process*>> started;
   std::vector<size_t> host_of;
+  std::vector<std::string> names = host_names(pool, plan, options.connect_timeout);
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     for (const auto& p : plan.hosts[h].processes) {
-      std::string log = options.log_dir + "/" + p.log_name;
+      std::string log = options.log_dir + "/" + with_hostname(p.log_name, names[h]);
       started.emplace_back(pool.exec(h, detached_command(p, plan.job_id, log)), &p);
       host_of.push_back(h);
     }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
@@ -94,7 +95,42 @@ void Runner::teardown(char how) {
     deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
   }
   tearing_down_ = true;
+  // Commands not sent yet never start; the watchdogs end the others (SIGTERM, grace, SIGKILL).
+  for (const Proc& p : procs_)
+    if (!p.done && p.channel >= 0) t_.cancel(p.channel);
   send_all(how);
+  if (how == kKillNow) kill_channels(true);
+}
+
+// The watchdogs are done (or too slow): whatever channel of the job is still open runs something
+// their sweeps could not end — in practice a command whose exec reached sshd after the sweep. The
+// SSH "signal" request reaches its process group through sshd. A channel closes when what it ran
+// has ended; until every one has, the teardown is not done.
+void Runner::kill_channels(bool watchdogs_too) {
+  channels_killed_ = true;
+  for (const Proc& p : procs_)
+    if (!p.done && p.channel >= 0 && !hosts_[p.host].lost) t_.kill(p.channel, "KILL");
+  if (watchdogs_too)
+    for (const HostState& h : hosts_)
+      if (!h.lost && !h.watchdog_closed && h.watchdog >= 0) t_.kill(h.watchdog, "KILL");
+}
+
+// The hosts did not confirm the end of every process in time, even after the SIGKILLs: name each
+// process that may still run and its host, and say so in the exit status.
+void Runner::give_up() {
+  std::map<size_t, std::vector<std::string>> left;
+  for (auto& p : procs_) {
+    if (p.done) continue;
+    if (!hosts_[p.host].lost) left[p.host].push_back(p.spec->label());
+    finish_process(p, hosts_[p.host].lost ? "host lost" : "not confirmed ended: may still run");
+  }
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (!hosts_[h].lost && !hosts_[h].watchdog_closed) left[h].push_back("the watchdog");
+  if (left.empty()) return;
+  for (const auto& [host, labels] : left)
+    out_.message(fmt::format("{}: could not confirm the end of: {}; they may still run there",
+                             host_name(host), fmt::join(labels, ", ")));
+  exit_code_ = kExitUnconfirmed;
 }
 
 void Runner::lose_host(size_t host, const std::string& why) {
@@ -157,8 +193,13 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   HostState& h = hosts_[host];
   h.last_echo_ms = t_.now_ms();
-  if (line.rfind("msrun-ssh-watchdog: ready", 0) == 0) {
+  constexpr std::string_view kReady = "msrun-ssh-watchdog: ready ";
+  if (line.rfind(kReady, 0) == 0) {
     h.ready = true;
+    // "ready PID NAME": NAME is the host's uname -n.
+    std::string_view rest = line.substr(kReady.size());
+    size_t space = rest.find(' ');
+    if (space != std::string_view::npos) h.name = std::string(rest.substr(space + 1));
   } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
                              line.substr(7)));
@@ -278,7 +319,11 @@ void Runner::start_processes() {
     bool tailed = stdin_from_launcher(options_, s);
     bool on_console = options_.tail_worker_log.empty() || tailed;
     std::string tag = is_worker ? std::to_string(s.rank) : "sched";
-    p.out = out_.add_process(fmt::format("{}@{}", tag, host_name(p.host)), s.log_name, on_console);
+    p.out = out_.add_process(
+        fmt::format("{}@{}", tag, host_name(p.host)),
+        with_hostname(s.log_name,
+                      hosts_[p.host].name.empty() ? host_name(p.host) : hosts_[p.host].name),
+        on_console);
     // The others read /dev/null (set in their command): no EOF to send.
     bool gets_stdin = tailed && stdin_fd_ >= 0;
     p.channel = t_.exec(p.host, process_command(s, plan_.job_id, gets_stdin));
@@ -339,15 +384,14 @@ int Runner::run() {
       }
     }
     if (processes_done() && watchdogs_done()) break;
+    if (tearing_down_ && !channels_killed_ && watchdogs_done()) kill_channels(false);
     if ((tearing_down_ || quit_sent_) && now >= deadline_ms_) {
-      for (auto& p : procs_)
-        if (!p.done) finish_process(p, "did not end in time");
       if (!killed_now_) {
         out_.message("hosts did not confirm the end of the job in time; killing what is left");
         teardown(kKillNow);
         continue;
       }
-      out_.message("giving up waiting for the hosts");
+      give_up();
       break;
     }
     if (now >= next_beat_ms_) beat();

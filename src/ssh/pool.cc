@@ -134,6 +134,9 @@ struct SshPool::Impl {
     bool eof_wanted = false;
     bool eof_sent = false;
     bool exited = false;
+    bool exec_sent = false;     // the exec request left: the command may run
+    bool cancelled = false;     // a teardown came before the exec request: never send it
+    std::string signal_wanted;  // an SSH "signal" request to send ("KILL")
     ssh_channel_callbacks_struct callbacks{};
   };
 
@@ -620,6 +623,12 @@ struct SshPool::Impl {
   void step(Chan* ch) {
     Conn& c = conns[ch->conn];
     if (c.state != ConnState::kReady || ch->state == ChanState::kClosed) return;
+    if (ch->cancelled && !ch->exec_sent) {
+      if (ch->channel && ch->state == ChanState::kExec) ssh_channel_close(ch->channel);
+      // A channel still opening is freed by open_failed; the server's late answer to it is
+      // ignored by libssh (unknown channel), and the disconnect ends it on the server.
+      return open_failed(ch, "not started: the job is being torn down");
+    }
     if (ch->state == ChanState::kNew) {
       ch->channel = ssh_channel_new(c.session);
       if (!ch->channel) return open_failed(ch, describe_error(c.session));
@@ -642,12 +651,18 @@ struct SshPool::Impl {
       ch->state = ChanState::kExec;
     }
     if (ch->state == ChanState::kExec) {
+      ch->exec_sent = true;
       int rc = ssh_channel_request_exec(ch->channel, ch->command.c_str());
       if (rc == SSH_AGAIN) return;
       if (rc != SSH_OK)
         return open_failed(
             ch, fmt::format("cannot execute the command: {}", describe_error(c.session)));
       ch->state = ChanState::kRunning;
+    }
+    if (!ch->signal_wanted.empty()) {
+      // want_reply is false: the request is sent at once, never pending.
+      ssh_channel_request_send_signal(ch->channel, ch->signal_wanted.c_str());
+      ch->signal_wanted.clear();
     }
     if (!ch->out.empty()) {
       int n = ssh_channel_write(ch->channel, ch->out.data(), static_cast<uint32_t>(ch->out.size()));
@@ -663,7 +678,7 @@ struct SshPool::Impl {
     return ch.state == ChanState::kNew || ch.state == ChanState::kOpening ||
            ch.state == ChanState::kExec ||
            (ch.state == ChanState::kRunning &&
-            (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent)));
+            (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent) || !ch.signal_wanted.empty()));
   }
 
   // Takes the pending steps of the unsettled channels only: a wake-up costs nothing per idle
@@ -839,6 +854,21 @@ void SshPool::send_eof(ChannelId channel) {
 }
 
 void SshPool::no_more_channels() { impl_->linger = true; }
+
+void SshPool::cancel(ChannelId channel) {
+  auto it = impl_->chans.find(channel);
+  if (it == impl_->chans.end() || it->second->state == Impl::ChanState::kClosed) return;
+  it->second->cancelled = true;
+  impl_->unsettled.insert(channel);
+}
+
+void SshPool::kill(ChannelId channel, const char* signal) {
+  auto it = impl_->chans.find(channel);
+  if (it == impl_->chans.end() || it->second->state == Impl::ChanState::kClosed) return;
+  it->second->cancelled = true;
+  if (it->second->exec_sent) it->second->signal_wanted = signal;
+  impl_->unsettled.insert(channel);
+}
 
 void SshPool::drop_host(size_t host) {
   for (auto& [id, ch] : impl_->chans)

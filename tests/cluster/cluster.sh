@@ -607,10 +607,6 @@ up_network() {
 up_start() {
   local dir=$1 n=${#UP_ADDRS[@]} m=${#UP_FARM_ADDRS[@]} i
   log "up: starting sshd on every host"
-  # sshd's privilege-separation directory; nothing creates it on a machine without systemd. The
-  # hosts share the root filesystem, so one is enough.
-  mkdir -p /run/sshd
-  chmod 0755 /run/sshd
   for ((i = 0; i < n; i++)); do start_host "$dir" "node$i" "msrs-node$i"; done
   if ((m > 0)); then start_host "$dir" farm msrs-farm; fi
 
@@ -683,6 +679,11 @@ cmd_up() {
   fi
   ip netns del msrs-probe
   rm -f "$dir/cluster.env"
+  # sshd's privilege-separation directory: `sshd -t` (while the configs are written) and sshd
+  # itself refuse to run without it, and nothing creates it on a machine without systemd (/run is
+  # an empty tmpfs after every boot). The hosts share the root filesystem, so one is enough.
+  mkdir -p /run/sshd
+  chmod 0755 /run/sshd
 
   up_files "$dir"
   up_network

@@ -6,10 +6,12 @@
 #include "msrun_ssh/command.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -721,7 +723,11 @@ class WatchdogCommand : public CommandTest {
     ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
       return b.find('\n') != std::string::npos;
     })) << out_;
-    EXPECT_EQ(out_, "msrun-ssh-watchdog: ready " + std::to_string(dog_.pid) + "\n");
+    // The ready line names the host as uname -n does.
+    utsname u{};
+    ASSERT_EQ(uname(&u), 0);
+    EXPECT_EQ(out_,
+              "msrun-ssh-watchdog: ready " + std::to_string(dog_.pid) + " " + u.nodename + "\n");
     out_.clear();
   }
   void send(char c) { ASSERT_EQ(write(dog_.in, &c, 1), 1); }
@@ -840,6 +846,91 @@ TEST_F(WatchdogCommand, UnknownByteCountsAsLost) {
   send('x');
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\n");
+}
+
+// Whether `pid` has ended (gone, or a zombie nobody reaped yet), waiting at most `timeout_s`.
+bool ends_within(pid_t pid, double timeout_s) {
+  auto t0 = Clock::now();
+  while (since(t0) <= timeout_s) {
+    std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    if (stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z"))
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// The first child of `pid` (from /proc), waiting at most 5 s for one to appear; -1 if none.
+pid_t first_child(pid_t pid) {
+  std::string path = fmt::format("/proc/{}/task/{}/children", pid, pid);
+  for (auto t0 = Clock::now(); since(t0) < 5;) {
+    std::istringstream in(slurp(path));
+    pid_t child = -1;
+    if (in >> child) return child;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// A host whose login rc takes seconds: sshd runs `$SHELL -c COMMAND` as a session leader, and the
+// shell reads its rc before COMMAND; no process carries the job's marker in its environment yet.
+// The sweep finds the shell by its command line and ends its process group, the rc's children
+// with it, and the command never starts.
+TEST_F(WatchdogCommand, TeardownEndsAShellStillInItsLoginRcWithWhatTheRcStarted) {
+  Process p;
+  p.workdir = base_;
+  p.argv = {"/bin/sh", "-c", "echo ran > ran"};
+  std::string login = "sleep 30\n" + process_command(p, job_);  // the rc, then the command
+  Child shell = spawn({"/usr/bin/setsid", "/bin/sh", "-c", login}, kShellEnv, base_, false);
+  pid_t rc = first_child(shell.pid);
+  ASSERT_GT(rc, 0) << "the rc's sleep did not start";
+  start(30, 5);
+  send(kTeardown);
+  std::optional<int> status = wait_for(shell.pid, 3);
+  ASSERT_TRUE(status.has_value()) << "the login shell survived the teardown";
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  EXPECT_TRUE(ends_within(rc, 3)) << "the rc's child survived the teardown";
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_NE(out_.find("killed " + std::to_string(shell.pid) + " SIGTERM /bin/sh -c sleep 30"),
+            std::string::npos)
+      << out_;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(fs::exists(base_ + "/ran")) << "the command ran after the teardown";
+}
+
+// A process of the job that leads a process group takes its group with it: a child that
+// cleared its environment (env -i) carries no marker, but shares the group.
+TEST_F(WatchdogCommand, TeardownReachesTheGroupOfAMarkedGroupLeader) {
+  Child leader = spawn({"/usr/bin/setsid", "/usr/bin/env", std::string(kJobMarker) + "=" + job_,
+                        "/bin/sh", "-c", "env -i /bin/sleep 31 & wait"},
+                       kShellEnv, base_, false);
+  pid_t unmarked = first_child(leader.pid);
+  ASSERT_GT(unmarked, 0);
+  wait_exec(unmarked, "/bin/sleep");
+  start(30, 5);
+  send(kTeardown);
+  EXPECT_TRUE(wait_for(leader.pid, 3).has_value());
+  EXPECT_TRUE(ends_within(unmarked, 3)) << "the unmarked group member survived";
+  EXPECT_EQ(finish(3), 0);
+}
+
+// A launcher that vanished cannot end a command whose exec reached sshd just before: after its
+// teardown the watchdog keeps sweeping for a second.
+TEST_F(WatchdogCommand, AfterLosingTheLauncherLateCommandsAreStillEnded) {
+  start(30, 0.2);
+  close(dog_.in);
+  std::erase(fds_, dog_.in);
+  ASSERT_TRUE(read_until(dog_.out, out_, 3, [](const std::string& b) {
+    return b.find("launcher lost\n") != std::string::npos;
+  })) << out_;
+  // Nothing to end: the teardown's sweep is over within milliseconds; the late one comes after.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  pid_t late = start_marked(job_, {"sleep", "30"}, "sleep");
+  std::optional<int> status = wait_for(late, 2);
+  ASSERT_TRUE(status.has_value()) << "a command started after the first sweep survived";
+  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  EXPECT_EQ(finish(3), 0);
 }
 
 }  // namespace

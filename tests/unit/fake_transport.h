@@ -42,6 +42,9 @@ struct ProcScript {
   std::vector<std::pair<double, std::string>> errors;  // stderr chunks
   bool dies_on_teardown = true;  // false: ignores SIGTERM; only the SIGKILL after the grace ends it
   std::string open_error;  // not empty: the channel fails to open (kOpenFailed) with this reason
+  // false: the watchdog's sweeps never find it (as a command whose exec reached sshd after the
+  // sweep); only an SSH "signal" on its channel (Transport::kill) ends it.
+  bool seen_by_sweep = true;
 };
 
 // One host. Times are absolute seconds on the fake clock unless said otherwise.
@@ -58,6 +61,8 @@ struct HostScript {
   std::string lost_reason = "connection reset by peer";
   double watchdog_exits_at = -1;         // then the watchdog channel closes by itself
   std::vector<std::string> sweep_lines;  // printed by the watchdog when it sweeps ("killed ...")
+  bool honours_signals = true;           // sshd delivers SSH "signal" requests (OpenSSH >= 7.9)
+  std::string name;                      // the host's own name in the ready line ("" : none given)
   std::vector<ProcScript> processes;
 };
 
@@ -127,6 +132,17 @@ class FakeTransport : public Transport {
   }
 
   void no_more_channels() override { no_more_channels_at.push_back(now_); }
+
+  // Every command starts at its exec here, so there is never anything to cancel.
+  void cancel(ChannelId id) override { cancels.push_back(id); }
+
+  void kill(ChannelId id, const char* signal) override {
+    Channel& c = chan(id);
+    kills.push_back({id, signal, now_});
+    if (!c.running || dropped_[c.host] || !script(c.host).honours_signals) return;
+    after(script(c.host).kill_delay,
+          [this, id, sig = std::string(signal)] { end(id, 128 + (sig == "KILL" ? 9 : 15), sig); });
+  }
 
   void write(ChannelId id, std::string_view data) override {
     Channel& c = chan(id);
@@ -232,6 +248,13 @@ class FakeTransport : public Transport {
   }
 
   std::vector<std::pair<size_t, double>> drops;  // drop_host calls: host, time
+  struct Kill {
+    ChannelId channel;
+    std::string signal;
+    double at_ms;
+  };
+  std::vector<Kill> kills;         // kill calls
+  std::vector<ChannelId> cancels;  // cancel calls
   std::vector<int> watched, unwatched;
   std::vector<int> polled_timeouts;
   std::vector<double> no_more_channels_at;  // when the runner promised it
@@ -354,7 +377,8 @@ class FakeTransport : public Transport {
       Channel& w = chan(id);
       if (!w.running) return;
       w.ready = true;
-      emit_data(w, "msrun-ssh-watchdog: ready 4242\n");
+      const std::string& name = script(w.host).name;
+      emit_data(w, "msrun-ssh-watchdog: ready 4242" + (name.empty() ? "" : " " + name) + "\n");
       arm_silence(id);
       std::string queued;
       queued.swap(w.queued);
@@ -420,8 +444,9 @@ class FakeTransport : public Transport {
     for (Channel& c : channels_) {
       if (c.host != host || c.watchdog || !c.running) continue;
       const HostScript& hs = script(host);
-      bool dies = hard || static_cast<size_t>(c.index) >= hs.processes.size() ||
-                  hs.processes[c.index].dies_on_teardown;
+      bool scripted = static_cast<size_t>(c.index) < hs.processes.size();
+      if (scripted && !hs.processes[c.index].seen_by_sweep) continue;
+      bool dies = hard || !scripted || hs.processes[c.index].dies_on_teardown;
       if (dies)
         end(c.id, hard ? 137 : 143, hard ? "KILL" : "TERM");
       else

@@ -384,17 +384,25 @@ TEST_F(MakePlan, WorkerLogNameWithIpAndHostname) {
   options.worker_log_name = "w-{hostname}-{ip}-{ip}";
   Plan p = plan();
   EXPECT_EQ(p.hosts[0].processes[0].log_name, "scheduler.log");
-  EXPECT_EQ(p.hosts[0].processes[1].log_name, "w-alpha-198.18.0.1-198.18.0.1_0.log");
-  EXPECT_EQ(p.hosts[1].processes[0].log_name, "w-beta-198.18.0.2-198.18.0.2_3.log");
-  EXPECT_EQ(p.hosts[2].processes[0].log_name, "w-gamma-198.18.0.3-198.18.0.3_4.log");
+  // {hostname} is the host's own name, known only at start-up: it stays for with_hostname.
+  EXPECT_EQ(p.hosts[0].processes[1].log_name, "w-{hostname}-198.18.0.1-198.18.0.1_0.log");
+  EXPECT_EQ(p.hosts[1].processes[0].log_name, "w-{hostname}-198.18.0.2-198.18.0.2_3.log");
+  EXPECT_EQ(p.hosts[2].processes[0].log_name, "w-{hostname}-198.18.0.3-198.18.0.3_4.log");
   EXPECT_EQ(p.hosts[2].ip, "198.18.0.3");  // {ip} makes every host resolve
 }
 
 TEST_F(MakePlan, WorkerLogNameHostnameOnlyResolvesNothingMore) {
   options.worker_log_name = "{hostname}";
   Plan p = plan();
-  EXPECT_EQ(p.hosts[1].processes[0].log_name, "beta_3.log");
+  EXPECT_EQ(p.hosts[1].processes[0].log_name, "{hostname}_3.log");
   EXPECT_EQ(dns.asked, (std::vector<std::string>{"alpha"}));
+}
+
+TEST(WithHostname, ReplacesEveryTokenWithTheHostsOwnName) {
+  EXPECT_EQ(with_hostname("w-{hostname}-{hostname}_3.log", "node0"), "w-node0-node0_3.log");
+  EXPECT_EQ(with_hostname("worker_3.log", "node0"), "worker_3.log");
+  EXPECT_EQ(with_hostname("{hostname}_3.log", "a/b"), "a_b_3.log");  // never a path
+  EXPECT_EQ(with_hostname("{hostname}_3.log", ""), "{hostname}_3.log");
 }
 
 TEST_F(MakePlan, UnresolvableHostUsesItsAddressForIp) {

@@ -300,13 +300,15 @@ TEST_F(Runner, WatchdogEndingUnexpectedlyFailsTheJob) {
   EXPECT_EQ(fake.control(0), "hk");
   EXPECT_EQ(fake.control(1), "h");  // nothing is written to a closed watchdog
   EXPECT_EQ(fake.writes_after_close, 0);
-  EXPECT_EQ(console_err(),
-            "msrun-ssh: the watchdog on node1 ended unexpectedly; stopping the job on every host\n"
-            "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n");
-  EXPECT_EQ(statuses(), (Strings{kTerm, "did not end in time"}));
-  // Nothing can reach node1's process any more: the wait is bounded by --kill_grace + 10 s, and
-  // with no watchdog left to send 'K' to, it ends there.
-  EXPECT_EQ(ended_ms_, 2000 + 5000 + 10000);
+  EXPECT_EQ(
+      console_err(),
+      "msrun-ssh: the watchdog on node1 ended unexpectedly; stopping the job on every host\n");
+  // No watchdog is left on node1 to end its process: once node0's watchdog is done (100 ms), the
+  // process gets an SSH "signal" KILL through its own channel (10 ms).
+  EXPECT_EQ(statuses(), (Strings{kTerm, kKill}));
+  ASSERT_EQ(fake.kills.size(), 1u);
+  EXPECT_EQ(fake.kills[0].channel, fake.process(1, 0));
+  EXPECT_EQ(ended_ms_, 2000 + 100 + 10);
 }
 
 // --- Signals to the launcher ---------------------------------------------------------------------
@@ -498,7 +500,7 @@ TEST_F(Runner, WatchdogThatNeverSaysReadyFailsWithinTheConnectTimeout) {
   EXPECT_EQ(ended_ms_, 12001);
 }
 
-TEST_F(Runner, HostsThatNeverConfirmTheTeardownAreKilledThenGivenUp) {
+TEST_F(Runner, HostsThatNeverConfirmTheTeardownAreKilledThroughTheirChannels) {
   plan_ = make_plan({2, 2});
   HostScript stuck = host();
   stuck.obeys = false;  // reads q / k / K, keeps echoing, ends nothing
@@ -508,13 +510,77 @@ TEST_F(Runner, HostsThatNeverConfirmTheTeardownAreKilledThenGivenUp) {
   EXPECT_EQ(fake.control(1), "hkhhhK");  // beats at 10, 5010, 10010, 15010
   double k = 1010;
   EXPECT_EQ(fake.control_times(1, 'K'), Times{k + 5000 + 10000});  // --kill_grace + 10 s
-  EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 3000);                   // then 3 s more
-  EXPECT_EQ(statuses(), (Strings{"exit 7", kTerm, "did not end in time", "did not end in time"}));
+  // With the K, an SSH "signal" KILL on every open channel: both processes and the watchdog.
+  ASSERT_EQ(fake.kills.size(), 3u);
+  EXPECT_EQ(fake.kills[0].channel, fake.process(1, 0));
+  EXPECT_EQ(fake.kills[1].channel, fake.process(1, 1));
+  EXPECT_EQ(fake.kills[2].channel, fake.watchdog(1));
+  EXPECT_EQ(fake.kills[2].signal, "KILL");
+  EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 10);  // sshd's kill takes 10 ms here
+  EXPECT_EQ(statuses(), (Strings{"exit 7", kTerm, kKill, kKill}));
+  EXPECT_EQ(failed(), (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: rank 0 on node0 failed: exit 7; stopping the job on every host\n"
+            "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n");
+}
+
+TEST_F(Runner, UnconfirmedTeardownNamesHostAndProcessesAndExits254) {
+  plan_ = make_plan({2, 2});
+  HostScript stuck = host();
+  stuck.obeys = false;
+  stuck.honours_signals = false;  // an sshd without "signal" requests: nothing ends them
+  FakeTransport fake({host({exits(1, 7)}), stuck});
+  EXPECT_EQ(run(fake), ms::kExitUnconfirmed);
+  double k = 1010;
+  EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 3000);  // K, then 3 s more
+  const std::string unconfirmed = "not confirmed ended: may still run";
+  EXPECT_EQ(statuses(), (Strings{"exit 7", kTerm, unconfirmed, unconfirmed}));
   EXPECT_EQ(failed(), (std::vector<bool>{true, false, true, true}));
   EXPECT_EQ(console_err(),
             "msrun-ssh: rank 0 on node0 failed: exit 7; stopping the job on every host\n"
             "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n"
-            "msrun-ssh: giving up waiting for the hosts\n");
+            "msrun-ssh: node1: could not confirm the end of: rank 2, rank 3, the watchdog; they "
+            "may still run there\n");
+}
+
+TEST_F(Runner, ProcessTheSweepMissesIsKilledThroughItsChannelBeforeTheTeardownEnds) {
+  plan_ = make_plan({2});
+  ProcScript late;  // its command reached sshd after the watchdog's sweep
+  late.seen_by_sweep = false;
+  FakeTransport fake({host({ProcScript{}, late})});
+  fake.at(1, [&] { runner().on_signal(SIGINT); });
+  EXPECT_EQ(run(fake), 130);
+  // The watchdog swept (100 ms) and closed at 1100; only then the channel's "signal" KILL.
+  ASSERT_EQ(fake.kills.size(), 1u);
+  EXPECT_EQ(fake.kills[0].channel, fake.process(0, 1));
+  EXPECT_EQ(fake.kills[0].at_ms, 1100);
+  EXPECT_EQ(ended_ms_, 1110);
+  EXPECT_EQ(statuses(), (Strings{kTerm, kKill}));
+  EXPECT_EQ(failed(), (std::vector<bool>{false, false}));
+}
+
+TEST_F(Runner, TeardownCancelsCommandsNotYetStarted) {
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host(), host()});
+  fake.at(1, [&] { runner().on_signal(SIGTERM); });
+  EXPECT_EQ(run(fake), 143);
+  // Both process channels are told at once; their commands had started, so nothing else happens.
+  EXPECT_EQ(fake.cancels, (std::vector<ms::ChannelId>{fake.process(0, 0), fake.process(1, 0)}));
+  EXPECT_TRUE(fake.kills.empty());
+}
+
+TEST_F(Runner, HostnameInLogNamesIsTheNameTheHostReported) {
+  plan_ = make_plan({1, 1});
+  plan_.hosts[0].processes[0].log_name = "w-{hostname}_0.log";
+  plan_.hosts[1].processes[0].log_name = "w-{hostname}_1.log";
+  HostScript named = host({exits(1)});
+  named.name = "real-name-0";
+  HostScript unnamed = host({exits(1)});  // an old watchdog: no name, the address stands in
+  FakeTransport fake({named, unnamed});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(runner().reported_name(0), "real-name-0");
+  EXPECT_TRUE(fs::exists(options_.log_dir + "/w-real-name-0_0.log"));
+  EXPECT_TRUE(fs::exists(options_.log_dir + "/w-node1_1.log"));
 }
 
 TEST_F(Runner, ProcessSurvivingSigtermIsKilledAfterTheGrace) {
