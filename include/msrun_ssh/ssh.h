@@ -7,6 +7,7 @@
 // channels opened on demand, spread over as many connections per host as MaxSessions requires.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +17,8 @@
 
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/transport.h"
+
+struct ssh_session_struct;
 
 namespace msrun_ssh {
 
@@ -43,6 +46,15 @@ struct HostFailure {
 
 // sshd's default MaxSessions: channels per connection before another connection is opened.
 inline constexpr int kChannelsPerConnection = 10;
+
+// libssh's own log messages (libssh writes them to stderr by default, at the level an ssh config's
+// LogLevel sets): they never reach the terminal. Every message at or below `verbosity` (libssh's
+// SSH_LOG_NOLOG 0 .. SSH_LOG_FUNCTIONS 4) goes to `sink`; with no sink, nowhere. Sessions get this
+// verbosity after their ssh config was read (apply_ssh_log_verbosity), so a LogLevel there does not
+// change it. One thread (libssh keeps the callback and level per thread).
+using SshLogSink = std::function<void(std::string_view message)>;
+void set_ssh_log(int verbosity, SshLogSink sink);
+void apply_ssh_log_verbosity(ssh_session_struct* session);
 
 // The pool settings of a run (also used by `check` and `stop`, so they reach hosts the same way).
 SshSettings ssh_settings(const Options& options);

@@ -16,6 +16,7 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/plan.h"
+#include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
 
@@ -58,7 +59,9 @@ std::string ssh_config_hostname(const std::string& name, const std::string& ssh_
   if (!s) return name;
   std::string out = name;
   ssh_options_set(s, SSH_OPTIONS_HOST, name.c_str());
-  if (ssh_options_parse_config(s, config.c_str()) == SSH_OK) {
+  bool parsed = ssh_options_parse_config(s, config.c_str()) == SSH_OK;
+  apply_ssh_log_verbosity(s);
+  if (parsed) {
     char* host = nullptr;
     if (ssh_options_get(s, SSH_OPTIONS_HOST, &host) == SSH_OK && host) out = host;
     ssh_string_free_char(host);
@@ -80,6 +83,16 @@ int run_app(const std::vector<std::string>& args) {
       std::printf("msrun-ssh %s\n", MSRUN_SSH_VERSION);
       return kExitOk;
     }
+    // libssh's own messages never reach the console: an attached run puts them in msrun-ssh.log
+    // once it exists (run_job); check, stop and detached runs show them on stderr only when
+    // --ssh_debug asks.
+    bool attached = options.command == Command::kRun && options.join && !options.dry_run;
+    if (options.ssh_debug >= 0 && !attached)
+      set_ssh_log(options.ssh_debug, [](std::string_view m) {
+        std::fprintf(stderr, "msrun-ssh: libssh: %.*s\n", static_cast<int>(m.size()), m.data());
+      });
+    else
+      set_ssh_log(SSH_LOG_NOLOG, nullptr);
     char cwd[4096];
     options.launcher_cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
     options.job_id = options.command == Command::kStop ? options.job : new_job_id();

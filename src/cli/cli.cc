@@ -103,6 +103,8 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        value([](O& o, S n, S v) { o.fanout = static_cast<int>(to_int(n, v, 1, 4096)); })},
       {"--connect_timeout",
        value([](O& o, S n, S v) { o.connect_timeout = to_seconds(n, v, 0.1, 3600); })},
+      {"--ssh_debug",
+       value([](O& o, S n, S v) { o.ssh_debug = static_cast<int>(to_int(n, v, 0, 4)); })},
       {"--heartbeat", value([](O& o, S n, S v) { o.heartbeat = to_seconds(n, v, 0.2, 3600); })},
       {"--kill_grace", value([](O& o, S n, S v) { o.kill_grace = to_seconds(n, v, 0, 3600); })},
       {"--report_bindings",
@@ -261,6 +263,9 @@ msrun-ssh's options:
   --ssh_config FILE            OpenSSH client config (default ~/.ssh/config)
   --fanout N                   SSH handshakes in flight at once (default 64)
   --connect_timeout S          per host: connect + authenticate (default 10)
+  --ssh_debug N                libssh's own messages, 0 (none) .. 4 (every function), into
+                               msrun-ssh.log, never the console (default 1: its warnings);
+                               check and stop print them on stderr when asked
   --heartbeat S                remote processes end within 3x this after losing us (default 5)
   --kill_grace S               SIGTERM -> SIGKILL delay in a teardown (default 5)
   --report_bindings            print each process's CPUs / NUMA nodes before starting
@@ -270,7 +275,8 @@ msrun-ssh's options:
   -h, --help                   this text;  -v, --version   the version
 
 Exit status: 0 all processes exited 0; else the first failed process's status (128+N for signal N);
-2 usage or input error; 255 a host could not be reached, authenticated or verified;
+2 usage or input error; 255 a host could not be reached, authenticated or verified, or was lost;
+254 the end of the job could not be confirmed on a host (the processes named may still run);
 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (after teardown).
 )";
 }

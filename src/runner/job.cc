@@ -2,6 +2,7 @@
 // or start everything detached; and `stop` for detached jobs.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <libssh/libssh.h>
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
@@ -180,7 +181,16 @@ int run_job(const Options& options, Plan& plan) {
     int channels = static_cast<int>(h.processes.size()) + 1;  // + the watchdog
     connections.push_back((channels + kChannelsPerConnection - 1) / kChannelsPerConnection);
   }
-  if (options.join) Output::make_log_dir(options.log_dir);
+  std::shared_ptr<spdlog::logger> log;
+  if (options.join) {
+    Output::make_log_dir(options.log_dir);
+    log = launcher_log(options.log_dir);
+    log->info("job {}: {} hosts, {} workers, scheduler {}:{}", plan.job_id, plan.hosts.size(),
+              plan.worker_num, plan.master_ip, plan.master_port);
+    // libssh's messages (SSH_LOG_WARN unless --ssh_debug says otherwise) go to the log only.
+    set_ssh_log(options.ssh_debug < 0 ? SSH_LOG_WARN : options.ssh_debug,
+                [log](std::string_view m) { log->info("libssh: {}", m); });
+  }
   SshPool pool(std::move(endpoints), ssh_settings(options));
   if (!connect(pool, hosts, connections)) return kExitHostFailure;
   if (!bind_from_topologies(pool, plan, options)) return kExitHostFailure;
@@ -190,9 +200,7 @@ int run_job(const Options& options, Plan& plan) {
   OutputConfig oc;
   oc.log_dir = options.log_dir;
   oc.color = isatty(1) && isatty(2);
-  oc.launcher_log = launcher_log(options.log_dir);
-  oc.launcher_log->info("job {}: {} hosts, {} workers, scheduler {}:{}", plan.job_id,
-                        plan.hosts.size(), plan.worker_num, plan.master_ip, plan.master_port);
+  oc.launcher_log = log;
   Output out(oc);
   int sfd = signal_fd();
   int code;
@@ -211,6 +219,7 @@ int run_job(const Options& options, Plan& plan) {
   oc.launcher_log->info("summary:\n{}exit status {}", summary, code);
   pool.disconnect_all();
   close(sfd);
+  set_ssh_log(SSH_LOG_NOLOG, nullptr);  // the sink holds the log file
   return code;
 }
 

@@ -294,6 +294,7 @@ struct SshPool::Impl {
     }
     if (!config.empty() && ssh_options_parse_config(c.session, config.c_str()) != SSH_OK)
       return error = fmt::format("cannot parse ssh config {}", config), false;
+    apply_ssh_log_verbosity(c.session);  // a LogLevel in the config does not decide it
     bool no = false;
     ssh_options_set(c.session, SSH_OPTIONS_PROCESS_CONFIG, &no);
     if (!ep.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, ep.user.c_str());

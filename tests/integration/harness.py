@@ -177,3 +177,44 @@ def restore_cluster():
             cluster("heal", i, check=False)
     except Exception:  # noqa: BLE001 - best effort after a test
         pass
+
+
+# A host's own processes, which are not the job's: its init, the init's timer, sshd (listener and
+# per-connection processes) and the `unshare` that started the init.
+_HOST_INFRA = re.compile(r"^(unshare |bash \S+/hostinit\.sh |sleep 3600$|sshd: |/usr/sbin/sshd )")
+
+
+def leftovers(ns_prefix="msrs-node"):
+    """Every process on any host that is not the host's own: job processes, their children, shells
+    still in their login rc and what the rc started, watchdogs. [(ns, pid, cmdline)]"""
+    found = []
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        ns = line.split()[0] if line.strip() else ""
+        if not ns.startswith(ns_prefix):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").strip()
+                state = open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            text = cmd.decode(errors="replace")
+            if state == b"Z" or _HOST_INFRA.match(text):
+                continue
+            found.append((ns, pid, text))
+    return found
+
+
+def wait_no_leftovers(timeout):
+    """Waits until no host runs anything but its own processes; returns seconds taken or raises."""
+    start = time.monotonic()
+    while True:
+        left = leftovers()
+        if not left:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"left on the hosts after {timeout} s: {left}")
+        time.sleep(0.2)

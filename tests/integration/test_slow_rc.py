@@ -1,0 +1,141 @@
+"""Nothing escapes a teardown while one host's login rc is still running (conda init, module load):
+Ctrl-C, SIGTERM, a failing worker, SIGKILL of the launcher and a cut host, each while node1's
+processes (or its watchdog) are still inside a 4-second rc. Afterwards every host's process list
+must hold nothing but the host's own processes (harness.leftovers), not only no marked process.
+"""
+import re
+import signal
+import time
+
+from harness import (check, cluster, job, launch, leftovers, marked_processes, wait_for,
+                     wait_no_leftovers)
+
+HEARTBEAT = 1.0
+SLOW = 1      # the host with the slow rc
+RC = 4        # seconds its rc takes
+FAST = 5      # processes on the other two hosts: the scheduler and 2 workers on node0, 2 on node2
+
+
+def _fast_running():
+    return len([p for p in marked_processes() if "sleeper.py" in p[2]]) >= FAST
+
+
+def _in_rc():
+    """node1's processes are login shells still in the rc: the rc's sleep runs there."""
+    return any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}" for ns, _, cmd in leftovers())
+
+
+def _with_slow_rc(body):
+    check(not leftovers(), f"hosts not clean before the test: {leftovers()}")
+    cluster("slowrc", SLOW, RC)
+    try:
+        body()
+    finally:
+        cluster("slowrc", SLOW, 0)
+        cluster("heal", SLOW, check=False)
+
+
+def _start_and_wait_for_rc(args=()):
+    p, log_dir = launch([job("sleeper.py"), *args])
+    # node1's watchdog passes its rc first (4 s), then every process starts; the fast hosts' run
+    # at once, node1's sit in the rc for 4 s more.
+    wait_for(_fast_running, 3 * RC, "the processes of the fast hosts")
+    check(_in_rc(), "node1's processes are not in their rc")
+    return p, log_dir
+
+
+def _signal_test(sig, expected):
+    def body():
+        p, _ = _start_and_wait_for_rc()
+        try:
+            time.sleep(1)  # well inside the rc
+            check(_in_rc(), "node1's processes left their rc too early for this test")
+            start = time.monotonic()
+            p.send_signal(sig)
+            out, err = p.communicate(timeout=30)
+            took = time.monotonic() - start
+        finally:
+            if p.poll() is None:
+                p.kill()
+        check(p.returncode == expected,
+              f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
+        check(took < 10, f"teardown took {took:.1f} s")
+        wait_no_leftovers(2)
+        # Still nothing once the rc would have ended: nothing was waiting to exec.
+        time.sleep(RC)
+        check(not leftovers(), f"started after the teardown: {leftovers()}")
+    _with_slow_rc(body)
+
+
+def test_sigint_while_in_rc():
+    _signal_test(signal.SIGINT, 130)
+
+
+def test_sigterm_while_in_rc():
+    _signal_test(signal.SIGTERM, 143)
+
+
+def test_failing_worker_while_in_rc():
+    def body():
+        # rank 0 (node0) fails 1 s after it starts, while node1's processes are in their rc.
+        p, _ = _start_and_wait_for_rc(["--fail_rank", "0", "--fail_code", "9", "--delay", "1"])
+        out, err = p.communicate(timeout=40)
+        check(p.returncode == 9, f"exit {p.returncode}: {err.decode()[-2000:]}")
+        wait_no_leftovers(2)
+        time.sleep(RC)
+        check(not leftovers(), f"started after the teardown: {leftovers()}")
+    _with_slow_rc(body)
+
+
+def test_sigkill_of_the_launcher_while_in_rc():
+    def body():
+        p, _ = _start_and_wait_for_rc()
+        time.sleep(1)
+        p.kill()
+        p.wait(5)
+        # Each watchdog: 2 heartbeats at most to notice, its teardown, one second of late sweeps.
+        took = wait_no_leftovers(3 * HEARTBEAT + 2.5)
+        time.sleep(RC)
+        check(not leftovers(), f"started after the teardown: {leftovers()}")
+        print(f"hosts clean {took:.1f} s after SIGKILL of the launcher")
+    _with_slow_rc(body)
+
+
+def test_cut_of_the_slow_host_while_in_rc():
+    def body():
+        p, _ = _start_and_wait_for_rc()
+        try:
+            time.sleep(0.5)
+            cluster("cut", SLOW)
+            # The cut-off host ends its processes by itself (2 heartbeats of silence), rc or not.
+            wait_for(lambda: not [x for x in leftovers() if x[0] == f"msrs-node{SLOW}"],
+                     3 * HEARTBEAT + 2.5, "the cut-off host to clean itself")
+            out, err = p.communicate(timeout=30)
+            check(p.returncode == 255, f"exit {p.returncode}: {err.decode()[-1500:]}")
+            check(re.search(rb"host 198\.18\.1\.11 lost", err), f"not named: {err.decode()[-1500:]}")
+        finally:
+            if p.poll() is None:
+                p.kill()
+        cluster("heal", SLOW)
+        wait_no_leftovers(5)
+        time.sleep(RC)
+        check(not leftovers(), f"started after the teardown: {leftovers()}")
+    _with_slow_rc(body)
+
+
+def test_sigint_while_the_watchdog_is_in_rc():
+    def body():
+        p, _ = launch([job("sleeper.py")])
+        try:
+            # Connected, node1's watchdog inside its rc: no process has been started anywhere.
+            wait_for(lambda: any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}"
+                                 for ns, _, cmd in leftovers()), 10, "node1's watchdog in its rc")
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
+        check(not marked_processes(), "a process was started")
+        wait_no_leftovers(2)
+    _with_slow_rc(body)
