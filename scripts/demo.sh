@@ -12,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exec ./build/msrun-ssh --dry_run --hostfile examples/hosts.toml examples/stdlib_ddp/train.py --epochs 3
 fi
 bash .ci/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake -S . -B build  # keeps the build type of an existing build/ (CI's Release); else RelWithDebInfo
 cmake --build build -j"$(nproc)" --target msrun-ssh
 dir=$PWD/build/demo-cluster
 trap 'bash tests/cluster/cluster.sh down --dir "$dir" >/dev/null' EXIT
