@@ -34,6 +34,10 @@ struct Process {
   std::string label() const;  // "scheduler" or "rank 3"
 };
 
+// With --max_restarts, every process learns its attempt (1, 2, ...) from this variable, so that a
+// script can resume from its checkpoint.
+inline constexpr const char* kAttemptVariable = "MSRUN_SSH_ATTEMPT";
+
 // The token of --worker_log_name that stands for the host's own name (msrun: socket.gethostname()
 // on that node), which the launcher learns only from the host at start-up.
 inline constexpr std::string_view kHostnameToken = "{hostname}";

@@ -4,6 +4,7 @@
 // so tests drive it with a fake.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,20 @@ class Runner {
   // Reacts as if the launcher had received `signo` (what the signalfd delivers).
   void on_signal(int signo);
 
+  // Numbers the attempt (--max_restarts): from attempt 2 on, console prefixes read "3@host a2".
+  void set_attempt(int attempt) { attempt_ = attempt; }
+
+  // What ended the job when it did not end well: the first failure, signal or lost host, as the
+  // console said it ("rank 3 on node1 failed: exit 3"); "" while nothing went wrong.
+  const std::string& cause() const { return cause_; }
+
+  // Whether a signal to the launcher (SIGINT, SIGTERM, SIGHUP) started the teardown.
+  bool interrupted() const { return interrupted_; }
+
+  // The log file names the processes got (with {hostname} resolved), in plan order; valid after
+  // run() for the processes that were started.
+  std::vector<std::string> log_names() const;
+
   // The host's own name as its watchdog reported it ("" before that).
   const std::string& reported_name(size_t host) const { return hosts_[host].name; }
 
@@ -45,7 +60,8 @@ class Runner {
     std::string signal;
     double start_ms = 0;
     double end_ms = 0;
-    std::string note;  // how it ended when not by itself
+    std::string note;      // how it ended when not by itself
+    std::string log_name;  // its log file, {hostname} resolved (empty: never started)
   };
   struct HostState {
     ChannelId watchdog = -1;
@@ -94,12 +110,52 @@ class Runner {
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   bool tearing_down_ = false;
   bool killed_now_ = false;
-  bool channels_killed_ = false;  // the open process channels got an SSH "signal" KILL
+  bool channels_killed_ = false;
+  bool interrupted_ = false;
+  int attempt_ = 1;
+  std::string cause_;  // the open process channels got an SSH "signal" KILL
   bool quit_sent_ = false;
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
   double heartbeat_ms_;
 };
+
+// --- Restarts (--max_restarts) ------------------------------------------------------------------
+// After a failure the job is torn down everywhere as always, then started again as attempt 2, 3,
+// ... up to max_restarts more times, after a back-off that doubles from `backoff_s` (capped at
+// kMaxRestartBackoff). Never restarted: success, a signal to the launcher, an unconfirmed
+// teardown (254), or an attempt that says `final` (hosts unreachable at a restart).
+
+inline constexpr double kMaxRestartBackoff = 300;
+
+struct AttemptResult {
+  int status = 0;
+  bool interrupted = false;  // a signal to the launcher ended it
+  bool final = false;        // must not be followed by another attempt whatever the status
+  std::string cause;         // what ended it, "" for success
+};
+
+struct RestartHistory {
+  std::vector<AttemptResult> attempts;
+  int status = 0;  // the job's exit status: the last attempt's, or a signal's during a back-off
+};
+
+// Whether attempt `attempt` (1-based) with result `r` is followed by another one.
+bool should_restart(const AttemptResult& r, int attempt, int max_restarts);
+
+// Seconds to wait before attempt `attempt` (2, 3, ...): backoff_s, 2*backoff_s, ..., capped.
+double restart_backoff(double backoff_s, int attempt);
+
+// Runs attempt 1, and more while should_restart says so: `run_attempt(k)` runs attempt k to its
+// end; `wait(seconds)` waits out a back-off and returns 0, or the exit status of a signal that
+// arrived meanwhile (which ends everything at once); `say` tells the user what happens.
+RestartHistory run_with_restarts(int max_restarts, double backoff_s,
+                                 const std::function<AttemptResult(int)>& run_attempt,
+                                 const std::function<int(double)>& wait,
+                                 const std::function<void(const std::string&)>& say);
+
+// The end-of-job lines for a job that had more than one attempt: one line per attempt.
+std::string format_attempts(const RestartHistory& history);
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
 // status of SPEC §2. Defined with the SSH pool; declared for main().

@@ -106,6 +106,10 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--ssh_debug",
        value([](O& o, S n, S v) { o.ssh_debug = static_cast<int>(to_int(n, v, 0, 4)); })},
       {"--heartbeat", value([](O& o, S n, S v) { o.heartbeat = to_seconds(n, v, 0.2, 3600); })},
+      {"--max_restarts",
+       value([](O& o, S n, S v) { o.max_restarts = static_cast<int>(to_int(n, v, 0, 1000)); })},
+      {"--restart_backoff",
+       value([](O& o, S n, S v) { o.restart_backoff = to_seconds(n, v, 0, 3600); })},
       {"--kill_grace", value([](O& o, S n, S v) { o.kill_grace = to_seconds(n, v, 0, 3600); })},
       {"--report_bindings",
        flag([](O& o, S n, S v) { o.report_bindings = v.empty() || to_bool(n, v); })},
@@ -268,6 +272,9 @@ msrun-ssh's options:
                                check and stop print them on stderr when asked
   --heartbeat S                remote processes end within 3x this after losing us (default 5)
   --kill_grace S               SIGTERM -> SIGKILL delay in a teardown (default 5)
+  --max_restarts N             after a failure, tear down and start the whole job again, up to N
+                               times (default 0); MSRUN_SSH_ATTEMPT tells each process its attempt
+  --restart_backoff S          wait before the first restart, doubled for each next (default 1)
   --report_bindings            print each process's CPUs / NUMA nodes before starting
   --strict_host_key_checking yes|accept-new|no   (default: ssh config, else yes)
   --env NAME[=VALUE]           set, or forward from here, a variable for every process (repeatable)

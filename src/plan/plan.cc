@@ -115,6 +115,7 @@ EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp
   if (!options.rank_table_file.empty()) set_env(env, "RANK_TABLE_FILE", options.rank_table_file);
   if (sim) set_env(env, "MS_SIMULATION_LEVEL", std::to_string(options.sim_level));
   if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
+  if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");  // the runner numbers it
   return env;
 }
 
@@ -180,9 +181,7 @@ void apply_binding(HostPlan& hp, const Options& options) {
                           "\"device<physical id>\")",
                           what, p.bind_key, p.label()));
       } else {
-        std::string ranges;
-        for (const auto& r : it->second) ranges += (ranges.empty() ? "" : ",") + r;
-        p.cpus = parse_cpu_list(ranges, what);
+        p.cpus = parse_cpu_list(fmt::format("{}", fmt::join(it->second, ",")), what);
       }
     } else if (core.mode == BindCore::Mode::kAuto) {
       p.bind_pending = true;
@@ -220,8 +219,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
   }
   if (total == 0) throw InputError(fmt::format("{}: the job has no workers", cluster.path));
   if (options.worker_num && *options.worker_num != total) {
-    std::string sum;
-    for (int n : per_host) sum += (sum.empty() ? "" : "+") + std::to_string(n);
+    std::string sum = fmt::format("{}", fmt::join(per_host, "+"));
     throw InputError(fmt::format("--worker_num={} but the host file {} gives {} workers ({})",
                                  *options.worker_num, cluster.path, total, sum));
   }

@@ -3,15 +3,20 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <libssh/libssh.h>
+#include <poll.h>
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/dry_run.h"
@@ -168,59 +173,150 @@ int run_detached(const Options& options, const Plan& plan, SshPool& pool) {
   return kExitOk;
 }
 
-}  // namespace
+// Before attempt k+1 starts, attempt k's per-rank logs move aside ("worker_3.log" ->
+// "worker_3.attempt1.log"), so that the last attempt's keep msrun's names and none is truncated.
+void keep_attempt_logs(const std::string& log_dir, const std::vector<std::string>& names,
+                       int attempt) {
+  for (const auto& name : names) {
+    std::string stem =
+        name.size() > 4 && name.ends_with(".log") ? name.substr(0, name.size() - 4) : name;
+    std::string from = log_dir + "/" + name;
+    std::string to = fmt::format("{}/{}.attempt{}.log", log_dir, stem, attempt);
+    if (std::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
+      std::fprintf(stderr, "msrun-ssh: warning: cannot keep %s as %s: %s\n", from.c_str(),
+                   to.c_str(), std::strerror(errno));
+  }
+}
 
-int run_job(const Options& options, Plan& plan) {
-  umask(077);
+double monotonic_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Waits out a restart back-off on the signalfd: 0, or the exit status of the signal that came.
+int wait_for_signal(int sfd, double seconds) {
+  double deadline = monotonic_seconds() + seconds;
+  for (double left = seconds; left > 0; left = deadline - monotonic_seconds()) {
+    pollfd p{sfd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::ceil(left * 1000))) <= 0) continue;
+    signalfd_siginfo info{};
+    if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) continue;
+    int signo = static_cast<int>(info.ssi_signo);
+    return signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
+  }
+  return 0;
+}
+
+// The plan of attempt `attempt`: its own job id from the second on (the watchdogs of an earlier
+// attempt never sweep a later one's processes), and MSRUN_SSH_ATTEMPT.
+Plan attempt_plan(const Plan& plan, const Options& options, int attempt) {
+  Plan p = plan;
+  if (attempt > 1) p.job_id = fmt::format("{}-{}", plan.job_id, attempt);
+  if (options.max_restarts > 0)
+    for (auto& h : p.hosts)
+      for (auto& proc : h.processes) set_env(proc.env, kAttemptVariable, std::to_string(attempt));
+  return p;
+}
+
+struct JobHosts {
   std::vector<const Host*> hosts;
   std::vector<SshEndpoint> endpoints;
   std::vector<int> connections;
-  for (const auto& h : plan.hosts) {
-    hosts.push_back(&h.host);
-    endpoints.push_back(endpoint_of(h.host));
-    int channels = static_cast<int>(h.processes.size()) + 1;  // + the watchdog
-    connections.push_back((channels + kChannelsPerConnection - 1) / kChannelsPerConnection);
-  }
-  std::shared_ptr<spdlog::logger> log;
-  if (options.join) {
-    Output::make_log_dir(options.log_dir);
-    log = launcher_log(options.log_dir);
-    log->info("job {}: {} hosts, {} workers, scheduler {}:{}", plan.job_id, plan.hosts.size(),
-              plan.worker_num, plan.master_ip, plan.master_port);
-    // libssh's messages (SSH_LOG_WARN unless --ssh_debug says otherwise) go to the log only.
-    set_ssh_log(options.ssh_debug < 0 ? SSH_LOG_WARN : options.ssh_debug,
-                [log](std::string_view m) { log->info("libssh: {}", m); });
-  }
-  SshPool pool(std::move(endpoints), ssh_settings(options));
-  if (!connect(pool, hosts, connections)) return kExitHostFailure;
-  if (!bind_from_topologies(pool, plan, options)) return kExitHostFailure;
-  if (options.report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
-  if (!options.join) return run_detached(options, plan, pool);
+};
 
+JobHosts job_hosts(const Plan& plan) {
+  JobHosts j;
+  for (const auto& h : plan.hosts) {
+    j.hosts.push_back(&h.host);
+    j.endpoints.push_back(endpoint_of(h.host));
+    int channels = static_cast<int>(h.processes.size()) + 1;  // + the watchdog
+    j.connections.push_back((channels + kChannelsPerConnection - 1) / kChannelsPerConnection);
+  }
+  return j;
+}
+
+// One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
+AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh, int attempt,
+                          int sfd, const std::shared_ptr<spdlog::logger>& log,
+                          std::vector<std::string>& logs) {
+  log->info("attempt {}: job id {}", attempt, plan.job_id);
+  SshPool pool(jh.endpoints, ssh_settings(options));
+  // Nothing started: an unreachable host is final (a later attempt would meet it again).
+  if (!connect(pool, jh.hosts, jh.connections))
+    return {kExitHostFailure, false, true, "a host could not be reached"};
+  if (!bind_from_topologies(pool, plan, options))
+    return {kExitHostFailure, false, true, "a host's topology could not be read"};
+  if (options.report_bindings && attempt == 1) std::fputs(describe_bindings(plan).c_str(), stderr);
   OutputConfig oc;
   oc.log_dir = options.log_dir;
   oc.color = isatty(1) && isatty(2);
   oc.launcher_log = log;
   Output out(oc);
-  int sfd = signal_fd();
-  int code;
+  AttemptResult result;
   std::vector<SummaryRow> rows;
   try {
     Runner runner(plan, options, pool, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
-    code = runner.run();
+    runner.set_attempt(attempt);
+    result.status = runner.run();
+    result.interrupted = runner.interrupted();
+    result.cause = runner.cause();
     rows = runner.summary();
+    logs = runner.log_names();
   } catch (const std::runtime_error& e) {
     out.message(e.what());
-    code = kExitHostFailure;
+    result = {kExitHostFailure, false, true, e.what()};
   }
   out.flush();
   std::string summary = format_summary(rows);
+  if (options.max_restarts > 0) summary = fmt::format("attempt {}:\n{}", attempt, summary);
   std::fputs(summary.c_str(), stderr);
-  oc.launcher_log->info("summary:\n{}exit status {}", summary, code);
+  log->info("summary:\n{}exit status {}", summary, result.status);
   pool.disconnect_all();
+  return result;
+}
+
+}  // namespace
+
+int run_job(const Options& options, Plan& plan) {
+  umask(077);
+  JobHosts jh = job_hosts(plan);
+  if (!options.join) {
+    SshPool pool(jh.endpoints, ssh_settings(options));
+    if (!connect(pool, jh.hosts, jh.connections)) return kExitHostFailure;
+    if (!bind_from_topologies(pool, plan, options)) return kExitHostFailure;
+    if (options.report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
+    return run_detached(options, plan, pool);
+  }
+  Output::make_log_dir(options.log_dir);
+  std::shared_ptr<spdlog::logger> log = launcher_log(options.log_dir);
+  log->info("job {}: {} hosts, {} workers, scheduler {}:{}", plan.job_id, plan.hosts.size(),
+            plan.worker_num, plan.master_ip, plan.master_port);
+  // libssh's messages (SSH_LOG_WARN unless --ssh_debug says otherwise) go to the log only.
+  set_ssh_log(options.ssh_debug < 0 ? SSH_LOG_WARN : options.ssh_debug,
+              [log](std::string_view m) { log->info("libssh: {}", m); });
+  int sfd = signal_fd();
+  std::vector<std::string> logs;
+  auto attempt = [&](int k) {
+    if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);
+    Plan p = attempt_plan(plan, options, k);
+    return run_attempt(options, p, jh, k, sfd, log, logs);
+  };
+  auto say = [&](const std::string& m) {
+    std::fprintf(stderr, "msrun-ssh: %s\n", m.c_str());
+    log->info("{}", m);
+  };
+  RestartHistory history = run_with_restarts(
+      options.max_restarts, options.restart_backoff, attempt,
+      [sfd](double s) { return wait_for_signal(sfd, s); }, say);
+  if (history.attempts.size() > 1) {
+    std::string text = format_attempts(history);
+    std::fputs(text.c_str(), stderr);
+    log->info("{}", text);
+  }
   close(sfd);
   set_ssh_log(SSH_LOG_NOLOG, nullptr);  // the sink holds the log file
-  return code;
+  return history.status;
 }
 
 int stop_job(const Options& options, const Cluster& cluster) {

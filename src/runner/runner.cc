@@ -80,6 +80,7 @@ bool Runner::watchdogs_done() const {
 
 void Runner::fail(int status, const std::string& why) {
   if (exit_code_ < 0) exit_code_ = status;
+  if (cause_.empty()) cause_ = why;
   if (!tearing_down_) {
     out_.message(fmt::format("{}; stopping the job on every host", why));
     teardown(kTeardown);
@@ -161,6 +162,7 @@ void Runner::finish_process(Proc& p, const std::string& note) {
 
 void Runner::on_signal(int signo) {
   int code = signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
+  interrupted_ = true;
   if (tearing_down_ && signo == SIGINT && !killed_now_) {
     out_.message("second interrupt: killing every process now");
     if (exit_code_ < 0) exit_code_ = code;
@@ -319,11 +321,11 @@ void Runner::start_processes() {
     bool tailed = stdin_from_launcher(options_, s);
     bool on_console = options_.tail_worker_log.empty() || tailed;
     std::string tag = is_worker ? std::to_string(s.rank) : "sched";
-    p.out = out_.add_process(
-        fmt::format("{}@{}", tag, host_name(p.host)),
-        with_hostname(s.log_name,
-                      hosts_[p.host].name.empty() ? host_name(p.host) : hosts_[p.host].name),
-        on_console);
+    const std::string& own = hosts_[p.host].name;
+    p.log_name = with_hostname(s.log_name, own.empty() ? host_name(p.host) : own);
+    std::string prefix = fmt::format("{}@{}", tag, host_name(p.host));
+    if (attempt_ > 1) prefix += fmt::format(" a{}", attempt_);
+    p.out = out_.add_process(prefix, p.log_name, on_console);
     // The others read /dev/null (set in their command): no EOF to send.
     bool gets_stdin = tailed && stdin_fd_ >= 0;
     p.channel = t_.exec(p.host, process_command(s, plan_.job_id, gets_stdin));
@@ -400,6 +402,61 @@ int Runner::run() {
   }
   out_.flush();
   return exit_code_ < 0 ? kExitOk : exit_code_;
+}
+
+std::vector<std::string> Runner::log_names() const {
+  std::vector<std::string> names;
+  for (const Proc& p : procs_)
+    if (!p.log_name.empty()) names.push_back(p.log_name);
+  return names;
+}
+
+bool should_restart(const AttemptResult& r, int attempt, int max_restarts) {
+  return r.status != kExitOk && !r.interrupted && !r.final && r.status != kExitUnconfirmed &&
+         attempt <= max_restarts;
+}
+
+double restart_backoff(double backoff_s, int attempt) {
+  double s = backoff_s;
+  for (int k = 2; k < attempt && s < kMaxRestartBackoff; ++k) s *= 2;
+  return std::min(s, kMaxRestartBackoff);
+}
+
+RestartHistory run_with_restarts(int max_restarts, double backoff_s,
+                                 const std::function<AttemptResult(int)>& run_attempt,
+                                 const std::function<int(double)>& wait,
+                                 const std::function<void(const std::string&)>& say) {
+  RestartHistory h;
+  for (int attempt = 1;; ++attempt) {
+    h.attempts.push_back(run_attempt(attempt));
+    const AttemptResult& r = h.attempts.back();
+    h.status = r.status;
+    if (!should_restart(r, attempt, max_restarts)) {
+      if (r.status != kExitOk && max_restarts > 0 && attempt > max_restarts)
+        say(fmt::format("attempt {} failed; no restart left (--max_restarts={})", attempt,
+                        max_restarts));
+      return h;
+    }
+    double s = restart_backoff(backoff_s, attempt + 1);
+    say(fmt::format("attempt {} of {} failed ({}); restarting the whole job in {:g} s", attempt,
+                    max_restarts + 1, r.cause, s));
+    if (int signal_status = wait(s); signal_status != 0) {
+      say("interrupted during the restart back-off: no further attempt");
+      h.status = signal_status;
+      return h;
+    }
+  }
+}
+
+std::string format_attempts(const RestartHistory& history) {
+  std::string out = "attempts:\n";
+  for (size_t i = 0; i < history.attempts.size(); ++i) {
+    const AttemptResult& a = history.attempts[i];
+    out += fmt::format("  attempt {}: exit {}{}\n", i + 1, a.status,
+                       a.cause.empty() ? "" : " (" + a.cause + ")");
+  }
+  out += fmt::format("exit status {}\n", history.status);
+  return out;
 }
 
 std::vector<SummaryRow> Runner::summary() const {

@@ -210,11 +210,7 @@ Topology topology_of(SysfsFacts f) {
 
 }  // namespace
 
-std::string topology_probe_command() {
-  std::string script;
-  for (std::string_view s : kScript) script += (script.empty() ? "" : "; ") + std::string(s);
-  return "sh -c '" + script + "'";
-}
+std::string topology_probe_command() { return fmt::format("sh -c '{}'", fmt::join(kScript, "; ")); }
 
 std::string binding_probe_command() {
   return "command -v taskset; command -v numactl; " + topology_probe_command();

@@ -220,7 +220,10 @@ namespace {
 
 TEST(Binding, LongCpuListsAreParsedInTimeOfTheirLength) {
   std::string list;
-  for (int i = 0; i < 500; ++i) list += (i ? "," : "") + std::string("0-65535");
+  for (int i = 0; i < 500; ++i) {
+    if (i > 0) list += ',';
+    list += "0-65535";
+  }
   std::vector<int> cpus = parse_cpu_list(list, "x");
   ASSERT_EQ(cpus.size(), 65536u);
   EXPECT_EQ(cpus.front(), 0);

@@ -148,7 +148,10 @@ namespace {
 
 TEST(Nodeset, ManyRangesInOneGroupFailBeforeExpanding) {
   std::string body;
-  for (int i = 0; i < 200; ++i) body += (i ? "," : "") + std::string("0-99999");
+  for (int i = 0; i < 200; ++i) {
+    if (i > 0) body += ',';
+    body += "0-99999";
+  }
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(expand_nodeset("n[" + body + "]"), InputError);
   // Expanding first cost seconds and a gigabyte; the limit is checked before anything is built.

@@ -113,7 +113,7 @@ class Runner : public ::testing::Test {
 
   // Builds the runner (scheduled callbacks reach it through runner()), runs it to its end on the
   // fake clock, and keeps the summary and the time it returned.
-  int run(FakeTransport& fake, int stdin_fd = -1, int signal_fd = -1) {
+  int run(FakeTransport& fake, int stdin_fd = -1, int signal_fd = -1, int attempt = 1) {
     ms::OutputConfig oc;
     oc.log_dir = options_.log_dir;
     oc.console_out = console_out_;
@@ -121,6 +121,7 @@ class Runner : public ::testing::Test {
     ms::Output::make_log_dir(oc.log_dir);
     output_ = std::make_unique<ms::Output>(oc);
     runner_ = std::make_unique<ms::Runner>(plan_, options_, fake, *output_, signal_fd, stdin_fd);
+    runner_->set_attempt(attempt);
     int code = runner_->run();
     ended_ms_ = fake.now_ms();
     rows_ = runner_->summary();
@@ -719,6 +720,118 @@ TEST_F(Runner, ConsoleShowsEveryProcessWithoutTailWorkerLog) {
   FakeTransport fake({host({s, r0}), host({r1})});
   EXPECT_EQ(run(fake), 0);
   EXPECT_EQ(console_out(), "[sched@node0] s\n[0@node0] a\n[1@node1] b\n");
+}
+
+// --- Restarts ------------------------------------------------------------------------------------
+
+TEST(Restart, OnlyFailuresAreRestartedAndOnlyWhileRestartsAreLeft) {
+  ms::AttemptResult failed{3, false, false, "rank 3 failed"};
+  EXPECT_TRUE(ms::should_restart(failed, 1, 2));
+  EXPECT_TRUE(ms::should_restart(failed, 2, 2));
+  EXPECT_FALSE(ms::should_restart(failed, 3, 2));  // attempt 3 was the second restart
+  EXPECT_FALSE(ms::should_restart(failed, 1, 0));  // the default: no restart
+  EXPECT_FALSE(ms::should_restart({0, false, false, ""}, 1, 2));
+  EXPECT_FALSE(ms::should_restart({130, true, false, "SIGINT"}, 1, 2));  // Ctrl-C never restarts
+  EXPECT_FALSE(ms::should_restart({255, false, true, "unreachable"}, 1, 2));
+  EXPECT_FALSE(ms::should_restart({ms::kExitUnconfirmed, false, false, "?"}, 1, 2));
+}
+
+TEST(Restart, BackoffDoublesAndIsCapped) {
+  EXPECT_EQ(ms::restart_backoff(1, 2), 1);
+  EXPECT_EQ(ms::restart_backoff(1, 3), 2);
+  EXPECT_EQ(ms::restart_backoff(1, 4), 4);
+  EXPECT_EQ(ms::restart_backoff(10, 30), ms::kMaxRestartBackoff);
+  EXPECT_EQ(ms::restart_backoff(0, 5), 0);
+}
+
+struct ScriptedAttempts {
+  std::vector<ms::AttemptResult> results;
+  std::vector<int> run;        // attempts run, in order
+  std::vector<double> waited;  // back-offs waited
+  Strings said;
+  int signal_during_wait = 0;  // the status wait() returns (0: no signal)
+
+  ms::RestartHistory go(int max_restarts, double backoff) {
+    return ms::run_with_restarts(
+        max_restarts, backoff,
+        [this](int k) {
+          run.push_back(k);
+          return results.at(static_cast<size_t>(k - 1));
+        },
+        [this](double s) {
+          waited.push_back(s);
+          return signal_during_wait;
+        },
+        [this](const std::string& m) { said.push_back(m); });
+  }
+};
+
+TEST(Restart, FailingTwiceThenSucceedingRunsThreeAttempts) {
+  ScriptedAttempts s{{{3, false, false, "rank 3 failed: exit 3"},
+                      {3, false, false, "again"},
+                      {0, false, false, ""}}};
+  ms::RestartHistory h = s.go(2, 1.5);
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(s.run, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(s.waited, (std::vector<double>{1.5, 3}));
+  EXPECT_EQ(s.said[0],
+            "attempt 1 of 3 failed (rank 3 failed: exit 3); restarting the whole job in 1.5 s");
+  EXPECT_EQ(ms::format_attempts(h),
+            "attempts:\n  attempt 1: exit 3 (rank 3 failed: exit 3)\n  attempt 2: exit 3 "
+            "(again)\n  attempt 3: exit 0\nexit status 0\n");
+}
+
+TEST(Restart, AlwaysFailingEndsWithTheLastFailuresStatus) {
+  ScriptedAttempts s{{{3, false, false, "a"}, {4, false, false, "b"}, {5, false, false, "c"}}};
+  ms::RestartHistory h = s.go(2, 1);
+  EXPECT_EQ(h.status, 5);
+  EXPECT_EQ(h.attempts.size(), 3u);
+  EXPECT_EQ(s.said.back(), "attempt 3 failed; no restart left (--max_restarts=2)");
+}
+
+TEST(Restart, SignalDuringTheBackoffEndsEverythingWithItsStatus) {
+  ScriptedAttempts s{{{3, false, false, "a"}, {0, false, false, ""}}};
+  s.signal_during_wait = 130;
+  ms::RestartHistory h = s.go(2, 30);
+  EXPECT_EQ(h.status, 130);
+  EXPECT_EQ(s.run, (std::vector<int>{1}));
+  EXPECT_EQ(s.said.back(), "interrupted during the restart back-off: no further attempt");
+}
+
+TEST(Restart, InterruptedOrFinalAttemptsAreNotRestarted) {
+  ScriptedAttempts s{{{130, true, false, "received SIGINT"}}};
+  EXPECT_EQ(s.go(5, 1).status, 130);
+  EXPECT_TRUE(s.waited.empty());
+  ScriptedAttempts t{{{255, false, true, "a host could not be reached"}}};
+  EXPECT_EQ(t.go(5, 1).status, 255);
+  EXPECT_EQ(t.run.size(), 1u);
+}
+
+// The runner itself in each attempt, on the fake transport: a failure in attempt 1 tears the job
+// down as always; attempt 2 runs again from scratch and its console lines say "a2".
+TEST_F(Runner, RestartRunsTheJobAgainAfterAFailure) {
+  plan_ = make_plan({1, 1});
+  std::vector<std::unique_ptr<FakeTransport>> fakes;
+  std::vector<double> ended;
+  auto attempt = [&](int k) {
+    ProcScript out = exits(1);
+    out.output = {{0.5, "hello\n"}};
+    fakes.push_back(std::make_unique<FakeTransport>(
+        k == 1 ? std::vector<HostScript>{host({exits(1, 7)}), host()}
+               : std::vector<HostScript>{host({exits(1)}), host({out})}));
+    int code = run(*fakes.back(), -1, -1, k);
+    ended.push_back(ended_ms_);
+    return ms::AttemptResult{code, runner().interrupted(), false, runner().cause()};
+  };
+  ms::RestartHistory h = ms::run_with_restarts(
+      1, 1, attempt, [](double) { return 0; }, [](const std::string&) {});
+  ASSERT_EQ(h.attempts.size(), 2u);
+  EXPECT_EQ(h.attempts[0].status, 7);
+  EXPECT_EQ(h.attempts[0].cause, "rank 0 on node0 failed: exit 7");
+  EXPECT_EQ(fakes[0]->control(1), "hk");  // attempt 1 was torn down on every host
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));
+  EXPECT_NE(console_out().find("[1@node1 a2] hello\n"), std::string::npos) << console_out();
 }
 
 }  // namespace
