@@ -40,6 +40,7 @@ struct Host {
 struct Cluster {
   std::string path;
   std::vector<Host> hosts;
+  std::string contract;  // [defaults] contract: "msrun", "torch", or "" (not given)
 };
 
 // Reads and parses `path`, choosing the format by its extension. Throws InputError (including for

@@ -12,6 +12,9 @@ namespace msrun_ssh {
 
 enum class Command { kRun, kCheck, kStop };
 enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
+// Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
+// torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
+enum class Contract { kMsrun, kTorch };
 
 struct Options {
   Command command = Command::kRun;
@@ -43,8 +46,9 @@ struct Options {
   int ssh_debug = -1;  // libssh's log verbosity 0..4 (-1: not given; see set_ssh_log in ssh.h)
   double heartbeat = 5;
   double kill_grace = 5;
-  int max_restarts = 0;        // whole-job restarts after a failure (see runner.h)
-  double restart_backoff = 1;  // seconds before the first restart, doubling
+  std::optional<Contract> contract;  // unset: the host file's [defaults] contract, else msrun
+  int max_restarts = 0;              // whole-job restarts after a failure (see runner.h)
+  double restart_backoff = 1;        // seconds before the first restart, doubling
   bool report_bindings = false;
   std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment

@@ -56,6 +56,7 @@ struct HostPlan {
 
 struct Plan {
   std::string job_id;
+  Contract contract = Contract::kMsrun;  // decided once: --contract, else the host file's
   int worker_num = 0;
   std::string master_ip;
   int master_port = 0;

@@ -106,6 +106,14 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--ssh_debug",
        value([](O& o, S n, S v) { o.ssh_debug = static_cast<int>(to_int(n, v, 0, 4)); })},
       {"--heartbeat", value([](O& o, S n, S v) { o.heartbeat = to_seconds(n, v, 0.2, 3600); })},
+      {"--contract", value([](O& o, S n, S v) {
+         if (v == "msrun")
+           o.contract = Contract::kMsrun;
+         else if (v == "torch")
+           o.contract = Contract::kTorch;
+         else
+           bad(n, v, "expects msrun or torch");
+       })},
       {"--max_restarts",
        value([](O& o, S n, S v) { o.max_restarts = static_cast<int>(to_int(n, v, 0, 1000)); })},
       {"--restart_backoff",
@@ -272,6 +280,9 @@ msrun-ssh's options:
                                check and stop print them on stderr when asked
   --heartbeat S                remote processes end within 3x this after losing us (default 5)
   --kill_grace S               SIGTERM -> SIGKILL delay in a teardown (default 5)
+  --contract msrun|torch       the processes' environment: msrun's (scheduler, MS_* variables) or
+                               torchrun's (RANK, WORLD_SIZE, MASTER_ADDR, ...; no scheduler);
+                               default: the host file's [defaults] contract, else msrun
   --max_restarts N             after a failure, tear down and start the whole job again, up to N
                                times (default 0); MSRUN_SSH_ATTEMPT tells each process its attempt
   --restart_backoff S          wait before the first restart, doubled for each next (default 1)

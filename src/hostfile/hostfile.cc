@@ -117,10 +117,15 @@ BindNuma get_bind_numa(const std::string& path, const toml::node& node) {
 }
 
 // Applies the keys of one TOML table (defaults or a host entry) on top of `host`.
-void apply_keys(const std::string& path, const toml::table& table, bool is_host, Host& host) {
+void apply_keys(const std::string& path, const toml::table& table, bool is_host, Host& host,
+                std::string* contract = nullptr) {
   for (const auto& [k, v] : table) {
     std::string key(k.str());
-    if (key == "address" && is_host) {
+    if (key == "contract" && !is_host && contract) {
+      *contract = get_string(path, key, v);
+      if (*contract != "msrun" && *contract != "torch")
+        fail(path, v, fmt::format("contract \"{}\" is not msrun or torch", *contract));
+    } else if (key == "address" && is_host) {
       host.address = get_string(path, key, v);
     } else if (key == "user") {
       host.user = get_string(path, key, v);
@@ -146,7 +151,7 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
       fail(path, v,
            fmt::format("unknown key \"{}\" in {} (expected one of: {})", key,
                        is_host ? "[[hosts]]" : "[defaults]",
-                       is_host ? kHostKeys : std::string(kHostKeys).substr(9)));
+                       is_host ? kHostKeys : std::string(kHostKeys).substr(9) + ", contract"));
     }
   }
 }
@@ -205,11 +210,12 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
     throw InputError(fmt::format("{}:{}:{}: {}", path, b.line, b.column, e.description()));
   }
   Host defaults;
+  std::string contract;
   if (auto* d = root.get("defaults")) {
     if (!d->is_table()) fail(path, *d, "\"defaults\" must be a table: [defaults]");
-    apply_keys(path, *d->as_table(), false, defaults);
+    apply_keys(path, *d->as_table(), false, defaults, &contract);
   }
-  Cluster cluster{path, {}};
+  Cluster cluster{path, {}, contract};
   std::vector<std::string> wheres;
   for (const auto& [k, v] : root) {
     std::string key(k.str());

@@ -92,9 +92,42 @@ std::string log_name_for(const Options& options, const HostPlan& hp, const Proce
   return fmt::format("{}_{}.log", base, p.rank);
 }
 
-// The environment contract of SPEC §4, on top of the host's env and --env.
+// torchrun's environment contract (torch.distributed.run, "Environment Variables"), so that
+// init_process_group(init_method="env://") works unchanged. There is no elastic agent: rank 0's
+// process hosts the TCPStore itself (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count
+// follows --max_restarts.
+EnvList torch_env(const Options& options, const Plan& plan, const HostPlan& hp, const Process& p) {
+  EnvList env = hp.host.env;
+  for (const auto& [n, v] : options.env) set_env(env, n, v);
+  int local_world = 0;
+  for (const auto& q : hp.processes) local_world += q.role == Role::kWorker ? 1 : 0;
+  std::string world = std::to_string(plan.worker_num);
+  std::string node = std::to_string(hp.node_rank);
+  set_env(env, "MASTER_ADDR", plan.master_ip);
+  set_env(env, "MASTER_PORT", std::to_string(plan.master_port));
+  set_env(env, "WORLD_SIZE", world);
+  set_env(env, "ROLE_WORLD_SIZE", world);
+  set_env(env, "RANK", std::to_string(p.rank));
+  set_env(env, "ROLE_RANK", std::to_string(p.rank));
+  set_env(env, "LOCAL_RANK", std::to_string(p.local_index));
+  set_env(env, "LOCAL_WORLD_SIZE", std::to_string(local_world));
+  set_env(env, "GROUP_RANK", node);
+  set_env(env, "NODE_RANK", node);
+  set_env(env, "ROLE_NAME", "default");
+  set_env(env, "TORCHELASTIC_RUN_ID", plan.job_id);
+  set_env(env, "TORCHELASTIC_RESTART_COUNT", "0");  // the runner numbers restarts
+  set_env(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts));
+  set_env(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
+  if (!has_env(env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");  // as torchrun
+  if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
+  if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");
+  return env;
+}
+
+// msrun's environment contract, on top of the host's env and --env.
 EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp,
                     const Process& p) {
+  if (plan.contract == Contract::kTorch) return torch_env(options, plan, hp, p);
   EnvList env = hp.host.env;
   for (const auto& [n, v] : options.env) set_env(env, n, v);
   bool sim = options.sim_level >= 0;
@@ -206,6 +239,11 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
   Plan plan;
   plan.job_id = options.job_id;
   plan.master_port = options.master_port;
+  plan.contract = options.contract              ? *options.contract
+                  : cluster.contract == "torch" ? Contract::kTorch
+                                                : Contract::kMsrun;
+  if (plan.contract == Contract::kTorch && options.sim_level >= 0)
+    throw InputError("--sim_level is msrun's simulation; it does not go with --contract torch");
   int total = 0;
   std::vector<int> per_host;
   for (size_t i = 0; i < cluster.hosts.size(); ++i) {
@@ -237,7 +275,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
 
   int rank = 0;
   for (auto& hp : plan.hosts) {
-    if (hp.is_master && !sim) {
+    if (hp.is_master && !sim && plan.contract == Contract::kMsrun) {
       Process s;
       s.role = Role::kScheduler;
       s.rank = 0;

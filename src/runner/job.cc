@@ -130,6 +130,32 @@ std::vector<std::string> host_names(SshPool& pool, const Plan& plan, double time
   return names;
 }
 
+// The torch contract's rendezvous (rank 0's TCPStore) listens on MASTER_PORT on the master; a port
+// already listened on is the most common rendezvous failure, so it is checked before anything
+// starts: one read of the master's /proc/net/tcp and tcp6 (no program but awk needed).
+bool master_port_free(SshPool& pool, const Plan& plan, double timeout_s) {
+  if (plan.contract != Contract::kTorch) return true;
+  size_t master = 0;
+  while (master < plan.hosts.size() && !plan.hosts[master].is_master) ++master;
+  std::string cmd = fmt::format(
+      "awk 'FNR > 1 && $4 == \"0A\" {{ n = split($2, a, \":\"); if (a[n] == \"{:04X}\") f = 1 }} "
+      "END {{ print (f ? \"taken\" : \"free\") }}' /proc/net/tcp /proc/net/tcp6 2>/dev/null",
+      plan.master_port);
+  auto got = pool.run_on_all({master}, cmd, timeout_s);
+  std::string answer = got[0].value_or("");
+  if (answer.rfind("free", 0) == 0) return true;
+  const std::string& host = plan.hosts[master].host.address;
+  if (answer.rfind("taken", 0) == 0)
+    std::fprintf(stderr,
+                 "msrun-ssh: error: --master_port=%d is taken on the master %s (a process "
+                 "listens there); choose another port or end what holds it\n",
+                 plan.master_port, host.c_str());
+  else
+    std::fprintf(stderr, "msrun-ssh: error: cannot tell whether --master_port=%d is free on %s\n",
+                 plan.master_port, host.c_str());
+  return false;
+}
+
 int run_detached(const Options& options, const Plan& plan, SshPool& pool) {
   std::vector<std::pair<ChannelId, const Process*>> started;
   std::vector<size_t> host_of;
@@ -215,7 +241,11 @@ Plan attempt_plan(const Plan& plan, const Options& options, int attempt) {
   if (attempt > 1) p.job_id = fmt::format("{}-{}", plan.job_id, attempt);
   if (options.max_restarts > 0)
     for (auto& h : p.hosts)
-      for (auto& proc : h.processes) set_env(proc.env, kAttemptVariable, std::to_string(attempt));
+      for (auto& proc : h.processes) {
+        set_env(proc.env, kAttemptVariable, std::to_string(attempt));
+        if (p.contract == Contract::kTorch)
+          set_env(proc.env, "TORCHELASTIC_RESTART_COUNT", std::to_string(attempt - 1));
+      }
   return p;
 }
 
@@ -247,6 +277,8 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
     return {kExitHostFailure, false, true, "a host could not be reached"};
   if (!bind_from_topologies(pool, plan, options))
     return {kExitHostFailure, false, true, "a host's topology could not be read"};
+  if (!master_port_free(pool, plan, options.connect_timeout))
+    return {kExitUsage, false, true, "the master port is taken"};
   if (options.report_bindings && attempt == 1) std::fputs(describe_bindings(plan).c_str(), stderr);
   OutputConfig oc;
   oc.log_dir = options.log_dir;
@@ -285,6 +317,7 @@ int run_job(const Options& options, Plan& plan) {
     SshPool pool(jh.endpoints, ssh_settings(options));
     if (!connect(pool, jh.hosts, jh.connections)) return kExitHostFailure;
     if (!bind_from_topologies(pool, plan, options)) return kExitHostFailure;
+    if (!master_port_free(pool, plan, options.connect_timeout)) return kExitUsage;
     if (options.report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
     return run_detached(options, plan, pool);
   }

@@ -133,6 +133,11 @@ std::vector<Case> value_options() {
       {"--ssh_config", "/etc/ssh/cfg",
        [](const Options& o) { EXPECT_EQ(o.ssh_config, "/etc/ssh/cfg"); }},
       {"--fanout", "16", [](const Options& o) { EXPECT_EQ(o.fanout, 16); }},
+      {"--contract", "torch", [](const Options& o) { EXPECT_EQ(o.contract, Contract::kTorch); }},
+      {"--contract", "msrun", [](const Options& o) { EXPECT_EQ(o.contract, Contract::kMsrun); }},
+      {"--max_restarts", "3", [](const Options& o) { EXPECT_EQ(o.max_restarts, 3); }},
+      {"--restart_backoff", "2.5", [](const Options& o) { EXPECT_EQ(o.restart_backoff, 2.5); }},
+      {"--ssh_debug", "4", [](const Options& o) { EXPECT_EQ(o.ssh_debug, 4); }},
       {"--connect_timeout", "2.5", [](const Options& o) { EXPECT_EQ(o.connect_timeout, 2.5); }},
       {"--heartbeat", "1", [](const Options& o) { EXPECT_EQ(o.heartbeat, 1); }},
       {"--kill_grace", "0", [](const Options& o) { EXPECT_EQ(o.kill_grace, 0); }},
@@ -227,6 +232,14 @@ TEST(Cli, StrictHostKeyChecking) {
             "--strict_host_key_checking=ask: expects yes, accept-new or no");
   EXPECT_EQ(run_error({"--strict_host_key_checking=Yes"}),
             "--strict_host_key_checking=Yes: expects yes, accept-new or no");
+}
+
+TEST(Cli, ContractRestartsAndSshDebugValues) {
+  EXPECT_EQ(run_error({"--contract", "mpi"}), "--contract=mpi: expects msrun or torch");
+  EXPECT_FALSE(run_with({}).contract.has_value());  // unset: the host file decides
+  EXPECT_EQ(run_with({}).max_restarts, 0);
+  EXPECT_NE(run_error({"--max_restarts", "-1"}), "no error");
+  EXPECT_NE(run_error({"--ssh_debug", "5"}), "no error");
 }
 
 TEST(Cli, RemainderBelongsToTheTask) {

@@ -220,14 +220,14 @@ TEST(Hostfile, UnknownKeyInDefaults) {
   EXPECT_EQ(toml_error("[defaults]\nusr = \"x\"\n[[hosts]]\naddress = \"a\"\n"),
             "h.toml:2:7: unknown key \"usr\" in [defaults] (expected one of: user, port, "
             "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
-            "bind_numa)");
+            "bind_numa, contract)");
 }
 
 TEST(Hostfile, AddressIsNotADefault) {
   EXPECT_EQ(toml_error("[defaults]\naddress = \"x\"\n[[hosts]]\naddress = \"a\"\n"),
             "h.toml:2:11: unknown key \"address\" in [defaults] (expected one of: user, port, "
             "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
-            "bind_numa)");
+            "bind_numa, contract)");
 }
 
 TEST(Hostfile, UnknownTopLevelKey) {
@@ -625,4 +625,17 @@ TEST(HostfilePlain, MoreThan16384HostsIsAnError) {
 }
 
 }  // namespace
+TEST(Hostfile, ContractInDefaults) {
+  Cluster c = parse_toml_hostfile("[defaults]\ncontract = \"torch\"\n[[hosts]]\naddress = \"a\"\n",
+                                  "h.toml");
+  EXPECT_EQ(c.contract, "torch");
+  EXPECT_EQ(parse_toml_hostfile("[[hosts]]\naddress = \"a\"\n", "h.toml").contract, "");
+  EXPECT_EQ(toml_error("[defaults]\ncontract = \"mpi\"\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:12: contract \"mpi\" is not msrun or torch");
+  // A host cannot have a contract of its own: one job, one contract.
+  EXPECT_NE(toml_error("[[hosts]]\naddress = \"a\"\ncontract = \"torch\"\n")
+                .find("unknown key \"contract\" in [[hosts]]"),
+            std::string::npos);
+}
+
 }  // namespace msrun_ssh

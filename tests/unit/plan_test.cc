@@ -632,4 +632,59 @@ TEST_F(MakePlan, ApplyBindingRecomputesArgv) {
 }
 
 }  // namespace
+// ---- the torch contract ------------------------------------------------------------------------
+
+// torchrun's variables (torch.distributed.run, "Environment Variables"), exactly, for init_method
+// env://: no scheduler, no MS_* variable.
+TEST_F(MakePlan, TorchContractGivesTorchrunsVariablesAndNoScheduler) {
+  options.contract = Contract::kTorch;
+  Plan p = plan();
+  EXPECT_EQ(p.contract, Contract::kTorch);
+  ASSERT_EQ(p.hosts[0].processes.size(), 3u);  // alpha: 3 workers, no scheduler
+  for (const auto& h : p.hosts)
+    for (const auto& proc : h.processes) EXPECT_EQ(proc.role, Role::kWorker);
+  const Process& r4 = p.hosts[2].processes[0];  // gamma: node rank 2, global ranks 4..7
+  EXPECT_EQ(r4.rank, 4);
+  EnvList want = {{"MASTER_ADDR", "198.18.0.1"},
+                  {"MASTER_PORT", "8118"},
+                  {"WORLD_SIZE", "8"},
+                  {"ROLE_WORLD_SIZE", "8"},
+                  {"RANK", "4"},
+                  {"ROLE_RANK", "4"},
+                  {"LOCAL_RANK", "0"},
+                  {"LOCAL_WORLD_SIZE", "4"},
+                  {"GROUP_RANK", "2"},
+                  {"NODE_RANK", "2"},
+                  {"ROLE_NAME", "default"},
+                  {"TORCHELASTIC_RUN_ID", "20261129-154501-3fa9c2"},
+                  {"TORCHELASTIC_RESTART_COUNT", "0"},
+                  {"TORCHELASTIC_MAX_RESTARTS", "0"},
+                  {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+                  {"OMP_NUM_THREADS", "1"},
+                  {"PYTHONUNBUFFERED", "1"}};
+  EXPECT_EQ(r4.env, want);
+  EXPECT_EQ(p.hosts[2].processes[3].log_name, "worker_7.log");
+  EXPECT_EQ(*env_of(p.hosts[2].processes[3], "LOCAL_RANK"), "3");
+}
+
+TEST_F(MakePlan, TorchContractKeepsTheUsersOmpNumThreads) {
+  options.contract = Contract::kTorch;
+  options.env = {{"OMP_NUM_THREADS", "8"}};
+  EXPECT_EQ(*env_of(plan().hosts[0].processes[0], "OMP_NUM_THREADS"), "8");
+}
+
+TEST_F(MakePlan, ContractComesFromTheHostFileUnlessTheCommandLineSaysOtherwise) {
+  cluster.contract = "torch";
+  EXPECT_EQ(plan().contract, Contract::kTorch);
+  options.contract = Contract::kMsrun;
+  EXPECT_EQ(plan().contract, Contract::kMsrun);
+  EXPECT_EQ(plan().hosts[0].processes[0].role, Role::kScheduler);
+}
+
+TEST_F(MakePlan, TorchContractRefusesMsrunsSimulation) {
+  options.contract = Contract::kTorch;
+  options.sim_level = 1;
+  EXPECT_EQ(error(), "--sim_level is msrun's simulation; it does not go with --contract torch");
+}
+
 }  // namespace msrun_ssh
