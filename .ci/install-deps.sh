@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages of .ci/packages.txt (root needed; skipped when all are present).
+# Installs the Debian packages of .ci/packages.txt, and of every further list given as an argument
+# (root needed; skipped when all are present).
+#   bash .ci/install-deps.sh                          # what building and the demo need
+#   bash .ci/install-deps.sh .ci/packages-torch.txt   # and PyTorch for the torch contract's tests
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mapfile -t pkgs < <(grep -v '^#' "$here/packages.txt" | sed '/^$/d')
+mapfile -t pkgs < <(cat "$here/packages.txt" "$@" | grep -v '^#' | sed '/^$/d')
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
