@@ -206,7 +206,7 @@ void keep_attempt_logs(const std::string& log_dir, const std::vector<std::string
   for (const auto& name : names) {
     std::string stem =
         name.size() > 4 && name.ends_with(".log") ? name.substr(0, name.size() - 4) : name;
-    std::string from = log_dir + "/" + name;
+    std::string from = fmt::format("{}/{}", log_dir, name);
     std::string to = fmt::format("{}/{}.attempt{}.log", log_dir, stem, attempt);
     if (std::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
       std::fprintf(stderr, "msrun-ssh: warning: cannot keep %s as %s: %s\n", from.c_str(),
