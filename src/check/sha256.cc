@@ -1,113 +1,44 @@
-// SHA-256 (FIPS 180-4) for the script checksum: the core links no crypto library of its own, and
-// the hash of one task script is not worth a new dependency.
+// SHA-256 of the task script for `check`, with OpenSSL's libcrypto (already linked for the
+// known_hosts HMACs): streaming EVP digest, so a large script is never read into memory at once.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <openssl/evp.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
-#include <cstdint>
+#include <memory>
 
 #include "msrun_ssh/check.h"
 
 namespace msrun_ssh {
 namespace {
 
-constexpr std::array<uint32_t, 64> kRound = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+using Digest = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
 
-uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+Digest new_digest() {
+  Digest ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("libcrypto: cannot start a SHA-256 digest");
+  return ctx;
+}
 
-class Sha256 {
- public:
-  void update(const unsigned char* p, size_t n) {
-    length_ += n;
-    while (n > 0) {
-      size_t take = std::min(n, block_.size() - used_);
-      memcpy(block_.data() + used_, p, take);
-      used_ += take;
-      p += take;
-      n -= take;
-      if (used_ == block_.size()) {
-        compress();
-        used_ = 0;
-      }
-    }
-  }
-
-  std::string hex() {
-    uint64_t bits = length_ * 8;
-    unsigned char pad = 0x80;
-    update(&pad, 1);
-    unsigned char zero = 0;
-    while (used_ != 56) update(&zero, 1);
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
-    update(len, 8);
-    std::string out;
-    for (uint32_t v : state_) out += fmt::format("{:08x}", v);
-    return out;
-  }
-
- private:
-  void compress() {
-    uint32_t w[64];
-    for (size_t i = 0; i < 16; ++i)
-      w[i] = static_cast<uint32_t>(block_[4 * i]) << 24 |
-             static_cast<uint32_t>(block_[4 * i + 1]) << 16 |
-             static_cast<uint32_t>(block_[4 * i + 2]) << 8 |
-             static_cast<uint32_t>(block_[4 * i + 3]);
-    for (int i = 16; i < 64; ++i) {
-      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-    uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-    for (int i = 0; i < 64; ++i) {
-      uint32_t t1 =
-          h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      h = g;
-      g = f;
-      f = e;
-      e = d + t1;
-      d = c;
-      c = b;
-      b = a;
-      a = t1 + t2;
-    }
-    state_[0] += a;
-    state_[1] += b;
-    state_[2] += c;
-    state_[3] += d;
-    state_[4] += e;
-    state_[5] += f;
-    state_[6] += g;
-    state_[7] += h;
-  }
-
-  std::array<uint32_t, 8> state_ = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  std::array<unsigned char, 64> block_{};
-  size_t used_ = 0;
-  uint64_t length_ = 0;
-};
+std::string finish_hex(EVP_MD_CTX* ctx) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx, md, &len) != 1)
+    throw std::runtime_error("libcrypto: cannot finish a SHA-256 digest");
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
 
 }  // namespace
 
 std::string sha256_hex(std::string_view data) {
-  Sha256 s;
-  s.update(reinterpret_cast<const unsigned char*>(data.data()), data.size());
-  return s.hex();
+  Digest ctx = new_digest();
+  EVP_DigestUpdate(ctx.get(), data.data(), data.size());
+  return finish_hex(ctx.get());
 }
 
 std::optional<std::string> sha256_file(const std::string& path, std::string& error) {
@@ -116,7 +47,7 @@ std::optional<std::string> sha256_file(const std::string& path, std::string& err
     error = fmt::format("cannot open {}: {}", path, strerror(errno));
     return std::nullopt;
   }
-  Sha256 s;
+  Digest ctx = new_digest();
   unsigned char buf[1 << 16];
   while (true) {
     ssize_t n = read(fd, buf, sizeof buf);
@@ -127,10 +58,10 @@ std::optional<std::string> sha256_file(const std::string& path, std::string& err
       return std::nullopt;
     }
     if (n == 0) break;
-    s.update(buf, static_cast<size_t>(n));
+    EVP_DigestUpdate(ctx.get(), buf, static_cast<size_t>(n));
   }
   close(fd);
-  return s.hex();
+  return finish_hex(ctx.get());
 }
 
 }  // namespace msrun_ssh
