@@ -522,7 +522,7 @@ class CommandRoundTrip : public CommandTest {
     for (const auto& [n, v] : env) {
       bool expected = n == kJobMarker || kShellVars.count(n) ||
                       std::any_of(process_.env.begin(), process_.env.end(),
-                                  [&](const auto& kv) { return kv.first == n; });
+                                  [&name = n](const auto& kv) { return kv.first == name; });
       EXPECT_TRUE(expected) << "unexpected variable " << n << "=" << v;
     }
     EXPECT_EQ(slurp(workdir_ + "/pwd.txt"), fs::canonical(workdir_).string() + "\n");
