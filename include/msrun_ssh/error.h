@@ -18,6 +18,7 @@ inline constexpr int kExitHostFailure = 255;  // a host could not be reached/aut
 inline constexpr int kExitSigint = 130;
 inline constexpr int kExitSigterm = 143;
 inline constexpr int kExitSighup = 129;
+inline constexpr int kExitTimeout = 124;  // --timeout passed, or --hang_timeout of silence
 // The launcher gave up waiting for the end of the job on a host it still reaches: processes it
 // names (on stderr and in the summary) may still run there.
 inline constexpr int kExitUnconfirmed = 254;

@@ -47,8 +47,11 @@ struct Options {
   double heartbeat = 5;
   double kill_grace = 5;
   std::optional<Contract> contract;  // unset: the host file's [defaults] contract, else msrun
-  int max_restarts = 0;              // whole-job restarts after a failure (see runner.h)
-  double restart_backoff = 1;        // seconds before the first restart, doubling
+  double timeout = 0;                // the job's wall-time limit in seconds (0: none)
+  double hang_timeout = 0;  // seconds without output from any process that count as a hang (0: off)
+  bool hang_kills = true;   // --on_hang=kill (default) or report
+  int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
+  double restart_backoff = 1;  // seconds before the first restart, doubling
   bool report_bindings = false;
   std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment

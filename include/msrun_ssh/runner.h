@@ -89,6 +89,7 @@ class Runner {
   void teardown(char how);
   void kill_channels(bool watchdogs_too);
   void give_up();
+  void check_time_limits(double now);
   void send_all(char byte);
   bool processes_done() const;
   bool processes_ended() const;
@@ -113,6 +114,9 @@ class Runner {
   bool channels_killed_ = false;
   bool interrupted_ = false;
   int attempt_ = 1;
+  double started_ms_ = -1;      // when the processes were started (-1: not yet)
+  double last_output_ms_ = -1;  // the last byte any process printed (or the start)
+  std::string teardown_note_ = "ended by teardown";  // how the summary names a torn-down end
   std::string cause_;  // the open process channels got an SSH "signal" KILL
   bool quit_sent_ = false;
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)

@@ -114,6 +114,14 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
          else
            bad(n, v, "expects msrun or torch");
        })},
+      {"--timeout", value([](O& o, S n, S v) { o.timeout = to_seconds(n, v, 0, 1e7); })},
+      {"--hang_timeout", value([](O& o, S n, S v) { o.hang_timeout = to_seconds(n, v, 0, 1e7); })},
+      {"--on_hang", value([](O& o, S n, S v) {
+         if (v == "kill" || v == "report")
+           o.hang_kills = v == "kill";
+         else
+           bad(n, v, "expects kill or report");
+       })},
       {"--max_restarts",
        value([](O& o, S n, S v) { o.max_restarts = static_cast<int>(to_int(n, v, 0, 1000)); })},
       {"--restart_backoff",
@@ -283,6 +291,10 @@ msrun-ssh's options:
   --contract msrun|torch       the processes' environment: msrun's (scheduler, MS_* variables) or
                                torchrun's (RANK, WORLD_SIZE, MASTER_ADDR, ...; no scheduler);
                                default: the host file's [defaults] contract, else msrun
+  --timeout S                  the job's wall-time limit: then a teardown and exit 124 (default 0: none)
+  --hang_timeout S             no output from any process for S seconds is a hang: reported, then
+                               (--on_hang=kill, the default) a teardown and exit 124; or
+                               --on_hang=report: reported again every S seconds, the job goes on
   --max_restarts N             after a failure, tear down and start the whole job again, up to N
                                times (default 0); MSRUN_SSH_ATTEMPT tells each process its attempt
   --restart_backoff S          wait before the first restart, doubled for each next (default 1)
@@ -294,6 +306,7 @@ msrun-ssh's options:
 
 Exit status: 0 all processes exited 0; else the first failed process's status (128+N for signal N);
 2 usage or input error; 255 a host could not be reached, authenticated or verified, or was lost;
+124 --timeout passed or --hang_timeout found the job silent;
 254 the end of the job could not be confirmed on a host (the processes named may still run);
 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (after teardown).
 )";

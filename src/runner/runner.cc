@@ -238,6 +238,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
   switch (e.kind) {
     case TransportEvent::Kind::kData:
       out_.data(p.out, e.is_stderr, e.data);
+      last_output_ms_ = t_.now_ms();
       break;
     case TransportEvent::Kind::kExit:
       p.exited = true;
@@ -250,7 +251,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       // A process the teardown killed reports the teardown's signal, whatever the job's status
       // (143 after a SIGTERM to the launcher is not a failure of every process).
       else if (tearing_down_ && e.status != 0 && (!e.signal.empty() || exit_code_ != e.status))
-        p.note = "ended by teardown";
+        p.note = teardown_note_;
       break;
     case TransportEvent::Kind::kOpenFailed:
       finish_process(p, fmt::format("not started: {}", e.data));
@@ -334,6 +335,7 @@ void Runner::start_processes() {
     if (gets_stdin) stdin_targets_.push_back(p.channel);
   }
   t_.no_more_channels();
+  started_ms_ = last_output_ms_ = t_.now_ms();
   if (!stdin_targets_.empty())
     t_.watch_fd(stdin_fd_);
   else
@@ -355,8 +357,36 @@ void Runner::check_heartbeats(double now) {
   }
 }
 
+// --timeout and --hang_timeout, while the job runs. The silence rule is output from any process:
+// a hang in one rank usually silences all of them (they wait for it in a collective), and it
+// needs nothing from the script. A job silent by design needs a larger --hang_timeout.
+void Runner::check_time_limits(double now) {
+  if (started_ms_ < 0 || tearing_down_ || quit_sent_) return;
+  if (options_.timeout > 0 && now - started_ms_ >= options_.timeout * 1000) {
+    teardown_note_ = "timed out";
+    fail(kExitTimeout,
+         fmt::format("timed out: the job ran for its --timeout of {:g} s", options_.timeout));
+    return;
+  }
+  if (options_.hang_timeout <= 0 || now - last_output_ms_ < options_.hang_timeout * 1000) return;
+  std::string what =
+      fmt::format("hang: no process printed anything for {:g} s", options_.hang_timeout);
+  if (!options_.hang_kills) {
+    out_.message(what + " (--on_hang=report: the job goes on)");
+    last_output_ms_ = now;  // the next report after another --hang_timeout of silence
+    return;
+  }
+  teardown_note_ = "timed out";
+  fail(kExitTimeout, what + " (--hang_timeout)");
+}
+
 int Runner::timeout_ms(double now) const {
   double until = next_beat_ms_;
+  if (started_ms_ >= 0 && !tearing_down_ && !quit_sent_) {
+    if (options_.timeout > 0) until = std::min(until, started_ms_ + options_.timeout * 1000);
+    if (options_.hang_timeout > 0)
+      until = std::min(until, last_output_ms_ + options_.hang_timeout * 1000);
+  }
   if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
   for (const HostState& h : hosts_)
@@ -377,6 +407,7 @@ int Runner::run() {
     double now = t_.now_ms();
     // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
     check_heartbeats(now);
+    check_time_limits(now);
     if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;

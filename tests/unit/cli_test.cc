@@ -138,6 +138,9 @@ std::vector<Case> value_options() {
       {"--max_restarts", "3", [](const Options& o) { EXPECT_EQ(o.max_restarts, 3); }},
       {"--restart_backoff", "2.5", [](const Options& o) { EXPECT_EQ(o.restart_backoff, 2.5); }},
       {"--ssh_debug", "4", [](const Options& o) { EXPECT_EQ(o.ssh_debug, 4); }},
+      {"--timeout", "90", [](const Options& o) { EXPECT_EQ(o.timeout, 90); }},
+      {"--hang_timeout", "30", [](const Options& o) { EXPECT_EQ(o.hang_timeout, 30); }},
+      {"--on_hang", "report", [](const Options& o) { EXPECT_FALSE(o.hang_kills); }},
       {"--connect_timeout", "2.5", [](const Options& o) { EXPECT_EQ(o.connect_timeout, 2.5); }},
       {"--heartbeat", "1", [](const Options& o) { EXPECT_EQ(o.heartbeat, 1); }},
       {"--kill_grace", "0", [](const Options& o) { EXPECT_EQ(o.kill_grace, 0); }},
@@ -240,6 +243,8 @@ TEST(Cli, ContractRestartsAndSshDebugValues) {
   EXPECT_EQ(run_with({}).max_restarts, 0);
   EXPECT_NE(run_error({"--max_restarts", "-1"}), "no error");
   EXPECT_NE(run_error({"--ssh_debug", "5"}), "no error");
+  EXPECT_EQ(run_error({"--on_hang", "dump"}), "--on_hang=dump: expects kill or report");
+  EXPECT_TRUE(run_with({}).hang_kills);
 }
 
 TEST(Cli, RemainderBelongsToTheTask) {

@@ -834,4 +834,66 @@ TEST_F(Runner, RestartRunsTheJobAgainAfterAFailure) {
   EXPECT_NE(console_out().find("[1@node1 a2] hello\n"), std::string::npos) << console_out();
 }
 
+// --- Time limits ---------------------------------------------------------------------------------
+
+const std::string kTimedOut = "killed by SIGTERM (timed out)";
+
+TEST_F(Runner, TimeoutTearsDownAndExits124) {
+  plan_ = make_plan({1, 1});
+  options_.timeout = 3;
+  FakeTransport fake({host(), host()});
+  EXPECT_EQ(run(fake), ms::kExitTimeout);
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{10 + 3000});  // processes started at 10 ms
+  EXPECT_EQ(statuses(), (Strings{kTimedOut, kTimedOut}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: timed out: the job ran for its --timeout of 3 s; stopping the job on every "
+            "host\n");
+}
+
+TEST_F(Runner, JobEndingBeforeItsTimeoutIsNotTouched) {
+  plan_ = make_plan({1});
+  options_.timeout = 3;
+  FakeTransport fake({host({exits(2.5)})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(fake.control(0), "hq");
+}
+
+TEST_F(Runner, SilenceLongerThanTheHangTimeoutIsAHang) {
+  plan_ = make_plan({1, 1});
+  options_.hang_timeout = 2;
+  ProcScript chatty;  // prints at 0.5 s and 1.5 s, then nothing
+  chatty.output = {{0.5, "a\n"}, {1.5, "b\n"}};
+  FakeTransport fake({host({chatty}), host()});
+  EXPECT_EQ(run(fake), ms::kExitTimeout);
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{10 + 1500 + 2000});  // 2 s after the last line
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: hang: no process printed anything for 2 s (--hang_timeout); stopping the "
+            "job on every host\n");
+  EXPECT_EQ(statuses(), (Strings{kTimedOut, kTimedOut}));
+}
+
+TEST_F(Runner, OutputOfAnyProcessKeepsTheHangTimeoutAway) {
+  plan_ = make_plan({1, 1});
+  options_.hang_timeout = 2;
+  ProcScript ticking = exits(7);  // a line every 1.5 s from one process, the other silent
+  for (double t = 1.5; t < 7; t += 1.5) ticking.output.push_back({t, "tick\n"});
+  FakeTransport fake({host({ticking}), host({exits(7)})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(fake.control(0).find('k'), std::string::npos);
+}
+
+TEST_F(Runner, HangReportOnlyReportsAndTheJobGoesOn) {
+  plan_ = make_plan({1});
+  options_.hang_timeout = 2;
+  options_.hang_kills = false;
+  FakeTransport fake({host({exits(5)})});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: hang: no process printed anything for 2 s (--on_hang=report: the job goes "
+            "on)\n"
+            "msrun-ssh: hang: no process printed anything for 2 s (--on_hang=report: the job goes "
+            "on)\n");
+  EXPECT_EQ(statuses(), Strings{"exit 0"});
+}
+
 }  // namespace
