@@ -75,6 +75,30 @@ void LineFramer::finish(F&& on_line) {
   partial_.clear();
 }
 
+// Keeps the last Python traceback a process printed, whole: from "Traceback (most recent call
+// last):" through the exception line, with the chained ones before it ("During handling of the
+// above exception, another exception occurred:", "The above exception was the direct cause of
+// the following exception:"). A traceback cut by the end of the output is kept as far as it got
+// (cut() says so). At most kMaxLines lines are kept; the frames past that are counted in one line.
+class TracebackCatcher {
+ public:
+  static constexpr size_t kMaxLines = 200;
+
+  // One line of the process's output, without its newline.
+  void feed(std::string_view line);
+
+  // The last traceback (empty: none), and whether the output ended inside it.
+  const std::vector<std::string>& lines() const { return block_; }
+  bool cut() const { return state_ == State::kFrames; }
+
+ private:
+  enum class State { kIdle, kFrames, kAfterException, kBlankAfterException, kChained };
+  void push(std::string_view line);
+  State state_ = State::kIdle;
+  std::vector<std::string> block_;
+  size_t left_out_ = 0;
+};
+
 struct OutputConfig {
   std::string log_dir;
   int console_out = 1;  // where prefixed stdout lines go
@@ -114,6 +138,9 @@ class Output {
   // The last lines the process printed (both streams), oldest first.
   const std::deque<std::string>& last_lines(int proc) const;
 
+  // The last Python traceback the process printed (both streams), whole.
+  const TracebackCatcher& traceback(int proc) const;
+
   // Bytes written to the log file of `proc` so far.
   size_t log_bytes(int proc) const;
 
@@ -134,9 +161,21 @@ struct SummaryRow {
   double seconds = 0;
   bool failed = false;
   std::vector<std::string> last_lines;  // shown for failed processes
+  std::vector<std::string> traceback;   // the last Python traceback, whole (failed processes)
+  int rank = -1;                        // global rank of a worker; -1 for the scheduler
+  bool root_cause = false;              // the first failure: what started the teardown
+  bool torn_down = false;               // ended by the teardown (counted, not listed)
 };
 
-// Renders the summary table (header, one line per process, then the failed ones' last lines).
+// Renders the summary table (header, one line per process), then the failure report: the root
+// cause first (its traceback, else its last lines), then the other failed processes grouped by
+// what they printed (identical after numbers in messages are blurred; "File ..., line N" kept),
+// each group once under its rank set ("ranks 0-2,4 (4 processes), e.g. rank 0 on HOST"), then
+// the number of processes the teardown ended.
 std::string format_summary(const std::vector<SummaryRow>& rows);
+
+// Ranks in node-set-like notation: {0,1,2,4} -> "ranks 0-2,4 (4 processes)", {3} -> "rank 3";
+// the scheduler (-1) is named first.
+std::string describe_ranks(std::vector<int> ranks);
 
 }  // namespace msrun_ssh

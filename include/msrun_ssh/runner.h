@@ -114,6 +114,7 @@ class Runner {
   bool channels_killed_ = false;
   bool interrupted_ = false;
   int attempt_ = 1;
+  int root_cause_ = -1;         // the process whose failure started the teardown (-1: none)
   double started_ms_ = -1;      // when the processes were started (-1: not yet)
   double last_output_ms_ = -1;  // the last byte any process printed (or the start)
   std::string teardown_note_ = "ended by teardown";  // how the summary names a torn-down end

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
+#include "msrun_ssh/binding.h"
 #include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
@@ -48,6 +50,7 @@ struct Output::Proc {
   size_t ring_next = 0;
   size_t ring_count = 0;
   mutable std::deque<std::string> last;
+  TracebackCatcher traceback;
 };
 
 Output::Output(OutputConfig config) : config_(std::move(config)) {}
@@ -103,6 +106,7 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   p.log_buf.append(text);
   std::string_view body = text;
   if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
+  p.traceback.feed(body);
   if (!p.ring.empty()) {
     p.ring[p.ring_next].assign(body.data(), std::min(body.size(), kMaxKeptLine));
     p.ring_next = (p.ring_next + 1) % p.ring.size();
@@ -163,9 +167,121 @@ const std::deque<std::string>& Output::last_lines(int proc) const {
   return p.last;
 }
 
+const TracebackCatcher& Output::traceback(int proc) const {
+  return procs_.at(static_cast<size_t>(proc))->traceback;
+}
+
 size_t Output::log_bytes(int proc) const {
   const Proc& p = *procs_.at(static_cast<size_t>(proc));
   return p.logged + p.log_buf.size();
+}
+
+namespace {
+
+constexpr std::string_view kTracebackStart = "Traceback (most recent call last):";
+constexpr std::string_view kChainLines[] = {
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:"};
+
+bool is_chain_line(std::string_view line) {
+  return line == kChainLines[0] || line == kChainLines[1];
+}
+
+// What a group of failures shares: the status and the text, with the numbers of messages blurred
+// (ranks, pids, ports differ between processes) but a frame's "line N" kept.
+std::string group_key(const SummaryRow& r) {
+  const auto& text = r.traceback.empty()
+                         ? std::vector<std::string>(r.last_lines.begin(), r.last_lines.end())
+                         : r.traceback;
+  std::string key = r.status;
+  for (const auto& line : text) {
+    key += '\n';
+    bool frame = line.rfind("  File \"", 0) == 0;
+    for (size_t i = 0; i < line.size(); ++i) {
+      bool digit = line[i] >= '0' && line[i] <= '9';
+      if (!digit || frame) {
+        key += line[i];
+      } else if (key.back() != '#') {
+        key += '#';
+      }
+    }
+  }
+  return key;
+}
+
+void append_lines(std::string& out, const SummaryRow& r) {
+  const bool tb = !r.traceback.empty();
+  if (tb)
+    for (const auto& l : r.traceback) out += l + "\n";
+  else
+    for (const auto& l : r.last_lines) out += l + "\n";
+}
+
+}  // namespace
+
+void TracebackCatcher::push(std::string_view line) {
+  if (block_.size() < kMaxLines) {
+    block_.emplace_back(line);
+    return;
+  }
+  // Full: the last line stays the newest one, the ones before it are counted.
+  ++left_out_;
+  block_[kMaxLines - 2] = fmt::format("  ... {} more lines ...", left_out_);
+  block_[kMaxLines - 1] = std::string(line);
+}
+
+void TracebackCatcher::feed(std::string_view line) {
+  if (line == kTracebackStart) {
+    if (state_ != State::kChained) {
+      block_.clear();
+      left_out_ = 0;
+    }
+    push(line);
+    state_ = State::kFrames;
+    return;
+  }
+  switch (state_) {
+    case State::kIdle:
+      break;
+    case State::kFrames:
+      push(line);
+      // Frames are indented; the first line that is not is the exception.
+      if (!line.empty() && line[0] != ' ') state_ = State::kAfterException;
+      break;
+    case State::kAfterException:
+      state_ = line.empty() ? State::kBlankAfterException : State::kIdle;
+      break;
+    case State::kBlankAfterException:
+      if (is_chain_line(line)) {
+        push("");
+        push(line);
+        state_ = State::kChained;
+      } else {
+        state_ = line.empty() ? State::kBlankAfterException : State::kIdle;
+      }
+      break;
+    case State::kChained:
+      if (!line.empty())
+        state_ = State::kIdle;  // the chained traceback never came
+      else
+        push(line);
+      break;
+  }
+}
+
+std::string describe_ranks(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  bool scheduler = !ranks.empty() && ranks.front() < 0;
+  std::vector<int> workers(ranks.begin() + (scheduler ? 1 : 0), ranks.end());
+  std::string out;
+  if (scheduler) out = "scheduler";
+  if (!workers.empty()) {
+    if (!out.empty()) out += ", ";
+    out += workers.size() == 1 ? fmt::format("rank {}", workers[0])
+                               : fmt::format("ranks {}", format_cpu_list(workers));
+  }
+  if (ranks.size() > 1) out += fmt::format(" ({} processes)", ranks.size());
+  return out;
 }
 
 std::string format_summary(const std::vector<SummaryRow>& rows) {
@@ -180,11 +296,44 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
   for (const auto& r : rows)
     out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:>8.1f}s\n", r.host, wh, r.process, wp, r.status,
                        ws, r.seconds);
+  const SummaryRow* root = nullptr;
+  size_t torn_down = 0;
+  std::vector<std::string> order;  // group keys, first seen first
+  std::map<std::string, std::vector<const SummaryRow*>> groups;
   for (const auto& r : rows) {
-    if (!r.failed || r.last_lines.empty()) continue;
-    out += fmt::format("--- last lines of {} on {} ---\n", r.process, r.host);
-    for (const auto& l : r.last_lines) out += l + "\n";
+    torn_down += r.torn_down ? 1 : 0;
+    if (!r.failed) continue;
+    if (r.root_cause && !root) {
+      root = &r;
+      continue;
+    }
+    auto& g = groups[group_key(r)];
+    if (g.empty()) order.push_back(group_key(r));
+    g.push_back(&r);
   }
+  if (root) {
+    out += fmt::format("--- root cause: {} on {}: {}{} ---\n", root->process, root->host,
+                       root->status, root->traceback.empty() ? "" : " (its traceback)");
+    append_lines(out, *root);
+  }
+  for (const auto& key : order) {
+    const auto& g = groups[key];
+    if (g.front()->traceback.empty() && g.front()->last_lines.empty()) continue;  // table says it
+    std::vector<int> ranks;
+    for (const SummaryRow* r : g) ranks.push_back(r->rank);
+    const SummaryRow& e = *g.front();
+    if (g.size() == 1)
+      out += fmt::format("--- {}{} on {}: {} ---\n", root ? "also failed: " : "failed: ", e.process,
+                         e.host, e.status);
+    else
+      out += fmt::format("--- {}{}, e.g. {} on {}: {} ---\n",
+                         root ? "also failed: " : "failed: ", describe_ranks(ranks), e.process,
+                         e.host, e.status);
+    append_lines(out, e);
+  }
+  if (torn_down > 0 && (root || !order.empty()))
+    out += fmt::format("--- ended by the teardown: {} process{} ---\n", torn_down,
+                       torn_down == 1 ? "" : "es");
   return out;
 }
 

@@ -245,6 +245,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       p.end_ms = t_.now_ms();
       p.status = e.status;
       p.signal = e.signal;
+      if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);
       if (e.status != 0 && !tearing_down_)
         fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
                                    describe_status(e.status, e.signal)));
@@ -505,9 +506,13 @@ std::vector<SummaryRow> Runner::summary() const {
     }
     r.failed = !p.exited || (p.status != 0 && p.note.empty());
     r.seconds = p.start_ms > 0 && p.end_ms >= p.start_ms ? (p.end_ms - p.start_ms) / 1000 : 0;
+    r.rank = p.spec->role == Role::kWorker ? p.spec->rank : -1;
+    r.root_cause = static_cast<int>(i) == root_cause_;
+    r.torn_down = p.exited && (p.note == "ended by teardown" || p.note == "timed out");
     if (r.failed && p.out >= 0) {
       const auto& last = out_.last_lines(p.out);
       r.last_lines.assign(last.begin(), last.end());
+      r.traceback = out_.traceback(p.out).lines();
     }
     rows.push_back(std::move(r));
   }

@@ -118,9 +118,9 @@ def job(name):
     return os.path.join(JOBS, name)
 
 
-def marked_processes(ns_prefix="msrs-"):
-    """Processes in any host namespace that carry a job marker: [(ns, pid, cmdline)]."""
-    found = []
+def _host_processes(ns_prefix):
+    """Every live process of the hosts whose namespace starts with ns_prefix:
+    (ns, pid, cmdline with spaces, environ bytes), zombies left out."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for line in out.splitlines():
         ns = line.split()[0] if line.strip() else ""
@@ -131,24 +131,51 @@ def marked_processes(ns_prefix="msrs-"):
         for pid in pids:
             try:
                 env = open(f"/proc/{pid}/environ", "rb").read()
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")
-            except OSError:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").strip()
+                state = open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
                 continue
-            if b"MSRUN_SSH_JOB=" in env:
-                found.append((ns, pid, cmd.decode(errors="replace")))
-    return found
+            if state != b"Z":
+                yield ns, pid, cmd.decode(errors="replace"), env
+
+
+def marked_processes(ns_prefix="msrs-"):
+    """Processes in any host namespace that carry a job marker: [(ns, pid, cmdline)]."""
+    return [(ns, pid, cmd) for ns, pid, cmd, env in _host_processes(ns_prefix)
+            if b"MSRUN_SSH_JOB=" in env]
+
+
+# A host's own processes, which are not the job's: its init, the init's timer, sshd (listener and
+# per-connection processes) and the `unshare` that started the init.
+_HOST_INFRA = re.compile(r"^(unshare |bash \S+/hostinit\.sh |sleep 3600$|sshd: |/usr/sbin/sshd )")
+
+
+def leftovers(ns_prefix="msrs-node"):
+    """Every process on any host that is not the host's own: job processes, their children, shells
+    still in their login rc and what the rc started, watchdogs. [(ns, pid, cmdline)]"""
+    return [(ns, pid, cmd) for ns, pid, cmd, _ in _host_processes(ns_prefix)
+            if not _HOST_INFRA.match(cmd)]
+
+
+def _wait_until_none(find, timeout, what):
+    start = time.monotonic()
+    while True:
+        left = find()
+        if not left:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what} after {timeout} s: {left}")
+        time.sleep(0.2)
 
 
 def wait_clean(timeout):
     """Waits until no marked process is left on any host; returns seconds taken or raises."""
-    start = time.monotonic()
-    while True:
-        left = marked_processes()
-        if not left:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"processes left after {timeout} s: {left}")
-        time.sleep(0.2)
+    return _wait_until_none(marked_processes, timeout, "processes left")
+
+
+def wait_no_leftovers(timeout):
+    """Waits until no host runs anything but its own processes; returns seconds taken or raises."""
+    return _wait_until_none(leftovers, timeout, "left on the hosts")
 
 
 def wait_for(predicate, timeout, what):
@@ -178,43 +205,3 @@ def restore_cluster():
     except Exception:  # noqa: BLE001 - best effort after a test
         pass
 
-
-# A host's own processes, which are not the job's: its init, the init's timer, sshd (listener and
-# per-connection processes) and the `unshare` that started the init.
-_HOST_INFRA = re.compile(r"^(unshare |bash \S+/hostinit\.sh |sleep 3600$|sshd: |/usr/sbin/sshd )")
-
-
-def leftovers(ns_prefix="msrs-node"):
-    """Every process on any host that is not the host's own: job processes, their children, shells
-    still in their login rc and what the rc started, watchdogs. [(ns, pid, cmdline)]"""
-    found = []
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        ns = line.split()[0] if line.strip() else ""
-        if not ns.startswith(ns_prefix):
-            continue
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                              text=True).stdout.split()
-        for pid in pids:
-            try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").strip()
-                state = open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            text = cmd.decode(errors="replace")
-            if state == b"Z" or _HOST_INFRA.match(text):
-                continue
-            found.append((ns, pid, text))
-    return found
-
-
-def wait_no_leftovers(timeout):
-    """Waits until no host runs anything but its own processes; returns seconds taken or raises."""
-    start = time.monotonic()
-    while True:
-        left = leftovers()
-        if not left:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"left on the hosts after {timeout} s: {left}")
-        time.sleep(0.2)

@@ -219,3 +219,19 @@ def test_job_ends_when_processes_exit_despite_leftover_grandchildren():
     check(len(re.findall(rb"ended a process the job left behind: \d+ SIGTERM sleep", err)) == 7,
           f"leftovers not named: {err.decode()[-1500:]}")
     wait_clean(2)
+
+
+def test_failure_report_names_the_root_cause_and_groups_the_rest():
+    code, out, err, logs = run([job("raiser.py"), "--root", "3"], timeout=60)
+    check(code == 1, f"exit {code}: {err.decode()[-3000:]}")
+    text = err.decode()
+    report = text[text.find("--- root cause"):]
+    check(report.startswith("--- root cause: rank 3 on 198.18.1.11: exit 1 (its traceback) ---\n"
+                            "Traceback (most recent call last):\n"), f"report: {text[-3000:]}")
+    check("OSError: rank 3: cannot read shard 3: disk full\n" in report, f"report: {report}")
+    # The five others raised the same ValueError (their rank in the message): shown once.
+    check(re.search(r"--- also failed: ranks 0-2,4-5 \(5 processes\), e\.g\. rank 0 on "
+                    r"198\.18\.1\.10: exit 1 ---\nTraceback \(most recent call last\):\n", report),
+          f"report: {report}")
+    check(report.count("ValueError: rank") == 1, f"report: {report}")
+    check("--- ended by the teardown: 1 process ---" in report, f"report: {report}")

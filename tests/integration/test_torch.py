@@ -7,8 +7,8 @@ import socket
 import subprocess
 import time
 
-from harness import (Skip, check, cluster_dir, launch, read, run, wait_for, wait_no_leftovers,
-                     SOURCE_DIR)
+from harness import (Skip, check, cluster_dir, launch, marked_processes, read, run, wait_for,
+                     wait_no_leftovers, SOURCE_DIR)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "torch_ddp", "train.py")
 TORCH = ["--contract", "torch", "--master_port", "29500"]
@@ -62,6 +62,9 @@ def test_ctrl_c_ends_gloo_and_everything_it_started():
         wait_for(lambda: os.path.exists(os.path.join(logs, "worker_5.log")) and
                  b"epoch 1 loss" in read(os.path.join(logs, "worker_5.log")), 120,
                  "training to run")
+        # 6 ranks, each with its DataLoader worker process (a fork: the same command line).
+        trainers = [x for x in marked_processes() if "train.py" in x[2]]
+        check(len(trainers) >= 12, f"no DataLoader workers: {trainers}")
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=30)
     finally:

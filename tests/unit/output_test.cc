@@ -398,7 +398,7 @@ TEST(Summary, FormatsTheTableAndTheLastLinesOfFailedProcesses) {
             "198.18.0.1  scheduler  exit 0                                     12.3s\n"
             "198.18.0.2  rank 3     exit 7                                      0.5s\n"
             "198.18.0.2  rank 4     killed by SIGTERM (ended by teardown)  123456.8s\n"
-            "--- last lines of rank 3 on 198.18.0.2 ---\n"
+            "--- failed: rank 3 on 198.18.0.2: exit 7 ---\n"
             "Traceback\n"
             "ValueError: x\n");
 }
@@ -413,6 +413,153 @@ TEST(Summary, FailedWithoutLastLinesShowsNoSection) {
   EXPECT_EQ(ms::format_summary(rows),
             "host  process  status          time\n"
             "h     rank 0   host lost       1.0s\n");
+}
+
+// ---- the failure report --------------------------------------------------------------------
+
+std::vector<std::string> catch_traceback(const std::string& text, bool* cut = nullptr) {
+  ms::TracebackCatcher c;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) {
+      if (pos < text.size()) c.feed(std::string_view(text).substr(pos));
+      break;
+    }
+    c.feed(std::string_view(text).substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  if (cut) *cut = c.cut();
+  return c.lines();
+}
+
+using Lines = std::vector<std::string>;
+
+TEST(Traceback, TheWholeBlockThroughTheExceptionLine) {
+  bool cut = true;
+  Lines tb = catch_traceback(
+      "epoch 1\n"
+      "Traceback (most recent call last):\n"
+      "  File \"train.py\", line 9, in <module>\n"
+      "    step()\n"
+      "  File \"train.py\", line 4, in step\n"
+      "    raise ValueError(\"rank 3: bad\")\n"
+      "ValueError: rank 3: bad\n"
+      "shutting down\n",
+      &cut);
+  EXPECT_EQ(tb,
+            (Lines{"Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>",
+                   "    step()", "  File \"train.py\", line 4, in step",
+                   "    raise ValueError(\"rank 3: bad\")", "ValueError: rank 3: bad"}));
+  EXPECT_FALSE(cut);
+}
+
+TEST(Traceback, ChainedExceptionsStayOneBlock) {
+  std::string text =
+      "Traceback (most recent call last):\n"
+      "  File \"a.py\", line 2, in <module>\n"
+      "KeyError: 'x'\n"
+      "\n"
+      "During handling of the above exception, another exception occurred:\n"
+      "\n"
+      "Traceback (most recent call last):\n"
+      "  File \"a.py\", line 4, in <module>\n"
+      "RuntimeError: lookup failed\n";
+  Lines tb = catch_traceback(text);
+  ASSERT_EQ(tb.size(), 9u);
+  EXPECT_EQ(tb[4], "During handling of the above exception, another exception occurred:");
+  EXPECT_EQ(tb.back(), "RuntimeError: lookup failed");
+  // "direct cause" chains too.
+  std::string cause = text;
+  cause.replace(cause.find("During handling"), 67,
+                "The above exception was the direct cause of the following exception:");
+  EXPECT_EQ(catch_traceback(cause)[4],
+            "The above exception was the direct cause of the following exception:");
+}
+
+TEST(Traceback, TheLastOneWinsAndACutOneIsKeptAsFarAsItGot) {
+  bool cut = false;
+  Lines tb = catch_traceback(
+      "Traceback (most recent call last):\n  File \"a.py\", line 1\nOSError: first\n"
+      "retrying\n"
+      "Traceback (most recent call last):\n  File \"a.py\", line 7, in f\n    g()\n",
+      &cut);
+  EXPECT_EQ(tb, (Lines{"Traceback (most recent call last):", "  File \"a.py\", line 7, in f",
+                       "    g()"}));
+  EXPECT_TRUE(cut);
+  EXPECT_TRUE(catch_traceback("no traceback here\nat all\n").empty());
+}
+
+TEST(Traceback, AVeryDeepOneIsBounded) {
+  std::string text = "Traceback (most recent call last):\n";
+  for (int i = 0; i < 1000; ++i) text += "  File \"r.py\", line 3, in f\n    f()\n";
+  text += "RecursionError: maximum recursion depth exceeded\n";
+  Lines tb = catch_traceback(text);
+  ASSERT_EQ(tb.size(), ms::TracebackCatcher::kMaxLines);
+  EXPECT_EQ(tb.front(), "Traceback (most recent call last):");
+  EXPECT_EQ(tb.back(), "RecursionError: maximum recursion depth exceeded");
+  EXPECT_EQ(tb[tb.size() - 2], "  ... 1802 more lines ...");
+}
+
+TEST(Summary, RanksInNodeSetNotation) {
+  EXPECT_EQ(ms::describe_ranks({3}), "rank 3");
+  EXPECT_EQ(ms::describe_ranks({4, 0, 1, 2, 6, 7}), "ranks 0-2,4,6-7 (6 processes)");
+  EXPECT_EQ(ms::describe_ranks({-1, 5}), "scheduler, rank 5 (2 processes)");
+}
+
+ms::SummaryRow failed_row(int rank, const std::string& host, Lines tb, bool root = false) {
+  ms::SummaryRow r;
+  r.host = host;
+  r.process = "rank " + std::to_string(rank);
+  r.status = "exit 1";
+  r.failed = true;
+  r.rank = rank;
+  r.traceback = std::move(tb);
+  r.last_lines = {"not shown when there is a traceback"};
+  r.root_cause = root;
+  return r;
+}
+
+Lines value_error(int rank) {
+  return {"Traceback (most recent call last):", "  File \"t.py\", line 12, in <module>",
+          "ValueError: rank " + std::to_string(rank) + " saw NaN at step 4" + std::to_string(rank)};
+}
+
+TEST(Summary, RootCauseFirstThenIdenticalFailuresOnceUnderTheirRankSet) {
+  std::vector<ms::SummaryRow> rows;
+  for (int r = 0; r < 6; ++r)
+    if (r != 3) rows.push_back(failed_row(r, r < 3 ? "n1" : "n2", value_error(r)));
+  rows.insert(rows.begin() + 3,
+              failed_row(3, "n2",
+                         {"Traceback (most recent call last):", "  File \"t.py\", line 30, in load",
+                          "OSError: disk full"},
+                         true));
+  ms::SummaryRow torn;
+  torn.host = "n1";
+  torn.process = "scheduler";
+  torn.status = "killed by SIGTERM (ended by teardown)";
+  torn.torn_down = true;
+  rows.insert(rows.begin(), torn);
+  std::string s = ms::format_summary(rows);
+  std::string report = s.substr(s.find("---"));
+  EXPECT_EQ(report,
+            "--- root cause: rank 3 on n2: exit 1 (its traceback) ---\n"
+            "Traceback (most recent call last):\n"
+            "  File \"t.py\", line 30, in load\n"
+            "OSError: disk full\n"
+            "--- also failed: ranks 0-2,4-5 (5 processes), e.g. rank 0 on n1: exit 1 ---\n"
+            "Traceback (most recent call last):\n"
+            "  File \"t.py\", line 12, in <module>\n"
+            "ValueError: rank 0 saw NaN at step 40\n"
+            "--- ended by the teardown: 1 process ---\n");
+}
+
+TEST(Summary, DifferentFrameLinesAreDifferentFailures) {
+  Lines a = value_error(0), b = value_error(1);
+  b[1] = "  File \"t.py\", line 13, in <module>";
+  std::string s = ms::format_summary({failed_row(0, "h", a), failed_row(1, "h", b)});
+  EXPECT_NE(s.find("--- failed: rank 0 on h: exit 1 ---"), std::string::npos) << s;
+  EXPECT_NE(s.find("--- failed: rank 1 on h: exit 1 ---"), std::string::npos) << s;
 }
 
 }  // namespace
