@@ -5,10 +5,12 @@
 // Per job and host there are two kinds of command:
 //  - one watchdog (control channel), started first: it reads one byte at a time from the launcher,
 //    echoing heartbeats. 'h' is a heartbeat, 'q' ends a finished job, 'k' asks for a teardown
-//    (SIGTERM, grace, SIGKILL), 'K' for an immediate SIGKILL. When no byte arrives for the deadline
-//    or stdin closes (the launcher died or the host was cut off) it tears the job down by itself.
-//    A teardown kills every process whose environment carries MSRUN_SSH_JOB=<job id>, found in
-//    /proc/*/environ, which reaches grandchildren that left the process group too.
+//    (SIGTERM, grace, SIGKILL), 'K' for an immediate SIGKILL, 'a' for a teardown that first makes
+//    every Python process of the job print its stacks (SIGABRT with PYTHONFAULTHANDLER=1). When no
+//    byte arrives for the deadline or stdin closes (the launcher died or the host was cut off) it
+//    tears the job down by itself. A teardown kills every process whose environment carries
+//    MSRUN_SSH_JOB=<job id>, found in /proc/*/environ, which reaches grandchildren that left the
+//    process group too.
 //  - one command per process: cd to the workdir, then exec env with the full environment and argv.
 #pragma once
 
@@ -56,5 +58,6 @@ inline constexpr char kBeat = 'h';
 inline constexpr char kQuit = 'q';
 inline constexpr char kTeardown = 'k';
 inline constexpr char kKillNow = 'K';
+inline constexpr char kStacksThenTeardown = 'a';  // SIGABRT to Python processes, then 'k'
 
 }  // namespace msrun_ssh

@@ -99,6 +99,20 @@ class TracebackCatcher {
   size_t left_out_ = 0;
 };
 
+// Keeps the stacks Python's faulthandler prints when the process gets SIGABRT (with
+// PYTHONFAULTHANDLER=1, which --timeout and --hang_timeout set): the lines after "Fatal Python
+// error: Aborted", every thread ("Thread 0x... (most recent call first):", its "  File ..."
+// frames), up to the first line that is none of these. At most TracebackCatcher::kMaxLines lines.
+class StackCatcher {
+ public:
+  void feed(std::string_view line);
+  const std::vector<std::string>& lines() const { return stack_; }
+
+ private:
+  bool capturing_ = false;
+  std::vector<std::string> stack_;
+};
+
 struct OutputConfig {
   std::string log_dir;
   int console_out = 1;  // where prefixed stdout lines go
@@ -141,6 +155,9 @@ class Output {
   // The last Python traceback the process printed (both streams), whole.
   const TracebackCatcher& traceback(int proc) const;
 
+  // The stacks faulthandler printed when the process was aborted (empty: none).
+  const std::vector<std::string>& stacks(int proc) const;
+
   // Bytes written to the log file of `proc` so far.
   size_t log_bytes(int proc) const;
 
@@ -165,13 +182,15 @@ struct SummaryRow {
   int rank = -1;                        // global rank of a worker; -1 for the scheduler
   bool root_cause = false;              // the first failure: what started the teardown
   bool torn_down = false;               // ended by the teardown (counted, not listed)
+  std::vector<std::string> stacks;      // Python stacks printed at a --timeout / --hang_timeout
 };
 
 // Renders the summary table (header, one line per process), then the failure report: the root
 // cause first (its traceback, else its last lines), then the other failed processes grouped by
 // what they printed (identical after numbers in messages are blurred; "File ..., line N" kept),
 // each group once under its rank set ("ranks 0-2,4 (4 processes), e.g. rank 0 on HOST"), then
-// the number of processes the teardown ended.
+// the number of processes the teardown ended. Stacks printed at a time limit come last, grouped the
+// same way (thread ids blurred too), so that the one rank stuck elsewhere stands out.
 std::string format_summary(const std::vector<SummaryRow>& rows);
 
 // Ranks in node-set-like notation: {0,1,2,4} -> "ranks 0-2,4 (4 processes)", {3} -> "rank 3";

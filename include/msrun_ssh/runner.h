@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/command.h"
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/output.h"
 #include "msrun_ssh/plan.h"
@@ -85,7 +86,8 @@ class Runner {
   void beat();
   void check_heartbeats(double now);
   void lose_host(size_t host, const std::string& why);
-  void fail(int status, const std::string& why);
+  // Ends the job with `status` (the first call decides it); `how`: the watchdogs' teardown byte.
+  void fail(int status, const std::string& why, char how = kTeardown);
   void teardown(char how);
   void kill_channels(bool watchdogs_too);
   void give_up();

@@ -37,6 +37,17 @@ signal_all() {
   done
   return $found
 }
+# Every process of the job that leads its process group (what sshd started, not its children)
+# and runs Python gets SIGABRT: with PYTHONFAULTHANDLER=1 it prints every thread's stack to its
+# stderr and ends. One second for them to write, then the usual teardown.
+abort_pythons() {
+  for p in $(pids); do
+    [ "$p" = "$$" ] && continue
+    kill -0 -$p 2>/dev/null || continue
+    case "$(readlink /proc/$p/exe 2>/dev/null)" in *python*) kill -ABRT $p 2>/dev/null ;; esac
+  done
+  sleep 1
+}
 teardown() {
   signal_all TERM || return 0
   i=0
@@ -69,6 +80,7 @@ while :; do
   case "$c" in
     h) echo h ;;
     q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    a) abort_pythons; teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     K) signal_all KILL; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"
        for i in 1 2 3 4; do sleep 0.25; signal_all KILL; done; exit 0 ;;

@@ -51,6 +51,7 @@ struct Output::Proc {
   size_t ring_count = 0;
   mutable std::deque<std::string> last;
   TracebackCatcher traceback;
+  StackCatcher stacks;
 };
 
 Output::Output(OutputConfig config) : config_(std::move(config)) {}
@@ -107,6 +108,7 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   std::string_view body = text;
   if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
   p.traceback.feed(body);
+  p.stacks.feed(body);
   if (!p.ring.empty()) {
     p.ring[p.ring_next].assign(body.data(), std::min(body.size(), kMaxKeptLine));
     p.ring_next = (p.ring_next + 1) % p.ring.size();
@@ -165,6 +167,10 @@ const std::deque<std::string>& Output::last_lines(int proc) const {
   for (size_t i = 0; i < p.ring_count; ++i)
     p.last.push_back(p.ring[(p.ring_next + size - p.ring_count + i) % size]);
   return p.last;
+}
+
+const std::vector<std::string>& Output::stacks(int proc) const {
+  return procs_.at(static_cast<size_t>(proc))->stacks.lines();
 }
 
 const TracebackCatcher& Output::traceback(int proc) const {
@@ -269,6 +275,71 @@ void TracebackCatcher::feed(std::string_view line) {
   }
 }
 
+void StackCatcher::feed(std::string_view line) {
+  if (line == "Fatal Python error: Aborted") {
+    capturing_ = true;
+    stack_.clear();
+    return;
+  }
+  if (!capturing_) return;
+  bool thread = line.rfind("Thread 0x", 0) == 0 || line.rfind("Current thread 0x", 0) == 0;
+  bool frame = line.rfind("  File ", 0) == 0 || line.rfind("  <", 0) == 0;
+  if (!(line.empty() || thread || frame)) {
+    capturing_ = false;
+    return;
+  }
+  if (line.empty() && stack_.empty()) return;
+  if (stack_.size() < TracebackCatcher::kMaxLines) stack_.emplace_back(line);
+}
+
+// Stacks of different processes differ in their thread ids only: blurred for grouping.
+static std::string stack_key(const std::vector<std::string>& stack) {
+  std::string key;
+  for (const auto& line : stack) {
+    size_t id = line.find("hread 0x");
+    if (id != std::string::npos) {
+      size_t end = line.find(' ', id + 7);
+      key += line.substr(0, id + 7) + "X" + (end == std::string::npos ? "" : line.substr(end));
+    } else {
+      key += line;
+    }
+    key += '\n';
+  }
+  return key;
+}
+
+static std::string format_stacks(const std::vector<SummaryRow>& rows) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const SummaryRow*>> groups;
+  size_t without = 0;
+  for (const auto& r : rows) {
+    if (r.stacks.empty()) {
+      ++without;
+      continue;
+    }
+    std::string key = stack_key(r.stacks);
+    auto& g = groups[key];
+    if (g.empty()) order.push_back(key);
+    g.push_back(&r);
+  }
+  if (order.empty()) return "";
+  std::string out;
+  for (const auto& key : order) {
+    const auto& g = groups[key];
+    std::vector<int> ranks;
+    for (const SummaryRow* r : g) ranks.push_back(r->rank);
+    out += g.size() == 1
+               ? fmt::format("--- Python stacks of {} on {} ---\n", g[0]->process, g[0]->host)
+               : fmt::format("--- Python stacks of {}, e.g. {} on {} ---\n", describe_ranks(ranks),
+                             g[0]->process, g[0]->host);
+    for (const auto& l : g[0]->stacks) out += l + "\n";
+  }
+  if (without > 0)
+    out += fmt::format("--- no Python stack from {} process{} (not Python, or already ended) ---\n",
+                       without, without == 1 ? "" : "es");
+  return out;
+}
+
 std::string describe_ranks(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   bool scheduler = !ranks.empty() && ranks.front() < 0;
@@ -334,7 +405,7 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
   if (torn_down > 0 && (root || !order.empty()))
     out += fmt::format("--- ended by the teardown: {} process{} ---\n", torn_down,
                        torn_down == 1 ? "" : "es");
-  return out;
+  return out + format_stacks(rows);
 }
 
 }  // namespace msrun_ssh

@@ -92,6 +92,12 @@ std::string log_name_for(const Options& options, const HostPlan& hp, const Proce
   return fmt::format("{}_{}.log", base, p.rank);
 }
 
+// A time limit ends the job with every Python process's stacks: faulthandler prints them on the
+// SIGABRT the watchdogs send then (command.h), and only on fatal signals otherwise.
+bool wants_stacks(const Options& options) {
+  return options.timeout > 0 || (options.hang_timeout > 0 && options.hang_kills);
+}
+
 // torchrun's environment contract (torch.distributed.run, "Environment Variables"), so that
 // init_process_group(init_method="env://") works unchanged. There is no elastic agent: rank 0's
 // process hosts the TCPStore itself (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count
@@ -121,6 +127,8 @@ EnvList torch_env(const Options& options, const Plan& plan, const HostPlan& hp, 
   if (!has_env(env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");  // as torchrun
   if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
   if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");
+  if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))
+    set_env(env, "PYTHONFAULTHANDLER", "1");
   return env;
 }
 
@@ -149,6 +157,8 @@ EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp
   if (sim) set_env(env, "MS_SIMULATION_LEVEL", std::to_string(options.sim_level));
   if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
   if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");  // the runner numbers it
+  if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))
+    set_env(env, "PYTHONFAULTHANDLER", "1");
   return env;
 }
 

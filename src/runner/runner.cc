@@ -78,12 +78,12 @@ bool Runner::watchdogs_done() const {
                      [](const HostState& h) { return h.lost || h.watchdog_closed; });
 }
 
-void Runner::fail(int status, const std::string& why) {
+void Runner::fail(int status, const std::string& why, char how) {
   if (exit_code_ < 0) exit_code_ = status;
   if (cause_.empty()) cause_ = why;
   if (!tearing_down_) {
     out_.message(fmt::format("{}; stopping the job on every host", why));
-    teardown(kTeardown);
+    teardown(how);
   }
 }
 
@@ -366,7 +366,8 @@ void Runner::check_time_limits(double now) {
   if (options_.timeout > 0 && now - started_ms_ >= options_.timeout * 1000) {
     teardown_note_ = "timed out";
     fail(kExitTimeout,
-         fmt::format("timed out: the job ran for its --timeout of {:g} s", options_.timeout));
+         fmt::format("timed out: the job ran for its --timeout of {:g} s", options_.timeout),
+         kStacksThenTeardown);
     return;
   }
   if (options_.hang_timeout <= 0 || now - last_output_ms_ < options_.hang_timeout * 1000) return;
@@ -378,7 +379,7 @@ void Runner::check_time_limits(double now) {
     return;
   }
   teardown_note_ = "timed out";
-  fail(kExitTimeout, what + " (--hang_timeout)");
+  fail(kExitTimeout, what + " (--hang_timeout)", kStacksThenTeardown);
 }
 
 int Runner::timeout_ms(double now) const {
@@ -509,6 +510,7 @@ std::vector<SummaryRow> Runner::summary() const {
     r.rank = p.spec->role == Role::kWorker ? p.spec->rank : -1;
     r.root_cause = static_cast<int>(i) == root_cause_;
     r.torn_down = p.exited && (p.note == "ended by teardown" || p.note == "timed out");
+    if (p.out >= 0) r.stacks = out_.stacks(p.out);
     if (r.failed && p.out >= 0) {
       const auto& last = out_.last_lines(p.out);
       r.last_lines.assign(last.begin(), last.end());

@@ -15,6 +15,7 @@
 // runaway runner (clock past kMaxClockMs or too many polls) makes poll() throw.
 #pragma once
 
+#include <fmt/format.h>
 #include <poll.h>
 
 #include <cmath>
@@ -409,8 +410,9 @@ class FakeTransport : public Transport {
         after(s.echo_delay, [this, id] {
           if (chan(id).running) emit_data(chan(id), "h\n");
         });
-    } else if ((b == kQuit || b == kTeardown) && s.obeys) {
+    } else if ((b == kQuit || b == kTeardown || b == kStacksThenTeardown) && s.obeys) {
       c.stopping = true;
+      if (b == kStacksThenTeardown) print_stacks(c.host);
       sweep(id, c.grace_s, s.teardown_delay);
     } else if (b == kKillNow && s.obeys) {
       c.killing = true;
@@ -418,6 +420,19 @@ class FakeTransport : public Transport {
         kill_all(chan(id).host, true);
         finish_watchdog(id);
       });
+    }
+  }
+
+  // What faulthandler prints on SIGABRT, from every running process of the host: one thread,
+  // whose innermost frame names the process's index ("in wait_3").
+  void print_stacks(size_t host) {
+    for (Channel& c : channels_) {
+      if (c.host != host || c.watchdog || !c.running) continue;
+      emit_data(c,
+                fmt::format("Fatal Python error: Aborted\n\nCurrent thread 0x{:x} (most recent "
+                            "call first):\n  File \"t.py\", line 7 in wait_{}\n",
+                            0x7f00 + c.id, c.index),
+                true);
     }
   }
 

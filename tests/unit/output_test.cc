@@ -562,4 +562,63 @@ TEST(Summary, DifferentFrameLinesAreDifferentFailures) {
   EXPECT_NE(s.find("--- failed: rank 1 on h: exit 1 ---"), std::string::npos) << s;
 }
 
+Lines catch_stacks(const std::string& text) {
+  ms::StackCatcher c;
+  size_t pos = 0;
+  for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1)
+    c.feed(std::string_view(text).substr(pos, nl - pos));
+  return c.lines();
+}
+
+TEST(Stacks, EveryThreadOfTheFaulthandlerDumpAndNothingAfter) {
+  Lines s = catch_stacks(
+      "step 4\n"
+      "Fatal Python error: Aborted\n"
+      "\n"
+      "Thread 0x00007f5770fde6c0 (most recent call first):\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 320 in wait\n"
+      "\n"
+      "Current thread 0x00007f5771299040 (most recent call first):\n"
+      "  File \"hang.py\", line 4 in wait_for_peer\n"
+      "  File \"hang.py\", line 6 in <module>\n"
+      "\n"
+      "Extension modules: numpy.core._multiarray_umath (total: 1)\n");
+  EXPECT_EQ(s, (Lines{"Thread 0x00007f5770fde6c0 (most recent call first):",
+                      "  File \"/usr/lib/python3.11/threading.py\", line 320 in wait", "",
+                      "Current thread 0x00007f5771299040 (most recent call first):",
+                      "  File \"hang.py\", line 4 in wait_for_peer",
+                      "  File \"hang.py\", line 6 in <module>", ""}));
+  EXPECT_TRUE(catch_stacks("Traceback (most recent call last):\n  File \"x\"\n").empty());
+}
+
+TEST(Summary, StacksAreGroupedSoTheOddOneStandsOut) {
+  auto row = [](int rank, const std::string& where) {
+    ms::SummaryRow r;
+    r.host = rank < 3 ? "n1" : "n2";
+    r.process = rank < 0 ? "scheduler" : "rank " + std::to_string(rank);
+    r.rank = rank;
+    r.status = "killed by SIGABRT (timed out)";
+    r.torn_down = true;
+    r.stacks = {fmt::format("Current thread 0x00007f{:04x} (most recent call first):", rank + 9),
+                "  File \"t.py\", line 9 in " + where};
+    return r;
+  };
+  std::vector<ms::SummaryRow> rows;
+  for (int r = 0; r < 6; ++r) rows.push_back(row(r, r == 2 ? "wait_for_peer" : "allreduce"));
+  ms::SummaryRow plain;
+  plain.host = "n1";
+  plain.process = "scheduler";
+  rows.push_back(plain);
+  std::string s = ms::format_summary(rows);
+  std::string stacks = s.substr(s.find("--- Python stacks"));
+  EXPECT_EQ(stacks,
+            "--- Python stacks of ranks 0-1,3-5 (5 processes), e.g. rank 0 on n1 ---\n"
+            "Current thread 0x00007f0009 (most recent call first):\n"
+            "  File \"t.py\", line 9 in allreduce\n"
+            "--- Python stacks of rank 2 on n1 ---\n"
+            "Current thread 0x00007f000b (most recent call first):\n"
+            "  File \"t.py\", line 9 in wait_for_peer\n"
+            "--- no Python stack from 1 process (not Python, or already ended) ---\n");
+}
+
 }  // namespace

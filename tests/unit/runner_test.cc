@@ -843,11 +843,16 @@ TEST_F(Runner, TimeoutTearsDownAndExits124) {
   options_.timeout = 3;
   FakeTransport fake({host(), host()});
   EXPECT_EQ(run(fake), ms::kExitTimeout);
-  EXPECT_EQ(fake.control_times(0, 'k'), Times{10 + 3000});  // processes started at 10 ms
+  // 'a': every Python process prints its stacks (SIGABRT), then the teardown.
+  EXPECT_EQ(fake.control_times(0, 'a'), Times{10 + 3000});  // processes started at 10 ms
   EXPECT_EQ(statuses(), (Strings{kTimedOut, kTimedOut}));
-  EXPECT_EQ(console_err(),
-            "msrun-ssh: timed out: the job ran for its --timeout of 3 s; stopping the job on every "
-            "host\n");
+  // Then what the processes print on their SIGABRT (their stacks), as any output.
+  EXPECT_EQ(console_err().rfind(
+                "msrun-ssh: timed out: the job ran for its --timeout of 3 s; stopping the job on "
+                "every host\n[0@node0 err] Fatal Python error: Aborted\n",
+                0),
+            0u)
+      << console_err();
 }
 
 TEST_F(Runner, JobEndingBeforeItsTimeoutIsNotTouched) {
@@ -865,11 +870,21 @@ TEST_F(Runner, SilenceLongerThanTheHangTimeoutIsAHang) {
   chatty.output = {{0.5, "a\n"}, {1.5, "b\n"}};
   FakeTransport fake({host({chatty}), host()});
   EXPECT_EQ(run(fake), ms::kExitTimeout);
-  EXPECT_EQ(fake.control_times(1, 'k'), Times{10 + 1500 + 2000});  // 2 s after the last line
-  EXPECT_EQ(console_err(),
-            "msrun-ssh: hang: no process printed anything for 2 s (--hang_timeout); stopping the "
-            "job on every host\n");
+  EXPECT_EQ(fake.control_times(1, 'a'), Times{10 + 1500 + 2000});  // 2 s after the last line
+  EXPECT_EQ(console_err().rfind("msrun-ssh: hang: no process printed anything for 2 s "
+                                "(--hang_timeout); stopping the job on every host\n",
+                                0),
+            0u)
+      << console_err();
   EXPECT_EQ(statuses(), (Strings{kTimedOut, kTimedOut}));
+  // The stacks each process printed, in the summary rows, grouped by the report.
+  EXPECT_EQ(rows_[0].stacks, (Strings{"Current thread 0x7f02 (most recent call first):",
+                                      "  File \"t.py\", line 7 in wait_0"}));
+  std::string report = ms::format_summary(rows_);
+  EXPECT_NE(report.find("--- Python stacks of ranks 0-1 (2 processes), e.g. rank 0 on node0 ---\n"
+                        "Current thread 0x7f02 (most recent call first):\n"),
+            std::string::npos)
+      << report;
 }
 
 TEST_F(Runner, OutputOfAnyProcessKeepsTheHangTimeoutAway) {
