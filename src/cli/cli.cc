@@ -230,6 +230,10 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     throw InputError(
         "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
   if (o.command == Command::kStop && o.job.empty()) throw InputError("stop: --job ID is required");
+  // A detached job has no launcher left to restart it or to watch its clock.
+  if (!o.join && (o.max_restarts > 0 || o.timeout > 0 || o.hang_timeout > 0))
+    throw InputError(
+        "--max_restarts, --timeout and --hang_timeout need an attached run (--join=True)");
   return result;
 }
 

@@ -245,6 +245,10 @@ TEST(Cli, ContractRestartsAndSshDebugValues) {
   EXPECT_NE(run_error({"--ssh_debug", "5"}), "no error");
   EXPECT_EQ(run_error({"--on_hang", "dump"}), "--on_hang=dump: expects kill or report");
   EXPECT_TRUE(run_with({}).hang_kills);
+  EXPECT_EQ(run_error({"--join=False", "--max_restarts", "1"}),
+            "--max_restarts, --timeout and --hang_timeout need an attached run (--join=True)");
+  EXPECT_EQ(run_error({"--timeout=5", "--join", "False"}),
+            "--max_restarts, --timeout and --hang_timeout need an attached run (--join=True)");
 }
 
 TEST(Cli, RemainderBelongsToTheTask) {
