@@ -89,7 +89,7 @@ class Runner {
   // Ends the job with `status` (the first call decides it); `how`: the watchdogs' teardown byte.
   void fail(int status, const std::string& why, char how = kTeardown);
   void teardown(char how);
-  void kill_channels(bool watchdogs_too);
+  void kill_channels();
   void give_up();
   void check_time_limits(double now);
   void send_all(char byte);

@@ -100,20 +100,18 @@ void Runner::teardown(char how) {
   for (const Proc& p : procs_)
     if (!p.done && p.channel >= 0) t_.cancel(p.channel);
   send_all(how);
-  if (how == kKillNow) kill_channels(true);
+  if (how == kKillNow) kill_channels();
 }
 
 // The watchdogs are done (or too slow): whatever channel of the job is still open runs something
 // their sweeps could not end — in practice a command whose exec reached sshd after the sweep. The
 // SSH "signal" request reaches its process group through sshd. A channel closes when what it ran
-// has ended; until every one has, the teardown is not done.
-void Runner::kill_channels(bool watchdogs_too) {
+// has ended; until every one has, the teardown is not done. Watchdogs are never signalled: one
+// may be in the middle of its sweep, and each ends by itself when the launcher disconnects.
+void Runner::kill_channels() {
   channels_killed_ = true;
   for (const Proc& p : procs_)
     if (!p.done && p.channel >= 0 && !hosts_[p.host].lost) t_.kill(p.channel, "KILL");
-  if (watchdogs_too)
-    for (const HostState& h : hosts_)
-      if (!h.lost && !h.watchdog_closed && h.watchdog >= 0) t_.kill(h.watchdog, "KILL");
 }
 
 // The hosts did not confirm the end of every process in time, even after the SIGKILLs: name each
@@ -125,9 +123,7 @@ void Runner::give_up() {
     if (!hosts_[p.host].lost) left[p.host].push_back(p.spec->label());
     finish_process(p, hosts_[p.host].lost ? "host lost" : "not confirmed ended: may still run");
   }
-  for (size_t h = 0; h < hosts_.size(); ++h)
-    if (!hosts_[h].lost && !hosts_[h].watchdog_closed) left[h].push_back("the watchdog");
-  if (left.empty()) return;
+  if (left.empty()) return;  // a watchdog still open ends with the disconnect (its stdin closes)
   for (const auto& [host, labels] : left)
     out_.message(fmt::format("{}: could not confirm the end of: {}; they may still run there",
                              host_name(host), fmt::join(labels, ", ")));
@@ -419,7 +415,7 @@ int Runner::run() {
       }
     }
     if (processes_done() && watchdogs_done()) break;
-    if (tearing_down_ && !channels_killed_ && watchdogs_done()) kill_channels(false);
+    if (tearing_down_ && !channels_killed_ && watchdogs_done()) kill_channels();
     if ((tearing_down_ || quit_sent_) && now >= deadline_ms_) {
       if (!killed_now_) {
         out_.message("hosts did not confirm the end of the job in time; killing what is left");

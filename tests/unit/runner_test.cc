@@ -511,13 +511,15 @@ TEST_F(Runner, HostsThatNeverConfirmTheTeardownAreKilledThroughTheirChannels) {
   EXPECT_EQ(fake.control(1), "hkhhhK");  // beats at 10, 5010, 10010, 15010
   double k = 1010;
   EXPECT_EQ(fake.control_times(1, 'K'), Times{k + 5000 + 10000});  // --kill_grace + 10 s
-  // With the K, an SSH "signal" KILL on every open channel: both processes and the watchdog.
-  ASSERT_EQ(fake.kills.size(), 3u);
+  // With the K, an SSH "signal" KILL on every open process channel (never on a watchdog's: it may
+  // be in the middle of its sweep).
+  ASSERT_EQ(fake.kills.size(), 2u);
   EXPECT_EQ(fake.kills[0].channel, fake.process(1, 0));
   EXPECT_EQ(fake.kills[1].channel, fake.process(1, 1));
-  EXPECT_EQ(fake.kills[2].channel, fake.watchdog(1));
-  EXPECT_EQ(fake.kills[2].signal, "KILL");
-  EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 10);  // sshd's kill takes 10 ms here
+  EXPECT_EQ(fake.kills[1].signal, "KILL");
+  // The processes end 10 ms later; the stuck watchdog is waited for 3 s more, then left to end
+  // with the disconnect: every process was confirmed, so the failure's status stands.
+  EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 3000);
   EXPECT_EQ(statuses(), (Strings{"exit 7", kTerm, kKill, kKill}));
   EXPECT_EQ(failed(), (std::vector<bool>{true, false, false, false}));
   EXPECT_EQ(console_err(),
@@ -540,8 +542,8 @@ TEST_F(Runner, UnconfirmedTeardownNamesHostAndProcessesAndExits254) {
   EXPECT_EQ(console_err(),
             "msrun-ssh: rank 0 on node0 failed: exit 7; stopping the job on every host\n"
             "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n"
-            "msrun-ssh: node1: could not confirm the end of: rank 2, rank 3, the watchdog; they "
-            "may still run there\n");
+            "msrun-ssh: node1: could not confirm the end of: rank 2, rank 3; they may still run "
+            "there\n");
 }
 
 TEST_F(Runner, ProcessTheSweepMissesIsKilledThroughItsChannelBeforeTheTeardownEnds) {
