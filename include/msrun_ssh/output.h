@@ -193,6 +193,9 @@ struct SummaryRow {
 // same way (thread ids blurred too), so that the one rank stuck elsewhere stands out.
 std::string format_summary(const std::vector<SummaryRow>& rows);
 
+// Just the grouped Python stacks of format_summary ("" when no process printed any).
+std::string format_stacks(const std::vector<SummaryRow>& rows);
+
 // Ranks in node-set-like notation: {0,1,2,4} -> "ranks 0-2,4 (4 processes)", {3} -> "rank 3";
 // the scheduler (-1) is named first.
 std::string describe_ranks(std::vector<int> ranks);

@@ -308,7 +308,7 @@ static std::string stack_key(const std::vector<std::string>& stack) {
   return key;
 }
 
-static std::string format_stacks(const std::vector<SummaryRow>& rows) {
+std::string format_stacks(const std::vector<SummaryRow>& rows) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const SummaryRow*>> groups;
   size_t without = 0;

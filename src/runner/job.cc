@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/dry_run.h"
@@ -266,6 +267,25 @@ JobHosts job_hosts(const Plan& plan) {
   return j;
 }
 
+// The grouped stacks of a time limit, also in <log_dir>/stacks-<UTC time>[-a<attempt>].txt.
+void write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
+  if (stacks.empty()) return;
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::string path =
+      fmt::format("{}/stacks-{:04}{:02}{:02}-{:02}{:02}{:02}{}.txt", log_dir, tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  attempt > 1 ? fmt::format("-a{}", attempt) : "");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f || std::fputs(stacks.c_str(), f) < 0)
+    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+  else
+    std::fprintf(stderr, "msrun-ssh: the stacks are also in %s\n", path.c_str());
+  if (f) std::fclose(f);
+}
+
 // One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
 AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh, int attempt,
                           int sfd, const std::shared_ptr<spdlog::logger>& log,
@@ -304,6 +324,7 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   if (options.max_restarts > 0) summary = fmt::format("attempt {}:\n{}", attempt, summary);
   std::fputs(summary.c_str(), stderr);
   log->info("summary:\n{}exit status {}", summary, result.status);
+  write_stacks_file(options.log_dir, format_stacks(rows), attempt);
   pool.disconnect_all();
   return result;
 }

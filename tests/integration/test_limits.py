@@ -52,4 +52,10 @@ def test_hang_shows_every_ranks_stack_and_the_odd_one_out():
     check(stacks.count(" in collective\n") == 1, f"shown once: {stacks}")
     check(b"Fatal Python error: Aborted" in read(os.path.join(logs, "worker_2.log")),
           "the raw dump is in rank 2's log")
+    files = [n for n in os.listdir(logs) if re.fullmatch(r"stacks-\d{8}-\d{6}\.txt", n)]
+    check(len(files) == 1, f"one stacks file: {os.listdir(logs)}")
+    saved = read(os.path.join(logs, files[0])).decode()
+    check("--- Python stacks of rank 2 on 198.18.1.11 ---\n" in saved and
+          " in wait_for_peer\n" in saved and saved.count(" in collective\n") == 1,
+          f"the stacks file holds the grouped stacks: {saved}")
     wait_no_leftovers(2)
