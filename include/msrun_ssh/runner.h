@@ -147,6 +147,9 @@ struct RestartHistory {
   int status = 0;  // the job's exit status: the last attempt's, or a signal's during a back-off
 };
 
+// The launcher's exit status after SIGINT, SIGHUP or SIGTERM (130, 129, 143).
+int exit_status_of_signal(int signo);
+
 // Whether attempt `attempt` (1-based) with result `r` is followed by another one.
 bool should_restart(const AttemptResult& r, int attempt, int max_restarts);
 

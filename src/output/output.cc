@@ -215,6 +215,28 @@ std::string group_key(const SummaryRow& r) {
   return key;
 }
 
+// Rows grouped by `key`, the groups in the order their first row came.
+using RowGroups = std::vector<std::vector<const SummaryRow*>>;
+template <typename Key>
+RowGroups group_rows(const std::vector<const SummaryRow*>& rows, Key key) {
+  RowGroups groups;
+  std::map<std::string, size_t> index;
+  for (const SummaryRow* r : rows) {
+    auto [it, added] = index.emplace(key(*r), groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(r);
+  }
+  return groups;
+}
+
+// "rank 3 on HOST" for one row; "ranks 0-2,4 (4 processes), e.g. rank 0 on HOST" for several.
+std::string group_label(const std::vector<const SummaryRow*>& g) {
+  if (g.size() == 1) return fmt::format("{} on {}", g[0]->process, g[0]->host);
+  std::vector<int> ranks;
+  for (const SummaryRow* r : g) ranks.push_back(r->rank);
+  return fmt::format("{}, e.g. {} on {}", describe_ranks(ranks), g[0]->process, g[0]->host);
+}
+
 void append_lines(std::string& out, const SummaryRow& r) {
   const bool tb = !r.traceback.empty();
   if (tb)
@@ -309,29 +331,14 @@ static std::string stack_key(const std::vector<std::string>& stack) {
 }
 
 std::string format_stacks(const std::vector<SummaryRow>& rows) {
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const SummaryRow*>> groups;
-  size_t without = 0;
-  for (const auto& r : rows) {
-    if (r.stacks.empty()) {
-      ++without;
-      continue;
-    }
-    std::string key = stack_key(r.stacks);
-    auto& g = groups[key];
-    if (g.empty()) order.push_back(key);
-    g.push_back(&r);
-  }
-  if (order.empty()) return "";
+  std::vector<const SummaryRow*> with;
+  for (const auto& r : rows)
+    if (!r.stacks.empty()) with.push_back(&r);
+  if (with.empty()) return "";
+  size_t without = rows.size() - with.size();
   std::string out;
-  for (const auto& key : order) {
-    const auto& g = groups[key];
-    std::vector<int> ranks;
-    for (const SummaryRow* r : g) ranks.push_back(r->rank);
-    out += g.size() == 1
-               ? fmt::format("--- Python stacks of {} on {} ---\n", g[0]->process, g[0]->host)
-               : fmt::format("--- Python stacks of {}, e.g. {} on {} ---\n", describe_ranks(ranks),
-                             g[0]->process, g[0]->host);
+  for (const auto& g : group_rows(with, [](const SummaryRow& r) { return stack_key(r.stacks); })) {
+    out += fmt::format("--- Python stacks of {} ---\n", group_label(g));
     for (const auto& l : g[0]->stacks) out += l + "\n";
   }
   if (without > 0)
@@ -369,40 +376,27 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
                        ws, r.seconds);
   const SummaryRow* root = nullptr;
   size_t torn_down = 0;
-  std::vector<std::string> order;  // group keys, first seen first
-  std::map<std::string, std::vector<const SummaryRow*>> groups;
+  std::vector<const SummaryRow*> failed;
   for (const auto& r : rows) {
     torn_down += r.torn_down ? 1 : 0;
-    if (!r.failed) continue;
-    if (r.root_cause && !root) {
+    if (r.failed && r.root_cause && !root)
       root = &r;
-      continue;
-    }
-    auto& g = groups[group_key(r)];
-    if (g.empty()) order.push_back(group_key(r));
-    g.push_back(&r);
+    else if (r.failed)
+      failed.push_back(&r);
   }
   if (root) {
     out += fmt::format("--- root cause: {} on {}: {}{} ---\n", root->process, root->host,
                        root->status, root->traceback.empty() ? "" : " (its traceback)");
     append_lines(out, *root);
   }
-  for (const auto& key : order) {
-    const auto& g = groups[key];
-    if (g.front()->traceback.empty() && g.front()->last_lines.empty()) continue;  // table says it
-    std::vector<int> ranks;
-    for (const SummaryRow* r : g) ranks.push_back(r->rank);
+  for (const auto& g : group_rows(failed, group_key)) {
     const SummaryRow& e = *g.front();
-    if (g.size() == 1)
-      out += fmt::format("--- {}{} on {}: {} ---\n", root ? "also failed: " : "failed: ", e.process,
-                         e.host, e.status);
-    else
-      out += fmt::format("--- {}{}, e.g. {} on {}: {} ---\n",
-                         root ? "also failed: " : "failed: ", describe_ranks(ranks), e.process,
-                         e.host, e.status);
+    if (e.traceback.empty() && e.last_lines.empty()) continue;  // the table says it all
+    out += fmt::format("--- {}{}: {} ---\n", root ? "also failed: " : "failed: ", group_label(g),
+                       e.status);
     append_lines(out, e);
   }
-  if (torn_down > 0 && (root || !order.empty()))
+  if (torn_down > 0 && (root || !failed.empty()))
     out += fmt::format("--- ended by the teardown: {} process{} ---\n", torn_down,
                        torn_down == 1 ? "" : "es");
   return out + format_stacks(rows);

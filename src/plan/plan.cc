@@ -102,9 +102,8 @@ bool wants_stacks(const Options& options) {
 // init_process_group(init_method="env://") works unchanged. There is no elastic agent: rank 0's
 // process hosts the TCPStore itself (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count
 // follows --max_restarts.
-EnvList torch_env(const Options& options, const Plan& plan, const HostPlan& hp, const Process& p) {
-  EnvList env = hp.host.env;
-  for (const auto& [n, v] : options.env) set_env(env, n, v);
+void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const HostPlan& hp,
+                   const Process& p) {
   int local_world = 0;
   for (const auto& q : hp.processes) local_world += q.role == Role::kWorker ? 1 : 0;
   std::string world = std::to_string(plan.worker_num);
@@ -125,19 +124,11 @@ EnvList torch_env(const Options& options, const Plan& plan, const HostPlan& hp, 
   set_env(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts));
   set_env(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
   if (!has_env(env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");  // as torchrun
-  if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
-  if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");
-  if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))
-    set_env(env, "PYTHONFAULTHANDLER", "1");
-  return env;
 }
 
-// msrun's environment contract, on top of the host's env and --env.
-EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp,
-                    const Process& p) {
-  if (plan.contract == Contract::kTorch) return torch_env(options, plan, hp, p);
-  EnvList env = hp.host.env;
-  for (const auto& [n, v] : options.env) set_env(env, n, v);
+// msrun's environment contract.
+void set_msrun_env(EnvList& env, const Options& options, const Plan& plan, const HostPlan& hp,
+                   const Process& p) {
   bool sim = options.sim_level >= 0;
   if (!sim) {
     set_env(env, "MS_SCHED_HOST", plan.master_ip);
@@ -155,6 +146,18 @@ EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp
   }
   if (!options.rank_table_file.empty()) set_env(env, "RANK_TABLE_FILE", options.rank_table_file);
   if (sim) set_env(env, "MS_SIMULATION_LEVEL", std::to_string(options.sim_level));
+}
+
+// The environment of a process: the host's env, --env, the contract's variables (which win),
+// then what every contract shares.
+EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp,
+                    const Process& p) {
+  EnvList env = hp.host.env;
+  for (const auto& [n, v] : options.env) set_env(env, n, v);
+  if (plan.contract == Contract::kTorch)
+    set_torch_env(env, options, plan, hp, p);
+  else
+    set_msrun_env(env, options, plan, hp, p);
   if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
   if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");  // the runner numbers it
   if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))

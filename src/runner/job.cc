@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
+#include <utility>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/dry_run.h"
@@ -229,8 +231,7 @@ int wait_for_signal(int sfd, double seconds) {
     if (::poll(&p, 1, static_cast<int>(std::ceil(left * 1000))) <= 0) continue;
     signalfd_siginfo info{};
     if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) continue;
-    int signo = static_cast<int>(info.ssi_signo);
-    return signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
+    return exit_status_of_signal(static_cast<int>(info.ssi_signo));
   }
   return 0;
 }
@@ -286,20 +287,31 @@ void write_stacks_file(const std::string& log_dir, const std::string& stacks, in
   if (f) std::fclose(f);
 }
 
+// Everything before a process starts, attached or detached: connect every host, bind from their
+// topologies, check the torch contract's master port, show the bindings when asked. Returns
+// nothing when ready, else the exit status and why (every step prints its own details).
+std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& plan,
+                                                         const JobHosts& jh, const Options& options,
+                                                         bool report_bindings) {
+  if (!connect(pool, jh.hosts, jh.connections))
+    return std::pair{kExitHostFailure, std::string("a host could not be reached")};
+  if (!bind_from_topologies(pool, plan, options))
+    return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
+  if (!master_port_free(pool, plan, options.connect_timeout))
+    return std::pair{kExitUsage, std::string("the master port is taken")};
+  if (report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
+  return std::nullopt;
+}
+
 // One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
 AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh, int attempt,
                           int sfd, const std::shared_ptr<spdlog::logger>& log,
                           std::vector<std::string>& logs) {
   log->info("attempt {}: job id {}", attempt, plan.job_id);
   SshPool pool(jh.endpoints, ssh_settings(options));
-  // Nothing started: an unreachable host is final (a later attempt would meet it again).
-  if (!connect(pool, jh.hosts, jh.connections))
-    return {kExitHostFailure, false, true, "a host could not be reached"};
-  if (!bind_from_topologies(pool, plan, options))
-    return {kExitHostFailure, false, true, "a host's topology could not be read"};
-  if (!master_port_free(pool, plan, options.connect_timeout))
-    return {kExitUsage, false, true, "the master port is taken"};
-  if (options.report_bindings && attempt == 1) std::fputs(describe_bindings(plan).c_str(), stderr);
+  // Nothing started: a host not ready is final (a later attempt would meet it again).
+  if (auto failed = prepare_hosts(pool, plan, jh, options, options.report_bindings && attempt == 1))
+    return {failed->first, false, true, failed->second};
   OutputConfig oc;
   oc.log_dir = options.log_dir;
   oc.color = isatty(1) && isatty(2);
@@ -336,10 +348,8 @@ int run_job(const Options& options, Plan& plan) {
   JobHosts jh = job_hosts(plan);
   if (!options.join) {
     SshPool pool(jh.endpoints, ssh_settings(options));
-    if (!connect(pool, jh.hosts, jh.connections)) return kExitHostFailure;
-    if (!bind_from_topologies(pool, plan, options)) return kExitHostFailure;
-    if (!master_port_free(pool, plan, options.connect_timeout)) return kExitUsage;
-    if (options.report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
+    if (auto failed = prepare_hosts(pool, plan, jh, options, options.report_bindings))
+      return failed->first;
     return run_detached(options, plan, pool);
   }
   Output::make_log_dir(options.log_dir);

@@ -157,7 +157,7 @@ void Runner::finish_process(Proc& p, const std::string& note) {
 }
 
 void Runner::on_signal(int signo) {
-  int code = signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
+  int code = exit_status_of_signal(signo);
   interrupted_ = true;
   if (tearing_down_ && signo == SIGINT && !killed_now_) {
     out_.message("second interrupt: killing every process now");
@@ -440,6 +440,10 @@ std::vector<std::string> Runner::log_names() const {
   return names;
 }
 
+int exit_status_of_signal(int signo) {
+  return signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
+}
+
 bool should_restart(const AttemptResult& r, int attempt, int max_restarts) {
   return r.status != kExitOk && !r.interrupted && !r.final && r.status != kExitUnconfirmed &&
          attempt <= max_restarts;
@@ -505,7 +509,7 @@ std::vector<SummaryRow> Runner::summary() const {
     r.seconds = p.start_ms > 0 && p.end_ms >= p.start_ms ? (p.end_ms - p.start_ms) / 1000 : 0;
     r.rank = p.spec->role == Role::kWorker ? p.spec->rank : -1;
     r.root_cause = static_cast<int>(i) == root_cause_;
-    r.torn_down = p.exited && (p.note == "ended by teardown" || p.note == "timed out");
+    r.torn_down = p.exited && p.note == teardown_note_;
     if (p.out >= 0) r.stacks = out_.stacks(p.out);
     if (r.failed && p.out >= 0) {
       const auto& last = out_.last_lines(p.out);
