@@ -178,6 +178,20 @@ def wait_no_leftovers(timeout):
     return _wait_until_none(leftovers, timeout, "left on the hosts")
 
 
+def interrupt(p, sig, timeout, ready=lambda: None):
+    """Runs `ready()` while the launcher `p` runs, sends it `sig` and waits (bounded) for its end.
+    Returns (stderr bytes, seconds from the signal to the end); `p` is killed if anything fails."""
+    try:
+        ready()
+        start = time.monotonic()
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=timeout)
+        return err, time.monotonic() - start
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
 def wait_for(predicate, timeout, what):
     start = time.monotonic()
     while not predicate():

@@ -3,9 +3,8 @@ import glob
 import os
 import re
 import signal
-import time
 
-from harness import check, job, launch, read, run, wait_for, wait_no_leftovers
+from harness import check, interrupt, job, launch, read, run, wait_for, wait_no_leftovers
 
 
 def _logs(log_dir, pattern):
@@ -51,17 +50,10 @@ def test_worker_failing_every_time_ends_with_its_status_after_every_attempt():
 def test_ctrl_c_during_the_backoff_ends_at_once():
     p, logs = launch([job("flaky.py"), "--fail_rank", "0", "--fail_attempts", "all"],
                      extra=["--max_restarts", "3", "--restart_backoff", "60"])
-    try:
-        log = os.path.join(logs, "msrun-ssh.log")
-        wait_for(lambda: os.path.exists(log) and b"restarting the whole job in 60 s" in read(log),
-                 30, "the back-off")
-        start = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=10)
-        took = time.monotonic() - start
-    finally:
-        if p.poll() is None:
-            p.kill()
+    log = os.path.join(logs, "msrun-ssh.log")
+    err, took = interrupt(p, signal.SIGINT, 10, lambda: wait_for(
+        lambda: os.path.exists(log) and b"restarting the whole job in 60 s" in read(log), 30,
+        "the back-off"))
     check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
     check(took < 2, f"took {took:.1f} s")
     check(b"interrupted during the restart back-off" in err, "said")

@@ -7,8 +7,8 @@ import re
 import signal
 import time
 
-from harness import (check, cluster, job, launch, leftovers, marked_processes, wait_for,
-                     wait_no_leftovers)
+from harness import (check, cluster, interrupt, job, launch, leftovers, marked_processes,
+                     wait_for, wait_no_leftovers)
 
 HEARTBEAT = 1.0
 SLOW = 1      # the host with the slow rc
@@ -47,16 +47,11 @@ def _start_and_wait_for_rc(args=()):
 def _signal_test(sig, expected):
     def body():
         p, _ = _start_and_wait_for_rc()
-        try:
+
+        def inside_the_rc():
             time.sleep(1)  # well inside the rc
             check(_in_rc(), "node1's processes left their rc too early for this test")
-            start = time.monotonic()
-            p.send_signal(sig)
-            out, err = p.communicate(timeout=30)
-            took = time.monotonic() - start
-        finally:
-            if p.poll() is None:
-                p.kill()
+        err, took = interrupt(p, sig, 30, inside_the_rc)
         check(p.returncode == expected,
               f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
         check(took < 10, f"teardown took {took:.1f} s")
@@ -126,15 +121,10 @@ def test_cut_of_the_slow_host_while_in_rc():
 def test_sigint_while_the_watchdog_is_in_rc():
     def body():
         p, _ = launch([job("sleeper.py")])
-        try:
-            # Connected, node1's watchdog inside its rc: no process has been started anywhere.
-            wait_for(lambda: any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}"
-                                 for ns, _, cmd in leftovers()), 10, "node1's watchdog in its rc")
-            p.send_signal(signal.SIGINT)
-            out, err = p.communicate(timeout=30)
-        finally:
-            if p.poll() is None:
-                p.kill()
+        # Connected, node1's watchdog inside its rc: no process has been started anywhere.
+        err, _ = interrupt(p, signal.SIGINT, 30, lambda: wait_for(
+            lambda: any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}"
+                        for ns, _, cmd in leftovers()), 10, "node1's watchdog in its rc"))
         check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
         check(not marked_processes(), "a process was started")
         wait_no_leftovers(2)

@@ -5,8 +5,8 @@ import signal
 import subprocess
 import time
 
-from harness import (addresses, binary, check, cluster, hosts_file, job, launch, marked_processes,
-                     run, tmpdir, wait_clean, wait_for)
+from harness import (addresses, binary, check, cluster, hosts_file, interrupt, job, launch,
+                     marked_processes, run, tmpdir, wait_clean, wait_for)
 
 HEARTBEAT = 1.0
 
@@ -28,15 +28,7 @@ def test_fail_fast_rank3_exit7():
 
 def _signal_test(sig, expected):
     p, _ = launch([job("sleeper.py")])
-    try:
-        wait_for(_running(7), 15, "all 7 processes")
-        start = time.monotonic()
-        p.send_signal(sig)
-        out, err = p.communicate(timeout=15)
-        took = time.monotonic() - start
-    finally:
-        if p.poll() is None:
-            p.kill()
+    err, took = interrupt(p, sig, 15, lambda: wait_for(_running(7), 15, "all 7 processes"))
     check(p.returncode == expected, f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
     check(took < 10, f"took {took:.1f} s")
     wait_clean(2)

@@ -3,12 +3,11 @@
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 
-from harness import (Skip, check, cluster_dir, launch, marked_processes, read, run, wait_for,
-                     wait_no_leftovers, SOURCE_DIR)
+from harness import (Skip, check, cluster_dir, interrupt, launch, marked_processes, read, run,
+                     wait_for, wait_no_leftovers, SOURCE_DIR)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "torch_ddp", "train.py")
 TORCH = ["--contract", "torch", "--master_port", "29500"]
@@ -58,18 +57,15 @@ def test_rank_raising_mid_training_ends_the_job_everywhere():
 def test_ctrl_c_ends_gloo_and_everything_it_started():
     _need_torch()
     p, logs = launch([EXAMPLE, "--epochs", "100000"], extra=TORCH)
-    try:
+
+    def training():
         wait_for(lambda: os.path.exists(os.path.join(logs, "worker_5.log")) and
                  b"epoch 1 loss" in read(os.path.join(logs, "worker_5.log")), 120,
                  "training to run")
         # 6 ranks, each with its DataLoader worker process (a fork: the same command line).
         trainers = [x for x in marked_processes() if "train.py" in x[2]]
         check(len(trainers) >= 12, f"no DataLoader workers: {trainers}")
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    err, _ = interrupt(p, signal.SIGINT, 30, training)
     check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-2000:]}")
     wait_no_leftovers(3)
 

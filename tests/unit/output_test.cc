@@ -417,18 +417,20 @@ TEST(Summary, FailedWithoutLastLinesShowsNoSection) {
 
 // ---- the failure report --------------------------------------------------------------------
 
-std::vector<std::string> catch_traceback(const std::string& text, bool* cut = nullptr) {
-  ms::TracebackCatcher c;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) {
-      if (pos < text.size()) c.feed(std::string_view(text).substr(pos));
-      break;
-    }
-    c.feed(std::string_view(text).substr(pos, nl - pos));
-    pos = nl + 1;
+// A catcher fed `text` line by line (a last line without newline included).
+template <typename Catcher>
+Catcher fed(const std::string& text) {
+  Catcher c;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = std::min(text.find('\n', pos), text.size());
+    c.feed(std::string_view(text).substr(pos, end - pos));
+    pos = end + 1;
   }
+  return c;
+}
+
+std::vector<std::string> catch_traceback(const std::string& text, bool* cut = nullptr) {
+  auto c = fed<ms::TracebackCatcher>(text);
   if (cut) *cut = c.cut();
   return c.lines();
 }
@@ -562,13 +564,7 @@ TEST(Summary, DifferentFrameLinesAreDifferentFailures) {
   EXPECT_NE(s.find("--- failed: rank 1 on h: exit 1 ---"), std::string::npos) << s;
 }
 
-Lines catch_stacks(const std::string& text) {
-  ms::StackCatcher c;
-  size_t pos = 0;
-  for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1)
-    c.feed(std::string_view(text).substr(pos, nl - pos));
-  return c.lines();
-}
+Lines catch_stacks(const std::string& text) { return fed<ms::StackCatcher>(text).lines(); }
 
 TEST(Stacks, EveryThreadOfTheFaulthandlerDumpAndNothingAfter) {
   Lines s = catch_stacks(
