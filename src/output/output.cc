@@ -233,6 +233,7 @@ RowGroups group_rows(const std::vector<const SummaryRow*>& rows, Key key) {
 std::string group_label(const std::vector<const SummaryRow*>& g) {
   if (g.size() == 1) return fmt::format("{} on {}", g[0]->process, g[0]->host);
   std::vector<int> ranks;
+  ranks.reserve(g.size());
   for (const SummaryRow* r : g) ranks.push_back(r->rank);
   return fmt::format("{}, e.g. {} on {}", describe_ranks(ranks), g[0]->process, g[0]->host);
 }
