@@ -59,6 +59,11 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
 // ranges, or more than 16384 names.
 std::vector<std::string> expand_nodeset(std::string_view pattern);
 
+// The other way round, for display: names that differ only in their last number fold into one
+// bracket group ("198.18.2.1".."198.18.2.4", "198.18.2.9" -> "198.18.2.[1-4,9]"; "node01",
+// "node02" -> "node[01-02]"); one name stays as it is. Groups are listed in name order.
+std::string fold_nodeset(const std::vector<std::string>& names);
+
 // Sets NAME=VALUE in `env`, replacing an earlier value in place so that the order stays stable.
 void set_env(EnvList& env, const std::string& name, const std::string& value);
 

@@ -53,6 +53,9 @@ struct Options {
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
   bool report_bindings = false;
+  bool output_gather = false;   // --output gather: identical lines of many ranks printed once
+  bool timestamps = false;      // --timestamps: console lines carry the launcher's receive time
+  bool log_timestamps = false;  // --log_timestamps: so do the lines of the per-rank logs
   std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;

@@ -10,10 +10,14 @@
 
 #include <spdlog/logger.h>
 
+#include <chrono>
+#include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace msrun_ssh {
@@ -34,6 +38,8 @@ class LineFramer {
   void finish(F&& on_line);
 
   size_t pending() const { return partial_.size(); }
+  // The bytes of the line begun but not ended yet.
+  std::string_view partial() const { return partial_; }
 
  private:
   size_t max_line_;
@@ -113,6 +119,70 @@ class StackCatcher {
   std::vector<std::string> stack_;
 };
 
+// ISO 8601, UTC, with milliseconds: "2026-11-30T23:26:11.499Z".
+std::string format_timestamp(std::chrono::system_clock::time_point t);
+
+// What the console shows of a line that redraws itself with '\r' (a progress bar such as
+// tqdm's): its last non-empty part. A line without '\r' is shown whole.
+std::string_view console_text(std::string_view line);
+
+// The newest complete redraw of a line still being written ("\r 10%|#\r 20%|##\r 3" -> " 20%|##":
+// the part after the last '\r' may still be cut). Empty when the line has no complete redraw.
+std::string_view latest_redraw(std::string_view partial);
+
+// --output gather: identical console lines of several processes, each arriving within `window_ms`
+// of the first, are printed once under the rank set and host set of all of them
+// ("[0-7@node[01-02]] Epoch 3 done", stderr lines "[... err]"); a line only one process printed
+// keeps that process's own prefix. The lines of each stream of a process stay in the order it
+// printed them (a line joins an earlier group only if the stream has nothing pending after it;
+// stdout and stderr go to different consoles and are ordered separately). At most kMaxPending
+// lines wait; past that the oldest goes out early.
+class Gatherer {
+ public:
+  static constexpr size_t kMaxPending = 4096;
+
+  Gatherer(double window_ms, bool color) : window_ms_(window_ms), color_(color) {}
+
+  // A process: `rank` (-1: the scheduler), its host, what follows the host in its prefix (" a2"),
+  // and its own prefixes for stdout and stderr lines. Returns its source number.
+  int add_source(int rank, std::string host, std::string suffix, std::string own_out,
+                 std::string own_err);
+
+  // A console line (without newline) of `source`, received at `now_ms`; `stamp` ("" or a
+  // timestamp and a space) goes in front of it if it opens a group.
+  void add(int source, bool is_stderr, std::string_view text, double now_ms,
+           const std::string& stamp);
+
+  // Hands every line whose window has passed (every line with `all`) to emit(is_stderr, line),
+  // the line prefixed and ended with '\n', oldest first.
+  void take(double now_ms, bool all, const std::function<void(bool, const std::string&)>& emit);
+
+  size_t pending() const { return pending_.size(); }
+  // When the oldest pending line is due, in the clock of add() (< 0: nothing pending).
+  double due_ms() const { return pending_.empty() ? -1 : pending_.front().first_ms + window_ms_; }
+
+ private:
+  struct Source {
+    int rank;
+    std::string host, suffix, own[2];
+  };
+  struct Entry {
+    uint64_t seq;
+    bool is_stderr;
+    std::string text, stamp;
+    double first_ms;
+    std::vector<int> sources;
+  };
+  std::string line_of(const Entry& e) const;
+  double window_ms_;
+  bool color_;
+  std::vector<Source> sources_;
+  std::vector<uint64_t> last_seq_;  // per source and stream: its newest pending line (0: none)
+  std::deque<Entry> pending_;       // in order of arrival; pending_[i].seq == front seq + i
+  std::unordered_map<std::string, std::vector<uint64_t>> open_;  // stream+text -> pending seqs
+  uint64_t next_seq_ = 1;
+};
+
 struct OutputConfig {
   std::string log_dir;
   int console_out = 1;  // where prefixed stdout lines go
@@ -120,6 +190,14 @@ struct OutputConfig {
   bool color = false;
   size_t keep_last_lines = 10;
   std::shared_ptr<spdlog::logger> launcher_log;  // gets every message(); may be null
+  bool timestamps = false;      // --timestamps: console lines start with their receive time
+  bool log_timestamps = false;  // --log_timestamps: so does every line of the per-rank logs
+  bool gather = false;          // --output gather (see Gatherer)
+  double gather_window_s = 1;
+  // A line being redrawn with '\r' shows its newest redraw on the console at most this often.
+  double redraw_interval_s = 1;
+  // The receive time of output (tests set a fake one); default: the system clock.
+  std::function<std::chrono::system_clock::time_point()> clock;
 };
 
 class Output {
@@ -133,9 +211,12 @@ class Output {
   // directory when it cannot.
   static void make_log_dir(const std::string& log_dir);
 
-  // Registers a process: opens (truncates) its log file 0600. `prefix` is e.g. "3@198.18.1.11".
-  // Throws std::runtime_error naming the file when it cannot be opened.
-  int add_process(const std::string& prefix, const std::string& log_name, bool on_console);
+  // Registers a process: opens (truncates) its log file 0600. `prefix` is e.g. "3@198.18.1.11";
+  // `rank` (-1: the scheduler) and `host` are what --output gather folds into rank and host sets
+  // (an empty host: the prefix stands for itself). Throws std::runtime_error naming the file when
+  // it cannot be opened.
+  int add_process(const std::string& prefix, const std::string& log_name, bool on_console,
+                  int rank = -1, const std::string& host = {});
 
   // Bytes from a process's stdout or stderr.
   void data(int proc, bool is_stderr, std::string_view bytes);
@@ -143,8 +224,15 @@ class Output {
   // The process's streams ended: hands out partial last lines.
   void finish(int proc);
 
-  // Writes what is buffered to the console and the log files.
+  // Writes what is buffered to the console and the log files; gathered lines go out once their
+  // window has passed, redraws of progress bars at most every redraw_interval_s.
   void flush();
+
+  // flush(), and every gathered line now: the end of the output, or a message must follow it.
+  void drain();
+
+  // Milliseconds until flush() has something to write that is not there yet (< 0: nothing).
+  int due_in_ms();
 
   // A message of the launcher itself ("msrun-ssh: ..."), on the error console.
   void message(const std::string& text);
@@ -164,7 +252,16 @@ class Output {
  private:
   struct Proc;
   void line(Proc& p, bool is_stderr, std::string_view text);
+  void console_line(Proc& p, bool is_stderr, std::string_view text);
+  void show_redraws();
+  void write_console();
+  double now_ms();
+  const std::string& stamp();
   OutputConfig config_;
+  Gatherer gatherer_;
+  double now_ms_ = 0;  // the receive time of what data() is handling
+  double stamp_ms_ = -1;
+  std::string stamp_;
   std::vector<Proc*> procs_;
   std::string out_buf_;
   std::string err_buf_;

@@ -127,6 +127,15 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--restart_backoff",
        value([](O& o, S n, S v) { o.restart_backoff = to_seconds(n, v, 0, 3600); })},
       {"--kill_grace", value([](O& o, S n, S v) { o.kill_grace = to_seconds(n, v, 0, 3600); })},
+      {"--output", value([](O& o, S n, S v) {
+         if (v == "prefixed" || v == "gather")
+           o.output_gather = v == "gather";
+         else
+           bad(n, v, "expects prefixed or gather");
+       })},
+      {"--timestamps", flag([](O& o, S n, S v) { o.timestamps = v.empty() || to_bool(n, v); })},
+      {"--log_timestamps",
+       flag([](O& o, S n, S v) { o.log_timestamps = v.empty() || to_bool(n, v); })},
       {"--report_bindings",
        flag([](O& o, S n, S v) { o.report_bindings = v.empty() || to_bool(n, v); })},
       {"--strict_host_key_checking", value([](O& o, S n, S v) {
@@ -303,6 +312,11 @@ msrun-ssh's options:
                                times (default 0); MSRUN_SSH_ATTEMPT tells each process its attempt
   --restart_backoff S          wait before the first restart, doubled for each next (default 1)
   --report_bindings            print each process's CPUs / NUMA nodes before starting
+  --output prefixed|gather     gather: a line that several ranks print within 1 s is printed once,
+                               under their rank and host sets ("[0-7@node[01-02]] ..."); logs stay
+                               raw (default prefixed: every line with its own rank@host)
+  --timestamps                 console lines start with their receive time (UTC, ms)
+  --log_timestamps             so do the lines of the per-rank log files (they are no longer raw)
   --strict_host_key_checking yes|accept-new|no   (default: ssh config, else yes)
   --env NAME[=VALUE]           set, or forward from here, a variable for every process (repeatable)
   --python PATH                interpreter for .py scripts (default: host file, else python3)

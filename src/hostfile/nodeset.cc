@@ -1,6 +1,10 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <map>
+#include <tuple>
+#include <utility>
 
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
@@ -74,6 +78,78 @@ std::vector<std::string> expand_nodeset(std::string_view pattern) {
   for (const auto& n : names)
     if (n.empty()) throw InputError("empty host name");
   return names;
+}
+
+namespace {
+
+// A name split around its last run of digits: "node07" -> {"node", "07", ""}.
+struct NameParts {
+  std::string head, digits, tail;
+};
+
+NameParts split_last_number(const std::string& name) {
+  size_t end = name.find_last_of("0123456789");
+  if (end == std::string::npos) return {name, "", ""};
+  size_t begin = end;
+  while (begin > 0 && name[begin - 1] >= '0' && name[begin - 1] <= '9') --begin;
+  return {name.substr(0, begin), name.substr(begin, end + 1 - begin), name.substr(end + 1)};
+}
+
+// "1","2","3","7" (sorted by value) -> "1-3,7"; zero-padded words keep their width.
+std::string fold_numbers(std::vector<std::string> words) {
+  std::sort(words.begin(), words.end(), [](const std::string& a, const std::string& b) {
+    return std::tuple(a.size(), a) < std::tuple(b.size(), b);
+  });
+  words.erase(std::unique(words.begin(), words.end()), words.end());
+  auto value = [](const std::string& w) { return std::stoull(w.size() > 18 ? "0" : w); };
+  std::string out;
+  for (size_t i = 0; i < words.size();) {
+    size_t j = i;
+    // "09"-"10" and "9"-"10" are ranges; "9" then "010" is not (the padding would change).
+    auto next_of = [&](const std::string& a, const std::string& b) {
+      bool padded = b.size() > 1 && b[0] == '0';
+      return a.size() <= 18 && b.size() <= 18 && (a.size() == b.size() || !padded) &&
+             value(b) == value(a) + 1;
+    };
+    while (j + 1 < words.size() && next_of(words[j], words[j + 1])) ++j;
+    if (!out.empty()) out += ',';
+    out += words[i];
+    if (j > i) out += "-" + words[j];
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string fold_nodeset(const std::vector<std::string>& names) {
+  // Names that differ only in their last number fold together.
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> groups;
+  std::vector<std::string> plain;  // names without a number
+  for (const auto& n : names) {
+    NameParts p = split_last_number(n);
+    if (p.digits.empty())
+      plain.push_back(n);
+    else
+      groups[{p.head, p.tail}].push_back(p.digits);
+  }
+  std::sort(plain.begin(), plain.end());
+  plain.erase(std::unique(plain.begin(), plain.end()), plain.end());
+  std::string out;
+  for (const auto& n : plain) {
+    if (!out.empty()) out += ',';
+    out += n;
+  }
+  for (auto& [key, numbers] : groups) {
+    const auto& [head, tail] = key;
+    if (!out.empty()) out += ',';
+    std::string folded = fold_numbers(numbers);
+    bool one = folded.find_first_of(",-") == std::string::npos;
+    out += head;
+    out += one ? folded : fmt::format("[{}]", folded);
+    out += tail;
+  }
+  return out;
 }
 
 }  // namespace msrun_ssh

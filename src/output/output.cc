@@ -37,7 +37,11 @@ void write_all(int fd, std::string_view data) {
 }  // namespace
 
 struct Output::Proc {
-  std::string console_prefix[2];  // for stdout and stderr lines
+  std::string console_prefix[2];         // for stdout and stderr lines
+  int source = -1;                       // in the gatherer
+  bool line_start[2] = {true, true};     // the next log bytes of the stream begin a line
+  double redraw_ms[2] = {-1e18, -1e18};  // when a progress redraw of the stream was last shown
+  std::string redraw_shown[2];
   std::string path;
   bool on_console = true;
   int fd = -1;
@@ -54,10 +58,13 @@ struct Output::Proc {
   StackCatcher stacks;
 };
 
-Output::Output(OutputConfig config) : config_(std::move(config)) {}
+Output::Output(OutputConfig config)
+    : config_(std::move(config)), gatherer_(config_.gather_window_s * 1000, config_.color) {
+  if (!config_.clock) config_.clock = [] { return std::chrono::system_clock::now(); };
+}
 
 Output::~Output() {
-  flush();
+  drain();
   for (Proc* p : procs_) {
     if (p->fd >= 0) ::close(p->fd);
     delete p;
@@ -82,12 +89,20 @@ void Output::make_log_dir(const std::string& log_dir) {
     throw InputError(fmt::format("--log_dir={}: not writable", log_dir));
 }
 
-int Output::add_process(const std::string& prefix, const std::string& log_name, bool on_console) {
+int Output::add_process(const std::string& prefix, const std::string& log_name, bool on_console,
+                        int rank, const std::string& host) {
   auto* p = new Proc;
   p->console_prefix[0] =
       config_.color ? fmt::format("\x1b[36m[{}]\x1b[0m ", prefix) : fmt::format("[{}] ", prefix);
   p->console_prefix[1] = config_.color ? fmt::format("\x1b[31m[{} err]\x1b[0m ", prefix)
                                        : fmt::format("[{} err] ", prefix);
+  if (config_.gather) {
+    // "3@HOST a2": the gathered prefix keeps what follows the host.
+    size_t at = host.empty() ? std::string::npos : prefix.find("@" + host);
+    std::string suffix = at == std::string::npos ? "" : prefix.substr(at + 1 + host.size());
+    p->source = gatherer_.add_source(rank, host.empty() ? prefix : host, suffix,
+                                     p->console_prefix[0], p->console_prefix[1]);
+  }
   p->path = config_.log_dir + "/" + log_name;
   p->on_console = on_console;
   p->fd = ::open(p->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -103,7 +118,27 @@ int Output::add_process(const std::string& prefix, const std::string& log_name, 
   return static_cast<int>(procs_.size() - 1);
 }
 
+double Output::now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(config_.clock().time_since_epoch()).count();
+}
+
+// The receive time of what is being handled, formatted once per millisecond.
+const std::string& Output::stamp() {
+  if (now_ms_ != stamp_ms_) {
+    stamp_ms_ = now_ms_;
+    using namespace std::chrono;
+    stamp_ = format_timestamp(system_clock::time_point(
+                 duration_cast<system_clock::duration>(duration<double, std::milli>(now_ms_)))) +
+             ' ';
+  }
+  return stamp_;
+}
+
 void Output::line(Proc& p, bool is_stderr, std::string_view text) {
+  const int s = is_stderr ? 1 : 0;
+  if (config_.log_timestamps && p.line_start[s]) p.log_buf += stamp();
+  p.line_start[s] = !text.empty() && text.back() == '\n';
   p.log_buf.append(text);
   std::string_view body = text;
   if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
@@ -115,14 +150,31 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
     p.ring_count = std::min(p.ring_count + 1, p.ring.size());
   }
   if (!p.on_console) return;
+  if (body.find('\r') != std::string_view::npos) {
+    body = console_text(body);  // a finished progress bar: its last state
+    if (body.empty()) return;
+    p.redraw_shown[s].clear();
+  }
+  console_line(p, is_stderr, body);
+}
+
+void Output::console_line(Proc& p, bool is_stderr, std::string_view text) {
+  const std::string& when = config_.timestamps ? stamp() : std::string();
+  if (config_.gather) {
+    gatherer_.add(p.source, is_stderr, text, now_ms_, when);
+    if (gatherer_.pending() > Gatherer::kMaxPending) write_console();
+    return;
+  }
   std::string& buf = is_stderr ? err_buf_ : out_buf_;
+  buf += when;
   buf += p.console_prefix[is_stderr ? 1 : 0];
-  buf.append(body);
+  buf.append(text);
   buf += '\n';
 }
 
 void Output::data(int proc, bool is_stderr, std::string_view bytes) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
+  if (config_.timestamps || config_.log_timestamps || config_.gather) now_ms_ = now_ms();
   p.framers[is_stderr ? 1 : 0].feed(bytes, [&](std::string_view l) { line(p, is_stderr, l); });
   if (p.log_buf.size() >= kLogFlushBytes) {
     write_all(p.fd, p.log_buf);
@@ -141,7 +193,50 @@ void Output::finish(int proc) {
   for (int s = 0; s < 2; ++s) p.framers[s].finish([&](std::string_view l) { line(p, s == 1, l); });
 }
 
+// A progress bar redrawn with '\r' has no newline until it ends: its newest complete redraw is
+// shown as a console line, at most every redraw_interval_s, when it changed.
+void Output::show_redraws() {
+  now_ms_ = now_ms();
+  for (Proc* p : procs_) {
+    if (!p->on_console) continue;
+    for (int s = 0; s < 2; ++s) {
+      if (p->framers[s].pending() == 0 ||
+          now_ms_ - p->redraw_ms[s] < config_.redraw_interval_s * 1000)
+        continue;
+      std::string_view latest = latest_redraw(p->framers[s].partial());
+      if (latest.empty() || latest == p->redraw_shown[s]) continue;
+      p->redraw_shown[s].assign(latest);
+      p->redraw_ms[s] = now_ms_;
+      console_line(*p, s == 1, latest);
+    }
+  }
+}
+
+// Gathered lines that are due join the console buffers.
+void Output::write_console() {
+  gatherer_.take(now_ms_, false,
+                 [&](bool err, const std::string& l) { (err ? err_buf_ : out_buf_) += l; });
+}
+
+void Output::drain() {
+  now_ms_ = now_ms();
+  gatherer_.take(now_ms_, true,
+                 [&](bool err, const std::string& l) { (err ? err_buf_ : out_buf_) += l; });
+  flush();
+}
+
+int Output::due_in_ms() {
+  double due = gatherer_.due_ms();
+  if (due < 0) return -1;
+  return static_cast<int>(std::clamp(due - now_ms(), 0.0, 60000.0)) + 1;
+}
+
 void Output::flush() {
+  show_redraws();
+  if (config_.gather) {
+    now_ms_ = now_ms();
+    write_console();
+  }
   for (Proc* p : procs_) {
     if (p->log_buf.empty()) continue;
     write_all(p->fd, p->log_buf);
@@ -155,7 +250,7 @@ void Output::flush() {
 }
 
 void Output::message(const std::string& text) {
-  flush();
+  drain();
   write_all(config_.console_err, "msrun-ssh: " + text + "\n");
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }

@@ -316,6 +316,9 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   oc.log_dir = options.log_dir;
   oc.color = isatty(1) && isatty(2);
   oc.launcher_log = log;
+  oc.timestamps = options.timestamps;
+  oc.log_timestamps = options.log_timestamps;
+  oc.gather = options.output_gather;
   Output out(oc);
   AttemptResult result;
   std::vector<SummaryRow> rows;

@@ -323,7 +323,8 @@ void Runner::start_processes() {
     p.log_name = with_hostname(s.log_name, own.empty() ? host_name(p.host) : own);
     std::string prefix = fmt::format("{}@{}", tag, host_name(p.host));
     if (attempt_ > 1) prefix += fmt::format(" a{}", attempt_);
-    p.out = out_.add_process(prefix, p.log_name, on_console);
+    p.out = out_.add_process(prefix, p.log_name, on_console, is_worker ? s.rank : -1,
+                             host_name(p.host));
     // The others read /dev/null (set in their command): no EOF to send.
     bool gets_stdin = tailed && stdin_fd_ >= 0;
     p.channel = t_.exec(p.host, process_command(s, plan_.job_id, gets_stdin));
@@ -390,6 +391,8 @@ int Runner::timeout_ms(double now) const {
   for (const HostState& h : hosts_)
     if (!h.lost && !h.watchdog_closed)
       until = std::min(until, h.last_echo_ms + 2 * heartbeat_ms_ + kEchoSlackMs);
+  // Gathered console lines go out when their window has passed, not at the next event.
+  if (int due = out_.due_in_ms(); due >= 0) until = std::min(until, now + due);
   return static_cast<int>(std::clamp(std::ceil(until - now), 1.0, 60000.0));
 }
 
@@ -429,7 +432,7 @@ int Runner::run() {
     t_.poll(timeout_ms(now), handler);
     out_.flush();
   }
-  out_.flush();
+  out_.drain();
   return exit_code_ < 0 ? kExitOk : exit_code_;
 }
 

@@ -1,0 +1,262 @@
+// The console's views of the output (src/output/console.cc and Output's use of them): receive
+// timestamps, progress bars redrawn with '\r', --output gather, and folding host names into node
+// sets (src/hostfile/nodeset.cc). Output runs on a fake clock; consoles are temporary files.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/cli.h"
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/output.h"
+
+namespace {
+
+namespace ms = msrun_ssh;
+using Clock = std::chrono::system_clock;
+using Strings = std::vector<std::string>;
+
+// 2026-11-30T23:26:11.499Z
+const Clock::time_point kT0 = Clock::time_point(std::chrono::milliseconds(1796081171499LL));
+
+TEST(Timestamp, IsIso8601UtcWithMilliseconds) {
+  EXPECT_EQ(ms::format_timestamp(kT0), "2026-11-30T23:26:11.499Z");
+  EXPECT_EQ(ms::format_timestamp(kT0 + std::chrono::milliseconds(501)), "2026-11-30T23:26:12.000Z");
+  EXPECT_EQ(ms::format_timestamp(Clock::time_point{}), "1970-01-01T00:00:00.000Z");
+}
+
+TEST(ConsoleText, ShowsTheLastRedrawOfALine) {
+  EXPECT_EQ(ms::console_text("plain line"), "plain line");
+  EXPECT_EQ(ms::console_text("\r  0%|    |\r 50%|##  |\r100%|####|"), "100%|####|");
+  EXPECT_EQ(ms::console_text("\r100%|####|\r"), "100%|####|");
+  EXPECT_EQ(ms::console_text("\r"), "");
+}
+
+TEST(LatestRedraw, NeverShowsTheRedrawStillBeingWritten) {
+  EXPECT_EQ(ms::latest_redraw("no carriage return"), "");
+  EXPECT_EQ(ms::latest_redraw("\r 10%|#"), "");  // the only redraw may still be cut
+  EXPECT_EQ(ms::latest_redraw("\r 10%|#\r 20%|##\r 3"), " 20%|##");
+  EXPECT_EQ(ms::latest_redraw("\r 10%|#\r 20%|##\r"), " 20%|##");
+  EXPECT_EQ(ms::latest_redraw("start\r"), "start");
+  EXPECT_EQ(ms::latest_redraw("\r 10%\r\r"), " 10%");
+}
+
+TEST(FoldNodeset, FoldsTheLastNumberOfNames) {
+  EXPECT_EQ(ms::fold_nodeset({"node01", "node02", "node03", "node07"}), "node[01-03,07]");
+  EXPECT_EQ(ms::fold_nodeset({"198.18.2.3", "198.18.2.1", "198.18.2.2", "198.18.2.9"}),
+            "198.18.2.[1-3,9]");
+  EXPECT_EQ(ms::fold_nodeset({"n9", "n10", "n11"}), "n[9-11]");
+  EXPECT_EQ(ms::fold_nodeset({"n09", "n10"}), "n[09-10]");
+  EXPECT_EQ(ms::fold_nodeset({"n9", "n010"}), "n[9,010]");
+  EXPECT_EQ(ms::fold_nodeset({"solo"}), "solo");
+  EXPECT_EQ(ms::fold_nodeset({"a", "b1", "b1", "b2", "a"}), "a,b[1-2]");
+  EXPECT_EQ(ms::fold_nodeset({"r1n1", "r1n2", "r2n1"}), "r1n[1-2],r2n1");
+}
+
+TEST(FoldNodeset, ExpandsBackToTheSameNames) {
+  Strings names{"gpu001", "gpu002", "gpu003", "gpu010", "gpu011", "login", "x7y"};
+  Strings back;
+  std::string folded = ms::fold_nodeset(names);
+  // Commas inside brackets belong to the group; split at the others.
+  size_t depth = 0, start = 0;
+  for (size_t i = 0; i <= folded.size(); ++i) {
+    if (i < folded.size() && folded[i] == '[') ++depth;
+    if (i < folded.size() && folded[i] == ']') --depth;
+    if (i == folded.size() || (folded[i] == ',' && depth == 0)) {
+      for (auto& n : ms::expand_nodeset(folded.substr(start, i - start))) back.push_back(n);
+      start = i + 1;
+    }
+  }
+  std::sort(back.begin(), back.end());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(back, names);
+}
+
+// ------------------------------------------------------------------------------------------------
+
+class Console : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/console_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    config_.log_dir = dir_;
+    config_.console_out = ::open((dir_ + "/out").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    config_.console_err = ::open((dir_ + "/err").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(config_.console_out, 0);
+    ASSERT_GE(config_.console_err, 0);
+    config_.clock = [this] { return now_; };
+  }
+  void TearDown() override {
+    ::close(config_.console_out);
+    ::close(config_.console_err);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string file(const std::string& name) const {
+    std::ifstream in(dir_ + "/" + name, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  void advance(int ms) { now_ += std::chrono::milliseconds(ms); }
+
+  std::string dir_;
+  ms::OutputConfig config_;
+  Clock::time_point now_ = kT0;
+};
+
+TEST_F(Console, TimestampsMarkConsoleLinesAndOptionallyLogLines) {
+  config_.timestamps = true;
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "plain.log", true);
+  o.data(p, false, "one\ntw");
+  advance(1000);
+  o.data(p, false, "o\n");
+  o.flush();
+  EXPECT_EQ(file("out"),
+            "2026-11-30T23:26:11.499Z [0@h] one\n2026-11-30T23:26:12.499Z [0@h] two\n");
+  EXPECT_EQ(file("plain.log"), "one\ntwo\n");  // logs stay raw without --log_timestamps
+}
+
+TEST_F(Console, LogTimestampsStampEveryLineOnceEvenWhenItComesInPieces) {
+  config_.log_timestamps = true;
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "w.log", true);
+  o.data(p, false, "a\nb");
+  advance(5);
+  o.data(p, true, "e\n");
+  o.data(p, false, "c\n");
+  o.finish(p);
+  o.flush();
+  EXPECT_EQ(file("w.log"),
+            "2026-11-30T23:26:11.499Z a\n2026-11-30T23:26:11.504Z e\n"
+            "2026-11-30T23:26:11.504Z bc\n");
+  EXPECT_EQ(file("out"), "[0@h] a\n[0@h] bc\n");  // the console has no stamps without --timestamps
+}
+
+TEST_F(Console, AProgressBarShowsItsNewestRedrawNoMoreThanOncePerInterval) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "w.log", true);
+  o.data(p, true, "\r  0%|    |\r 25%|#   |\r 5");
+  o.flush();  // " 25%|#   |" is complete; " 5" may be cut
+  o.data(p, true, "0%|##  |\r 75%|### |\r");
+  o.flush();  // within the interval: nothing new on the console
+  advance(1000);
+  o.flush();
+  o.data(p, true, "100%|####|\n");
+  o.flush();
+  EXPECT_EQ(file("err"), "[0@h err]  25%|#   |\n[0@h err]  75%|### |\n[0@h err] 100%|####|\n");
+  EXPECT_EQ(file("w.log"), "\r  0%|    |\r 25%|#   |\r 50%|##  |\r 75%|### |\r100%|####|\n");
+}
+
+TEST_F(Console, GatherPrintsLinesOfManyRanksOnceUnderTheirRankAndHostSets) {
+  config_.gather = true;
+  ms::Output o(config_);
+  Strings hosts{"node01", "node01", "node02", "node02"};
+  std::vector<int> procs;
+  for (int r = 0; r < 4; ++r)
+    procs.push_back(o.add_process(std::to_string(r) + "@" + hosts[static_cast<size_t>(r)],
+                                  "w" + std::to_string(r) + ".log", true, r,
+                                  hosts[static_cast<size_t>(r)]));
+  int sched = o.add_process("sched@node01", "s.log", true, -1, "node01");
+  for (int p : procs) o.data(p, false, "Epoch 3 done\n");
+  o.data(procs[2], false, "odd one\n");
+  o.data(sched, false, "Epoch 3 done\n");
+  o.flush();
+  EXPECT_EQ(file("out"), "");  // within the window
+  EXPECT_GE(o.due_in_ms(), 1);
+  advance(999);
+  o.flush();
+  EXPECT_EQ(file("out"), "");
+  advance(1);
+  o.flush();
+  EXPECT_EQ(file("out"), "[sched,0-3@node[01-02]] Epoch 3 done\n[2@node02] odd one\n");
+  EXPECT_LT(o.due_in_ms(), 0);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(file("w" + std::to_string(r) + ".log"),
+              r == 2 ? "Epoch 3 done\nodd one\n" : "Epoch 3 done\n");
+}
+
+TEST_F(Console, GatherKeepsTheOrderOfEveryRanksLines) {
+  config_.gather = true;
+  ms::Output o(config_);
+  int a = o.add_process("0@h1", "a.log", true, 0, "h1");
+  int b = o.add_process("1@h2", "b.log", true, 1, "h2");
+  o.data(a, false, "x\n");
+  o.data(b, false, "y\n");
+  o.data(b, false, "x\n");  // must not join a's "x", which would print it before b's "y"
+  o.data(a, false, "y\n");  // joins b's "y"
+  o.drain();
+  EXPECT_EQ(file("out"), "[0@h1] x\n[0-1@h[1-2]] y\n[1@h2] x\n");
+}
+
+TEST_F(Console, GatherSeparatesStreamsAndLinesOutsideTheWindow) {
+  config_.gather = true;
+  ms::Output o(config_);
+  int a = o.add_process("0@h1 a2", "a.log", true, 0, "h1");
+  int b = o.add_process("1@h1 a2", "b.log", true, 1, "h1");
+  o.data(a, true, "warn\n");
+  o.data(b, false, "warn\n");
+  advance(1500);
+  o.data(b, true, "warn\n");  // the first group's window has passed
+  o.flush();
+  advance(1000);
+  o.data(a, true, "late\n");
+  o.data(b, true, "late\n");
+  o.drain();
+  EXPECT_EQ(file("out"), "[1@h1 a2] warn\n");
+  EXPECT_EQ(file("err"), "[0@h1 a2 err] warn\n[1@h1 a2 err] warn\n[0-1@h1 a2 err] late\n");
+}
+
+TEST_F(Console, AMessageComesAfterTheGatheredLinesBeforeIt) {
+  config_.gather = true;
+  ms::Output o(config_);
+  int a = o.add_process("0@h", "a.log", true, 0, "h");
+  o.data(a, true, "boom\n");
+  o.message("rank 0 failed");
+  EXPECT_EQ(file("err"), "[0@h err] boom\nmsrun-ssh: rank 0 failed\n");
+}
+
+TEST(Gatherer, BoundsWhatWaits) {
+  ms::Gatherer g(1000, false);
+  int s = g.add_source(0, "h", "", "[0@h] ", "[0@h err] ");
+  for (size_t i = 0; i < ms::Gatherer::kMaxPending + 10; ++i)
+    g.add(s, false, "line " + std::to_string(i), 0, "");
+  Strings out;
+  g.take(0, false, [&](bool, const std::string& l) { out.push_back(l); });
+  ASSERT_EQ(out.size(), 10u);
+  EXPECT_EQ(out[0], "[0@h] line 0\n");
+  EXPECT_EQ(g.pending(), ms::Gatherer::kMaxPending);
+}
+
+ms::Options parsed(Strings args) {
+  args.insert(args.end(), {"--hostfile", "h.toml", "train.py"});
+  return ms::parse_args(args, [](const char*) -> const char* { return nullptr; }).options;
+}
+
+TEST(ConsoleOptions, AreParsedAndCheckedOnTheCommandLine) {
+  EXPECT_FALSE(parsed({}).output_gather);
+  EXPECT_FALSE(parsed({}).timestamps);
+  EXPECT_FALSE(parsed({}).log_timestamps);
+  EXPECT_TRUE(parsed({"--output", "gather"}).output_gather);
+  EXPECT_FALSE(parsed({"--output=prefixed"}).output_gather);
+  EXPECT_TRUE(parsed({"--timestamps"}).timestamps);
+  EXPECT_TRUE(parsed({"--log_timestamps=True"}).log_timestamps);
+  try {
+    parsed({"--output", "clubak"});
+    FAIL() << "accepted --output clubak";
+  } catch (const ms::InputError& e) {
+    EXPECT_STREQ(e.what(), "--output=clubak: expects prefixed or gather");
+  }
+}
+
+}  // namespace
