@@ -9,6 +9,7 @@ results.md into --out. See docs/benchmarks.md for what is measured and why.
   bench/bench.py                          # everything, 5 repetitions
   bench/bench.py --suite launch --reps 7 --sizes 1,16,64,128
   bench/bench.py --suite relay --tools msrun-ssh,mpirun
+  bench/bench.py --suite login --reps 3 --login-sizes 16,64 --login-ppn 1,8
   bench/bench.py --plot docs/benchmarks    # also draw docs/benchmarks-launch.png (matplotlib)
 
 Needs root (network namespaces), a release build of msrun-ssh (--msrun), pdsh, clush, mpirun.
@@ -58,10 +59,14 @@ class Tools:
             return {"PDSH_SSH_ARGS_APPEND": f"-F {self.c.ssh_config}"}
         return {}
 
-    def argv(self, tool, addrs, program, log_dir, toml):
+    def argv(self, tool, addrs, program, log_dir, toml, ppn=1):
+        """`ppn` processes of `program` per host: msrun-ssh's host file says so (toml), mpirun
+        gets HOST:ppn, and pdsh/clush run one remote shell per host that starts them all."""
         if tool == "msrun-ssh":
             return [self.msrun, "--hostfile", toml, "--log_dir", log_dir, "--fanout", str(FANOUT),
                     program]
+        if ppn > 1 and tool in ("pdsh", "clush"):
+            program = f"for i in $(seq {ppn}); do {program} & done; wait"
         if tool == "pdsh":
             return ["pdsh", "-R", "ssh", "-f", str(FANOUT), "-w", ",".join(addrs), program]
         if tool == "clush":
@@ -71,7 +76,8 @@ class Tools:
             # Open MPI's default tree spawn is kept: it is the design we compare with. The OOB
             # channel is pinned to the cluster's range so that nothing is tried elsewhere.
             argv = ["mpirun", "--allow-run-as-root", "--oversubscribe",
-                    "--host", ",".join(a + ":1" for a in addrs), "-np", str(len(addrs)),
+                    "--host", ",".join(f"{a}:{ppn}" for a in addrs),
+                    "-np", str(len(addrs) * ppn),
                     "--mca", "plm_rsh_agent", self.ompi_agent,
                     "--mca", "plm_rsh_args", f"-F {self.c.ssh_config}",
                     "--mca", "plm_rsh_num_concurrent", str(FANOUT),
@@ -102,7 +108,7 @@ def rotated(tools, rep):
     return tools[k:] + tools[:k]
 
 
-def one_run(args, tools, tool, addrs, program, toml, *, relay=False, sample=None, tag=""):
+def one_run(args, tools, tool, addrs, program, toml, *, relay=False, sample=None, tag="", ppn=1):
     """One measured run; retried (bounded) when the cluster vanished under it."""
     for _ in range(3):
         # A new directory per run, all removed at the end of the batch: deleting the last run's
@@ -118,7 +124,7 @@ def one_run(args, tools, tool, addrs, program, toml, *, relay=False, sample=None
         # files themselves; in the relay their console goes to /dev/null.
         stdout_file = None if relay and tool in ("msrun-ssh", "mpirun") else out
         uses_logs = tool == "msrun-ssh" or (relay and tool == "mpirun")
-        argv = tools.argv(tool, addrs, program, log_dir if uses_logs else None, toml)
+        argv = tools.argv(tool, addrs, program, log_dir if uses_logs else None, toml, ppn)
         r = common.run_measured(argv, env=tools.env(tool), stdout=stdout_file,
                                 timeout_s=args.timeout, sample=sample)
         r["leftover"] = common.wait_settled(args.settle_ns, args.baseline.get(args.settle_ns, 0))
@@ -175,9 +181,36 @@ def bench_launch(args, tools, results, sample=None, key="launch", sizes=None):
                 extra = f" tree_peak={r.get('tree_peak_kb', 0) / 1024:.1f}MB" if sample else ""
                 log(f"{key} rep {rep} n={n:3} {tool:9} wall {r['wall']:.3f}s cpu "
                     f"{r['cpu'] * 1000 / n:7.2f} ms/host (waited {r['own_cpu'] * 1000 / n:6.2f}) "
+                    f"machine {r['machine_cpu']:.2f}s "
                     f"orphans {r['orphans']:3} maxrss {r['maxrss_kb'] / 1024:.1f}MB"
                     f"{extra} left {r['leftover']}{'' if r['ok'] else ' FAILED'}")
         common.save_json(os.path.join(args.out, "results.json"), results)
+
+
+def bench_login(args, tools, results):
+    """Start-up under a real login rc: every farm address's rc burns --login-rc-cpu seconds of CPU
+    (as `conda init` does), then `ppn` processes of /bin/true per host start, on --login-sizes
+    hosts; the tools alternate run by run."""
+    runs = results.setdefault("login", {"rc_cpu_s": args.login_rc_cpu, "runs": {}})["runs"]
+    args.settle_ns = "msrs-farm"
+    args.cluster.login_rc(args.login_rc_cpu)
+    try:
+        for rep in range(args.reps):
+            for n in args.login_sizes:
+                for ppn in args.login_ppn:
+                    addrs = args.cluster.farm_addrs[:n]
+                    toml = args.cluster.write_toml(
+                        os.path.join(args.work, f"login{n}x{ppn}.toml"), addrs, ppn)
+                    for tool in rotated(args.tools, rep + n + ppn):
+                        r = one_run(args, tools, tool, addrs, "/bin/true", toml, ppn=ppn,
+                                    tag=f"login n={n} ppn={ppn} rep={rep}")
+                        runs.setdefault(tool, {}).setdefault(f"{n}x{ppn}", []).append(r)
+                        log(f"login rep {rep} n={n:3} ppn={ppn} {tool:9} wall {r['wall']:.2f}s "
+                            f"launcher cpu {r['cpu']:.2f}s machine cpu {r['machine_cpu']:.1f}s"
+                            f"{'' if r['ok'] else ' FAILED'}")
+            common.save_json(os.path.join(args.out, "results.json"), results)
+    finally:
+        args.cluster.login_rc(0)
 
 
 def make_relay_program(work, mb):
@@ -266,10 +299,14 @@ def size_cells(runs, tool, sizes, value, scale, digits):
 def launch_tables(results, key="launch"):
     runs = results.get(key, {})
     sizes = sorted({int(n) for t in runs.values() for n in t})
+    if not sizes:
+        return ""
     lines = []
     for title, fn, scale, digits in [
         ("wall time, s", lambda r, n: r["wall"], 1, 3),
         ("launcher CPU (user+sys, with children) per host, ms", lambda r, n: r["cpu"] / n, 1000, 2),
+        ("machine-wide CPU during the run (/proc/stat: launcher, hosts' sshd and processes), s",
+         lambda r, n: r.get("machine_cpu"), 1, 2),
     ]:
         lines.append(f"\n{title}: median (min–max)\n")
         lines.append("| tool | " + " | ".join(f"{n} hosts" for n in sizes) + " |")
@@ -283,6 +320,30 @@ def launch_tables(results, key="launch"):
             cells = size_cells(runs, "mpirun", sizes, lambda r, n: r["own_cpu"] / n, scale, digits)
             lines.append("| mpirun, wait4 only (its ssh children that it did not wait for left "
                          "out) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def login_table(results):
+    login = results.get("login")
+    if not login:
+        return ""
+    runs = login["runs"]
+    configs = sorted({c for t in runs.values() for c in t},
+                     key=lambda c: tuple(int(x) for x in c.split("x")))
+    lines = [f"\nstart-up under a login rc burning {login['rc_cpu_s']} s of CPU, /bin/true x "
+             "processes per host: wall s / machine-wide CPU s, median (min–max)\n",
+             "| tool | " + " | ".join(f"{c.split('x')[0]} hosts x {c.split('x')[1]}" for c in configs)
+             + " |", "|---|" + "---|" * len(configs)]
+    for tool in TOOLS:
+        if tool not in runs:
+            continue
+        cells = []
+        for c in configs:
+            rs = [r for r in runs[tool].get(c, []) if r["ok"]]
+            wall = common.summarize([r["wall"] for r in rs])
+            busy = common.summarize([r.get("machine_cpu") for r in rs])
+            cells.append(f"{fmt_stat(wall, 1, 2)} / {fmt_stat(busy, 1, 1)}")
+        lines.append(f"| {tool} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -394,8 +455,8 @@ def write_markdown(args, results):
     text = ["# msrun-ssh benchmark results", "", "```"]
     for k, v in results.get("machine", {}).items():
         text.append(f"{k}: {v}")
-    text += ["```", launch_tables(results), memory_table(results), relay_table(results),
-             check_table(results), ""]
+    text += ["```", launch_tables(results), login_table(results), memory_table(results),
+             relay_table(results), check_table(results), ""]
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(text))
     print("\n".join(text))
@@ -404,12 +465,17 @@ def write_markdown(args, results):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--suite", default="launch,memory,relay,check",
-                   help="comma list of launch, memory, relay, check (default: all)")
+                   help="comma list of launch, memory, relay, check, login (default: all but "
+                        "login, which takes long)")
     p.add_argument("--tools", default=",".join(TOOLS))
     p.add_argument("--sizes", default="1,16,64,128", help="launch: host counts")
     p.add_argument("--mem-sizes", default="16,64,128")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--mem-reps", type=int, default=5)
+    p.add_argument("--login-sizes", default="16,64", help="login: host counts")
+    p.add_argument("--login-ppn", default="1,8", help="login: processes per host")
+    p.add_argument("--login-rc-cpu", type=float, default=0.3,
+                   help="login: CPU seconds the login rc burns")
     p.add_argument("--relay-mb", type=int, default=50, help="MB printed by each of the 4 processes")
     p.add_argument("--msrun", default=common.DEFAULT_MSRUN)
     p.add_argument("--work", default="/tmp/msrun-bench", help="scratch directory (wiped)")
@@ -423,6 +489,8 @@ def main():
     args.tools = [t for t in args.tools.split(",") if t]
     args.sizes = [int(n) for n in args.sizes.split(",")]
     args.mem_sizes = [int(n) for n in args.mem_sizes.split(",")]
+    args.login_sizes = [int(n) for n in args.login_sizes.split(",")]
+    args.login_ppn = [int(n) for n in args.login_ppn.split(",")]
     suites = args.suite.split(",")
 
     if args.replot:
@@ -452,7 +520,7 @@ def main():
                "reps": args.reps, "fanout": FANOUT}
     os.makedirs(args.out, exist_ok=True)
     args.cluster = common.Cluster(os.path.join(args.work, "cluster"), 4,
-                                  max(args.sizes + args.mem_sizes))
+                                  max(args.sizes + args.mem_sizes + args.login_sizes))
     tools = Tools(args.cluster, msrun_copy, args.work)
     try:
         if not args.no_up:
@@ -466,6 +534,8 @@ def main():
             bench_relay(args, tools, results)
         if "check" in suites:
             bench_check(args, results)
+        if "login" in suites:
+            bench_login(args, tools, results)
     finally:
         if not args.keep_cluster:
             args.cluster.down()

@@ -79,6 +79,12 @@ class Cluster:
         return ("msrs-farm" in ns and f"msrs-node{self.hosts - 1}" in ns
                 and os.path.exists(os.path.join(self.dir, "cluster.env")))
 
+    def login_rc(self, cpu_seconds):
+        """Every farm address's login rc burns cpu_seconds of CPU from the next login on (0:
+        clean again); see `cluster.sh burnrc`."""
+        subprocess.run(["bash", CLUSTER_SH, "burnrc", "farm", str(cpu_seconds)], check=True,
+                       timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     def write_toml(self, path, addrs, workers, extra=""):
         with open(path, "w") as f:
             f.write("[defaults]\nuser = \"root\"\nport = 22\n")
@@ -247,6 +253,17 @@ def reap_orphans(max_wait_s=10):
         time.sleep(0.02)
 
 
+def machine_busy_s():
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: user, nice, system,
+    irq, softirq, steal; not idle or iowait). On one machine the simulated hosts share the CPUs
+    with the launcher, so the difference over a run is what bounds its wall time."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    assert fields[0] == "cpu"
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
     """Runs argv in its own process group and measures it. Returns:
       wall       seconds from fork to the launcher's exit
@@ -254,6 +271,8 @@ def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
                  included (we are their subreaper): getrusage(RUSAGE_CHILDREN) before and after
       user, sys  the same, split
       own_cpu    user+sys from wait4 (the launcher and the descendants it waited for itself)
+      machine_cpu  busy CPU seconds of the whole machine from fork to exit (/proc/stat): the
+                 launcher, the simulated hosts' sshd and processes, and anything else running
       maxrss_kb  ru_maxrss from wait4: the peak RSS of the largest single process of the tree
       rc, timeout, orphans
     and, with `sample` ("tree" or "root"), sampled peaks (see Sampler). On timeout the whole group
@@ -264,6 +283,7 @@ def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
     full_env.update(env or {})
     out = open(stdout, "wb") if stdout else subprocess.DEVNULL
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0 = machine_busy_s()
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -284,6 +304,7 @@ def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
         sampler.start()
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
+    machine_cpu = machine_busy_s() - busy0
     timer.cancel()
     if sampler:
         sampler.stop.set()
@@ -302,6 +323,7 @@ def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
     sys_ = ru1.ru_stime - ru0.ru_stime
     r = {"wall": wall, "user": user, "sys": sys_, "cpu": user + sys_,
          "own_cpu": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
+         "machine_cpu": machine_cpu,
          "rc": proc.returncode, "timeout": timed_out.is_set(), "orphans": orphans}
     if sampler:
         r.update(tree_peak_kb=sampler.tree_peak_kb, root_peak_kb=sampler.root_peak_kb,

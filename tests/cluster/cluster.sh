@@ -34,6 +34,8 @@
 #   sshd-stop I | sshd-start I          kill all sshd processes of host I / start sshd again
 #   slowrc I SECONDS                    host I's login rc takes SECONDS from the next login on (as
 #                                       conda init or module load do); 0: clean again
+#   burnrc I CPU_SECONDS                host I's login rc burns CPU_SECONDS of CPU in a python3
+#                                       start-up (as `conda init` does); 0: clean again
 #   status                              one line per namespace
 # I is a host index (0..N-1) or the word "farm".
 #
@@ -89,7 +91,7 @@ usage() {
 usage: cluster.sh up --dir DIR --hosts N [--farm M]
        cluster.sh down [--dir DIR]
        cluster.sh pids I | ps I | cut I | heal I | sshd-stop I | sshd-start I
-       cluster.sh slowrc I SECONDS
+       cluster.sh slowrc I SECONDS | burnrc I CPU_SECONDS
        cluster.sh status
 I is a host index (0..N-1) or "farm". See the comment at the top of this script.
 EOF
@@ -408,12 +410,17 @@ write_host_files() {
   write_rc "$hdir/bashrc" 0
 }
 
-# write_rc FILE SECONDS: the login rc of a host; SECONDS > 0 makes it as slow as a real one
-# (conda init, module load): a `sleep` in the login shell's process group, before the command.
+# write_rc FILE SECONDS [burn]: the login rc of a host; SECONDS > 0 makes it as slow as a real one
+# (conda init, module load): a `sleep` in the login shell's process group, before the command;
+# with "burn", a python3 that spins SECONDS of CPU time instead (conda's hook is a python start-up).
 # Written in place (same inode): the host's bind mount keeps showing it.
 write_rc() {
   if [[ $2 == 0 ]]; then
     printf '# test-cluster host: no login customisation (cluster.sh slowrc changes it)\n' >"$1"
+  elif [[ ${3:-} == burn ]]; then
+    printf '# test-cluster host: a login rc that burns CPU (cluster.sh burnrc)\n%s\n' \
+      "python3 -c 'import time; t = time.process_time()
+while time.process_time() - t < $2: pass'" >"$1"
   else
     printf '# test-cluster host: a slow login rc (cluster.sh slowrc)\nsleep %s\n' "$2" >"$1"
   fi
@@ -795,8 +802,10 @@ cmd_sshd_start() {
 
 # slowrc I SECONDS: from the next login on, host I's login shell takes SECONDS before it runs
 # any command (0: clean again). The rc file is found through the host's init's arguments.
+# burnrc I CPU_SECONDS: the same, but the rc burns CPU_SECONDS of CPU.
 cmd_slowrc() {
-  (($# == 2)) || die "slowrc wants a host and a number of seconds"
+  local kind=${RC_KIND:-}
+  (($# == 2)) || die "slowrc/burnrc want a host and a number of seconds"
   local seconds=$2
   [[ $seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "slowrc: '$seconds' is not a number of seconds"
   host_command "$1"
@@ -804,8 +813,8 @@ cmd_slowrc() {
   init=$(ns_init_pid "$HOST_NS") || die "$HOST_NAME: the host's init is gone"
   config=$(tr '\0' '\n' <"/proc/$init/cmdline" | tail -n 1)
   [[ -f $config ]] || die "$HOST_NAME: cannot find the host's directory (from $config)"
-  write_rc "$(dirname "$config")/bashrc" "$seconds"
-  log "$HOST_NAME: login rc takes $seconds s"
+  write_rc "$(dirname "$config")/bashrc" "$seconds" "$kind"
+  log "$HOST_NAME: login rc takes $seconds s${kind:+ of CPU}"
 }
 
 cmd_status() {
@@ -848,6 +857,7 @@ main() {
     sshd-start) cmd_sshd_start "$@" ;;
     status) cmd_status "$@" ;;
     slowrc) cmd_slowrc "$@" ;;
+    burnrc) RC_KIND=burn cmd_slowrc "$@" ;;
     -h | --help | help) usage ;;
     *)
       usage >&2
