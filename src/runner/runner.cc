@@ -291,23 +291,38 @@ bool Runner::start_watchdogs() {
     hosts_[h].last_echo_ms = now;
     put(host_of_watchdog_, hosts_[h].watchdog, static_cast<int>(h));
   }
-  double deadline = now + options_.connect_timeout * 1000;
-  auto all_ready = [&] {
-    return std::all_of(hosts_.begin(), hosts_.end(), [](const HostState& h) { return h.ready; });
+  // The deadline follows progress: a host is late only when --connect_timeout has passed since
+  // the last watchdog became ready. Hundreds of hosts starting on loaded machines (or slow login
+  // rcs) keep the start going as long as some still come up; --cluster_time_out bounds it all.
+  const double step = options_.connect_timeout * 1000;
+  const double cap = now + std::max(step, options_.cluster_time_out * 1000.0);
+  double deadline = now + step;
+  auto ready_count = [&] {
+    return static_cast<size_t>(
+        std::count_if(hosts_.begin(), hosts_.end(), [](const HostState& h) { return h.ready; }));
   };
+  size_t ready = 0;
   // Heartbeats go out while slower hosts start: a watchdog already running gives up on a silent
   // launcher after 2 heartbeats, which --connect_timeout may exceed.
   next_beat_ms_ = now + heartbeat_ms_;
-  while (!all_ready() && exit_code_ < 0 && t_.now_ms() < deadline) {
+  while (ready < hosts_.size() && exit_code_ < 0 && t_.now_ms() < deadline) {
     if (t_.now_ms() >= next_beat_ms_) beat();
     t_.poll(static_cast<int>(std::max(1.0, std::min(deadline, next_beat_ms_) - t_.now_ms())),
             [&](const TransportEvent& e) { handle(e); });
+    if (size_t n = ready_count(); n > ready) {
+      ready = n;
+      deadline = std::min(cap, std::max(deadline, t_.now_ms() + step));
+    }
   }
-  if (all_ready() && exit_code_ < 0) return true;
+  if (ready == hosts_.size() && exit_code_ < 0) return true;
   for (size_t h = 0; h < hosts_.size(); ++h)
     if (!hosts_[h].ready && exit_code_ < 0)
-      fail(kExitHostFailure, fmt::format("the watchdog on {} did not start within {:g} s",
-                                         host_name(h), options_.connect_timeout));
+      fail(kExitHostFailure,
+           ready == 0 ? fmt::format("the watchdog on {} did not start within {:g} s", host_name(h),
+                                    options_.connect_timeout)
+                      : fmt::format("the watchdog on {} did not start within {:g} s of the last "
+                                    "host that did ({} of {} ready)",
+                                    host_name(h), options_.connect_timeout, ready, hosts_.size()));
   return false;
 }
 

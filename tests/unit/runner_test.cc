@@ -481,6 +481,30 @@ TEST_F(Runner, HostLostAfterEveryProcessEndedKeepsTheJobsStatus) {
             "by peer\n");
 }
 
+TEST_F(Runner, SlowHostsThatKeepComingUpAreWaitedFor) {
+  // Hosts whose watchdogs come up one after another, each within --connect_timeout (10 s) of the
+  // one before, but the last 24 s after the start: a slow start, not a failure (#15).
+  plan_ = make_plan({1, 1, 1});
+  HostScript slow = host({exits(1)}), slower = host({exits(1)});
+  slow.ready_after = 8;
+  slower.ready_after = 16;
+  FakeTransport fake({host({exits(1)}), slow, slower});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), Strings(3, "exit 0"));
+  EXPECT_EQ(console_err(), "");
+}
+
+TEST_F(Runner, TheStartIsBoundedByTheClusterTimeOut) {
+  plan_ = make_plan({1, 1});
+  options_.cluster_time_out = 12;
+  HostScript slow = host({exits(1)}), mute = host({exits(1)});
+  slow.ready_after = 8;
+  mute.watchdog_answers = false;
+  FakeTransport fake({slow, mute});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{12000});  // not 8 s + 10 s
+}
+
 TEST_F(Runner, WatchdogThatNeverSaysReadyFailsWithinTheConnectTimeout) {
   plan_ = make_plan({2, 2});
   HostScript mute = host();
@@ -488,12 +512,13 @@ TEST_F(Runner, WatchdogThatNeverSaysReadyFailsWithinTheConnectTimeout) {
   FakeTransport fake({host(), mute});
   EXPECT_EQ(run(fake), 255);
   EXPECT_EQ(fake.process_execs(), 0u);
-  EXPECT_EQ(fake.control_times(0, 'k'), Times{10000});
+  // 10 s after the last watchdog that became ready (node0's, at 10 ms).
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{10010});
   EXPECT_EQ(statuses(), Strings(4, "not started"));
   EXPECT_EQ(failed(), std::vector<bool>(4, true));
   EXPECT_EQ(console_err(),
-            "msrun-ssh: the watchdog on node1 did not start within 10 s; stopping the job on "
-            "every host\n");
+            "msrun-ssh: the watchdog on node1 did not start within 10 s of the last host that did "
+            "(1 of 2 ready); stopping the job on every host\n");
   // The mute host is given up as lost once silent for 2 heartbeats + 2 s since its exec.
   ASSERT_EQ(fake.drops.size(), 1u);
   EXPECT_EQ(fake.drops[0].first, 1u);
