@@ -85,6 +85,7 @@ class Runner {
   void read_signals();
   void beat();
   void check_heartbeats(double now);
+  double starved_limit_ms() const;
   void lose_host(size_t host, const std::string& why);
   // Ends the job with `status` (the first call decides it); `how`: the watchdogs' teardown byte.
   void fail(int status, const std::string& why, char how = kTeardown);

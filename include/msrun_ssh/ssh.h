@@ -119,6 +119,7 @@ class SshPool : public Transport {
   void watch_fd(int fd) override;
   void unwatch_fd(int fd) override;
   void drop_host(size_t host) override;
+  Liveness tcp_liveness(size_t host, double within_ms) const override;
   void poll(int timeout_ms, const EventHandler& handler) override;
   double now_ms() const override;
 

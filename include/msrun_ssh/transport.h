@@ -58,6 +58,13 @@ class Transport {
   // Forgets a host that stopped answering: its channels are dropped without further events and
   // without waiting for the peer (a cut-off host would never answer a goodbye).
   virtual void drop_host(size_t host) = 0;
+  // Whether host `host`'s TCP stack has acknowledged everything we sent, or acknowledged something
+  // within the last `within_ms`: its kernel is alive even when nothing on it answers (a host
+  // starved of CPU). kUnknown where the transport cannot tell.
+  enum class Liveness { kUnknown, kAcking, kSilent };
+  virtual Liveness tcp_liveness(size_t /*host*/, double /*within_ms*/) const {
+    return Liveness::kUnknown;
+  }
   // Waits at most `timeout_ms` (-1: no limit) for events and hands each to `handler`.
   virtual void poll(int timeout_ms, const EventHandler& handler) = 0;
   // Monotonic milliseconds; the fake transport's clock is under the test's control.

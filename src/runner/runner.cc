@@ -360,15 +360,23 @@ void Runner::beat() {
   next_beat_ms_ = t_.now_ms() + heartbeat_ms_;
 }
 
+// A host is lost when its watchdog has not echoed for 2 heartbeats (+ slack), unless the host's
+// TCP stack still acknowledges what we send: then the host is alive but starved of CPU (or its
+// watchdog is stuck) and gets up to starved_limit_ms() before it counts as lost.
 void Runner::check_heartbeats(double now) {
   for (size_t h = 0; h < hosts_.size(); ++h) {
     const HostState& s = hosts_[h];
     if (s.lost || s.watchdog_closed) continue;
     double silent = now - s.last_echo_ms;
-    if (silent > 2 * heartbeat_ms_ + kEchoSlackMs)
-      lose_host(h, fmt::format("no answer to heartbeats for {:.1f} s", silent / 1000));
+    if (silent <= 2 * heartbeat_ms_ + kEchoSlackMs) continue;
+    bool acking = t_.tcp_liveness(h, 2 * heartbeat_ms_) == Transport::Liveness::kAcking;
+    if (acking && silent <= starved_limit_ms()) continue;
+    lose_host(h, fmt::format("no answer to heartbeats for {:.1f} s{}", silent / 1000,
+                             acking ? " (its TCP still acknowledges: starved or stuck)" : ""));
   }
 }
+
+double Runner::starved_limit_ms() const { return std::max(60000.0, 10 * heartbeat_ms_); }
 
 // --timeout and --hang_timeout, while the job runs. The silence rule is output from any process:
 // a hang in one rank usually silences all of them (they wait for it in a collective), and it
@@ -403,9 +411,15 @@ int Runner::timeout_ms(double now) const {
   }
   if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
-  for (const HostState& h : hosts_)
-    if (!h.lost && !h.watchdog_closed)
-      until = std::min(until, h.last_echo_ms + 2 * heartbeat_ms_ + kEchoSlackMs);
+  for (const HostState& h : hosts_) {
+    if (h.lost || h.watchdog_closed) continue;
+    double due = h.last_echo_ms + 2 * heartbeat_ms_ + kEchoSlackMs;
+    // A silent host that still acknowledges at the TCP level is looked at again every heartbeat.
+    if (due <= now && t_.tcp_liveness(static_cast<size_t>(&h - hosts_.data()), 2 * heartbeat_ms_) ==
+                          Transport::Liveness::kAcking)
+      due = std::min(h.last_echo_ms + starved_limit_ms(), now + heartbeat_ms_);
+    until = std::min(until, due);
+  }
   // Gathered console lines go out when their window has passed, not at the next event.
   if (int due = out_.due_in_ms(); due >= 0) until = std::min(until, now + due);
   return static_cast<int>(std::clamp(std::ceil(until - now), 1.0, 60000.0));

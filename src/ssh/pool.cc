@@ -2,12 +2,15 @@
 #include <fmt/format.h>
 #include <libssh/callbacks.h>
 #include <libssh/libssh.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -881,6 +884,22 @@ void SshPool::drop_host(size_t host) {
     if (impl_->conns[i].host == host && impl_->conns[i].session)
       impl_->drop_conn(i, Impl::ConnState::kFailed);
   impl_->lost_hosts.insert(host);
+}
+
+// TCP_INFO of every live connection to the host: all sent data acknowledged, or an ACK within
+// `within_ms`, means the host's kernel answers.
+Transport::Liveness SshPool::tcp_liveness(size_t host, double within_ms) const {
+  Liveness out = Liveness::kUnknown;
+  for (const auto& c : impl_->conns) {
+    if (c.host != host || !c.session) continue;
+    struct tcp_info info {};
+    socklen_t len = sizeof info;
+    int fd = ssh_get_fd(c.session);
+    if (fd < 0 || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+    if (info.tcpi_unacked == 0 || info.tcpi_last_ack_recv <= within_ms) return Liveness::kAcking;
+    out = Liveness::kSilent;
+  }
+  return out;
 }
 
 void SshPool::watch_fd(int fd) { impl_->watch_fd(fd); }

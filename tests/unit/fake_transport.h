@@ -58,7 +58,8 @@ struct HostScript {
   double teardown_delay = 0.1;   // s from 'q' / 'k' to the SIGTERM of every process left
   double kill_delay = 0.01;      // s from 'K' to the SIGKILL (also after the grace, for survivors)
   double silent_from = -1;       // from then on nothing at all comes from the host (cut off)
-  double lost_at = -1;           // then the transport reports kHostLost
+  bool tcp_acks = false;  // tcp_liveness() says kAcking until silent_from (default: kUnknown)
+  double lost_at = -1;    // then the transport reports kHostLost
   std::string lost_reason = "connection reset by peer";
   double watchdog_exits_at = -1;         // then the watchdog channel closes by itself
   std::vector<std::string> sweep_lines;  // printed by the watchdog when it sweeps ("killed ...")
@@ -278,6 +279,11 @@ class FakeTransport : public Transport {
   }
   void after(double seconds, std::function<void()> fn) {
     schedule(now_ + ms(seconds), std::move(fn));
+  }
+
+  Liveness tcp_liveness(size_t host, double) const override {
+    if (!script(host).tcp_acks) return Liveness::kUnknown;
+    return silent(host) ? Liveness::kSilent : Liveness::kAcking;
   }
 
   bool silent(size_t host) const {

@@ -481,6 +481,33 @@ TEST_F(Runner, HostLostAfterEveryProcessEndedKeepsTheJobsStatus) {
             "by peer\n");
 }
 
+TEST_F(Runner, AStarvedHostWhoseTcpStillAcknowledgesIsNotLost) {
+  // The watchdog answers each heartbeat 20 s late (its host has no CPU to spare), but the host's
+  // kernel acknowledges everything: slower, not lost (#15).
+  plan_ = make_plan({1, 1});
+  HostScript starved = host({exits(45)});
+  starved.echo_delay = 20;
+  starved.tcp_acks = true;
+  FakeTransport fake({host({exits(45)}), starved});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), Strings(2, "exit 0"));
+  EXPECT_EQ(console_err(), "");
+}
+
+TEST_F(Runner, AHostThatAcknowledgesButNeverAnswersIsLostAfterTheStarvedLimit) {
+  plan_ = make_plan({1, 1});
+  HostScript stuck = host({exits(600)});
+  stuck.echoes = false;
+  stuck.tcp_acks = true;
+  FakeTransport fake({host({exits(600)}), stuck});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_NE(console_err().find("msrun-ssh: host node1 lost: no answer to heartbeats for 60."),
+            std::string::npos)
+      << console_err();
+  EXPECT_NE(console_err().find("(its TCP still acknowledges: starved or stuck)"),
+            std::string::npos);
+}
+
 TEST_F(Runner, SlowHostsThatKeepComingUpAreWaitedFor) {
   // Hosts whose watchdogs come up one after another, each within --connect_timeout (10 s) of the
   // one before, but the last 24 s after the start: a slow start, not a failure (#15).
