@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Format (clang-format, .clang-format) and static analysis (clang-tidy, .clang-tidy) of the C++
-# sources; fails on any difference or warning. Needs a configured build/ (compile_commands.json).
+# sources, and shellcheck of the programs run on remote hosts (src/remote/*.sh); fails on any
+# difference or finding. Needs a configured build/ (compile_commands.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts=(src/remote/*.sh)
+echo "lint: shellcheck -s sh on ${#scripts[@]} files"
+shellcheck -s sh "${scripts[@]}"
 mapfile -t files < <(git ls-files 'src/*.cc' 'include/*.h' 'tests/*.cc' 'tests/*.h')
 echo "lint: clang-format on ${#files[@]} files"
 clang-format --dry-run --Werror "${files[@]}"

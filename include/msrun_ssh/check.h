@@ -3,15 +3,18 @@
 //
 // What it costs each host: one SSH connection (made twice when some other host failed to
 // connect: SshPool::connect_all closes every session on any failure) and at most three commands.
-//  1. one probe (probe_command): a POSIX sh script that prints `key=value` lines about the host
-//     (clock first, then OS, CPUs, NUMA, devices, workdir, disk, script checksum, python and
-//     imports, route to the master); parse_probe() reads them and evaluate_probe() turns them into
-//     verdicts. Every external program in it runs under `timeout`, and the only file it creates
-//     (an empty `.msrun-ssh-check.PID` in the workdir) is removed at once.
+//  1. one probe (probe_command): a POSIX sh script (src/remote/check_probe.sh) that prints
+//     `key=value` lines about the host (clock first, then OS, CPUs, NUMA, devices, workdir, disk,
+//     script checksum, python and imports, route to the master); parse_probe() reads them and
+//     evaluate_probe() turns them into verdicts. Every external program in it runs under `timeout`,
+//     and the only file it creates (an empty `.msrun-ssh-check.PID` in the workdir) is removed at
+//     once.
 //  2. on the master only, at the same time: a temporary TCP listener on 0.0.0.0:master_port
-//     (listener_command), bounded by its own deadline and ended as soon as its stdin closes.
+//     (listener_command: src/remote/python.sh, listen.sh, listen.py), bounded by its own deadline
+//     and ended as soon as its stdin closes.
 //  3. once it listens, on every host: one connection attempt to MASTER_IP:master_port
-//     (connect_command), bounded by --connect_timeout.
+//     (connect_command: src/remote/python.sh, connect.sh, connect.py), bounded by
+//     --connect_timeout.
 //
 // Checks, in column order, and their rules (pass / warn / fail; "skip" when not applicable):
 //   reachable      TCP + SSH banner. fail: refused, no route, timed out, name not resolved.

@@ -3,14 +3,14 @@
 // POSIX shell (sh, dash, bash, ksh, zsh) passes it on byte-exact: nothing is ever re-interpreted.
 //
 // Per job and host there are two kinds of command:
-//  - one watchdog (control channel), started first: it reads one byte at a time from the launcher,
-//    echoing heartbeats. 'h' is a heartbeat, 'q' ends a finished job, 'k' asks for a teardown
-//    (SIGTERM, grace, SIGKILL), 'K' for an immediate SIGKILL, 'a' for a teardown that first makes
-//    every Python process of the job print its stacks (SIGABRT with PYTHONFAULTHANDLER=1). When no
-//    byte arrives for the deadline or stdin closes (the launcher died or the host was cut off) it
-//    tears the job down by itself. A teardown kills every process whose environment carries
-//    MSRUN_SSH_JOB=<job id>, found in /proc/*/environ, which reaches grandchildren that left the
-//    process group too.
+//  - one watchdog (control channel; src/remote/sweep.sh and watchdog.sh), started first: it reads
+//    one byte at a time from the launcher, echoing heartbeats. 'h' is a heartbeat, 'q' ends a
+//    finished job, 'k' asks for a teardown (SIGTERM, grace, SIGKILL), 'K' for an immediate SIGKILL,
+//    'a' for a teardown that first makes every Python process of the job print its stacks (SIGABRT
+//    with PYTHONFAULTHANDLER=1). When no byte arrives for the deadline or stdin closes (the
+//    launcher died or the host was cut off) it tears the job down by itself. A teardown kills every
+//    process whose environment carries MSRUN_SSH_JOB=<job id>, found in /proc/*/environ, which
+//    reaches grandchildren that left the process group too.
 //  - one command per process: cd to the workdir, then exec env with the full environment and argv.
 #pragma once
 
@@ -49,8 +49,9 @@ std::string detached_command(const Process& process, const std::string& job_id,
 // "killed PID COMMAND" per process it killed.
 std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s);
 
-// Ends a detached job: SIGTERM, grace, SIGKILL of every process marked with `job_id`; prints
-// "killed PID COMMAND" per process and exits 0 (also when nothing was running).
+// Ends a detached job (src/remote/sweep.sh and stop.sh): SIGTERM, grace, SIGKILL of every process
+// marked with `job_id`; prints "killed PID COMMAND" per process and exits 0 (also when nothing was
+// running).
 std::string stop_command(const std::string& job_id, double grace_s);
 
 // The heartbeat / control bytes understood by the watchdog.

@@ -87,10 +87,10 @@ Topology load_local_topology();
 Topology topology_from_hwloc_xml(std::string_view xml, const std::vector<int>& allowed_cpus);
 
 // One command, run on a remote host through its login shell (`$SHELL -c COMMAND`), that prints
-// the host's topology. It is `sh -c '...'` around a single-line POSIX sh script with no single
-// quote, backslash, `!` or newline inside, so sh, bash, dash, zsh, ksh, fish and csh all pass it
-// to sh unchanged, and it may be quoted once more by the caller. It needs sh, sed, cat and grep;
-// it exits 0. Output:
+// the host's topology. It is `sh -c '...'` around src/remote/topology.sh made one line, a POSIX sh
+// script with no single quote, backslash, `!` or newline inside, so sh, bash, dash, zsh, ksh, fish
+// and csh all pass it to sh unchanged, and it may be quoted once more by the caller. It needs sh,
+// sed, cat and grep; it exits 0. Output:
 //   allowed: <cpu list>     Cpus_allowed_list of the probe itself (the cgroup and affinity of
 //                           what the login shell starts), else the online CPUs
 // then, when lstopo-no-graphics, hwloc-ls or lstopo runs,

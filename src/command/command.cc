@@ -5,88 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "remote/programs.h"
+
 namespace msrun_ssh {
 namespace {
-
-// Shared by the watchdog and `stop`: finds and signals every process of job $J on this host.
-// While waiting out the grace, teardown keeps reading the launcher: 'K' (a second Ctrl-C) ends the
-// wait at once, heartbeats are still echoed; once stdin is closed it simply sleeps.
-//
-// A process of the job is found in either of its two lives (docs/architecture.md, "Teardown"):
-//  - started: /proc/PID/environ, the environment it was started with, holds MSRUN_SSH_JOB=$J
-//    (grandchildren that left the process group too). grep -z reads it as NUL separated records.
-//  - still in the user's login shell (its rc can take seconds: conda, module load), before the
-//    `exec env` of its command: the shell has no marker in its environment yet, but its command
-//    line holds the command string, and with it 'MSRUN_SSH_JOB=$J' (quoted: the exact spelling of
-//    process_command). What the rc started runs in the shell's process group.
-// Every pid found is signalled as a process group when it leads one (sshd makes each command a
-// session leader, so that reaches the rc's children), else alone. One grep reads both files of
-// every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
-// and `stop` carry neither spelling; zombies have an empty environ and count as gone.
-constexpr const char* kSweepFunctions = R"SH(
-pids() {
-  grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
-    /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | sed 's,^/proc/,,;s,/[a-z]*$,,'
-}
-signal_all() {
-  found=1
-  for p in $(pids); do
-    [ "$p" = "$$" ] && continue
-    c=$(tr '\000' ' ' < /proc/$p/cmdline 2>/dev/null)
-    { kill -$1 -$p || kill -$1 $p; } 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
-  done
-  return $found
-}
-# Every process of the job that leads its process group (what sshd started, not its children)
-# and runs Python gets SIGABRT: with PYTHONFAULTHANDLER=1 it prints every thread's stack to its
-# stderr and ends. One second for them to write, then the usual teardown.
-abort_pythons() {
-  for p in $(pids); do
-    [ "$p" = "$$" ] && continue
-    kill -0 -$p 2>/dev/null || continue
-    case "$(readlink /proc/$p/exe 2>/dev/null)" in *python*) kill -ABRT $p 2>/dev/null ;; esac
-  done
-  sleep 1
-}
-teardown() {
-  signal_all TERM || return 0
-  i=0
-  while [ $i -lt $1 ] && [ -n "$(pids)" ]; do
-    c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
-    case "$c" in
-      K) break ;;
-      h) echo h ;;
-      *) i=$((i+1)); [ $rc -eq 0 ] && sleep 0.2 ;;
-    esac
-  done
-  signal_all KILL || true
-}
-)SH";
-
-// The watchdog's main loop. $T: silence (seconds) after which the launcher counts as gone; $G and
-// $L: grace steps of 0.2 s for a requested teardown and for a teardown after losing the launcher.
-// SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
-// The ready line carries the host's own name (uname -n, read without a fork) for {hostname}.
-// After losing the launcher nobody else can end a command whose exec request sshd took just
-// before the connection died (its shell may appear after the first sweep): the watchdog sweeps
-// four more times over one second before it exits. With the launcher alive, the launcher ends
-// such late commands itself (SSH "signal" requests) and waits until every channel has closed.
-constexpr const char* kWatchdogLoop = R"SH(
-trap '' PIPE HUP
-n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
-echo "msrun-ssh-watchdog: ready $$ $n"
-while :; do
-  c=$(timeout "$T" dd bs=1 count=1 2>/dev/null) || c=
-  case "$c" in
-    h) echo h ;;
-    q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
-    a) abort_pythons; teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
-    K) signal_all KILL; echo "msrun-ssh-watchdog: done"; exit 0 ;;
-    *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"
-       for i in 1 2 3 4; do sleep 0.25; signal_all KILL; done; exit 0 ;;
-  esac
-done
-)SH";
 
 std::string seconds(double s) { return fmt::format("{:.3f}", std::max(s, 0.001)); }
 
@@ -156,15 +78,14 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
   // After losing the launcher the whole teardown must fit in 3x the heartbeat; the caller passes
   // 2x as `timeout_s`, so the grace is capped at a quarter of it.
   double lost_grace = std::min(grace_s, timeout_s / 4);
-  std::string script = fmt::format("J=$1 T=$2 G=$3 L=$4\n{}{}", kSweepFunctions, kWatchdogLoop);
+  std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kWatchdogSh);
   return fmt::format("exec sh -c {} msrun-ssh-watchdog {} {} {} {}", shell_quote(script),
                      shell_quote(job_id), seconds(timeout_s), grace_steps(grace_s),
                      grace_steps(lost_grace));
 }
 
 std::string stop_command(const std::string& job_id, double grace_s) {
-  std::string script =
-      fmt::format("J=$1 G=$2\n{}teardown \"$G\"\necho \"msrun-ssh-stop: done\"\n", kSweepFunctions);
+  std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kStopSh);
   return fmt::format("exec sh -c {} msrun-ssh-stop {} {}", shell_quote(script), shell_quote(job_id),
                      grace_steps(grace_s));
 }

@@ -1,4 +1,5 @@
-// The remote topology probe: the command that prints a host's topology, and its parsers.
+// The remote topology probe: the command that prints a host's topology (src/remote/topology.sh),
+// and its parsers.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,41 +8,15 @@
 #include <map>
 #include <utility>
 
+#include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/topology.h"
+#include "remote/programs.h"
 
 namespace msrun_ssh {
 namespace {
 
 constexpr std::string_view kWhat = "topology probe";
-
-// The script, one statement per entry, joined by "; " into one line. Rules that keep it working
-// through any login shell and any later quoting: no single quote, backslash, '!' or newline.
-// sysfs is read with grep -H, one process for all CPUs: shell `read` does one-byte reads, which
-// some kernels answer with nothing for the binary node/cpulist attribute.
-// Long lines are concatenated on purpose.
-// NOLINTBEGIN(bugprone-suspicious-missing-comma)
-constexpr std::string_view kScript[] = {
-    "a=$(sed -n \"s/^Cpus_allowed_list:[[:space:]]*//p\" /proc/self/status 2>/dev/null)",
-    "test -n \"$a\" || a=$(cat /sys/devices/system/cpu/online)",
-    "echo \"allowed: $a\"",
-    "for t in lstopo-no-graphics hwloc-ls lstopo; do"
-    " command -v $t >/dev/null 2>&1 || continue;"
-    " x=$($t --disallowed --of xml - 2>/dev/null) || x=$($t --whole-system --of xml - 2>/dev/null)"
-    " || x=$($t --of xml - 2>/dev/null) || x=;"
-    " test -n \"$x\" || continue;"
-    " echo \"format: hwloc-xml\"; printf %s \"$x\"; echo; exit 0;"
-    " done",
-    "echo \"format: sysfs\"",
-    "s=/sys/devices/system",
-    "grep -H \"\" $s/cpu/online $s/cpu/cpu[0-9]*/topology/core_id"
-    " $s/cpu/cpu[0-9]*/topology/physical_package_id $s/node/node[0-9]*/cpulist 2>/dev/null",
-    "for f in $(grep -l -e 0x19e5 -e 0x10de -e 0x1002 /sys/bus/pci/devices/*/vendor 2>/dev/null);"
-    " do grep -H \"\" ${f%/vendor}/vendor ${f%/vendor}/class ${f%/vendor}/numa_node 2>/dev/null;"
-    " done",
-    "true",
-};
-// NOLINTEND(bugprone-suspicious-missing-comma)
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
@@ -208,9 +183,25 @@ Topology topology_of(SysfsFacts f) {
   return t;
 }
 
+// src/remote/topology.sh on one line: its lines, each a complete command, joined by "; ".
+std::string one_line(std::string_view script) {
+  std::string out;
+  for (std::string_view rest = script; !rest.empty();) {
+    auto [line, next] = split_line(rest);
+    if (!line.empty()) {
+      if (!out.empty()) out += "; ";
+      out += line;
+    }
+    rest = next;
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string topology_probe_command() { return fmt::format("sh -c '{}'", fmt::join(kScript, "; ")); }
+std::string topology_probe_command() {
+  return "sh -c " + shell_quote(one_line(remote::kTopologySh));
+}
 
 std::string binding_probe_command() {
   return "command -v taskset; command -v numactl; " + topology_probe_command();

@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "remote/programs.h"
+
 namespace msrun_ssh {
 namespace {
 
@@ -372,6 +374,61 @@ TEST_F(CommandSyntax, GeneratedCommandsAreValidShell) {
   }
   EXPECT_FALSE(fs::exists(base_ + "/pwned"));
   EXPECT_EQ(std::distance(fs::directory_iterator(base_), fs::directory_iterator()), 0);
+}
+
+// ---- the programs run on remote hosts (src/remote/, embedded by cmake/embed.cmake) -----------
+
+// What the build embeds of a file of src/remote/: every line but those whose first non-blank
+// character is '#'.
+std::string without_comment_lines(const std::string& text) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    size_t first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '#') continue;
+    out += line + "\n";
+  }
+  return out;
+}
+
+TEST(RemotePrograms, EmbeddedAreTheFilesOfSrcRemoteWithoutCommentLines) {
+  std::string dir = std::string(MSRUN_SSH_SOURCE_DIR) + "/src/remote/";
+  std::set<std::string> on_disk, embedded;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (std::string name = entry.path().filename(); name.ends_with(".sh") || name.ends_with(".py"))
+      on_disk.insert(name);
+  for (const auto& file : remote::kFiles) {
+    embedded.insert(std::string(file.name));
+    EXPECT_EQ(file.text, without_comment_lines(slurp(dir + std::string(file.name)))) << file.name;
+  }
+  EXPECT_EQ(embedded, on_disk);
+}
+
+TEST_F(CommandSyntax, EveryEmbeddedShellProgramParses) {
+  int checked = 0;
+  for (const auto& file : remote::kFiles) {
+    if (!file.name.ends_with(".sh")) continue;
+    Result r = run_shell("/bin/sh", "exec /bin/sh -n -c " + shell_quote(file.text), base_);
+    EXPECT_EQ(r.status, 0) << file.name << "\n" << r.output;
+    EXPECT_EQ(r.output, "") << file.name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_EQ(std::distance(fs::directory_iterator(base_), fs::directory_iterator()), 0);
+}
+
+TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  for (const auto& file : remote::kFiles) {
+    if (!file.name.ends_with(".py")) continue;
+    Result r =
+        run_shell("/bin/sh",
+                  "exec python3 -c 'import sys; compile(sys.argv[1], sys.argv[2], \"exec\")' " +
+                      shell_quote(file.text) + " " + shell_quote(file.name),
+                  base_);
+    EXPECT_EQ(r.status, 0) << file.name << "\n" << r.output;
+    EXPECT_EQ(r.output, "") << file.name;
+  }
 }
 
 // ---- byte-exact round trip

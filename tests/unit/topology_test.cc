@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "msrun_ssh/binding.h"
+#include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
@@ -80,13 +81,6 @@ std::string run(const std::string& command, const std::string& path = "") {
     EXPECT_EQ(pclose(f), 0) << command;
   }
   return out;
-}
-
-// Single-quotes `s` for /bin/sh.
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // ---- hwloc XML ----------------------------------------------------------------------------------
@@ -278,14 +272,14 @@ TEST(Topology, ProbeFoundToolReadsOnlyTheLinesBeforeTheProbe) {
 }
 
 TEST(Topology, BindingProbeRunsHere) {
-  std::string out = run("/bin/sh -c " + quoted(binding_probe_command()));
+  std::string out = run("/bin/sh -c " + shell_quote(binding_probe_command()));
   EXPECT_EQ(probe_found_tool(out, "taskset"), access("/usr/bin/taskset", X_OK) == 0);
   EXPECT_EQ(probe_found_tool(out, "numactl"), access("/usr/bin/numactl", X_OK) == 0);
   EXPECT_EQ(parse_probe_output(out).allowed_cpus, affinity());
 }
 
 TEST(Topology, ProbeRunsHereAndMatchesHwloc) {
-  Topology probed = parse_probe_output(run("/bin/sh -c " + quoted(topology_probe_command())));
+  Topology probed = parse_probe_output(run("/bin/sh -c " + shell_quote(topology_probe_command())));
   Topology local = load_local_topology();
   EXPECT_EQ(probed.allowed_cpus, affinity());
   EXPECT_EQ(probed.cores, local.cores);
@@ -297,7 +291,7 @@ TEST(Topology, ProbeReportsTheAffinityOfWhatItStarts) {
   if (access("/usr/bin/taskset", X_OK) != 0 || affinity().size() < 2) GTEST_SKIP();
   int last = affinity().back();
   std::string out = run("/usr/bin/taskset -c " + std::to_string(last) + " /bin/sh -c " +
-                        quoted(topology_probe_command()));
+                        shell_quote(topology_probe_command()));
   Topology probed = parse_probe_output(out);
   EXPECT_EQ(probed.allowed_cpus, std::vector<int>{last});
   EXPECT_EQ(probed.cores, load_local_topology().cores);  // the whole machine still
@@ -314,9 +308,9 @@ TEST(Topology, ProbeWithoutHwlocToolsReadsSysfs) {
         std::filesystem::create_symlink(path, dir + "/" + tool);
         break;
       }
-  std::string out = run("/bin/sh -c " + quoted(topology_probe_command()), dir);
+  std::string out = run("/bin/sh -c " + shell_quote(topology_probe_command()), dir);
   // The same PATH has neither taskset nor numactl: the binding probe says so.
-  std::string with_tools = run("/bin/sh -c " + quoted(binding_probe_command()), dir);
+  std::string with_tools = run("/bin/sh -c " + shell_quote(binding_probe_command()), dir);
   std::filesystem::remove_all(dir);
   EXPECT_FALSE(probe_found_tool(with_tools, "taskset")) << with_tools.substr(0, 200);
   EXPECT_FALSE(probe_found_tool(with_tools, "numactl"));

@@ -1,0 +1,59 @@
+#!/bin/sh
+# Shared by the watchdog and `stop` (sent in front of watchdog.sh or stop.sh): finds and signals
+# every process of job $J (the program's first argument) on this host. While waiting out the grace, teardown keeps reading the
+# launcher: 'K' (a second Ctrl-C) ends the wait at once, heartbeats are still echoed; once stdin
+# is closed it simply sleeps.
+#
+# A process of the job is found in either of its two lives (docs/architecture.md, "Teardown"):
+#  - started: /proc/PID/environ, the environment it was started with, holds MSRUN_SSH_JOB=$J
+#    (grandchildren that left the process group too). grep -z reads it as NUL separated records.
+#  - still in the user's login shell (its rc can take seconds: conda, module load), before the
+#    `exec env` of its command: the shell has no marker in its environment yet, but its command
+#    line holds the command string, and with it 'MSRUN_SSH_JOB=$J' (quoted: the exact spelling of
+#    process_command). What the rc started runs in the shell's process group.
+# Every pid found is signalled as a process group when it leads one (sshd makes each command a
+# session leader, so that reaches the rc's children), else alone. One grep reads both files of
+# every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
+# and `stop` carry neither spelling; zombies have an empty environ and count as gone.
+J=$1
+
+pids() {
+  grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
+    /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | sed 's,^/proc/,,;s,/[a-z]*$,,'
+}
+# Signals ($1: TERM, KILL) every process of the job but this shell; prints "killed PID SIGNAME
+# COMMAND" per process signalled; status 0 when it signalled one.
+signal_all() {
+  found=1
+  for p in $(pids); do
+    [ "$p" = "$$" ] && continue
+    c=$(tr '\000' ' ' < "/proc/$p/cmdline" 2>/dev/null)
+    { kill -"$1" -"$p" || kill -"$1" "$p"; } 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
+  done
+  return $found
+}
+# Every process of the job that leads its process group (what sshd started, not its children)
+# and runs Python gets SIGABRT: with PYTHONFAULTHANDLER=1 it prints every thread's stack to its
+# stderr and ends. One second for them to write, then the usual teardown.
+abort_pythons() {
+  for p in $(pids); do
+    [ "$p" = "$$" ] && continue
+    kill -0 -"$p" 2>/dev/null || continue
+    case "$(readlink "/proc/$p/exe" 2>/dev/null)" in *python*) kill -ABRT "$p" 2>/dev/null ;; esac
+  done
+  sleep 1
+}
+# SIGTERM, then up to $1 steps of 0.2 s while any process of the job lives, then SIGKILL.
+teardown() {
+  signal_all TERM || return 0
+  i=0
+  while [ "$i" -lt "$1" ] && [ -n "$(pids)" ]; do
+    c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
+    case "$c" in
+      K) break ;;
+      h) echo h ;;
+      *) i=$((i+1)); [ $rc -eq 0 ] && sleep 0.2 ;;
+    esac
+  done
+  signal_all KILL || true
+}

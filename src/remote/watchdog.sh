@@ -1,0 +1,26 @@
+#!/bin/sh
+# The watchdog of one job on one host (sent after sweep.sh): reads one control byte at a time
+# from the launcher (see command.h). Arguments: the job id (J, read by sweep.sh); T: silence
+# (seconds) after which the launcher counts as gone; G and L: grace steps of 0.2 s for a
+# requested teardown and for a teardown after losing the launcher.
+# SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
+# The ready line carries the host's own name (uname -n, read without a fork) for {hostname}.
+# After losing the launcher nobody else can end a command whose exec request sshd took just
+# before the connection died (its shell may appear after the first sweep): the watchdog sweeps
+# four more times over one second before it exits. With the launcher alive, the launcher ends
+# such late commands itself (SSH "signal" requests) and waits until every channel has closed.
+T=$2 G=$3 L=$4
+trap '' PIPE HUP
+n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
+echo "msrun-ssh-watchdog: ready $$ $n"
+while :; do
+  c=$(timeout "$T" dd bs=1 count=1 2>/dev/null) || c=
+  case "$c" in
+    h) echo h ;;
+    q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    a) abort_pythons; teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    K) signal_all KILL; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"
+       for _ in 1 2 3 4; do sleep 0.25; signal_all KILL; done; exit 0 ;;
+  esac
+done
