@@ -624,7 +624,7 @@ TEST_F(MakePlan, ApplyBindingRecomputesArgv) {
   cluster.hosts = {host("alpha", 1)};
   Plan p = plan();
   options.bind_core = parse_bind_core(R"({"device0":["3"]})", "x");
-  apply_binding(p.hosts[0], options);
+  apply_binding(p.hosts[0], decide_binding(p.hosts[0], options, nullptr), options);
   EXPECT_EQ(p.hosts[0].processes[1].argv,
             (Argv{"taskset", "-c", "3", "python3", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(process_argv(p.hosts[0].processes[1], options, p.hosts[0]),
