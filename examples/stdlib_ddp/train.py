@@ -137,7 +137,7 @@ def _env_timeout(environ: Dict[str, str]) -> float:
 
 
 def read_env(environ: Dict[str, str]) -> MsrunEnv:
-    """Validate the msrun contract (SPEC section 4). Raises UsageError on the first problem."""
+    """Validate the msrun contract. Raises UsageError on the first problem."""
     if "MS_ROLE" not in environ and environ.get("MS_SIMULATION_LEVEL"):
         raise UsageError("MS_SIMULATION_LEVEL is set: this job needs a scheduler and does not "
                          "support msrun's simulation (dry-run) mode")

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,17 @@ struct BindNuma {
   bool operator==(const BindNuma&) const = default;
 };
 
+// What one host is asked for: its bind_core and bind_numa.
+struct BindRequest {
+  BindCore core;
+  BindNuma numa;
+  bool operator==(const BindRequest&) const = default;
+};
+
+// The binding in effect on a host: bind_core and bind_numa each from the command line when it
+// sets one (any mode but kUnset), else the host file's. The only place this rule is written.
+BindRequest binding_in_effect(const BindRequest& command_line, const BindRequest& host_file);
+
 // Parses a --bind_core value: a boolean word (True/False/true/false/1/0) or a JSON object
 // {"scheduler": ["0-3"], "device0": ["4-9", "20-25"]}. Throws InputError naming `what` (the
 // option or host the value came from) on any syntax error, unknown key or bad range.
@@ -38,7 +50,12 @@ BindCore parse_bind_core(std::string_view text, std::string_view what);
 // or the path of a file (ending in .json) holding such an object. Throws InputError.
 BindNuma parse_bind_numa(std::string_view text, std::string_view what);
 
-// Checks one key of a bind dict: "scheduler" or "device<digits>". Throws InputError.
+// N of a bind key "device<N>" (N: 1 to 6 decimal digits), the physical device a worker drives;
+// nullopt for anything else ("scheduler", "device", "device-1", "device1a", "device1234567").
+std::optional<int> device_number(std::string_view key);
+
+// Checks one key of a bind dict: "scheduler" or "device<N>" (device_number). Throws InputError
+// naming `what` and the key.
 void validate_bind_key(const std::string& key, std::string_view what);
 
 // Parses a Linux CPU list ("0-3,8,10-11") into sorted, unique CPU ids. Throws InputError naming

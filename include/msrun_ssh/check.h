@@ -1,4 +1,4 @@
-// Cluster acceptance (SPEC §8): `msrun-ssh check` asks every host, concurrently, whether a job
+// Cluster acceptance: `msrun-ssh check` asks every host, concurrently, whether a job
 // planned from the same options would start there, and prints one verdict per host and check.
 //
 // What it costs each host: one SSH connection (made twice when some other host failed to

@@ -1,4 +1,5 @@
-// The command line (SPEC §2): msrun's option spelling and syntax plus our own options.
+// The command line (README, "Command line"): msrun's option spelling and syntax plus our own
+// options.
 //
 // `--name=value` and `--name value` both work; booleans take True/False/true/false/1/0; the first
 // word that is not an option is TASK_SCRIPT and everything after it belongs to the task, even words

@@ -11,7 +11,8 @@
 
 namespace msrun_ssh {
 
-// Exit statuses of SPEC §2. A job that ran exits with its first failed process's status instead.
+// Exit statuses (README, "Exit status"). A job that ran exits with its first failed process's
+// status instead.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;          // usage or input error, found before anything starts
 inline constexpr int kExitHostFailure = 255;  // a host could not be reached/authenticated/verified

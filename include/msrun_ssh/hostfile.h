@@ -1,4 +1,5 @@
-// The host file (SPEC §3): which machines take part, in node-rank order, and how to reach them.
+// The host file (README, "Host file"): which machines take part, in node-rank order, and how to
+// reach them.
 //
 // Two formats are read. TOML (any file ending in .toml) with a [defaults] table and [[hosts]]
 // entries; and the plain "host slots=N" format of DeepSpeed / Open MPI for every other file name.

@@ -1,5 +1,5 @@
-// Output (SPEC §6): bytes of every process -> whole lines -> raw per-rank log files and prefixed
-// console lines, plus the end-of-job summary.
+// Output (README, "Output and logs"): bytes of every process -> whole lines -> raw per-rank log
+// files and prefixed console lines, plus the end-of-job summary.
 //
 // Each process has two streams (stdout, stderr), each framed into lines separately, so a stderr
 // line never splits a stdout line in the merged log. Log files get the bytes exactly as written

@@ -1,7 +1,7 @@
-// The launch plan (SPEC §4): a pure function from the options and the cluster to every process of
-// the job — which host runs it, its role, global rank, DEVICE_ID, full environment, log file name,
-// working directory and argv. No I/O happens here; name resolution and CPU allocation come in as
-// parameters so that tests can give exact answers.
+// The launch plan (README, "What runs on each host"): a pure function from the options and the
+// cluster to every process of the job — which host runs it, its role, global rank, DEVICE_ID, full
+// environment, log file name, working directory, binding and argv. No I/O happens here; name
+// resolution and hosts' topologies come in as parameters so that tests can give exact answers.
 #pragma once
 
 #include <functional>
@@ -11,6 +11,7 @@
 
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/options.h"
+#include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
 
@@ -68,25 +69,59 @@ struct Plan {
 // Turns a name into an IPv4 address; returns "" when it cannot. main() passes getaddrinfo.
 using Resolver = std::function<std::string(const std::string&)>;
 
-// Chooses CPU / NUMA binding for the processes of one host once its topology is known; may throw
-// InputError naming the host. Null means: leave auto binding pending (dry runs, no topology yet).
-using BindingHook = std::function<void(HostPlan&)>;
-
-// Builds the plan. Throws InputError on: --worker_num different from the host file's sum; a
-// --master_addr that names no host; --sim_rank_id out of range; --tail_worker_log ranks out of
-// range; bad environment names; a bind_core dict that lacks a worker's key.
+// Builds the plan, each host's binding decided without its topology (decide_binding). Throws
+// InputError on: --worker_num different from the host file's sum; a --master_addr that names no
+// host; --sim_rank_id out of range; --tail_worker_log ranks out of range; bad environment names; a
+// bind_core dict that lacks a worker's key.
 Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve);
 
-// Applies binding: manual dicts directly (validated CPU lists), auto through `hook`. Fills cpus,
-// numa_nodes, MSRUN_CPU_LIST and the argv prefix of every process of `host`.
-void apply_binding(HostPlan& host, const Options& options);
+// ---- binding ------------------------------------------------------------------------------------
+
+// What binding the command line and the host file ask of `host`: binding.h's binding_in_effect.
+BindRequest binding_in_effect(const Options& options, const Host& host);
+
+// The binding of one process.
+struct Binding {
+  std::vector<int> cpus;        // ascending; empty: not bound
+  std::vector<int> numa_nodes;  // ascending; empty: not bound
+  bool pending = false;         // an auto mode waits for the host's topology
+  bool operator==(const Binding&) const = default;
+};
+
+// The binding step, the one place binding is decided: one Binding per process of `host`, in order,
+// for the modes binding_in_effect() gives. Pure.
+//   - Without a topology (planning, --dry_run, check): a manual dict gives the CPUs and NUMA nodes
+//     of each process's bind_key (a process without a key is not bound, except that a worker
+//     without a bind_core key is an InputError "bind_core for host ADDR: no entry "device2" for
+//     rank 2 (...)"); an auto mode leaves the process pending.
+//   - With the host's topology (at start-up, once it was probed): bind_core auto gives
+//     allocate_cpus()'s CPUs; manual CPUs must be in topo.allowed_cpus, else InputError "bind_core
+//     for host ADDR key device3: CPU 99 is not available on this host (allowed: 0-47)". bind_numa
+//     auto gives the NUMA nodes of the process's CPUs when it has any; else the node of its
+//     worker's device (device_numa_node); else the nodes of the CPUs allocate_cpus() would give
+//     it. Manual nodes must exist, else InputError "bind_numa for host ADDR key device3: NUMA node
+//     7 does not exist on this host (nodes: 0-3)". An auto mode on a host with no allowed CPU is
+//     an InputError. Nothing is pending.
+std::vector<Binding> decide_binding(const HostPlan& host, const Options& options,
+                                    const Topology* topology);
+
+// Writes `bindings` (decide_binding's, one per process) into the processes of `host`: cpus,
+// numa_nodes, bind_pending, MSRUN_CPU_LIST (msrun_cpu_list_value(), replaced in place) for every
+// process with CPUs, and argv (process_argv(): it may start with taskset or numactl, which the
+// caller checks the host has).
+void apply_binding(HostPlan& host, const std::vector<Binding>& bindings, const Options& options);
+
+// The processes of `host` as allocation sees them: the scheduler, each worker's device (the N of
+// its bind_key "device<N>"), and the device kind its environment names (ASCEND_RT_VISIBLE_DEVICES:
+// "npu", else CUDA_VISIBLE_DEVICES: "gpu", else "").
+HostProcesses host_processes(const HostPlan& host);
 
 // Recomputes argv from the task and the process's binding (taskset / numactl prefix).
 std::vector<std::string> process_argv(const Process& process, const Options& options,
                                       const HostPlan& host);
 
-// The interpreter/program rule of SPEC §4: ".py" scripts run under python, "python", "python3" and
-// "pytest" are the program, anything else is executed as given.
+// The interpreter/program rule: ".py" scripts run under python, "python", "python3" and "pytest"
+// are the program, anything else is executed as given.
 std::vector<std::string> task_argv(const Options& options, const Host& host);
 
 }  // namespace msrun_ssh

@@ -1,7 +1,7 @@
-// The job's life cycle (SPEC §7) once every host is connected: start the watchdogs, start every
-// process, relay output, and end the job the same way whatever happens — first failure, signal to
-// the launcher, lost host — with a teardown on every host. Talks to hosts only through Transport,
-// so tests drive it with a fake.
+// The job's life cycle (README, "Life cycle: nothing left behind") once every host is connected:
+// start the watchdogs, start every process, relay output, and end the job the same way whatever
+// happens — first failure, signal to the launcher, lost host — with a teardown on every host. Talks
+// to hosts only through Transport, so tests drive it with a fake.
 #pragma once
 
 #include <functional>
@@ -23,7 +23,7 @@ class Runner {
   Runner(const Plan& plan, const Options& options, Transport& transport, Output& output,
          int signal_fd = -1, int stdin_fd = -1);
 
-  // Runs the attached job to its end; returns the exit status of SPEC §2.
+  // Runs the attached job to its end; returns its exit status (error.h).
   int run();
 
   // Reacts as if the launcher had received `signo` (what the signalfd delivers).
@@ -169,7 +169,12 @@ RestartHistory run_with_restarts(int max_restarts, double backoff_s,
 std::string format_attempts(const RestartHistory& history);
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
-// status of SPEC §2. Defined with the SSH pool; declared for main().
+// status (error.h; README, "Exit status").
 int run_job(const Options& options, Plan& plan);
+
+// `msrun-ssh stop`: on every host of `cluster`, signals the processes of the detached job
+// options.job (stop_command of command.h) and prints each one signalled. Returns 0, or
+// kExitHostFailure when a host could not be reached or did not finish.
+int stop_job(const Options& options, const Cluster& cluster);
 
 }  // namespace msrun_ssh

@@ -36,7 +36,6 @@ struct SshSettings {
   int fanout = 64;
   double connect_timeout_s = 10;
   std::optional<HostKeyPolicy> host_key_policy;  // unset: ssh config, else yes
-  int channels_per_connection = 10;              // sshd's default MaxSessions
 };
 
 struct HostFailure {
@@ -55,6 +54,14 @@ inline constexpr int kChannelsPerConnection = 10;
 using SshLogSink = std::function<void(std::string_view message)>;
 void set_ssh_log(int verbosity, SshLogSink sink);
 void apply_ssh_log_verbosity(ssh_session_struct* session);
+
+// The verbosity that keeps every libssh message out (libssh's SSH_LOG_NOLOG).
+inline constexpr int kSshLogOff = 0;
+
+// The host an ssh config's `Host NAME` entry points to (its HostName), or `name` itself when the
+// config (`ssh_config`, else ~/.ssh/config if it exists) has none or cannot be read. Reads the
+// config through libssh, as a connection would; opens no connection.
+std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config);
 
 // The pool settings of a run (also used by `check` and `stop`, so they reach hosts the same way).
 SshSettings ssh_settings(const Options& options);

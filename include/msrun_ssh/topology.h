@@ -1,5 +1,5 @@
-// The topology room: what a host's CPUs, NUMA nodes and accelerators look like, and how the
-// processes of one host are bound to them (SPEC §5).
+// The topology room: what a host's CPUs, NUMA nodes and accelerators look like, and how CPUs are
+// shared out among the processes of one host (README, "CPU and NUMA binding").
 //
 // A Topology is read in one of three ways, all giving the same model:
 //   - load_local_topology(): this machine, through the hwloc API;
@@ -7,25 +7,19 @@
 //   - parse_probe_output(): what topology_probe_command() printed on a remote host: hwloc XML
 //     where hwloc's tools are installed, a compact sysfs dump otherwise.
 // A remote host needs nothing but a POSIX sh (hwloc's lstopo is optional). Allocation happens on
-// the launcher, as a pure function of the Topology and the HostPlan, so tests and --dry_run see
-// the exact CPU lists every process gets.
-//
-// The intended flow for a host whose processes have bind_pending set: run
-// topology_probe_command() there over SSH, parse_probe_output() its stdout, then
-// bind_host_from_topology() (a BindingHook of plan.h). For the launching machine itself,
-// load_local_topology() gives the same model without a shell.
+// the launcher, as a pure function of the Topology and plain values describing the processes
+// (HostProcesses), so tests and --dry_run see the exact CPU lists every process gets. This room
+// knows nothing of plans: the plan's binding step (decide_binding in plan.h) describes a host's
+// processes to it and turns the CPU lists into bindings.
 //
 // Errors: every function throws InputError (error.h) whose message names what was wrong. Messages
 // about probe output or XML start with "topology probe: " / "hwloc XML: " and do not know the
-// host; callers that do should prefix it. bind_host_from_topology() names the host itself.
+// host; callers that do should prefix it.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include "msrun_ssh/options.h"
-#include "msrun_ssh/plan.h"
 
 namespace msrun_ssh {
 
@@ -133,21 +127,36 @@ std::string device_kind(int vendor, int pci_class);
 void normalize_topology(Topology& topo);
 
 // ---- allocation ---------------------------------------------------------------------------------
-//
+
+// One process of a host, as allocation sees it.
+struct ProcessSlot {
+  bool scheduler = false;  // the scheduler; else a worker
+  int device = -1;  // the physical device N a worker drives (its bind key device<N>); -1: none
+  bool operator==(const ProcessSlot&) const = default;
+};
+
+// The processes of one host, as allocation sees them.
+struct HostProcesses {
+  std::vector<ProcessSlot> processes;  // in the host's order (workers by rank)
+  // The kind of device the workers drive: "npu", "gpu", or "" (NPUs when the host has any, else
+  // GPUs). The plan asks for "npu" when the processes' environment sets ASCEND_RT_VISIBLE_DEVICES,
+  // "gpu" when it sets CUDA_VISIBLE_DEVICES.
+  std::string device_kind;
+};
+
 // Automatic CPU allocation (--bind_core=True or a host's `bind_core = true`) for the processes of
-// one host. Deterministic: the same topology and plan always give the same lists.
+// one host. Deterministic: the same topology and processes always give the same lists.
 //
 // Units. Only allowed CPUs are handed out, a core at a time: a process gets whole cores (the
 // core's allowed PUs: its first PU and its hyper-threads), and no core is split between processes
 // (but see "more workers than allowed cores" below). Cores are taken in NUMA order (node by node,
 // each node's cores by first PU), so consecutive cores stay on as few NUMA nodes as possible.
 //
-// Workers, when the host shows devices. The devices of one kind are used: NPUs when the
-// processes' environment sets ASCEND_RT_VISIBLE_DEVICES, GPUs when it sets CUDA_VISIBLE_DEVICES,
-// else NPUs if there are any, else GPUs. The worker with bind_key device<N> drives physical device
-// N, the N-th device of that kind in PCI bus order (this is nvidia-smi's order; Ascend servers
-// whose npu-smi numbering differs from bus order get the pools of the wrong device). A worker
-// whose N is not a device with a known NUMA node has no affinity. Then (msrun's affinity pools):
+// Workers, when the host shows devices. The devices of one kind are used (HostProcesses::
+// device_kind). The worker with device N drives physical device N, the N-th device of that kind in
+// PCI bus order (this is nvidia-smi's order; Ascend servers whose npu-smi numbering differs from
+// bus order get the pools of the wrong device). A worker whose N is not a device with a known NUMA
+// node has no affinity. Then (msrun's affinity pools):
 //   1. NUMA nodes are "active" (a worker's device is on them), "foreign" (devices are on them but
 //      no worker of this job drives one: another job's CPUs, never used) or "free" (no device).
 //      When active and free nodes together have fewer cores than there are workers, foreign
@@ -182,28 +191,12 @@ void normalize_topology(Topology& topo);
 // no part in these two cases.
 //
 // Returns one CPU list (ascending) per process of host.processes, in the same order; empty lists
-// for a host with no allowed CPU. Uses each process's role, bind_key and env only. `topo` must be
-// in canonical form, as the loaders return it (normalize_topology() for one built by hand).
-std::vector<std::vector<int>> allocate_cpus(const Topology& topo, const HostPlan& host);
+// for a host with no allowed CPU. `topo` must be in canonical form, as the loaders return it
+// (normalize_topology() for one built by hand).
+std::vector<std::vector<int>> allocate_cpus(const Topology& topo, const HostProcesses& host);
 
-// The NUMA node of the device a worker drives (see above: its bind_key's device of the host's
-// device kind), or -1: the scheduler, a key naming no device, a device of unknown locality.
-int worker_device_node(const Topology& topo, const HostPlan& host, const Process& process);
-
-// Completes the binding of every process of `host` from its topology, for the bind_core /
-// bind_numa mode in effect (the command line's, else the host file's):
-//   - bind_core auto: p.cpus = allocate_cpus(); manual: p.cpus (parsed by apply_binding) must be
-//     in topo.allowed_cpus, else InputError "bind_core for host ADDR key device3: CPU 99 is not
-//     available on this host (allowed: 0-47)";
-//   - bind_numa auto: p.numa_nodes = the NUMA nodes of p.cpus when it has CPUs; else the node of
-//     its worker's device (worker_device_node); else the nodes of the CPUs allocate_cpus() would
-//     give it. Manual: every node must exist, else
-//     InputError "bind_numa for host ADDR key device3: NUMA node 7 does not exist on this host
-//     (nodes: 0-3)";
-//   - then p.bind_pending = false, MSRUN_CPU_LIST set (replaced in place) to
-//     msrun_cpu_list_value(p.cpus) for every process with CPUs, and p.argv = process_argv().
-// Auto bind_core on a host with no allowed CPU throws InputError. The argv may start with
-// `taskset` or `numactl`: the caller checks that the host has them. Pure: no I/O.
-void bind_host_from_topology(HostPlan& host, const Topology& topo, const Options& options);
+// The NUMA node of the device `process` drives (see above: device N of the host's device kind),
+// or -1: the scheduler, no device, a device the host does not have, a device of unknown locality.
+int device_numa_node(const Topology& topo, const HostProcesses& host, const ProcessSlot& process);
 
 }  // namespace msrun_ssh

@@ -360,25 +360,21 @@ HostExpectation expectation_for(const Plan& plan, size_t h, const Options& o) {
   for (const auto& p : hp.processes) {
     if (p.role == Role::kWorker) {
       ++e.workers;
-      if (p.bind_key.rfind("device", 0) == 0 && p.bind_key.size() > 6 &&
-          p.bind_key.find_first_not_of("0123456789", 6) == std::string::npos)
-        e.device_ids.push_back(std::atoi(p.bind_key.c_str() + 6));
+      if (std::optional<int> id = device_number(p.bind_key)) e.device_ids.push_back(*id);
     }
     add_unique(e.manual_cpus, p.cpus);
     add_unique(e.manual_numa, p.numa_nodes);
   }
   std::sort(e.device_ids.begin(), e.device_ids.end());
-  BindCore core = o.bind_core.mode != BindCore::Mode::kUnset ? o.bind_core : hp.host.bind_core;
-  BindNuma numa = o.bind_numa.mode != BindNuma::Mode::kUnset ? o.bind_numa : hp.host.bind_numa;
-  e.auto_bind_core = core.mode == BindCore::Mode::kAuto;
-  e.auto_bind_numa = numa.mode == BindNuma::Mode::kAuto;
+  BindRequest binding = binding_in_effect(o, hp.host);
+  e.auto_bind_core = binding.core.mode == BindCore::Mode::kAuto;
+  e.auto_bind_numa = binding.numa.mode == BindNuma::Mode::kAuto;
   e.env = hp.host.env;
   for (const auto& [n, v] : o.env) set_env(e.env, n, v);
   e.python = !o.python.empty() ? o.python : !hp.host.python.empty() ? hp.host.python : "python3";
   e.imports = o.imports;
   const std::string& s = o.task_script;
-  // app.cc plans `true` when check is given no TASK_SCRIPT.
-  bool none = s.empty() || (s == "true" && o.task_args.empty());
+  bool none = s.empty();  // check without TASK_SCRIPT
   bool python_task = ends_with(s, ".py") || s == "python" || s == "python3" || s == "pytest";
   e.python_required = none || python_task || !o.imports.empty();
   if (none)

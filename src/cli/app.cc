@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
-#include <libssh/libssh.h>
 #include <netdb.h>
 #include <unistd.h>
 
@@ -11,19 +10,16 @@
 #include <ctime>
 #include <random>
 
+#include "msrun_ssh/check.h"
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/plan.h"
+#include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
-
-// Implemented by the runner room; declared here to keep the CLI free of its internals.
-int run_job(const Options& options, Plan& plan);
-int stop_job(const Options& options, const Cluster& cluster);
-int check_cluster(const Options& options, const Cluster& cluster, Plan& plan);
 
 std::string new_job_id() {
   std::time_t now = std::time(nullptr);
@@ -48,28 +44,6 @@ std::string resolve_ipv4(const std::string& name) {
   return buf;
 }
 
-std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config) {
-  std::string config = ssh_config;
-  if (config.empty()) {
-    const char* home = std::getenv("HOME");
-    config = std::string(home ? home : "") + "/.ssh/config";
-    if (access(config.c_str(), R_OK) != 0) return name;
-  }
-  ssh_session s = ssh_new();
-  if (!s) return name;
-  std::string out = name;
-  ssh_options_set(s, SSH_OPTIONS_HOST, name.c_str());
-  bool parsed = ssh_options_parse_config(s, config.c_str()) == SSH_OK;
-  apply_ssh_log_verbosity(s);
-  if (parsed) {
-    char* host = nullptr;
-    if (ssh_options_get(s, SSH_OPTIONS_HOST, &host) == SSH_OK && host) out = host;
-    ssh_string_free_char(host);
-  }
-  ssh_free(s);
-  return out;
-}
-
 int run_app(const std::vector<std::string>& args) {
   Options options;
   try {
@@ -92,14 +66,12 @@ int run_app(const std::vector<std::string>& args) {
         std::fprintf(stderr, "msrun-ssh: libssh: %.*s\n", static_cast<int>(m.size()), m.data());
       });
     else
-      set_ssh_log(SSH_LOG_NOLOG, nullptr);
+      set_ssh_log(kSshLogOff, nullptr);
     char cwd[4096];
     options.launcher_cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
     options.job_id = options.command == Command::kStop ? options.job : new_job_id();
     Cluster cluster = load_hostfile(options.hostfile);
     if (options.command == Command::kStop) return stop_job(options, cluster);
-    if (options.command == Command::kCheck && options.task_script.empty())
-      options.task_script = "true";  // plan a harmless program: check only needs the layout
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
     // so that an alias never turns into a DNS query for a name that exists only in the config.
     Resolver resolve = [&options](const std::string& name) {

@@ -55,12 +55,25 @@ bool parse_bool_word(std::string_view text, bool& out) {
   return false;
 }
 
+BindRequest binding_in_effect(const BindRequest& command_line, const BindRequest& host_file) {
+  BindRequest out;
+  out.core = command_line.core.mode != BindCore::Mode::kUnset ? command_line.core : host_file.core;
+  out.numa = command_line.numa.mode != BindNuma::Mode::kUnset ? command_line.numa : host_file.numa;
+  return out;
+}
+
+std::optional<int> device_number(std::string_view key) {
+  constexpr std::string_view kPrefix = "device";
+  if (key.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  std::string_view digits = key.substr(kPrefix.size());
+  int n = 0;
+  if (digits.find_first_not_of("0123456789") != std::string_view::npos || !parse_uint(digits, n))
+    return std::nullopt;
+  return n;
+}
+
 void validate_bind_key(const std::string& key, std::string_view what) {
-  if (key == "scheduler") return;
-  if (key.size() > 6 && key.compare(0, 6, "device") == 0) {
-    int id = 0;
-    if (parse_uint(std::string_view(key).substr(6), id)) return;
-  }
+  if (key == "scheduler" || device_number(key)) return;
   throw InputError(fmt::format(
       "{}: unknown key \"{}\" (expected \"scheduler\" or \"device<N>\", as msrun)", what, key));
 }

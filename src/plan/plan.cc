@@ -208,46 +208,6 @@ std::vector<std::string> process_argv(const Process& p, const Options& options,
   return argv;
 }
 
-void apply_binding(HostPlan& hp, const Options& options) {
-  BindCore core =
-      options.bind_core.mode != BindCore::Mode::kUnset ? options.bind_core : hp.host.bind_core;
-  BindNuma numa =
-      options.bind_numa.mode != BindNuma::Mode::kUnset ? options.bind_numa : hp.host.bind_numa;
-  std::string what = fmt::format("bind_core for host {}", hp.host.address);
-  for (auto& p : hp.processes) {
-    p.cpus.clear();
-    p.numa_nodes.clear();
-    p.bind_pending = false;
-    if (core.mode == BindCore::Mode::kManual) {
-      auto it = core.ranges.find(p.bind_key);
-      if (it == core.ranges.end()) {
-        if (p.role == Role::kWorker)
-          throw InputError(
-              fmt::format("{}: no entry \"{}\" for {} (keys are \"scheduler\" and "
-                          "\"device<physical id>\")",
-                          what, p.bind_key, p.label()));
-      } else {
-        p.cpus = parse_cpu_list(fmt::format("{}", fmt::join(it->second, ",")), what);
-      }
-    } else if (core.mode == BindCore::Mode::kAuto) {
-      p.bind_pending = true;
-    }
-    if (numa.mode == BindNuma::Mode::kManual) {
-      auto it = numa.nodes.find(p.bind_key);
-      if (it != numa.nodes.end()) {
-        p.numa_nodes = it->second;
-        std::sort(p.numa_nodes.begin(), p.numa_nodes.end());
-        p.numa_nodes.erase(std::unique(p.numa_nodes.begin(), p.numa_nodes.end()),
-                           p.numa_nodes.end());
-      }
-    } else if (numa.mode == BindNuma::Mode::kAuto) {
-      p.bind_pending = true;
-    }
-    if (!p.cpus.empty()) set_env(p.env, "MSRUN_CPU_LIST", msrun_cpu_list_value(p.cpus));
-    p.argv = process_argv(p, options, hp);
-  }
-}
-
 Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve) {
   Plan plan;
   plan.job_id = options.job_id;
@@ -318,7 +278,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
       p.log_name = log_name_for(options, hp, p);
       p.workdir = hp.host.workdir;
     }
-    apply_binding(hp, options);
+    apply_binding(hp, decide_binding(hp, options, nullptr), options);
   }
   return plan;
 }

@@ -74,9 +74,9 @@ bool needs_topology(const HostPlan& h) {
   return false;
 }
 
-// Binding from each host's real topology (SPEC §5): one probe per host, all hosts at once, then the
-// allocation; the same round trip tells whether the host has the taskset / numactl the bound
-// commands start with.
+// Binding from each host's real topology (decide_binding, plan.h): one probe per host, all hosts
+// at once, then the binding step; the same round trip tells whether the host has the taskset /
+// numactl the bound commands start with.
 // Returns false (after printing why) when a host could not be probed; bad binding input throws
 // InputError naming the host.
 bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
@@ -96,7 +96,8 @@ bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
       continue;
     }
     try {
-      bind_host_from_topology(hp, parse_probe_output(*probes[i]), options);
+      Topology topo = parse_probe_output(*probes[i]);
+      apply_binding(hp, decide_binding(hp, options, &topo), options);
     } catch (const InputError& e) {
       throw InputError(fmt::format("host {}: {}", hp.host.address, e.what()));
     }

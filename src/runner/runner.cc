@@ -283,7 +283,7 @@ void Runner::handle(const TransportEvent& e) {
 
 bool Runner::start_watchdogs() {
   // The watchdog gives up after 2 heartbeats of silence, so that the whole teardown on a host
-  // that lost us fits in the 3 heartbeats SPEC §7 allows.
+  // that lost us fits in the 3 heartbeats the README promises ("Life cycle: nothing left behind").
   std::string cmd = watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace);
   double now = t_.now_ms();
   for (size_t h = 0; h < hosts_.size(); ++h) {

@@ -1,5 +1,8 @@
 #include <libssh/callbacks.h>
 #include <libssh/libssh.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "msrun_ssh/ssh.h"
 
@@ -25,6 +28,8 @@ void to_sink(int, const char* function, const char* buffer, void*) {
 
 }  // namespace
 
+static_assert(kSshLogOff == SSH_LOG_NOLOG);
+
 void set_ssh_log(int verbosity, SshLogSink sink) {
   ssh_log() = SshLog{verbosity, std::move(sink)};
   // Installed once and for good: from now on libssh never writes to stderr.
@@ -43,12 +48,33 @@ SshSettings ssh_settings(const Options& o) {
   s.fanout = o.fanout;
   s.connect_timeout_s = o.connect_timeout;
   s.host_key_policy = o.strict_host_key_checking;
-  s.channels_per_connection = kChannelsPerConnection;
   return s;
 }
 
 SshEndpoint endpoint_of(const Host& h) {
   return SshEndpoint{h.address, h.user, h.port, h.identity_file, h.known_hosts};
+}
+
+std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config) {
+  std::string config = ssh_config;
+  if (config.empty()) {
+    const char* home = std::getenv("HOME");
+    config = std::string(home ? home : "") + "/.ssh/config";
+    if (access(config.c_str(), R_OK) != 0) return name;
+  }
+  ssh_session s = ssh_new();
+  if (!s) return name;
+  std::string out = name;
+  ssh_options_set(s, SSH_OPTIONS_HOST, name.c_str());
+  bool parsed = ssh_options_parse_config(s, config.c_str()) == SSH_OK;
+  apply_ssh_log_verbosity(s);
+  if (parsed) {
+    char* host = nullptr;
+    if (ssh_options_get(s, SSH_OPTIONS_HOST, &host) == SSH_OK && host) out = host;
+    ssh_string_free_char(host);
+  }
+  ssh_free(s);
+  return out;
 }
 
 }  // namespace msrun_ssh

@@ -1,6 +1,5 @@
 // Automatic CPU allocation for the processes of one host (rules: topology.h, "allocation").
 #include <algorithm>
-#include <charconv>
 #include <climits>
 #include <functional>
 #include <optional>
@@ -26,10 +25,10 @@ struct Roles {
   std::optional<size_t> scheduler;
 };
 
-Roles roles_of(const HostPlan& host) {
+Roles roles_of(const HostProcesses& host) {
   Roles r;
   for (size_t i = 0; i < host.processes.size(); ++i) {
-    if (host.processes[i].role == Role::kScheduler)
+    if (host.processes[i].scheduler)
       r.scheduler = i;
     else
       r.workers.push_back(i);
@@ -113,32 +112,11 @@ class Split {
   std::vector<std::vector<size_t>> held_;
 };
 
-const EnvList& host_env(const HostPlan& host) {
-  for (const auto& p : host.processes)
-    if (p.role == Role::kWorker) return p.env;
-  return host.host.env;
-}
-
-bool env_set(const EnvList& env, std::string_view name) {
-  return std::any_of(env.begin(), env.end(),
-                     [&](const auto& kv) { return kv.first == name && !kv.second.empty(); });
-}
-
-std::string host_device_kind(const Topology& topo, const HostPlan& host) {
-  const EnvList& env = host_env(host);
-  if (env_set(env, "ASCEND_RT_VISIBLE_DEVICES")) return "npu";
-  if (env_set(env, "CUDA_VISIBLE_DEVICES")) return "gpu";
-  return topo.devices_of_kind("npu").empty() ? "gpu" : "npu";
-}
-
-// N of a "device<N>" key, or -1.
-int device_number(std::string_view key) {
-  constexpr std::string_view kPrefix = "device";
-  if (key.substr(0, kPrefix.size()) != kPrefix || key.size() == kPrefix.size()) return -1;
-  std::string_view digits = key.substr(kPrefix.size());
-  int n = -1;
-  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  return ec == std::errc() && p == digits.data() + digits.size() ? n : -1;
+// The devices of the kind the workers drive, in PCI bus order: index N is physical device N.
+std::vector<Device> driven_devices(const Topology& topo, const HostProcesses& host) {
+  std::string kind = host.device_kind;
+  if (kind.empty()) kind = topo.devices_of_kind("npu").empty() ? "gpu" : "npu";
+  return topo.devices_of_kind(kind);
 }
 
 // ---- the split with device affinity ------------------------------------------------------------
@@ -150,14 +128,14 @@ struct Affinity {
   std::set<int> device_nodes;  // nodes with any device of the host's kind
 };
 
-Affinity affinity_of(const Topology& topo, const HostPlan& host) {
+Affinity affinity_of(const Topology& topo, const HostProcesses& host) {
   Affinity a;
   for (const auto& p : host.processes) {
-    a.home.push_back(worker_device_node(topo, host, p));
-    a.device.push_back(p.role == Role::kWorker ? device_number(p.bind_key) : -1);
+    a.home.push_back(device_numa_node(topo, host, p));
+    a.device.push_back(p.scheduler ? -1 : p.device);
     if (a.home.back() >= 0) a.active.insert(a.home.back());
   }
-  for (const auto& d : topo.devices_of_kind(host_device_kind(topo, host)))
+  for (const auto& d : driven_devices(topo, host))
     if (d.numa_node >= 0) a.device_nodes.insert(d.numa_node);
   return a;
 }
@@ -245,8 +223,8 @@ void equal_split(Split& s, const Roles& r) {
   if (scheduler_core) s.give(next, *r.scheduler);
 }
 
-std::vector<std::vector<int>> core_split(const Topology& topo, const HostPlan& host, const Roles& r,
-                                         std::vector<Unit> cores) {
+std::vector<std::vector<int>> core_split(const Topology& topo, const HostProcesses& host,
+                                         const Roles& r, std::vector<Unit> cores) {
   Split s(std::move(cores), host.processes.size());
   Affinity a = affinity_of(topo, host);
   if (a.active.empty())
@@ -298,15 +276,14 @@ std::vector<int> all_pus(const std::vector<Unit>& units) {
 
 }  // namespace
 
-int worker_device_node(const Topology& topo, const HostPlan& host, const Process& process) {
-  if (process.role != Role::kWorker) return -1;
-  int n = device_number(process.bind_key);
-  if (n < 0) return -1;
-  std::vector<Device> devices = topo.devices_of_kind(host_device_kind(topo, host));
-  return static_cast<size_t>(n) < devices.size() ? devices[n].numa_node : -1;
+int device_numa_node(const Topology& topo, const HostProcesses& host, const ProcessSlot& process) {
+  if (process.scheduler || process.device < 0) return -1;
+  std::vector<Device> devices = driven_devices(topo, host);
+  size_t n = static_cast<size_t>(process.device);
+  return n < devices.size() ? devices[n].numa_node : -1;
 }
 
-std::vector<std::vector<int>> allocate_cpus(const Topology& topo, const HostPlan& host) {
+std::vector<std::vector<int>> allocate_cpus(const Topology& topo, const HostProcesses& host) {
   size_t n = host.processes.size();
   Roles r = roles_of(host);
   std::vector<Unit> cores = core_units(topo);

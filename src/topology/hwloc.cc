@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "msrun_ssh/binding.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/topology.h"
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <utility>
 
+#include "msrun_ssh/binding.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/topology.h"

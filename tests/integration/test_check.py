@@ -1,4 +1,4 @@
-"""`msrun-ssh check` on the namespace cluster (issue: cluster acceptance report, SPEC §8).
+"""`msrun-ssh check` on the namespace cluster (issue: cluster acceptance report).
 
 Every test runs check with --json and asserts the exact host + check that must fail, and that
 nothing else failed. Each run uses its own master port, so that a job of another test on the same

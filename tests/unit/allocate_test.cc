@@ -1,6 +1,6 @@
-// CPU / NUMA allocation from a host's topology (src/topology/allocate.cc, bind.cc), on hwloc XML
-// topologies that stand for real servers (tests/data/topology, see generate.py) and on small
-// models built here. Every expectation is an exact CPU list, worked out from the rules in
+// CPU / NUMA allocation from a host's topology (src/topology/allocate.cc, src/plan/bind.cc), on
+// hwloc XML topologies that stand for real servers (tests/data/topology, see generate.py) and on
+// small models built here. Every expectation is an exact CPU list, worked out from the rules in
 // topology.h. Linux numbering throughout: core c of an N-core server has PUs c and c+N.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -82,10 +82,20 @@ class Allocate : public ::testing::Test {
     return make_plan(options, c, [](const std::string&) { return std::string(); }).hosts.back();
   }
 
+  // The same host as allocation sees it.
+  HostProcesses slots(int workers, bool master, EnvList env = {}) {
+    return host_processes(host(workers, master, std::move(env)));
+  }
+
   HostPlan bound(const Topology& topo, int workers, bool master, EnvList env = {}) {
     HostPlan h = host(workers, master, std::move(env));
-    bind_host_from_topology(h, topo, options);
+    bind(h, topo);
     return h;
+  }
+
+  // The binding step with the host's topology, as at start-up.
+  void bind(HostPlan& h, const Topology& topo) const {
+    apply_binding(h, decide_binding(h, options, &topo), options);
   }
 
   std::string error(const Topology& topo, int workers, bool master) {
@@ -111,11 +121,25 @@ class Allocate : public ::testing::Test {
   static inline BindCore host_bind_core;
 };
 
+// What allocation sees of a plan's host: the scheduler, each worker's physical device (from its
+// bind key), the device kind the environment names.
+TEST_F(Allocate, HostProcessesOfAPlan) {
+  HostProcesses h = slots(2, true, {{"CUDA_VISIBLE_DEVICES", "5,4"}});
+  EXPECT_EQ(h.processes, (std::vector<ProcessSlot>{{true, -1}, {false, 4}, {false, 5}}));
+  EXPECT_EQ(h.device_kind, "gpu");
+  EXPECT_EQ(slots(1, false, {{"ASCEND_RT_VISIBLE_DEVICES", "3"}}).device_kind, "npu");
+  EXPECT_EQ(slots(1, false).device_kind, "");
+  EXPECT_EQ(slots(1, false).processes, (std::vector<ProcessSlot>{{false, 0}}));
+  // A visible device that is no number gives its worker no device.
+  EXPECT_EQ(slots(1, false, {{"CUDA_VISIBLE_DEVICES", "GPU-8f3a"}}).processes,
+            (std::vector<ProcessSlot>{{false, -1}}));
+}
+
 // ---- (a) NPU server: 2 sockets x 2 NUMA nodes x 24 cores x 2 threads, 2 NPUs per node -----------
 
 TEST_F(Allocate, NpuServerEightWorkersAndScheduler) {
   Topology t = xml("npu_2s4n_96c192t.xml");
-  EXPECT_EQ(lists(allocate_cpus(t, host(8, true))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(8, true))),
             (Lists{"191", "0-11,96-107", "12-23,108-119", "24-35,120-131", "36-47,132-143",
                    "48-59,144-155", "60-71,156-167", "72-83,168-179", "84-95,180-190"}));
 }
@@ -141,13 +165,13 @@ TEST_F(Allocate, BindingSetsArgvAndMsrunCpuList) {
 // Devices 4-7 belong to another job: their nodes (2, 3) are left alone.
 TEST_F(Allocate, NpuServerIdleDevicesKeepTheirNodes) {
   Topology t = xml("npu_2s4n_96c192t.xml");
-  EXPECT_EQ(lists(allocate_cpus(t, host(4, false, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1,2,3"}}))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(4, false, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1,2,3"}}))),
             (Lists{"0-11,96-107", "12-23,108-119", "24-35,120-131", "36-47,132-143"}));
 }
 
 TEST_F(Allocate, NpuServerOneDevicePerNodeGetsTheWholeNode) {
   Topology t = xml("npu_2s4n_96c192t.xml");
-  EXPECT_EQ(lists(allocate_cpus(t, host(4, true, {{"ASCEND_RT_VISIBLE_DEVICES", "6,4,2,0"}}))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(4, true, {{"ASCEND_RT_VISIBLE_DEVICES", "6,4,2,0"}}))),
             (Lists{"191", "0-23,96-119", "24-47,120-143", "48-71,144-167", "72-95,168-190"}));
 }
 
@@ -155,7 +179,7 @@ TEST_F(Allocate, NpuServerOneDevicePerNodeGetsTheWholeNode) {
 // what the slices left on nodes 0-2, and node 3's rest goes to its own workers.
 TEST_F(Allocate, MoreWorkersThanDevices) {
   Topology t = xml("npu_2s4n_96c192t.xml");
-  EXPECT_EQ(lists(allocate_cpus(t, host(10, false))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(10, false))),
             (Lists{"0-8,96-104", "9-17,105-113", "24-32,120-128", "33-41,129-137", "48-56,144-152",
                    "57-65,153-161", "72-80,90-92,168-176,186-188", "81-89,93-95,177-185,189-191",
                    "18-23,42-44,114-119,138-140", "45-47,66-71,141-143,162-167"}));
@@ -165,14 +189,14 @@ TEST_F(Allocate, MoreWorkersThanDevices) {
 
 TEST_F(Allocate, ContainerSplitsItsCpuset) {
   Topology t = xml("npu_2s2n_48c96t_container.xml");
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, true, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1"}}))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, true, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1"}}))),
             (Lists{"59", "4-7,52-55", "8-11,56-58"}));
 }
 
 // Its NPUs sit on node 1, which the cgroup does not allow: node 0's CPUs are all there is.
 TEST_F(Allocate, ContainerWhoseDevicesSitOnADisallowedNode) {
   Topology t = xml("npu_2s2n_48c96t_container.xml");
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, false, {{"ASCEND_RT_VISIBLE_DEVICES", "4,5"}}))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, false, {{"ASCEND_RT_VISIBLE_DEVICES", "4,5"}}))),
             (Lists{"4-7,52-55", "8-11,56-59"}));
 }
 
@@ -183,31 +207,31 @@ TEST_F(Allocate, ContainerNarrowedByTheProbe) {
   std::stringstream xml_text;
   xml_text << in.rdbuf();
   Topology t = parse_probe_output("allowed: 4-7\nformat: hwloc-xml\n" + xml_text.str());
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, true, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1"}}))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, true, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1"}}))),
             (Lists{"7", "4-5", "6"}));
 }
 
 // ---- (c) more processes than cores: a 4-core, 8-thread VM ---------------------------------------
 
 TEST_F(Allocate, AsManyWorkersAsCores) {
-  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), host(4, true))),
+  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), slots(4, true))),
             (Lists{"7", "0,4", "1,5", "2,6", "3"}));
 }
 
 // Workers 0 and 4 share core 0, 1 and 5 core 1; core 2's second thread is left over and stays
 // with worker 2, the last one goes to the scheduler.
 TEST_F(Allocate, MoreWorkersThanCoresShareHyperThreads) {
-  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), host(6, true))),
+  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), slots(6, true))),
             (Lists{"7", "0", "1", "2,6", "3", "4", "5"}));
 }
 
 TEST_F(Allocate, AsManyWorkersAsThreads) {
-  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), host(8, false))),
+  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), slots(8, false))),
             (Lists{"0", "1", "2", "3", "4", "5", "6", "7"}));
 }
 
 TEST_F(Allocate, MoreWorkersThanThreadsOverlap) {
-  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), host(10, true))),
+  EXPECT_EQ(lists(allocate_cpus(xml("vm_1n_4c8t.xml"), slots(10, true))),
             (Lists{"2", "0", "1", "2", "3", "4", "5", "6", "7", "0", "1"}));
 }
 
@@ -216,12 +240,12 @@ TEST_F(Allocate, MoreWorkersThanThreadsOverlap) {
 TEST_F(Allocate, GpuServerWithCudaVisibleDevices) {
   HostPlan h = host(4, true, {{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}});
   EXPECT_EQ(h.processes[1].bind_key, "device4");
-  EXPECT_EQ(lists(allocate_cpus(xml("gpu_2s2n_64c128t.xml"), h)),
+  EXPECT_EQ(lists(allocate_cpus(xml("gpu_2s2n_64c128t.xml"), host_processes(h))),
             (Lists{"127", "32-39,96-103", "40-47,104-111", "48-55,112-119", "56-63,120-126"}));
 }
 
 TEST_F(Allocate, GpuServerAllDevices) {
-  EXPECT_EQ(lists(allocate_cpus(xml("gpu_2s2n_64c128t.xml"), host(8, false))),
+  EXPECT_EQ(lists(allocate_cpus(xml("gpu_2s2n_64c128t.xml"), slots(8, false))),
             (Lists{"0-7,64-71", "8-15,72-79", "16-23,80-87", "24-31,88-95", "32-39,96-103",
                    "40-47,104-111", "48-55,112-119", "56-63,120-127"}));
 }
@@ -229,23 +253,23 @@ TEST_F(Allocate, GpuServerAllDevices) {
 // ---- (e) no devices: msrun's equal contiguous split ---------------------------------------------
 
 TEST_F(Allocate, NoDevicesEqualSplit) {
-  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml"), host(4, false))),
+  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml"), slots(4, false))),
             (Lists{"0-7,32-39", "8-15,40-47", "16-23,48-55", "24-31,56-63"}));
 }
 
 TEST_F(Allocate, NoDevicesSchedulerTakesTheLastCoreLeftOver) {
-  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml"), host(3, true))),
+  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml"), slots(3, true))),
             (Lists{"31,63", "0-10,32-42", "11-20,43-52", "21-30,53-62"}));
 }
 
 TEST_F(Allocate, NoDevicesFirstSharesTakeTheRemainder) {
-  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml"), host(3, false))),
+  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml"), slots(3, false))),
             (Lists{"0-10,32-42", "11-21,43-53", "22-31,54-63"}));
 }
 
 TEST_F(Allocate, DevicesOfUnknownLocalityMeanAnEqualSplit) {
   Topology t = model(2, 4, {npu("0000:01:00.0", -1), npu("0000:02:00.0", -1)});
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, false))), (Lists{"0-3", "4-7"}));
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, false))), (Lists{"0-3", "4-7"}));
 }
 
 // ---- models -------------------------------------------------------------------------------------
@@ -253,16 +277,16 @@ TEST_F(Allocate, DevicesOfUnknownLocalityMeanAnEqualSplit) {
 // msrun's top-up: devices on nodes 0 and 1 only; nodes 2 and 3 feed both workers.
 TEST_F(Allocate, TopsUpFromNodesWithoutDevices) {
   Topology t = model(4, 4, {npu("0000:01:00.0", 0), npu("0000:41:00.0", 1)});
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, false))), (Lists{"0-3,8-11", "4-7,12-15"}));
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, false))), (Lists{"0-3,8-11", "4-7,12-15"}));
   // No SMT: the scheduler's CPU is a whole core taken from the last worker.
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, true))), (Lists{"15", "0-3,8-11", "4-7,12-14"}));
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, true))), (Lists{"15", "0-3,8-11", "4-7,12-14"}));
 }
 
 TEST_F(Allocate, DeviceKindFollowsTheVisibleDevicesVariable) {
   Topology t = model(2, 2, {gpu("0000:01:00.0", 0), npu("0000:81:00.0", 1)});
   // NPUs first: device0 is the NPU on node 1, device1 drives nothing.
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, false))), (Lists{"2-3", "0-1"}));
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, false, {{"CUDA_VISIBLE_DEVICES", "0,1"}}))),
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, false))), (Lists{"2-3", "0-1"}));
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, false, {{"CUDA_VISIBLE_DEVICES", "0,1"}}))),
             (Lists{"0-1", "2-3"}));
 }
 
@@ -273,13 +297,14 @@ TEST_F(Allocate, SchedulerAloneGetsEveryAllowedCpu) {
   s.role = Role::kScheduler;
   s.bind_key = "scheduler";
   h.processes = {s};
-  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml", "8-15"), h)), (Lists{"8-15"}));
+  EXPECT_EQ(lists(allocate_cpus(xml("cpu_2s2n_32c64t.xml", "8-15"), host_processes(h))),
+            (Lists{"8-15"}));
 }
 
 TEST_F(Allocate, NoAllowedCpu) {
   Topology t = model(1, 2);
   t.allowed_cpus.clear();
-  EXPECT_EQ(lists(allocate_cpus(t, host(2, false))), (Lists{"", ""}));
+  EXPECT_EQ(lists(allocate_cpus(t, slots(2, false))), (Lists{"", ""}));
   EXPECT_EQ(error(t, 2, false), "bind_core for host node01: no CPU is available on this host");
 }
 
@@ -313,7 +338,7 @@ TEST_F(Allocate, ManualCpusAreKeptAndExported) {
   HostPlan planned = host(2, true);
   ASSERT_EQ(*env_of(planned.processes[1], "MSRUN_CPU_LIST"), "[1, 2, 3]");
   HostPlan h = planned;
-  bind_host_from_topology(h, xml("cpu_2s2n_32c64t.xml"), options);
+  bind(h, xml("cpu_2s2n_32c64t.xml"));
   EXPECT_TRUE(h.processes[0].cpus.empty());  // no "scheduler" key
   EXPECT_EQ(env_of(h.processes[0], "MSRUN_CPU_LIST"), nullptr);
   EXPECT_EQ(h.processes[1].cpus, cpus("1-3"));

@@ -113,6 +113,34 @@ TEST(Binding, BindKeys) {
         << k;
 }
 
+TEST(Binding, DeviceNumber) {
+  EXPECT_EQ(device_number("device0"), 0);
+  EXPECT_EQ(device_number("device7"), 7);
+  EXPECT_EQ(device_number("device01"), 1);
+  EXPECT_EQ(device_number("device123456"), 123456);
+  for (const char* k : {"scheduler", "device", "device-1", "device-0", "device+1", "device1a",
+                        "device 1", "Device0", "device1234567", "", "dev"})
+    EXPECT_EQ(device_number(k), std::nullopt) << k;
+  // The bind-dict check uses the same parser and names the key it refuses.
+  EXPECT_EQ(error_of([] { validate_bind_key("device-0", "h.toml:3"); }),
+            "h.toml:3: unknown key \"device-0\" (expected \"scheduler\" or \"device<N>\", as "
+            "msrun)");
+}
+
+TEST(Binding, CommandLineWinsOverTheHostFile) {
+  BindRequest host{parse_bind_core(R"({"device0": ["0-3"]})", "h"), parse_bind_numa("True", "h")};
+  BindRequest unset;
+  EXPECT_EQ(binding_in_effect(unset, host), host);
+  BindRequest cli{parse_bind_core("True", "c"), BindNuma{}};
+  BindRequest got = binding_in_effect(cli, host);
+  EXPECT_EQ(got.core, cli.core);             // the command line's bind_core
+  EXPECT_EQ(got.numa, host.numa);            // bind_numa unset there: the host file's
+  cli.numa = parse_bind_numa("False", "c");  // an explicit off wins too
+  EXPECT_EQ(binding_in_effect(cli, host), cli);
+  EXPECT_EQ(binding_in_effect(cli, unset), cli);
+  EXPECT_EQ(binding_in_effect(unset, unset), unset);
+}
+
 TEST(Binding, BindNumaBooleans) {
   EXPECT_EQ(parse_bind_numa("True", "x").mode, BindNuma::Mode::kAuto);
   EXPECT_EQ(parse_bind_numa("0", "x").mode, BindNuma::Mode::kOff);

@@ -255,7 +255,8 @@ TEST(Check, ExpectationScriptRules) {
       EXPECT_FALSE(e.script_note.empty()) << script;
     }
   };
-  expect("true", "", true);  // what app.cc plans for `check` without TASK_SCRIPT
+  expect("", "", true);       // `check` without TASK_SCRIPT
+  expect("true", "", false);  // a program like any other
   expect("train.py", "train.py", true);
   expect("/abs/train.py", "/abs/train.py", true);
   expect("./run.sh", "./run.sh", false);
@@ -782,7 +783,6 @@ TEST(Check, ExitCodeIgnoresWarningsAndSkips) {
 TEST(Check, EmptyReportHasEveryCheckSkipped) {
   Options o;
   o.command = Command::kCheck;
-  o.task_script = "true";
   Plan p = small_plan(o, {plain_host("a", 1), plain_host("b", 2)});
   CheckReport r = empty_report(p, {"numpy"}, "not connected");
   ASSERT_EQ(r.hosts.size(), 2u);

@@ -1,4 +1,4 @@
-// The command line (src/cli/cli.cc): every option of SPEC §2 in both spellings, booleans, numeric
+// The command line (src/cli/cli.cc): every option in both spellings, booleans, numeric
 // ranges, REMAINDER semantics, --env, the check / stop subcommands and every usage error.
 #include "msrun_ssh/cli.h"
 

@@ -620,11 +620,32 @@ TEST_F(MakePlan, AutoNumaIsPending) {
   EXPECT_TRUE(p.hosts[1].processes[0].bind_pending);
 }
 
+// The binding step is a pure value: without a topology the manual dict's CPUs and a pending auto
+// mode, with it the NUMA nodes too; the plan it reads is left as it was.
+TEST_F(MakePlan, DecideBindingIsAPureValue) {
+  cluster.hosts = {host("alpha", 1)};
+  options.bind_core = parse_bind_core(R"({"scheduler":["0"],"device0":["2-3"]})", "x");
+  cluster.hosts[0].bind_numa = parse_bind_numa("true", "x");
+  Plan p = plan();
+  const HostPlan planned = p.hosts[0];
+  EXPECT_EQ(decide_binding(p.hosts[0], options, nullptr),
+            (std::vector<Binding>{{{0}, {}, true}, {{2, 3}, {}, true}}));
+  Topology t;
+  t.cores = {Core{0, 0, {0}}, Core{0, 0, {1}}, Core{0, 1, {2}}, Core{0, 1, {3}}};
+  t.numa_nodes = {NumaNode{0, {0, 1}}, NumaNode{1, {2, 3}}};
+  t.allowed_cpus = {0, 1, 2, 3};
+  normalize_topology(t);
+  EXPECT_EQ(decide_binding(p.hosts[0], options, &t),
+            (std::vector<Binding>{{{0}, {0}, false}, {{2, 3}, {1}, false}}));
+  EXPECT_EQ(p.hosts[0].processes[1].argv, planned.processes[1].argv);
+  EXPECT_TRUE(p.hosts[0].processes[1].bind_pending);
+}
+
 TEST_F(MakePlan, ApplyBindingRecomputesArgv) {
   cluster.hosts = {host("alpha", 1)};
   Plan p = plan();
   options.bind_core = parse_bind_core(R"({"device0":["3"]})", "x");
-  apply_binding(p.hosts[0], options);
+  apply_binding(p.hosts[0], decide_binding(p.hosts[0], options, nullptr), options);
   EXPECT_EQ(p.hosts[0].processes[1].argv,
             (Argv{"taskset", "-c", "3", "python3", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(process_argv(p.hosts[0].processes[1], options, p.hosts[0]),
