@@ -9,12 +9,21 @@
 # before the connection died (its shell may appear after the first sweep): the watchdog sweeps
 # four more times over one second before it exits. With the launcher alive, the launcher ends
 # such late commands itself (SSH "signal" requests) and waits until every channel has closed.
+# The silence T is waited out in two reads, 3/4 and 1/4 of it: when this host was too starved of
+# CPU to run the first read while the launcher's bytes came, they wait in the pipe and the second
+# read, a new process, finds them at once; a launcher that is really gone costs no extra time.
 T=$2 G=$3 L=$4
+# T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
+ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
+t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
+T1=$((t1 / 1000)).$(printf %03d $((t1 % 1000)))
+T2=$((t2 / 1000)).$(printf %03d $((t2 % 1000)))
 trap '' PIPE HUP
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
 echo "msrun-ssh-watchdog: ready $$ $n"
 while :; do
-  c=$(timeout "$T" dd bs=1 count=1 2>/dev/null) || c=
+  c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
+    c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
   case "$c" in
     h) echo h ;;
     q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;

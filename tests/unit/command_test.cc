@@ -822,6 +822,51 @@ TEST_F(WatchdogCommand, EchoesHeartbeatsAndTearsDownAfterSilence) {
                       " SIGTERM sleep 30 \n");
 }
 
+// The watchdog and everything it started (its read of stdin), children before parents.
+std::vector<pid_t> process_tree(pid_t root) {
+  std::vector<pid_t> tree{root};
+  for (size_t i = 0; i < tree.size(); ++i)
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string stat = slurp("/proc/" + name + "/stat");
+      size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 2));
+      std::string state;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == tree[i]) tree.push_back(std::stoi(name));
+    }
+  return {tree.rbegin(), tree.rend()};
+}
+
+TEST_F(WatchdogCommand, AHostTooStarvedToReadInTimeDoesNotLoseTheLauncher) {
+  // The watchdog and its read are stopped (as a starved host runs nothing) for longer than the
+  // silence limit while a heartbeat waits in the pipe: the timer of the first read has expired
+  // when they run again, and the second read must find the heartbeat (#15).
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(1.0, 0.5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in its read of stdin
+  std::vector<pid_t> tree = process_tree(dog_.pid);
+  ASSERT_GE(tree.size(), 2u);
+  for (pid_t p : tree) kill(p, SIGSTOP);
+  send(kBeat);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  // The timer's owner (`timeout`) wakes first and ends its stopped read, as a starved host's
+  // scheduler might; the read never got to the byte.
+  for (pid_t p : tree)
+    if (split_nul(slurp("/proc/" + std::to_string(p) + "/cmdline")).front() != "dd")
+      kill(p, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (pid_t p : tree) kill(p, SIGCONT);
+  ASSERT_TRUE(read_until(dog_.out, out_, 3, [](const std::string& b) { return !b.empty(); }));
+  EXPECT_EQ(out_, "h\n") << "the starved watchdog gave up on a live launcher";
+  EXPECT_FALSE(wait_for(sleeper, 0).has_value());
+  send(kKillNow);
+  EXPECT_EQ(finish(3), 0);
+}
+
 TEST_F(WatchdogCommand, TeardownByteEndsTheJobAtOnce) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   pid_t bystander = start_marked(random_job_id(), {"sleep", "30"}, "sleep");
