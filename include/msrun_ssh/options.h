@@ -56,6 +56,7 @@ struct Options {
   bool output_gather = false;   // --output gather: identical lines of many ranks printed once
   bool timestamps = false;      // --timestamps: console lines carry the launcher's receive time
   bool log_timestamps = false;  // --log_timestamps: so do the lines of the per-rank logs
+  std::string events;           // --events FILE: the job's life as JSON Lines ("-": stdout)
   std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "msrun_ssh/command.h"
+#include "msrun_ssh/events.h"
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/output.h"
 #include "msrun_ssh/plan.h"
@@ -31,6 +32,10 @@ class Runner {
 
   // Numbers the attempt (--max_restarts): from attempt 2 on, console prefixes read "3@host a2".
   void set_attempt(int attempt) { attempt_ = attempt; }
+
+  // Where the job's events go (--events; docs/events.md): watchdog_ready, process_started,
+  // process_ended, host_lost, teardown. May stay unset.
+  void set_events(EventLog* events) { events_ = events; }
 
   // What ended the job when it did not end well: the first failure, signal or lost host, as the
   // console said it ("rank 3 on node1 failed: exit 3"); "" while nothing went wrong.
@@ -81,6 +86,7 @@ class Runner {
   void watchdog_line(size_t host, std::string_view line);
   void handle_process(size_t index, const TransportEvent& e);
   void finish_process(Proc& p, const std::string& note);
+  SummaryRow row_of(size_t index) const;
   void read_stdin();
   void read_signals();
   void beat();
@@ -100,6 +106,7 @@ class Runner {
   int timeout_ms(double now) const;
   const std::string& host_name(size_t host) const;
 
+  EventLog* events_ = nullptr;
   const Plan& plan_;
   const Options& options_;
   Transport& t_;

@@ -136,6 +136,10 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--timestamps", flag([](O& o, S n, S v) { o.timestamps = v.empty() || to_bool(n, v); })},
       {"--log_timestamps",
        flag([](O& o, S n, S v) { o.log_timestamps = v.empty() || to_bool(n, v); })},
+      {"--events", value([](O& o, S n, S v) {
+         if (v.empty()) bad(n, v, "must name a file, or - for stdout");
+         o.events = v;
+       })},
       {"--report_bindings",
        flag([](O& o, S n, S v) { o.report_bindings = v.empty() || to_bool(n, v); })},
       {"--strict_host_key_checking", value([](O& o, S n, S v) {
@@ -317,6 +321,8 @@ msrun-ssh's options:
                                raw (default prefixed: every line with its own rank@host)
   --timestamps                 console lines start with their receive time (UTC, ms)
   --log_timestamps             so do the lines of the per-rank log files (they are no longer raw)
+  --events FILE                the job's life as JSON Lines (docs/events.md), appended to FILE;
+                               - for stdout; the summary also goes to <log_dir>/summary.json
   --strict_host_key_checking yes|accept-new|no   (default: ssh config, else yes)
   --env NAME[=VALUE]           set, or forward from here, a variable for every process (repeatable)
   --python PATH                interpreter for .py scripts (default: host file, else python3)

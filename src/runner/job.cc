@@ -18,12 +18,14 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <optional>
 #include <utility>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/events.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/topology.h"
@@ -270,6 +272,26 @@ JobHosts job_hosts(const Plan& plan) {
 }
 
 // The grouped stacks of a time limit, also in <log_dir>/stacks-<UTC time>[-a<attempt>].txt.
+// The attempt's summary as data: the "summary" event and <log_dir>/summary.json (the last
+// attempt's, written 0600 through a temporary name).
+void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& rows,
+                   const AttemptResult& result, int attempt, EventLog* events) {
+  nlohmann::json summary = summary_json(rows);
+  summary["attempt"] = attempt;
+  summary["exit_status"] = result.status;
+  summary["cause"] = result.cause;
+  summary["interrupted"] = result.interrupted;
+  emit_event(events, "summary", summary);
+  summary["version"] = EventLog::kVersion;
+  std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  std::string text = summary.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (!f || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0 ||
+      std::rename(tmp.c_str(), path.c_str()) != 0)
+    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+}
+
 void write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
   if (stacks.empty()) return;
   std::time_t now = std::time(nullptr);
@@ -307,12 +329,18 @@ std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& pl
 // One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
 AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh, int attempt,
                           int sfd, const std::shared_ptr<spdlog::logger>& log,
-                          std::vector<std::string>& logs) {
+                          std::vector<std::string>& logs, EventLog* events) {
   log->info("attempt {}: job id {}", attempt, plan.job_id);
+  emit_event(events, "attempt", {{"attempt", attempt}, {"job_id", plan.job_id}});
   SshPool pool(jh.endpoints, ssh_settings(options));
   // Nothing started: a host not ready is final (a later attempt would meet it again).
-  if (auto failed = prepare_hosts(pool, plan, jh, options, options.report_bindings && attempt == 1))
+  if (auto failed =
+          prepare_hosts(pool, plan, jh, options, options.report_bindings && attempt == 1)) {
+    emit_event(events, "start_failed",
+               {{"exit_status", failed->first}, {"reason", failed->second}});
     return {failed->first, false, true, failed->second};
+  }
+  for (const auto& h : plan.hosts) emit_event(events, "host_connected", {{"host", h.host.address}});
   OutputConfig oc;
   oc.log_dir = options.log_dir;
   oc.color = isatty(1) && isatty(2);
@@ -326,6 +354,7 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   try {
     Runner runner(plan, options, pool, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
     runner.set_attempt(attempt);
+    runner.set_events(events);
     result.status = runner.run();
     result.interrupted = runner.interrupted();
     result.cause = runner.cause();
@@ -341,6 +370,7 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   std::fputs(summary.c_str(), stderr);
   log->info("summary:\n{}exit status {}", summary, result.status);
   write_stacks_file(options.log_dir, format_stacks(rows), attempt);
+  write_summary(options.log_dir, rows, result, attempt, events);
   pool.disconnect_all();
   return result;
 }
@@ -363,12 +393,23 @@ int run_job(const Options& options, Plan& plan) {
   // libssh's messages (SSH_LOG_WARN unless --ssh_debug says otherwise) go to the log only.
   set_ssh_log(options.ssh_debug < 0 ? SSH_LOG_WARN : options.ssh_debug,
               [log](std::string_view m) { log->info("libssh: {}", m); });
+  std::unique_ptr<EventLog> events;
+  if (!options.events.empty()) events = std::make_unique<EventLog>(options.events);
+  std::vector<std::string> hosts;
+  for (const auto& h : plan.hosts) hosts.push_back(h.host.address);
+  emit_event(events.get(), "job",
+             {{"job_id", plan.job_id},
+              {"hosts", hosts},
+              {"workers", plan.worker_num},
+              {"master", fmt::format("{}:{}", plan.master_ip, plan.master_port)},
+              {"log_dir", options.log_dir},
+              {"max_restarts", options.max_restarts}});
   int sfd = signal_fd();
   std::vector<std::string> logs;
   auto attempt = [&](int k) {
     if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);
     Plan p = attempt_plan(plan, options, k);
-    return run_attempt(options, p, jh, k, sfd, log, logs);
+    return run_attempt(options, p, jh, k, sfd, log, logs, events.get());
   };
   auto say = [&](const std::string& m) {
     std::fprintf(stderr, "msrun-ssh: %s\n", m.c_str());
@@ -377,6 +418,8 @@ int run_job(const Options& options, Plan& plan) {
   RestartHistory history = run_with_restarts(
       options.max_restarts, options.restart_backoff, attempt,
       [sfd](double s) { return wait_for_signal(sfd, s); }, say);
+  emit_event(events.get(), "end",
+             {{"exit_status", history.status}, {"attempts", history.attempts.size()}});
   if (history.attempts.size() > 1) {
     std::string text = format_attempts(history);
     std::fputs(text.c_str(), stderr);

@@ -82,6 +82,7 @@ void Runner::fail(int status, const std::string& why, char how) {
   if (exit_code_ < 0) exit_code_ = status;
   if (cause_.empty()) cause_ = why;
   if (!tearing_down_) {
+    emit_event(events_, "teardown", {{"reason", why}, {"exit_status", exit_code_}});
     out_.message(fmt::format("{}; stopping the job on every host", why));
     teardown(how);
   }
@@ -135,6 +136,7 @@ void Runner::lose_host(size_t host, const std::string& why) {
   if (h.lost) return;
   h.lost = true;
   t_.drop_host(host);
+  emit_event(events_, "host_lost", {{"host", host_name(host)}, {"reason", why}});
   if (quit_sent_ && !tearing_down_) {
     // Every process had already reported how it ended: the job's outcome stands.
     for (auto& p : procs_)
@@ -154,6 +156,17 @@ void Runner::finish_process(Proc& p, const std::string& note) {
   if (!p.exited || p.end_ms == 0) p.end_ms = t_.now_ms();
   if (!note.empty() && p.note.empty()) p.note = note;
   if (p.out >= 0) out_.finish(p.out);
+  if (events_) {
+    SummaryRow r = row_of(static_cast<size_t>(&p - procs_.data()));
+    events_->emit("process_ended",
+                  {{"host", r.host},
+                   {"process", r.process},
+                   {"rank", r.rank >= 0 ? nlohmann::json(r.rank) : nlohmann::json(nullptr)},
+                   {"status", r.status},
+                   {"exit_status", p.exited ? nlohmann::json(p.status) : nlohmann::json(nullptr)},
+                   {"failed", r.failed},
+                   {"seconds", r.seconds}});
+  }
 }
 
 void Runner::on_signal(int signo) {
@@ -198,6 +211,10 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
     std::string_view rest = line.substr(kReady.size());
     size_t space = rest.find(' ');
     if (space != std::string_view::npos) h.name = std::string(rest.substr(space + 1));
+    emit_event(events_, "watchdog_ready",
+               {{"host", host_name(host)},
+                {"name", h.name},
+                {"pid", std::string(rest.substr(0, std::min(space, rest.size())))}});
   } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
                              line.substr(7)));
@@ -343,6 +360,11 @@ void Runner::start_processes() {
     // The others read /dev/null (set in their command): no EOF to send.
     bool gets_stdin = tailed && stdin_fd_ >= 0;
     p.channel = t_.exec(p.host, process_command(s, plan_.job_id, gets_stdin));
+    emit_event(events_, "process_started",
+               {{"host", host_name(p.host)},
+                {"process", s.label()},
+                {"rank", is_worker ? nlohmann::json(s.rank) : nlohmann::json(nullptr)},
+                {"log", p.log_name}});
     p.start_ms = t_.now_ms();
     put(proc_of_channel_, p.channel, static_cast<int>(i));
     if (gets_stdin) stdin_targets_.push_back(p.channel);
@@ -526,31 +548,34 @@ std::string format_attempts(const RestartHistory& history) {
 
 std::vector<SummaryRow> Runner::summary() const {
   std::vector<SummaryRow> rows;
-  for (size_t i = 0; i < procs_.size(); ++i) {
-    const Proc& p = procs_[i];
-    SummaryRow r;
-    r.host = host_name(p.host);
-    r.process = p.spec->label();
-    if (p.exited) {
-      r.status = describe_status(p.status, p.signal);
-      if (!p.note.empty()) r.status += " (" + p.note + ")";
-    } else {
-      r.status = p.note.empty() ? "unknown" : p.note;
-    }
-    r.failed = !p.exited || (p.status != 0 && p.note.empty());
-    r.seconds = p.start_ms > 0 && p.end_ms >= p.start_ms ? (p.end_ms - p.start_ms) / 1000 : 0;
-    r.rank = p.spec->role == Role::kWorker ? p.spec->rank : -1;
-    r.root_cause = static_cast<int>(i) == root_cause_;
-    r.torn_down = p.exited && p.note == teardown_note_;
-    if (p.out >= 0) r.stacks = out_.stacks(p.out);
-    if (r.failed && p.out >= 0) {
-      const auto& last = out_.last_lines(p.out);
-      r.last_lines.assign(last.begin(), last.end());
-      r.traceback = out_.traceback(p.out).lines();
-    }
-    rows.push_back(std::move(r));
-  }
+  rows.reserve(procs_.size());
+  for (size_t i = 0; i < procs_.size(); ++i) rows.push_back(row_of(i));
   return rows;
+}
+
+SummaryRow Runner::row_of(size_t i) const {
+  const Proc& p = procs_[i];
+  SummaryRow r;
+  r.host = host_name(p.host);
+  r.process = p.spec->label();
+  if (p.exited) {
+    r.status = describe_status(p.status, p.signal);
+    if (!p.note.empty()) r.status += " (" + p.note + ")";
+  } else {
+    r.status = p.note.empty() ? "unknown" : p.note;
+  }
+  r.failed = !p.exited || (p.status != 0 && p.note.empty());
+  r.seconds = p.start_ms > 0 && p.end_ms >= p.start_ms ? (p.end_ms - p.start_ms) / 1000 : 0;
+  r.rank = p.spec->role == Role::kWorker ? p.spec->rank : -1;
+  r.root_cause = static_cast<int>(i) == root_cause_;
+  r.torn_down = p.exited && p.note == teardown_note_;
+  if (p.out >= 0) r.stacks = out_.stacks(p.out);
+  if (r.failed && p.out >= 0) {
+    const auto& last = out_.last_lines(p.out);
+    r.last_lines.assign(last.begin(), last.end());
+    r.traceback = out_.traceback(p.out).lines();
+  }
+  return r;
 }
 
 }  // namespace msrun_ssh

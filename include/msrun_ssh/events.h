@@ -1,0 +1,52 @@
+// --events FILE: the job's life as JSON Lines, one object per line, for machines (dashboards,
+// schedulers, tests). The schema is docs/events.md; it only grows: a field or type is never
+// removed or changed in meaning without raising kVersion.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace msrun_ssh {
+
+class EventLog {
+ public:
+  static constexpr int kVersion = 1;
+  using Clock = std::function<std::chrono::system_clock::time_point()>;
+
+  // Appends to `path` ("-": the launcher's stdout), created 0600. Throws InputError naming the
+  // file when it cannot be opened. `clock` gives each event's time (default: the system clock).
+  explicit EventLog(const std::string& path, Clock clock = {});
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+
+  // Writes {"version":1,"time":"<ISO 8601 UTC ms>","type":TYPE, ...fields} and flushes it, so a
+  // reader following the file sees each event when it happens.
+  void emit(std::string_view type, const nlohmann::json& fields = nlohmann::json::object());
+
+ private:
+  std::FILE* file_ = nullptr;
+  bool owned_ = false;
+  Clock clock_;
+};
+
+struct SummaryRow;
+
+// The end-of-job summary as data: every process (host, process, rank, status, seconds, failed,
+// ended by the teardown), the root cause (with its traceback or last lines) and the number of
+// processes the teardown ended. The "summary" event and <log_dir>/summary.json carry it.
+nlohmann::json summary_json(const std::vector<SummaryRow>& rows);
+
+// For rooms that may run without an event log: emits when `log` is set.
+inline void emit_event(EventLog* log, std::string_view type,
+                       const nlohmann::json& fields = nlohmann::json::object()) {
+  if (log) log->emit(type, fields);
+}
+
+}  // namespace msrun_ssh
