@@ -70,6 +70,7 @@
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/plan.h"
+#include "msrun_ssh/transport.h"
 
 namespace msrun_ssh {
 
@@ -233,6 +234,18 @@ int check_exit_code(const CheckReport& report);
 std::string sha256_hex(std::string_view data);
 // The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").
 std::optional<std::string> sha256_file(const std::string& path, std::string& error);
+
+// ---- on the connected hosts -----------------------------------------------------------------
+
+// Runs the probe on every host of `connected` and the master-port test (the listener on the
+// master, then one connection test from each host) in one batch (batch.h) over `transport`, whose
+// host i is plan host connected[i]; then sets those hosts' probe checks and master_port in
+// `report` and facts[h] to host h's parsed probe (`facts` has one entry per plan host). What has
+// not answered after 150 s (+60 s per --import) is killed and fails the checks it could not
+// decide. `expectations` has one entry per plan host; `master` is the plan index of the master.
+void check_connected_hosts(Transport& transport, const std::vector<size_t>& connected,
+                           const std::vector<HostExpectation>& expectations, const Options& options,
+                           size_t master, CheckReport& report, std::vector<ProbeFacts>& facts);
 
 // ---- the whole command ----------------------------------------------------------------------
 

@@ -101,12 +101,6 @@ class SshPool : public Transport {
   // Returns the failed hosts (empty: all ready). On failure every session is already closed.
   std::vector<HostFailure> connect_all(const std::vector<int>& connections);
 
-  // Runs `command` on every listed host and collects its stdout (stderr is dropped) until it
-  // ends or `timeout_s` passes; for short probes during start-up. result[i] is empty on failure.
-  std::vector<std::optional<std::string>> run_on_all(const std::vector<size_t>& hosts,
-                                                     const std::string& command, double timeout_s,
-                                                     std::vector<int>* exit_codes = nullptr);
-
   // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no).
   const std::vector<std::string>& warnings() const;
 

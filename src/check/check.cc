@@ -6,11 +6,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 
+#include "msrun_ssh/batch.h"
 #include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
@@ -69,104 +72,94 @@ Connected connect_hosts(const Options& options, const Plan& plan) {
   return c;
 }
 
-// Phase two: the probes and the port test on one event loop.
+// Phase two: the probes and the port test in one batch.
 class Session {
  public:
-  struct Chan {
-    enum class Kind { kProbe, kListener, kConnect } kind = Kind::kProbe;
-    size_t host = 0;  // plan index
-    std::string out, err;
-    std::optional<int> status;
-    bool closed = false;
-    std::string failure;
-  };
+  enum class Kind { kProbe, kListener, kConnect };
 
   Session(Transport& t, const std::vector<size_t>& plan_host,
           const std::vector<HostExpectation>& es, const Options& options, size_t master)
-      : t_(t), plan_host_(plan_host), es_(es), options_(options), master_(master) {}
+      : t_(t),
+        batch_(t, [this](size_t i, const TransportEvent& e) { on_event(i, e); }),
+        plan_host_(plan_host),
+        es_(es),
+        options_(options),
+        master_(master),
+        limit_s_(150 + 60.0 * static_cast<double>(options.imports.size())) {}
 
   void run() {
-    double limit_s = 150 + 60.0 * static_cast<double>(options_.imports.size());
-    double deadline = t_.now_ms() + limit_s * 1000;
+    double deadline = t_.now_ms() + limit_s_ * 1000;
     for (size_t ti = 0; ti < plan_host_.size(); ++ti) {
       size_t h = plan_host_[ti];
-      probe_[h] = start(ti, Chan::Kind::kProbe, probe_command(es_[h]));
+      probe_[h] = start(ti, Kind::kProbe, probe_command(es_[h]));
       if (h == master_)
-        listener_ = start(ti, Chan::Kind::kListener,
+        listener_ = start(ti, Kind::kListener,
                           listener_command(es_[h].python, es_[h].master_port, listener_limit()));
     }
-    EventHandler handler = [this](const TransportEvent& e) { on_event(e); };
-    while (open_ > 0 && t_.now_ms() < deadline) {
-      // Only the listener left, told to stop long ago: it ends by itself (timeout), stop waiting.
-      if (open_ == 1 && eof_sent_ && !chans_.at(listener_).closed &&
-          t_.now_ms() > eof_ms_ + kListenerGraceMs)
-        break;
-      t_.poll(static_cast<int>(std::min(1000.0, std::max(1.0, deadline - t_.now_ms()))), handler);
+    batch_.wait(deadline, [this] {
       advance();
-    }
-    for (auto& [id, c] : chans_)
-      if (!c.closed && c.failure.empty())
-        c.failure = fmt::format("no answer within {:g} s", limit_s);
+      return !listener_lingers();
+    });
   }
 
-  const Chan* probe(size_t h) const { return find(probe_, h); }
-  const Chan* listener() const { return listener_ < 0 ? nullptr : &chans_.at(listener_); }
-  const Chan* connect(size_t h) const { return find(connect_, h); }
-  const ClockSample& clock(size_t h) { return clock_[h]; }
+  const BatchResult* probe(size_t h) const { return find(probe_, h); }
+  const BatchResult* listener() const { return listener_ ? &batch_.result(*listener_) : nullptr; }
+  const BatchResult* connect(size_t h) const { return find(connect_, h); }
+  ClockSample clock(size_t h) const {
+    auto it = clock_.find(h);
+    return it == clock_.end() ? ClockSample{} : it->second;
+  }
   bool listening() const { return listening_; }
+
+  // Why a command gave no complete answer, for the checks that depend on it.
+  std::string trouble(const BatchResult& c) const {
+    switch (c.failure) {
+      case BatchFailure::kOpenFailed:
+        return c.why;
+      case BatchFailure::kHostLost:
+        return fmt::format("connection lost: {}", c.why);
+      case BatchFailure::kTimedOut:
+        return fmt::format("no answer within {:g} s", limit_s_);
+      case BatchFailure::kNone:
+        break;
+    }
+    std::string err = last_line(c.err);
+    if (c.status)
+      return fmt::format("exited with status {}{}", *c.status, err.empty() ? "" : ": " + err);
+    return err.empty() ? "closed without an answer" : err;
+  }
 
  private:
   double listener_limit() const { return 2 * options_.connect_timeout + 30; }
 
-  ChannelId start(size_t ti, Chan::Kind kind, const std::string& command) {
-    ChannelId id = t_.exec(ti, command);
-    chans_[id] = Chan{kind, plan_host_[ti]};
-    ++open_;
-    return id;
+  size_t start(size_t ti, Kind kind, const std::string& command) {
+    size_t index = batch_.start(ti, command);
+    kinds_.push_back(kind);
+    return index;
   }
 
-  const Chan* find(const std::map<size_t, ChannelId>& m, size_t h) const {
+  const BatchResult* find(const std::map<size_t, size_t>& m, size_t h) const {
     auto it = m.find(h);
-    return it == m.end() ? nullptr : &chans_.at(it->second);
+    return it == m.end() ? nullptr : &batch_.result(it->second);
   }
 
-  void on_event(const TransportEvent& e) {
-    if (e.kind == TransportEvent::Kind::kHostLost) {
-      for (auto& [id, c] : chans_)
-        if (plan_host_.at(e.host) == c.host && c.failure.empty())
-          c.failure = fmt::format("connection lost: {}", e.data);
-      return;
-    }
-    auto it = chans_.find(e.channel);
-    if (it == chans_.end()) return;
-    Chan& c = it->second;
-    switch (e.kind) {
-      case TransportEvent::Kind::kData:
-        (e.is_stderr ? c.err : c.out).append(e.data);
-        if (c.kind == Chan::Kind::kProbe && !synced_.count(e.channel) &&
-            c.out.find("sync=1\n") != std::string::npos)
-          synced_[e.channel] = false;
-        if (c.kind == Chan::Kind::kProbe && clock_[c.host].received == 0 && has_clock(c.out))
-          clock_[c.host].received = wall_now();
-        if (c.kind == Chan::Kind::kListener && c.out.find("listening\n") != std::string::npos)
-          listening_ = true;
-        break;
-      case TransportEvent::Kind::kExit:
-        c.status = e.status;
-        break;
-      case TransportEvent::Kind::kOpenFailed:
-        c.failure = std::string(e.data);
-        [[fallthrough]];
-      case TransportEvent::Kind::kClosed:
-        if (!c.closed) {
-          c.closed = true;
-          --open_;
-          if (c.kind == Chan::Kind::kConnect) --connects_open_;
-        }
-        break;
-      default:
-        break;
-    }
+  // Only the listener left, told to stop long ago: it ends by itself (timeout), stop waiting.
+  bool listener_lingers() const {
+    return batch_.open() == 1 && eof_sent_ && !batch_.result(*listener_).closed &&
+           t_.now_ms() > eof_ms_ + kListenerGraceMs;
+  }
+
+  void on_event(size_t i, const TransportEvent& e) {
+    if (e.kind != TransportEvent::Kind::kData) return;
+    const BatchResult& c = batch_.result(i);
+    size_t h = plan_host_.at(c.host);
+    if (kinds_[i] == Kind::kProbe && !synced_.count(i) &&
+        c.out.find("sync=1\n") != std::string::npos)
+      synced_[i] = false;
+    if (kinds_[i] == Kind::kProbe && clock_[h].received == 0 && has_clock(c.out))
+      clock_[h].received = wall_now();
+    if (kinds_[i] == Kind::kListener && c.out.find("listening\n") != std::string::npos)
+      listening_ = true;
   }
 
   // The probe's clock line is complete (a login script's output may come before "sync=1", even
@@ -179,13 +172,18 @@ class Session {
   // Answers every probe that asked for its clock reading: the time of this write is the start of
   // the bracket around the remote reading.
   void answer_syncs() {
-    for (auto& [id, answered] : synced_)
+    for (auto& [i, answered] : synced_)
       if (!answered) {
         answered = true;
-        clock_[chans_.at(id).host].sent = wall_now();
-        t_.write(id, "\n");
-        t_.send_eof(id);
+        clock_[plan_host_.at(batch_.result(i).host)].sent = wall_now();
+        batch_.write(i, "\n");
+        batch_.send_eof(i);
       }
+  }
+
+  bool connects_done() const {
+    return std::all_of(connect_.begin(), connect_.end(),
+                       [this](const auto& hc) { return batch_.result(hc.second).closed; });
   }
 
   // Outside the transport's callbacks: answer the probes' clock syncs, start the connection tests
@@ -198,30 +196,29 @@ class Session {
       for (size_t ti = 0; ti < plan_host_.size(); ++ti) {
         size_t h = plan_host_[ti];
         connect_[h] =
-            start(ti, Chan::Kind::kConnect,
+            start(ti, Kind::kConnect,
                   connect_command(es_[h].python, ip, es_[h].master_port, options_.connect_timeout));
-        ++connects_open_;
       }
     }
-    if (connects_started_ && connects_open_ == 0 && !eof_sent_ && listener_ >= 0) {
+    if (connects_started_ && connects_done() && !eof_sent_ && listener_) {
       eof_sent_ = true;
       eof_ms_ = t_.now_ms();
-      t_.send_eof(listener_);
+      batch_.send_eof(*listener_);
     }
   }
 
   Transport& t_;
+  Batch batch_;
   const std::vector<size_t>& plan_host_;
   const std::vector<HostExpectation>& es_;
   const Options& options_;
   size_t master_;
-  std::map<ChannelId, Chan> chans_;
-  std::map<size_t, ChannelId> probe_, connect_;
+  double limit_s_;                            // the time the whole session may take
+  std::vector<Kind> kinds_;                   // batch index -> what it runs
+  std::map<size_t, size_t> probe_, connect_;  // plan host -> batch index
   std::map<size_t, ClockSample> clock_;
-  std::map<ChannelId, bool> synced_;  // probes that printed "sync=1" -> answered yet
-  ChannelId listener_ = -1;
-  int open_ = 0;
-  int connects_open_ = 0;
+  std::map<size_t, bool> synced_;  // probes that printed "sync=1" -> answered yet
+  std::optional<size_t> listener_;
   bool listening_ = false;
   bool connects_started_ = false;
   bool eof_sent_ = false;
@@ -229,29 +226,22 @@ class Session {
   static constexpr double kListenerGraceMs = 5000;
 };
 
-// Why a channel gave no complete answer, for the checks that depend on it.
-std::string channel_trouble(const Session::Chan& c) {
-  if (!c.failure.empty()) return c.failure;
-  std::string err = last_line(c.err);
-  if (c.status)
-    return fmt::format("exited with status {}{}", *c.status, err.empty() ? "" : ": " + err);
-  return err.empty() ? "closed without an answer" : err;
-}
-
-void fill_probe(HostReport& h, const HostExpectation& e, const Session::Chan* c,
-                const ClockSample& clock, ProbeFacts& facts) {
+void fill_probe(HostReport& h, const HostExpectation& e, const Session& s, size_t host,
+                ProbeFacts& facts) {
+  const BatchResult* c = s.probe(host);
   facts = parse_probe(c ? c->out : "");
   if (!facts.has("end"))
-    facts.values.emplace_back("probe_error", fmt::format("the probe ended early: {}",
-                                                         c ? channel_trouble(*c) : "not started"));
-  for (auto& r : evaluate_probe(e, facts, clock)) h.set(r.name, r.status, r.detail, r.value);
+    facts.values.emplace_back(
+        "probe_error", fmt::format("the probe ended early: {}", c ? s.trouble(*c) : "not started"));
+  for (auto& r : evaluate_probe(e, facts, s.clock(host)))
+    h.set(r.name, r.status, r.detail, r.value);
 }
 
-void fill_port(CheckReport& report, Session& s, const std::vector<size_t>& connected, size_t master,
-               int port) {
+void fill_port(CheckReport& report, const Session& s, const std::vector<size_t>& connected,
+               size_t master, int port) {
   HostReport& m = report.hosts[master];
   std::string others;
-  const Session::Chan* l = s.listener();
+  const BatchResult* l = s.listener();
   if (!l) {
     others = fmt::format("not tested: the master {} is not connected", m.address);
   } else if (!s.listening()) {
@@ -268,7 +258,7 @@ void fill_port(CheckReport& report, Session& s, const std::vector<size_t>& conne
             "cannot test the port: no python on the master to listen with");
     } else {
       m.set("master_port", CheckStatus::kFail,
-            fmt::format("the port test did not start on the master: {}", channel_trouble(*l)));
+            fmt::format("the port test did not start on the master: {}", s.trouble(*l)));
     }
     others = "not tested: the master could not listen on the port";
   }
@@ -277,11 +267,11 @@ void fill_port(CheckReport& report, Session& s, const std::vector<size_t>& conne
       if (h != master) report.hosts[h].set("master_port", CheckStatus::kSkip, others);
       continue;
     }
-    const Session::Chan* c = s.connect(h);
+    const BatchResult* c = s.connect(h);
     std::optional<std::string> out;
     if (c && c->out.find("reach=") != std::string::npos) out = c->out;
     CheckResult r = port_result(report.master, out, h == master);
-    if (!out && c) r.detail += ": " + channel_trouble(*c);
+    if (!out && c) r.detail += ": " + s.trouble(*c);
     report.hosts[h].set("master_port", r.status, r.detail, r.value);
   }
   if (l && s.listening() && !l->closed) {
@@ -299,6 +289,15 @@ size_t master_index(const Plan& plan) {
 
 }  // namespace
 
+void check_connected_hosts(Transport& transport, const std::vector<size_t>& connected,
+                           const std::vector<HostExpectation>& expectations, const Options& options,
+                           size_t master, CheckReport& report, std::vector<ProbeFacts>& facts) {
+  Session s(transport, connected, expectations, options, master);
+  s.run();
+  for (size_t h : connected) fill_probe(report.hosts[h], expectations[h], s, h, facts[h]);
+  fill_port(report, s, connected, master, expectations[master].master_port);
+}
+
 int check_cluster(const Options& options, const Cluster&, Plan& plan) {
   validate_imports(options.imports);
   std::vector<HostExpectation> es;
@@ -314,15 +313,12 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
   std::vector<const ProbeFacts*> facts_of(plan.hosts.size(), nullptr);
   std::vector<ProbeFacts> facts(plan.hosts.size());
   if (c.pool) {
-    Session s(*c.pool, c.plan_host, es, options, master);
-    s.run();
     for (size_t h : c.plan_host) {
       for (auto& r : connected_checks(plan.hosts[h].host.address, c.warnings))
         report.hosts[h].set(r.name, r.status, r.detail, r.value);
-      fill_probe(report.hosts[h], es[h], s.probe(h), s.clock(h), facts[h]);
       facts_of[h] = &facts[h];
     }
-    fill_port(report, s, c.plan_host, master, plan.master_port);
+    check_connected_hosts(*c.pool, c.plan_host, es, options, master, report, facts);
     c.pool->disconnect_all();
   }
   std::optional<std::string> local_sha;

@@ -894,44 +894,4 @@ double SshPool::now_ms() const { return monotonic_ms(); }
 
 void SshPool::disconnect_all() { impl_->close_all(); }
 
-std::vector<std::optional<std::string>> SshPool::run_on_all(const std::vector<size_t>& hosts,
-                                                            const std::string& command,
-                                                            double timeout_s,
-                                                            std::vector<int>* exit_codes) {
-  std::map<ChannelId, size_t> index;
-  std::vector<std::optional<std::string>> out(hosts.size());
-  std::vector<std::string> buf(hosts.size());
-  std::vector<bool> ok(hosts.size(), false);
-  if (exit_codes) exit_codes->assign(hosts.size(), -1);
-  for (size_t i = 0; i < hosts.size(); ++i) index[exec(hosts[i], command)] = i;
-  size_t open = hosts.size();
-  double deadline = now_ms() + timeout_s * 1000;
-  EventHandler h = [&](const TransportEvent& e) {
-    auto it = index.find(e.channel);
-    if (it == index.end()) return;
-    size_t i = it->second;
-    switch (e.kind) {
-      case TransportEvent::Kind::kData:
-        if (!e.is_stderr) buf[i].append(e.data);
-        break;
-      case TransportEvent::Kind::kExit:
-        ok[i] = true;
-        if (exit_codes) (*exit_codes)[i] = e.status;
-        break;
-      case TransportEvent::Kind::kClosed:
-      case TransportEvent::Kind::kOpenFailed:
-        index.erase(it);
-        --open;
-        break;
-      default:
-        break;
-    }
-  };
-  while (open > 0 && now_ms() < deadline)
-    poll(static_cast<int>(std::max(1.0, deadline - now_ms())), h);
-  for (size_t i = 0; i < hosts.size(); ++i)
-    if (ok[i]) out[i] = std::move(buf[i]);
-  return out;
-}
-
 }  // namespace msrun_ssh
