@@ -1,8 +1,8 @@
 // Cluster acceptance (SPEC §8): `msrun-ssh check` asks every host, concurrently, whether a job
 // planned from the same options would start there, and prints one verdict per host and check.
 //
-// What it costs each host: one SSH connection (made twice when some other host failed to
-// connect: SshPool::connect_all closes every session on any failure) and at most three commands.
+// What it costs each host: one SSH connection (a host that fails to connect does not stop the
+// others) and at most three commands.
 //  1. one probe (probe_command): a POSIX sh script that prints `key=value` lines about the host
 //     (clock first, then OS, CPUs, NUMA, devices, workdir, disk, script checksum, python and
 //     imports, route to the master); parse_probe() reads them and evaluate_probe() turns them into
@@ -237,9 +237,9 @@ std::optional<std::string> sha256_file(const std::string& path, std::string& err
 
 // ---- on the connected hosts -----------------------------------------------------------------
 
-// Runs the probe on every host of `connected` and the master-port test (the listener on the
-// master, then one connection test from each host) in one batch (batch.h) over `transport`, whose
-// host i is plan host connected[i]; then sets those hosts' probe checks and master_port in
+// Runs the probe on every host of `connected` (plan indexes, which are also the hosts of
+// `transport`) and the master-port test (the listener on the master, then one connection test
+// from each host) in one batch (batch.h); then sets those hosts' probe checks and master_port in
 // `report` and facts[h] to host h's parsed probe (`facts` has one entry per plan host). What has
 // not answered after 150 s (+60 s per --import) is killed and fails the checks it could not
 // decide. `expectations` has one entry per plan host; `master` is the plan index of the master.

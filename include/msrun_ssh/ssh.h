@@ -39,9 +39,9 @@ struct SshSettings {
   int channels_per_connection = 10;              // sshd's default MaxSessions
 };
 
-struct HostFailure {
-  size_t host;
-  std::string reason;  // "connection refused", "timed out after 10 s", "host key changed", ...
+// Why a host could not be connected.
+struct ConnectFailure {
+  std::string reason;  // "Connection refused", "timed out after 10 s (no answer)", ...
 };
 
 // sshd's default MaxSessions: channels per connection before another connection is opened.
@@ -98,8 +98,10 @@ class SshPool : public Transport {
   SshPool& operator=(const SshPool&) = delete;
 
   // Connects `connections[i]` sessions to host i (at least 1) and verifies + authenticates each.
-  // Returns the failed hosts (empty: all ready). On failure every session is already closed.
-  std::vector<HostFailure> connect_all(const std::vector<int>& connections);
+  // Returns one entry per host: nullopt when all its sessions are ready, else why not; a failed
+  // host's sessions are closed, the other hosts stay connected (a caller that needs every host,
+  // as the two-phase start does, disconnects them).
+  std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& connections);
 
   // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no).
   const std::vector<std::string>& warnings() const;

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <memory>
 #include <optional>
 
 #include "msrun_ssh/batch.h"
@@ -33,55 +32,16 @@ std::string last_line(const std::string& text) {
   return text.substr(start, end + 1 - start);
 }
 
-// Phase one. SshPool::connect_all closes every session when any host fails, so the hosts that did
-// connect are connected again in a fresh pool (rarely needed: only when some host failed).
-struct Connected {
-  std::unique_ptr<SshPool> pool;
-  std::vector<size_t> plan_host;           // transport host index -> plan host index
-  std::map<size_t, std::string> failures;  // plan host index -> reason
-  std::vector<std::string> warnings;
-};
-
-Connected connect_hosts(const Options& options, const Plan& plan) {
-  Connected c;
-  std::vector<size_t> todo;
-  todo.reserve(plan.hosts.size());
-  for (size_t h = 0; h < plan.hosts.size(); ++h) todo.push_back(h);
-  while (!todo.empty()) {
-    std::vector<SshEndpoint> endpoints;
-    endpoints.reserve(todo.size());
-    for (size_t h : todo) endpoints.push_back(endpoint_of(plan.hosts[h].host));
-    auto pool = std::make_unique<SshPool>(std::move(endpoints), ssh_settings(options));
-    auto failures = pool->connect_all(std::vector<int>(todo.size(), 1));
-    for (const auto& w : pool->warnings()) c.warnings.push_back(w);
-    if (failures.empty()) {
-      c.pool = std::move(pool);
-      c.plan_host = todo;
-      return c;
-    }
-    std::vector<bool> failed(todo.size(), false);
-    for (const auto& f : failures) {
-      failed[f.host] = true;
-      c.failures[todo[f.host]] = f.reason;
-    }
-    std::vector<size_t> next;
-    for (size_t i = 0; i < todo.size(); ++i)
-      if (!failed[i]) next.push_back(todo[i]);
-    todo = std::move(next);
-  }
-  return c;
-}
-
-// Phase two: the probes and the port test in one batch.
+// Phase two, on the hosts that connected: the probes and the port test in one batch.
 class Session {
  public:
   enum class Kind { kProbe, kListener, kConnect };
 
-  Session(Transport& t, const std::vector<size_t>& plan_host,
-          const std::vector<HostExpectation>& es, const Options& options, size_t master)
+  Session(Transport& t, const std::vector<size_t>& hosts, const std::vector<HostExpectation>& es,
+          const Options& options, size_t master)
       : t_(t),
         batch_(t, [this](size_t i, const TransportEvent& e) { on_event(i, e); }),
-        plan_host_(plan_host),
+        hosts_(hosts),
         es_(es),
         options_(options),
         master_(master),
@@ -89,11 +49,10 @@ class Session {
 
   void run() {
     double deadline = t_.now_ms() + limit_s_ * 1000;
-    for (size_t ti = 0; ti < plan_host_.size(); ++ti) {
-      size_t h = plan_host_[ti];
-      probe_[h] = start(ti, Kind::kProbe, probe_command(es_[h]));
+    for (size_t h : hosts_) {
+      probe_[h] = start(h, Kind::kProbe, probe_command(es_[h]));
       if (h == master_)
-        listener_ = start(ti, Kind::kListener,
+        listener_ = start(h, Kind::kListener,
                           listener_command(es_[h].python, es_[h].master_port, listener_limit()));
     }
     batch_.wait(deadline, [this] {
@@ -132,8 +91,8 @@ class Session {
  private:
   double listener_limit() const { return 2 * options_.connect_timeout + 30; }
 
-  size_t start(size_t ti, Kind kind, const std::string& command) {
-    size_t index = batch_.start(ti, command);
+  size_t start(size_t h, Kind kind, const std::string& command) {
+    size_t index = batch_.start(h, command);
     kinds_.push_back(kind);
     return index;
   }
@@ -152,7 +111,7 @@ class Session {
   void on_event(size_t i, const TransportEvent& e) {
     if (e.kind != TransportEvent::Kind::kData) return;
     const BatchResult& c = batch_.result(i);
-    size_t h = plan_host_.at(c.host);
+    size_t h = c.host;
     if (kinds_[i] == Kind::kProbe && !synced_.count(i) &&
         c.out.find("sync=1\n") != std::string::npos)
       synced_[i] = false;
@@ -175,7 +134,7 @@ class Session {
     for (auto& [i, answered] : synced_)
       if (!answered) {
         answered = true;
-        clock_[plan_host_.at(batch_.result(i).host)].sent = wall_now();
+        clock_[batch_.result(i).host].sent = wall_now();
         batch_.write(i, "\n");
         batch_.send_eof(i);
       }
@@ -193,12 +152,10 @@ class Session {
     if (listening_ && !connects_started_) {
       connects_started_ = true;
       std::string ip = es_[master_].master_ip;
-      for (size_t ti = 0; ti < plan_host_.size(); ++ti) {
-        size_t h = plan_host_[ti];
+      for (size_t h : hosts_)
         connect_[h] =
-            start(ti, Kind::kConnect,
+            start(h, Kind::kConnect,
                   connect_command(es_[h].python, ip, es_[h].master_port, options_.connect_timeout));
-      }
     }
     if (connects_started_ && connects_done() && !eof_sent_ && listener_) {
       eof_sent_ = true;
@@ -209,7 +166,7 @@ class Session {
 
   Transport& t_;
   Batch batch_;
-  const std::vector<size_t>& plan_host_;
+  const std::vector<size_t>& hosts_;  // the connected ones
   const std::vector<HostExpectation>& es_;
   const Options& options_;
   size_t master_;
@@ -306,21 +263,23 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
   CheckReport report =
       empty_report(plan, options.imports, "not checked: the host is not connected");
 
-  Connected c = connect_hosts(options, plan);
-  for (const auto& [h, reason] : c.failures)
-    for (auto& r : classify_connect_failure(reason))
-      report.hosts[h].set(r.name, r.status, r.detail, r.value);
+  std::vector<SshEndpoint> endpoints;
+  for (const auto& h : plan.hosts) endpoints.push_back(endpoint_of(h.host));
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  auto failures = pool.connect_all(std::vector<int>(plan.hosts.size(), 1));
+  std::vector<size_t> connected;
   std::vector<const ProbeFacts*> facts_of(plan.hosts.size(), nullptr);
   std::vector<ProbeFacts> facts(plan.hosts.size());
-  if (c.pool) {
-    for (size_t h : c.plan_host) {
-      for (auto& r : connected_checks(plan.hosts[h].host.address, c.warnings))
-        report.hosts[h].set(r.name, r.status, r.detail, r.value);
-      facts_of[h] = &facts[h];
-    }
-    check_connected_hosts(*c.pool, c.plan_host, es, options, master, report, facts);
-    c.pool->disconnect_all();
+  for (size_t h = 0; h < plan.hosts.size(); ++h) {
+    auto verdicts = failures[h] ? classify_connect_failure(failures[h]->reason)
+                                : connected_checks(plan.hosts[h].host.address, pool.warnings());
+    for (auto& r : verdicts) report.hosts[h].set(r.name, r.status, r.detail, r.value);
+    if (failures[h]) continue;
+    connected.push_back(h);
+    facts_of[h] = &facts[h];
   }
+  check_connected_hosts(pool, connected, es, options, master, report, facts);
+  pool.disconnect_all();
   std::optional<std::string> local_sha;
   std::string local_error;
   if (!es.empty() && !es[0].script.empty()) {

@@ -32,16 +32,23 @@
 namespace msrun_ssh {
 namespace {
 
-// Phase one. Prints every failed host and returns false when any failed.
+// Phase one. Prints every failed host and returns false when any failed: then every host is
+// disconnected (two-phase start: nothing runs anywhere unless every host is ready).
 bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections) {
-  auto failures = pool.connect_all(connections);
+  auto results = pool.connect_all(connections);
   for (const auto& w : pool.warnings()) std::fprintf(stderr, "msrun-ssh: warning: %s\n", w.c_str());
-  if (failures.empty()) return true;
-  for (const auto& f : failures)
-    std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[f.host]->address.c_str(), f.reason.c_str());
-  std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failures.size(),
+  size_t failed = 0;
+  for (size_t h = 0; h < results.size(); ++h)
+    if (results[h]) {
+      ++failed;
+      std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[h]->address.c_str(),
+                   results[h]->reason.c_str());
+    }
+  if (failed == 0) return true;
+  std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failed,
                hosts.size());
+  pool.disconnect_all();
   return false;
 }
 

@@ -467,15 +467,15 @@ struct SshPool::Impl {
     return true;
   }
 
-  std::vector<HostFailure> connect_all(const std::vector<int>& per_host) {
+  std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& per_host) {
     for (size_t h = 0; h < hosts.size(); ++h)
       for (int k = 0; k < std::max(1, per_host.at(h)); ++k) conns.push_back(Conn{.host = h});
-    std::map<size_t, std::string> failed;
+    std::vector<std::optional<ConnectFailure>> failed(hosts.size());
     size_t next = 0;
     int in_flight = 0;
     auto fail = [&](size_t ci, const std::string& why) {
       drop_conn(ci, ConnState::kFailed);
-      failed.emplace(conns[ci].host, why);
+      if (!failed[conns[ci].host]) failed[conns[ci].host] = ConnectFailure{why};
       --in_flight;
     };
     std::vector<epoll_event> evs(256);
@@ -516,11 +516,10 @@ struct SshPool::Impl {
           --in_flight;
       }
     }
-    std::vector<HostFailure> out;
-    out.reserve(failed.size());
-    for (auto& [h, why] : failed) out.push_back({h, why});
-    if (!out.empty()) close_all();
-    return out;
+    // A host is ready only when every connection it needs is: the others of a failed host close.
+    for (size_t ci = 0; ci < conns.size(); ++ci)
+      if (failed[conns[ci].host] && conns[ci].session) drop_conn(ci, ConnState::kClosed);
+    return failed;
   }
 
   // --- phase two: channels --------------------------------------------------------------------
@@ -828,7 +827,8 @@ SshPool::SshPool(std::vector<SshEndpoint> hosts, SshSettings settings)
 
 SshPool::~SshPool() = default;
 
-std::vector<HostFailure> SshPool::connect_all(const std::vector<int>& connections) {
+std::vector<std::optional<ConnectFailure>> SshPool::connect_all(
+    const std::vector<int>& connections) {
   return impl_->connect_all(connections);
 }
 
