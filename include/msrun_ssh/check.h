@@ -18,7 +18,7 @@
 //   authenticated  fail: key refused, identity file unreadable, timed out during authentication.
 //   host_key       fail: unknown key (the detail gives the ssh-keyscan line to type), changed key.
 //                  warn: accepted without verification (accept-new added it, or =no).
-//                  A host that fails to connect gets these three from connect_all's reason and
+//                  A host that fails to connect gets these three from connect_all's failure and
 //                  every other check "skip".
 //   os             pass, with /etc/os-release's PRETTY_NAME and `uname -srm` (information).
 //   cpus           Cpus_allowed_list of a remote shell vs the processes planned on the host.
@@ -70,6 +70,7 @@
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/plan.h"
+#include "msrun_ssh/ssh.h"
 #include "msrun_ssh/transport.h"
 
 namespace msrun_ssh {
@@ -116,14 +117,14 @@ void validate_imports(const std::vector<std::string>& imports);
 
 // ---- connection -----------------------------------------------------------------------------
 
-// Turns one of SshPool::connect_all's failure reasons into the reachable / authenticated /
-// host_key verdicts (in that order); what was never attempted is "skip".
-std::vector<CheckResult> classify_connect_failure(std::string_view reason);
+// Turns one of SshPool::connect_all's failures into the reachable / authenticated / host_key
+// verdicts (in that order), by the step its kind belongs to: that one fails with the reason, the
+// steps before it pass, what was never attempted is "skip".
+std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure);
 
-// The three verdicts of a host that connected; `warnings` are SshPool::warnings() (those that
-// start with "ADDRESS: " turn host_key into a warning).
-std::vector<CheckResult> connected_checks(const std::string& address,
-                                          const std::vector<std::string>& warnings);
+// The three verdicts of host `host`, which connected; `warnings` are SshPool::warnings() (a host
+// key warning for that host turns host_key into a warning with its message).
+std::vector<CheckResult> connected_checks(size_t host, const std::vector<ConnectWarning>& warnings);
 
 // ---- the probe ------------------------------------------------------------------------------
 

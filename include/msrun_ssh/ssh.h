@@ -39,10 +39,44 @@ struct SshSettings {
   int channels_per_connection = 10;              // sshd's default MaxSessions
 };
 
-// Why a host could not be connected.
-struct ConnectFailure {
-  std::string reason;  // "Connection refused", "timed out after 10 s (no answer)", ...
+// What kept a host from being connected. Each kind belongs to one step of the connection: reaching
+// the SSH server, verifying its host key, authenticating.
+enum class ConnectError {
+  // Reaching the SSH server.
+  kUnreachable,  // the name does not resolve, or there is no route to the address
+  kRefused,      // nothing listens on the port
+  kTimedOut,     // no SSH answer within the connect timeout
+  kOther,        // anything else: unreadable ssh config, protocol error, connection dropped, ...
+  // Its host key.
+  kHostKeyUnknown,       // not in known_hosts, and the policy does not accept it
+  kHostKeyChanged,       // differs from the one in known_hosts (or is of another type)
+  kHostKeyUnverifiable,  // cannot be checked or added, or no host key algorithm in common
+  // Authentication.
+  kIdentityUnreadable,  // the identity file cannot be loaded
+  kAuthDenied,          // the server accepted none of the keys
+  kAuthTimedOut,        // authentication did not finish within the connect timeout
 };
+
+struct ConnectFailure {
+  ConnectError kind = ConnectError::kOther;
+  std::string reason;  // for the user: "Connection refused", "timed out after 10 s (no answer)"
+};
+
+// Something the user should know about a host that did connect.
+enum class ConnectWarningKind {
+  kHostKeyNotVerified,  // not in known_hosts, accepted unverified (StrictHostKeyChecking no)
+  kHostKeyAdded,        // not in known_hosts, added to it (accept-new)
+};
+
+struct ConnectWarning {
+  size_t host = 0;
+  ConnectWarningKind kind = ConnectWarningKind::kHostKeyNotVerified;
+  std::string message;  // for the user, without the host: "new host key added to ~/.ssh/..."
+};
+
+// The kind of a connection failure libssh describes in `message` (ssh_get_error's words: an errno
+// text such as "Connection refused", "Failed to resolve hostname ...", a key exchange error).
+ConnectError classify_libssh_error(std::string_view message);
 
 // sshd's default MaxSessions: channels per connection before another connection is opened.
 inline constexpr int kChannelsPerConnection = 10;
@@ -103,8 +137,8 @@ class SshPool : public Transport {
   // as the two-phase start does, disconnects them).
   std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& connections);
 
-  // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no).
-  const std::vector<std::string>& warnings() const;
+  // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no), in the order they came.
+  const std::vector<ConnectWarning>& warnings() const;
 
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;

@@ -37,7 +37,9 @@ namespace {
 bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections) {
   auto results = pool.connect_all(connections);
-  for (const auto& w : pool.warnings()) std::fprintf(stderr, "msrun-ssh: warning: %s\n", w.c_str());
+  for (const auto& w : pool.warnings())
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", hosts[w.host]->address.c_str(),
+                 w.message.c_str());
   size_t failed = 0;
   for (size_t h = 0; h < results.size(); ++h)
     if (results[h]) {

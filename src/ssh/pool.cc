@@ -104,7 +104,23 @@ std::string describe_error(ssh_session s) {
   return e;
 }
 
+// A failure libssh describes: its words, and their kind.
+ConnectFailure libssh_failure(ssh_session s) {
+  std::string why = describe_error(s);
+  return {classify_libssh_error(why), why};
+}
+
 }  // namespace
+
+ConnectError classify_libssh_error(std::string_view message) {
+  auto has = [message](std::string_view part) { return message.find(part) != message.npos; };
+  if (has("Connection refused")) return ConnectError::kRefused;
+  if (has("Failed to resolve hostname") || has("No route to host") || has("Network is unreachable"))
+    return ConnectError::kUnreachable;
+  if (has("timed out")) return ConnectError::kTimedOut;
+  if (has("host key")) return ConnectError::kHostKeyUnverifiable;
+  return ConnectError::kOther;
+}
 
 struct SshPool::Impl {
   enum class ConnState { kQueued, kConnecting, kAuth, kReady, kFailed, kClosed };
@@ -154,7 +170,7 @@ struct SshPool::Impl {
   std::set<size_t> lost_hosts;
   std::map<std::string, KeyPtr> keys;  // identity file -> key, loaded once
   std::set<int> watched;
-  std::vector<std::string> warnings;
+  std::vector<ConnectWarning> warnings;
   const EventHandler* handler = nullptr;
   ChannelId next_id = 1;
   int epfd = -1;
@@ -267,22 +283,23 @@ struct SshPool::Impl {
 
   // --- phase one: connect, verify, authenticate -----------------------------------------------
 
-  ssh_key identity(const std::string& path, std::string& error) {
+  ssh_key identity(const std::string& path, ConnectFailure& error) {
     auto it = keys.find(path);
     if (it != keys.end()) return it->second.get();
     ssh_key key = nullptr;
     if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
-      error = fmt::format("cannot load identity file {}", path);
+      error = {ConnectError::kIdentityUnreadable,
+               fmt::format("cannot load identity file {}", path)};
       return nullptr;
     }
     return keys.emplace(path, KeyPtr(key)).first->second.get();
   }
 
-  bool start_connect(size_t ci, std::string& error) {
+  bool start_connect(size_t ci, ConnectFailure& error) {
     Conn& c = conns[ci];
     const SshEndpoint& ep = hosts[c.host];
     c.session = ssh_new();
-    if (!c.session) return error = "out of memory", false;
+    if (!c.session) return error = {ConnectError::kOther, "out of memory"}, false;
     ssh_options_set(c.session, SSH_OPTIONS_HOST, ep.address.c_str());
     // libssh would look the user's home directory up in the password database for every session.
     if (!ssh_dir.empty()) ssh_options_set(c.session, SSH_OPTIONS_SSH_DIR, ssh_dir.c_str());
@@ -293,7 +310,8 @@ struct SshPool::Impl {
       if (access(def.c_str(), R_OK) == 0) config = def;
     }
     if (!config.empty() && ssh_options_parse_config(c.session, config.c_str()) != SSH_OK)
-      return error = fmt::format("cannot parse ssh config {}", config), false;
+      return error = {ConnectError::kOther, fmt::format("cannot parse ssh config {}", config)},
+             false;
     apply_ssh_log_verbosity(c.session);  // a LogLevel in the config does not decide it
     bool no = false;
     ssh_options_set(c.session, SSH_OPTIONS_PROCESS_CONFIG, &no);
@@ -376,7 +394,7 @@ struct SshPool::Impl {
     c.known_hosts_fds.clear();
   }
 
-  bool verify_host_key(size_t ci, std::string& error) {
+  bool verify_host_key(size_t ci, ConnectFailure& error) {
     Conn& c = conns[ci];
     const SshEndpoint& ep = hosts[c.host];
     HostKeyPolicy policy = settings.host_key_policy.value_or(HostKeyPolicy::kYes);
@@ -390,54 +408,60 @@ struct SshPool::Impl {
         // libssh also says OK for a host it has no line for when the ssh config says
         // StrictHostKeyChecking no: not verified, and the user is told so.
         if (c.known_hosts_empty)
-          warnings.push_back(
-              fmt::format("{}: host key NOT verified (not in {}) because the ssh config says "
-                          "StrictHostKeyChecking no",
-                          ep.address, known));
+          warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
+                              fmt::format("host key NOT verified (not in {}) because the ssh "
+                                          "config says StrictHostKeyChecking no",
+                                          known)});
         return true;
       case SSH_KNOWN_HOSTS_CHANGED:
-        error = fmt::format(
-            "host key CHANGED (does not match {}): possible man-in-the-middle, refused; if the "
-            "host was reinstalled, remove its old key with: ssh-keygen -R {} -f {}",
-            known, ep.address, known);
+        error = {ConnectError::kHostKeyChanged,
+                 fmt::format("host key CHANGED (does not match {}): possible man-in-the-middle, "
+                             "refused; if the host was reinstalled, remove its old key with: "
+                             "ssh-keygen -R {} -f {}",
+                             known, ep.address, known)};
         return false;
       case SSH_KNOWN_HOSTS_OTHER:
-        error = fmt::format("host key of another type than the one in {}: refused", known);
+        error = {ConnectError::kHostKeyChanged,
+                 fmt::format("host key of another type than the one in {}: refused", known)};
         return false;
       case SSH_KNOWN_HOSTS_UNKNOWN:
       case SSH_KNOWN_HOSTS_NOT_FOUND:
         if (policy == HostKeyPolicy::kAcceptNew) {
           if (ssh_session_update_known_hosts(c.session) != SSH_OK)
-            return error = fmt::format("cannot add its host key to {}", known), false;
-          warnings.push_back(fmt::format("{}: new host key added to {}", ep.address, known));
+            return error = {ConnectError::kHostKeyUnverifiable,
+                            fmt::format("cannot add its host key to {}", known)},
+                   false;
+          warnings.push_back({c.host, ConnectWarningKind::kHostKeyAdded,
+                              fmt::format("new host key added to {}", known)});
           return true;
         }
         if (policy == HostKeyPolicy::kNo) {
-          warnings.push_back(
-              fmt::format("{}: host key NOT verified (not in {}) because of "
-                          "--strict_host_key_checking=no",
-                          ep.address, known));
+          warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
+                              fmt::format("host key NOT verified (not in {}) because of "
+                                          "--strict_host_key_checking=no",
+                                          known)});
           return true;
         }
-        error = fmt::format(
-            "unknown host key (not in {}); after checking it, add it with: "
-            "ssh-keyscan -p {} {} >> {}",
-            known, ep.port.value_or(22), ep.address, known);
+        error = {ConnectError::kHostKeyUnknown,
+                 fmt::format("unknown host key (not in {}); after checking it, add it with: "
+                             "ssh-keyscan -p {} {} >> {}",
+                             known, ep.port.value_or(22), ep.address, known)};
         return false;
       default:
-        error = fmt::format("cannot check the host key: {}", describe_error(c.session));
+        error = {ConnectError::kHostKeyUnverifiable,
+                 fmt::format("cannot check the host key: {}", describe_error(c.session))};
         return false;
     }
   }
 
   // Moves one connection as far as it can go without blocking. False: failed, `error` says why.
-  bool advance(size_t ci, std::string& error) {
+  bool advance(size_t ci, ConnectFailure& error) {
     Conn& c = conns[ci];
     const SshEndpoint& ep = hosts[c.host];
     if (c.state == ConnState::kConnecting) {
       int rc = ssh_connect(c.session);
       if (rc == SSH_AGAIN) return update_epoll(ci), true;
-      if (rc != SSH_OK) return error = describe_error(c.session), false;
+      if (rc != SSH_OK) return error = libssh_failure(c.session), false;
       if (!verify_host_key(ci, error)) return false;
       c.state = ConnState::kAuth;
     }
@@ -454,11 +478,12 @@ struct SshPool::Impl {
       if (rc == SSH_AUTH_DENIED || rc == SSH_AUTH_PARTIAL) {
         char* user = nullptr;
         ssh_options_get(c.session, SSH_OPTIONS_USER, &user);
-        error = fmt::format("authentication denied (publickey) for user {}", user ? user : "?");
+        error = {ConnectError::kAuthDenied,
+                 fmt::format("authentication denied (publickey) for user {}", user ? user : "?")};
         ssh_string_free_char(user);
         return false;
       }
-      if (rc != SSH_AUTH_SUCCESS) return error = describe_error(c.session), false;
+      if (rc != SSH_AUTH_SUCCESS) return error = libssh_failure(c.session), false;
       c.event = ssh_event_new();
       ssh_event_add_session(c.event, c.session);
       c.state = ConnState::kReady;
@@ -473,9 +498,9 @@ struct SshPool::Impl {
     std::vector<std::optional<ConnectFailure>> failed(hosts.size());
     size_t next = 0;
     int in_flight = 0;
-    auto fail = [&](size_t ci, const std::string& why) {
+    auto fail = [&](size_t ci, ConnectFailure why) {
       drop_conn(ci, ConnState::kFailed);
-      if (!failed[conns[ci].host]) failed[conns[ci].host] = ConnectFailure{why};
+      if (!failed[conns[ci].host]) failed[conns[ci].host] = std::move(why);
       --in_flight;
     };
     std::vector<epoll_event> evs(256);
@@ -483,7 +508,7 @@ struct SshPool::Impl {
       while (next < conns.size() && in_flight < settings.fanout) {
         size_t ci = next++;
         ++in_flight;
-        std::string error;
+        ConnectFailure error;
         if (!start_connect(ci, error))
           fail(ci, error);
         else if (conns[ci].state == ConnState::kReady)
@@ -496,9 +521,10 @@ struct SshPool::Impl {
         Conn& c = conns[ci];
         if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
         if (c.deadline <= now) {
-          fail(ci, fmt::format(
-                       "timed out after {:g} s ({})", settings.connect_timeout_s,
-                       c.state == ConnState::kConnecting ? "no answer" : "during authentication"));
+          bool answered = c.state == ConnState::kAuth;
+          fail(ci, {answered ? ConnectError::kAuthTimedOut : ConnectError::kTimedOut,
+                    fmt::format("timed out after {:g} s ({})", settings.connect_timeout_s,
+                                answered ? "during authentication" : "no answer")});
         } else {
           soonest = std::min(soonest, c.deadline);
         }
@@ -509,7 +535,7 @@ struct SshPool::Impl {
         size_t ci = evs[i].data.u64;
         Conn& c = conns[ci];
         if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
-        std::string error;
+        ConnectFailure error;
         if (!advance(ci, error))
           fail(ci, error);
         else if (c.state == ConnState::kReady)
@@ -832,7 +858,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::connect_all(
   return impl_->connect_all(connections);
 }
 
-const std::vector<std::string>& SshPool::warnings() const { return impl_->warnings; }
+const std::vector<ConnectWarning>& SshPool::warnings() const { return impl_->warnings; }
 
 ChannelId SshPool::exec(size_t host, const std::string& command) {
   return impl_->exec(host, command);

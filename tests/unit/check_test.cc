@@ -544,34 +544,53 @@ std::vector<CheckStatus> statuses(const std::vector<CheckResult>& r) {
 
 TEST(Check, ConnectFailuresLandOnTheRightCheck) {
   using S = CheckStatus;
+  using E = ConnectError;
   auto unknown = classify_connect_failure(
-      "unknown host key (not in /c/known_hosts); after checking it, add it with: ssh-keyscan -p "
-      "22 198.18.1.12 >> /c/known_hosts");
+      {E::kHostKeyUnknown,
+       "unknown host key (not in /c/known_hosts); after checking it, add it with: ssh-keyscan -p "
+       "22 198.18.1.12 >> /c/known_hosts"});
   EXPECT_EQ(statuses(unknown), (std::vector<S>{S::kPass, S::kSkip, S::kFail}));
   EXPECT_EQ(unknown[0].name, "reachable");
   EXPECT_EQ(unknown[2].name, "host_key");
   EXPECT_THAT(unknown[2].detail, HasSubstr("ssh-keyscan -p 22 198.18.1.12 >> /c/known_hosts"));
-  EXPECT_EQ(statuses(classify_connect_failure("host key CHANGED (does not match x): possible")),
+  EXPECT_EQ(statuses(classify_connect_failure(
+                {E::kHostKeyChanged, "host key CHANGED (does not match x)"})),
             (std::vector<S>{S::kPass, S::kSkip, S::kFail}));
-  EXPECT_EQ(statuses(classify_connect_failure("authentication denied (publickey) for user root")),
+  EXPECT_EQ(statuses(classify_connect_failure({E::kHostKeyUnverifiable, "cannot add its key"})),
+            (std::vector<S>{S::kPass, S::kSkip, S::kFail}));
+  EXPECT_EQ(statuses(classify_connect_failure(
+                {E::kAuthDenied, "authentication denied (publickey) for user root"})),
             (std::vector<S>{S::kPass, S::kFail, S::kPass}));
-  EXPECT_EQ(statuses(classify_connect_failure("timed out after 5 s (during authentication)")),
+  EXPECT_EQ(statuses(classify_connect_failure(
+                {E::kAuthTimedOut, "timed out after 5 s (during authentication)"})),
             (std::vector<S>{S::kPass, S::kFail, S::kPass}));
-  EXPECT_EQ(statuses(classify_connect_failure("cannot load identity file /k")),
-            (std::vector<S>{S::kPass, S::kFail, S::kPass}));
-  auto refused = classify_connect_failure("Connection refused");
+  auto identity =
+      classify_connect_failure({E::kIdentityUnreadable, "cannot load identity file /k"});
+  EXPECT_EQ(statuses(identity), (std::vector<S>{S::kPass, S::kFail, S::kPass}));
+  EXPECT_EQ(identity[1].detail, "cannot load identity file /k");
+  // libssh's own words are classified by the pool (classify_libssh_error).
+  auto refused =
+      classify_connect_failure({classify_libssh_error("Connection refused"), "Connection refused"});
   EXPECT_EQ(statuses(refused), (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
   EXPECT_EQ(refused[0].detail, "Connection refused");
-  EXPECT_EQ(statuses(classify_connect_failure("timed out after 5 s (no answer)")),
+  EXPECT_EQ(statuses(classify_connect_failure({E::kTimedOut, "timed out after 5 s (no answer)"})),
+            (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
+  EXPECT_EQ(statuses(classify_connect_failure({E::kUnreachable, "No route to host"})),
+            (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
+  EXPECT_EQ(statuses(classify_connect_failure({E::kOther, "cannot parse ssh config /c"})),
             (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
 }
 
 TEST(Check, ConnectedHostsWarnOnUnverifiedKeys) {
-  auto ok = connected_checks("198.18.1.10", {"198.18.1.11: new host key added to /k"});
+  std::vector<ConnectWarning> warnings = {
+      {1, ConnectWarningKind::kHostKeyAdded, "new host key added to /k"},
+      {2, ConnectWarningKind::kHostKeyNotVerified, "host key NOT verified (not in /k)"}};
+  auto ok = connected_checks(0, warnings);
   EXPECT_EQ(statuses(ok), (std::vector<CheckStatus>(3, CheckStatus::kPass)));
-  auto warned = connected_checks("198.18.1.11", {"198.18.1.11: new host key added to /k"});
+  auto warned = connected_checks(1, warnings);
   EXPECT_EQ(warned[2].status, CheckStatus::kWarn);
   EXPECT_EQ(warned[2].detail, "new host key added to /k");
+  EXPECT_EQ(connected_checks(2, warnings)[2].detail, "host key NOT verified (not in /k)");
 }
 
 // ---- the master port ----------------------------------------------------------------------
