@@ -7,11 +7,11 @@
 
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
 
 enum class Command { kRun, kCheck, kStop };
-enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };
@@ -53,7 +53,7 @@ struct Options {
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
   bool report_bindings = false;
-  std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
+  std::optional<HostKeyPolicy> strict_host_key_checking;  // (ssh.h) unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;
 

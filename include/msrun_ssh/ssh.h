@@ -15,12 +15,14 @@
 #include <string_view>
 #include <vector>
 
-#include "msrun_ssh/options.h"
 #include "msrun_ssh/transport.h"
 
 struct ssh_session_struct;
 
 namespace msrun_ssh {
+
+// How host keys not in known_hosts are treated (StrictHostKeyChecking yes / accept-new / no).
+enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
 
 // How to reach one host; empty fields fall back to the ssh config, then to libssh's defaults.
 struct SshEndpoint {
@@ -89,12 +91,6 @@ inline constexpr int kChannelsPerConnection = 10;
 using SshLogSink = std::function<void(std::string_view message)>;
 void set_ssh_log(int verbosity, SshLogSink sink);
 void apply_ssh_log_verbosity(ssh_session_struct* session);
-
-// The pool settings of a run (also used by `check` and `stop`, so they reach hosts the same way).
-SshSettings ssh_settings(const Options& options);
-
-// How to reach a host of the host file.
-SshEndpoint endpoint_of(const Host& host);
 
 // One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
 // twice per connection (to order the host key algorithms, then to verify the key), and decodes

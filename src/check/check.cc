@@ -14,6 +14,7 @@
 
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_settings.h"
 
 namespace msrun_ssh {
 namespace {

@@ -27,6 +27,7 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_settings.h"
 #include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
