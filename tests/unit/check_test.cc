@@ -819,7 +819,7 @@ TEST(Check, EmptyReportHasEveryCheckSkipped) {
 
 // ---- the session on connected hosts (ReplyTransport: scripted replies, a fake clock) --------
 
-struct Session {
+struct RemoteChecks {
   Options options;
   Plan plan;
   std::vector<HostExpectation> es;
@@ -827,7 +827,7 @@ struct Session {
   std::vector<ProbeFacts> facts;
   ReplyTransport t;
 
-  Session() {
+  RemoteChecks() {
     options.command = Command::kCheck;
     options.task_script = "true";
     plan = small_plan(options, {plain_host("a", 1), plain_host("b", 1)});
@@ -866,8 +866,8 @@ struct Session {
 };
 
 TEST(CheckSession, EveryHostAnswers) {
-  Session s;
-  s.healthy_except(1, Session::probe());
+  RemoteChecks s;
+  s.healthy_except(1, RemoteChecks::probe());
   s.run();
   for (size_t h = 0; h < 2; ++h) {
     EXPECT_EQ(s.facts[h].get("end"), "ok");
@@ -892,7 +892,7 @@ TEST(CheckSession, EveryHostAnswers) {
 }
 
 TEST(CheckSession, AProbeThatNeverAnswersFailsAtTheDeadline) {
-  Session s;
+  RemoteChecks s;
   s.healthy_except(1, Reply{.output = {{0.001, "Welcome\n"}}, .exit_at = -1});
   s.run();
   EXPECT_EQ(s.result(0, "os").status, CheckStatus::kPass);
@@ -905,7 +905,7 @@ TEST(CheckSession, AProbeThatNeverAnswersFailsAtTheDeadline) {
 }
 
 TEST(CheckSession, AProbeThatFailsSaysHow) {
-  Session s;
+  RemoteChecks s;
   s.healthy_except(1, Reply{.errors = {{0.001, "sh: 1: cd: can't cd\n"}}, .status = 2});
   s.run();
   EXPECT_EQ(s.result(1, "os").detail,
@@ -913,9 +913,9 @@ TEST(CheckSession, AProbeThatFailsSaysHow) {
 }
 
 TEST(CheckSession, AListenerThatDoesNotEndIsLeftAfterItsGrace) {
-  Session s;
+  RemoteChecks s;
   s.t.on("msrun-ssh-listen", Reply{.output = {{0.001, "listening\n"}}, .exit_at = -1});
-  s.healthy_except(1, Session::probe());
+  s.healthy_except(1, RemoteChecks::probe());
   s.run();
   EXPECT_EQ(s.result(0, "master_port").status, CheckStatus::kWarn);
   EXPECT_THAT(s.result(0, "master_port").detail,
@@ -929,10 +929,10 @@ TEST(CheckSession, AListenerThatDoesNotEndIsLeftAfterItsGrace) {
 }
 
 TEST(CheckSession, APortInUseSkipsTheOtherHosts) {
-  Session s;
+  RemoteChecks s;
   s.t.on("msrun-ssh-listen",
          Reply{.output = {{0.001, "in_use Address already in use\n"}}, .status = 3});
-  s.healthy_except(1, Session::probe());
+  s.healthy_except(1, RemoteChecks::probe());
   s.run();
   EXPECT_EQ(s.result(0, "master_port").detail,
             "port 8118 in use on the master: Address already in use");
@@ -941,7 +941,7 @@ TEST(CheckSession, APortInUseSkipsTheOtherHosts) {
 }
 
 TEST(CheckSession, ALostHostIsNamed) {
-  Session s;
+  RemoteChecks s;
   s.healthy_except(1, Reply{.output = {{0.001, "sync=1\n"}}, .exit_at = -1});
   s.t.lose(1, 0.5, "Socket error: Connection reset by peer");
   s.run();

@@ -1,9 +1,9 @@
 // The SSH edge of a run (src/runner/job.cc) on hosts already connected: `stop` against
-// ReplyTransport (scripted replies, a fake clock, no SSH). Printed text is captured in temporary
-// files.
+// ReplyTransport (scripted replies, a fake clock, no SSH). Printed text is kept in memory.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -25,23 +25,34 @@ struct Stopped {
   std::string out, err;
 };
 
-std::string read_all(std::FILE* f) {
-  std::string s;
-  std::rewind(f);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
+// What is printed to a FILE*, kept in memory.
+class Printed {
+ public:
+  Printed() : file_(open_memstream(&data_, &size_)) {}
+  ~Printed() {
+    if (file_) std::fclose(file_);
+    std::free(data_);
+  }
+  Printed(const Printed&) = delete;
+  Printed& operator=(const Printed&) = delete;
+  std::FILE* file() { return file_; }
+  std::string text() {
+    std::fflush(file_);
+    return std::string(data_, size_);
+  }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+  std::FILE* file_;
+};
 
 Stopped stop(ReplyTransport& t, const Options& options) {
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
+  Printed out, err;
   Stopped s;
-  s.status = stop_on_hosts(t, kAddresses, options, out, err);
-  s.out = read_all(out);
-  s.err = read_all(err);
+  s.status = stop_on_hosts(t, kAddresses, options, out.file(), err.file());
+  s.out = out.text();
+  s.err = err.text();
   return s;
 }
 

@@ -6,6 +6,7 @@
 // that would block forever) makes poll() throw.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
