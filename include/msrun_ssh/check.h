@@ -1,14 +1,13 @@
 // Cluster acceptance: `msrun-ssh check` asks every host, concurrently, whether a job
 // planned from the same options would start there, and prints one verdict per host and check.
 //
-// What it costs each host: one SSH connection (made twice when some other host failed to
-// connect: SshPool::connect_all closes every session on any failure) and at most three commands.
+// What it costs each host: one SSH connection (a host that fails to connect does not stop the
+// others) and at most three commands.
 //  1. one probe (probe_command): a POSIX sh script (src/remote/check_probe.sh) that prints
 //     `key=value` lines about the host (clock first, then OS, CPUs, NUMA, devices, workdir, disk,
-//     script checksum, python and imports, route to the master); parse_probe() reads them and
-//     evaluate_probe() turns them into verdicts. Every external program in it runs under `timeout`,
-//     and the only file it creates (an empty `.msrun-ssh-check.PID` in the workdir) is removed at
-//     once.
+//     script checksum, python and imports, route to the master); parse_probe() reads them and evaluate_probe() turns them into
+//     verdicts. Every external program in it runs under `timeout`, and the only file it creates
+//     (an empty `.msrun-ssh-check.PID` in the workdir) is removed at once.
 //  2. on the master only, at the same time: a temporary TCP listener on 0.0.0.0:master_port
 //     (listener_command: src/remote/python.sh, listen.sh, listen.py), bounded by its own deadline
 //     and ended as soon as its stdin closes.
@@ -21,7 +20,7 @@
 //   authenticated  fail: key refused, identity file unreadable, timed out during authentication.
 //   host_key       fail: unknown key (the detail gives the ssh-keyscan line to type), changed key.
 //                  warn: accepted without verification (accept-new added it, or =no).
-//                  A host that fails to connect gets these three from connect_all's reason and
+//                  A host that fails to connect gets these three from connect_all's failure and
 //                  every other check "skip".
 //   os             pass, with /etc/os-release's PRETTY_NAME and `uname -srm` (information).
 //   cpus           Cpus_allowed_list of a remote shell vs the processes planned on the host.
@@ -73,6 +72,8 @@
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/plan.h"
+#include "msrun_ssh/ssh.h"
+#include "msrun_ssh/transport.h"
 
 namespace msrun_ssh {
 
@@ -118,14 +119,14 @@ void validate_imports(const std::vector<std::string>& imports);
 
 // ---- connection -----------------------------------------------------------------------------
 
-// Turns one of SshPool::connect_all's failure reasons into the reachable / authenticated /
-// host_key verdicts (in that order); what was never attempted is "skip".
-std::vector<CheckResult> classify_connect_failure(std::string_view reason);
+// Turns one of SshPool::connect_all's failures into the reachable / authenticated / host_key
+// verdicts (in that order), by the step its kind belongs to: that one fails with the reason, the
+// steps before it pass, what was never attempted is "skip".
+std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure);
 
-// The three verdicts of a host that connected; `warnings` are SshPool::warnings() (those that
-// start with "ADDRESS: " turn host_key into a warning).
-std::vector<CheckResult> connected_checks(const std::string& address,
-                                          const std::vector<std::string>& warnings);
+// The three verdicts of host `host`, which connected; `warnings` are SshPool::warnings() (a host
+// key warning for that host turns host_key into a warning with its message).
+std::vector<CheckResult> connected_checks(size_t host, const std::vector<ConnectWarning>& warnings);
 
 // ---- the probe ------------------------------------------------------------------------------
 
@@ -236,6 +237,18 @@ int check_exit_code(const CheckReport& report);
 std::string sha256_hex(std::string_view data);
 // The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").
 std::optional<std::string> sha256_file(const std::string& path, std::string& error);
+
+// ---- on the connected hosts -----------------------------------------------------------------
+
+// Runs the probe on every host of `connected` (plan indexes, which are also the hosts of
+// `transport`) and the master-port test (the listener on the master, then one connection test
+// from each host) in one batch (batch.h); then sets those hosts' probe checks and master_port in
+// `report` and facts[h] to host h's parsed probe (`facts` has one entry per plan host). What has
+// not answered after 150 s (+60 s per --import) is killed and fails the checks it could not
+// decide. `expectations` has one entry per plan host; `master` is the plan index of the master.
+void check_connected_hosts(Transport& transport, const std::vector<size_t>& connected,
+                           const std::vector<HostExpectation>& expectations, const Options& options,
+                           size_t master, CheckReport& report, std::vector<ProbeFacts>& facts);
 
 // ---- the whole command ----------------------------------------------------------------------
 

@@ -7,11 +7,11 @@
 
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
 
 enum class Command { kRun, kCheck, kStop };
-enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };
@@ -57,7 +57,7 @@ struct Options {
   bool timestamps = false;      // --timestamps: console lines carry the launcher's receive time
   bool log_timestamps = false;  // --log_timestamps: so do the lines of the per-rank logs
   std::string events;           // --events FILE: the job's life as JSON Lines ("-": stdout)
-  std::optional<HostKeyPolicy> strict_host_key_checking;  // unset: ssh config, else yes
+  std::optional<HostKeyPolicy> strict_host_key_checking;  // (ssh.h) unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;
 

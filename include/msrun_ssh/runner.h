@@ -4,6 +4,7 @@
 // to hosts only through Transport, so tests drive it with a fake.
 #pragma once
 
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -183,5 +184,14 @@ int run_job(const Options& options, Plan& plan);
 // options.job (stop_command of command.h) and prints each one signalled. Returns 0, or
 // kExitHostFailure when a host could not be reached or did not finish.
 int stop_job(const Options& options, const Cluster& cluster);
+
+// `msrun-ssh stop` on hosts already connected through `transport` (its host i is addresses[i]):
+// runs the stop command of job `options.job` on every host at once, prints one line
+// "ADDRESS: killed PID COMMAND" per process signalled and then "job ID: N signals sent on M hosts"
+// to `out`, and "msrun-ssh: ADDRESS: stop did not finish" to `err` for each host that did not
+// answer within --kill_grace + --connect_timeout + 5 s. Returns 0, or kExitHostFailure when a
+// host did not finish.
+int stop_on_hosts(Transport& transport, const std::vector<std::string>& addresses,
+                  const Options& options, std::FILE* out, std::FILE* err);
 
 }  // namespace msrun_ssh

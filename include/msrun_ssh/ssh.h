@@ -15,12 +15,14 @@
 #include <string_view>
 #include <vector>
 
-#include "msrun_ssh/options.h"
 #include "msrun_ssh/transport.h"
 
 struct ssh_session_struct;
 
 namespace msrun_ssh {
+
+// How host keys not in known_hosts are treated (StrictHostKeyChecking yes / accept-new / no).
+enum class HostKeyPolicy { kYes, kAcceptNew, kNo };
 
 // How to reach one host; empty fields fall back to the ssh config, then to libssh's defaults.
 struct SshEndpoint {
@@ -38,10 +40,44 @@ struct SshSettings {
   std::optional<HostKeyPolicy> host_key_policy;  // unset: ssh config, else yes
 };
 
-struct HostFailure {
-  size_t host;
-  std::string reason;  // "connection refused", "timed out after 10 s", "host key changed", ...
+// What kept a host from being connected. Each kind belongs to one step of the connection: reaching
+// the SSH server, verifying its host key, authenticating.
+enum class ConnectError {
+  // Reaching the SSH server.
+  kUnreachable,  // the name does not resolve, or there is no route to the address
+  kRefused,      // nothing listens on the port
+  kTimedOut,     // no SSH answer within the connect timeout
+  kOther,        // anything else: unreadable ssh config, protocol error, connection dropped, ...
+  // Its host key.
+  kHostKeyUnknown,       // not in known_hosts, and the policy does not accept it
+  kHostKeyChanged,       // differs from the one in known_hosts (or is of another type)
+  kHostKeyUnverifiable,  // cannot be checked or added, or no host key algorithm in common
+  // Authentication.
+  kIdentityUnreadable,  // the identity file cannot be loaded
+  kAuthDenied,          // the server accepted none of the keys
+  kAuthTimedOut,        // authentication did not finish within the connect timeout
 };
+
+struct ConnectFailure {
+  ConnectError kind = ConnectError::kOther;
+  std::string reason;  // for the user: "Connection refused", "timed out after 10 s (no answer)"
+};
+
+// Something the user should know about a host that did connect.
+enum class ConnectWarningKind {
+  kHostKeyNotVerified,  // not in known_hosts, accepted unverified (StrictHostKeyChecking no)
+  kHostKeyAdded,        // not in known_hosts, added to it (accept-new)
+};
+
+struct ConnectWarning {
+  size_t host = 0;
+  ConnectWarningKind kind = ConnectWarningKind::kHostKeyNotVerified;
+  std::string message;  // for the user, without the host: "new host key added to ~/.ssh/..."
+};
+
+// The kind of a connection failure libssh describes in `message` (ssh_get_error's words: an errno
+// text such as "Connection refused", "Failed to resolve hostname ...", a key exchange error).
+ConnectError classify_libssh_error(std::string_view message);
 
 // sshd's default MaxSessions: channels per connection before another connection is opened.
 inline constexpr int kChannelsPerConnection = 10;
@@ -62,12 +98,6 @@ inline constexpr int kSshLogOff = 0;
 // config (`ssh_config`, else ~/.ssh/config if it exists) has none or cannot be read. Reads the
 // config through libssh, as a connection would; opens no connection.
 std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config);
-
-// The pool settings of a run (also used by `check` and `stop`, so they reach hosts the same way).
-SshSettings ssh_settings(const Options& options);
-
-// How to reach a host of the host file.
-SshEndpoint endpoint_of(const Host& host);
 
 // One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
 // twice per connection (to order the host key algorithms, then to verify the key), and decodes
@@ -105,17 +135,13 @@ class SshPool : public Transport {
   SshPool& operator=(const SshPool&) = delete;
 
   // Connects `connections[i]` sessions to host i (at least 1) and verifies + authenticates each.
-  // Returns the failed hosts (empty: all ready). On failure every session is already closed.
-  std::vector<HostFailure> connect_all(const std::vector<int>& connections);
+  // Returns one entry per host: nullopt when all its sessions are ready, else why not; a failed
+  // host's sessions are closed, the other hosts stay connected (a caller that needs every host,
+  // as the two-phase start does, disconnects them).
+  std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& connections);
 
-  // Runs `command` on every listed host and collects its stdout (stderr is dropped) until it
-  // ends or `timeout_s` passes; for short probes during start-up. result[i] is empty on failure.
-  std::vector<std::optional<std::string>> run_on_all(const std::vector<size_t>& hosts,
-                                                     const std::string& command, double timeout_s,
-                                                     std::vector<int>* exit_codes = nullptr);
-
-  // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no).
-  const std::vector<std::string>& warnings() const;
+  // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no), in the order they came.
+  const std::vector<ConnectWarning>& warnings() const;
 
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;

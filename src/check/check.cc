@@ -6,12 +6,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <memory>
+#include <optional>
 
+#include "msrun_ssh/batch.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_settings.h"
 
 namespace msrun_ssh {
 namespace {
@@ -30,143 +33,93 @@ std::string last_line(const std::string& text) {
   return text.substr(start, end + 1 - start);
 }
 
-// Phase one. SshPool::connect_all closes every session when any host fails, so the hosts that did
-// connect are connected again in a fresh pool (rarely needed: only when some host failed).
-struct Connected {
-  std::unique_ptr<SshPool> pool;
-  std::vector<size_t> plan_host;           // transport host index -> plan host index
-  std::map<size_t, std::string> failures;  // plan host index -> reason
-  std::vector<std::string> warnings;
-};
-
-Connected connect_hosts(const Options& options, const Plan& plan) {
-  Connected c;
-  std::vector<size_t> todo;
-  todo.reserve(plan.hosts.size());
-  for (size_t h = 0; h < plan.hosts.size(); ++h) todo.push_back(h);
-  while (!todo.empty()) {
-    std::vector<SshEndpoint> endpoints;
-    endpoints.reserve(todo.size());
-    for (size_t h : todo) endpoints.push_back(endpoint_of(plan.hosts[h].host));
-    auto pool = std::make_unique<SshPool>(std::move(endpoints), ssh_settings(options));
-    auto failures = pool->connect_all(std::vector<int>(todo.size(), 1));
-    for (const auto& w : pool->warnings()) c.warnings.push_back(w);
-    if (failures.empty()) {
-      c.pool = std::move(pool);
-      c.plan_host = todo;
-      return c;
-    }
-    std::vector<bool> failed(todo.size(), false);
-    for (const auto& f : failures) {
-      failed[f.host] = true;
-      c.failures[todo[f.host]] = f.reason;
-    }
-    std::vector<size_t> next;
-    for (size_t i = 0; i < todo.size(); ++i)
-      if (!failed[i]) next.push_back(todo[i]);
-    todo = std::move(next);
-  }
-  return c;
-}
-
-// Phase two: the probes and the port test on one event loop.
+// Phase two, on the hosts that connected: the probes and the port test in one batch.
 class Session {
  public:
-  struct Chan {
-    enum class Kind { kProbe, kListener, kConnect } kind = Kind::kProbe;
-    size_t host = 0;  // plan index
-    std::string out, err;
-    std::optional<int> status;
-    bool closed = false;
-    std::string failure;
-  };
+  enum class Kind { kProbe, kListener, kConnect };
 
-  Session(Transport& t, const std::vector<size_t>& plan_host,
-          const std::vector<HostExpectation>& es, const Options& options, size_t master)
-      : t_(t), plan_host_(plan_host), es_(es), options_(options), master_(master) {}
+  Session(Transport& t, const std::vector<size_t>& hosts, const std::vector<HostExpectation>& es,
+          const Options& options, size_t master)
+      : t_(t),
+        batch_(t, [this](size_t i, const TransportEvent& e) { on_event(i, e); }),
+        hosts_(hosts),
+        es_(es),
+        options_(options),
+        master_(master),
+        limit_s_(150 + 60.0 * static_cast<double>(options.imports.size())) {}
 
   void run() {
-    double limit_s = 150 + 60.0 * static_cast<double>(options_.imports.size());
-    double deadline = t_.now_ms() + limit_s * 1000;
-    for (size_t ti = 0; ti < plan_host_.size(); ++ti) {
-      size_t h = plan_host_[ti];
-      probe_[h] = start(ti, Chan::Kind::kProbe, probe_command(es_[h]));
+    double deadline = t_.now_ms() + limit_s_ * 1000;
+    for (size_t h : hosts_) {
+      probe_[h] = start(h, Kind::kProbe, probe_command(es_[h]));
       if (h == master_)
-        listener_ = start(ti, Chan::Kind::kListener,
+        listener_ = start(h, Kind::kListener,
                           listener_command(es_[h].python, es_[h].master_port, listener_limit()));
     }
-    EventHandler handler = [this](const TransportEvent& e) { on_event(e); };
-    while (open_ > 0 && t_.now_ms() < deadline) {
-      // Only the listener left, told to stop long ago: it ends by itself (timeout), stop waiting.
-      if (open_ == 1 && eof_sent_ && !chans_.at(listener_).closed &&
-          t_.now_ms() > eof_ms_ + kListenerGraceMs)
-        break;
-      t_.poll(static_cast<int>(std::min(1000.0, std::max(1.0, deadline - t_.now_ms()))), handler);
+    batch_.wait(deadline, [this] {
       advance();
-    }
-    for (auto& [id, c] : chans_)
-      if (!c.closed && c.failure.empty())
-        c.failure = fmt::format("no answer within {:g} s", limit_s);
+      return !listener_lingers();
+    });
   }
 
-  const Chan* probe(size_t h) const { return find(probe_, h); }
-  const Chan* listener() const { return listener_ < 0 ? nullptr : &chans_.at(listener_); }
-  const Chan* connect(size_t h) const { return find(connect_, h); }
-  const ClockSample& clock(size_t h) { return clock_[h]; }
+  const BatchResult* probe(size_t h) const { return find(probe_, h); }
+  const BatchResult* listener() const { return listener_ ? &batch_.result(*listener_) : nullptr; }
+  const BatchResult* connect(size_t h) const { return find(connect_, h); }
+  ClockSample clock(size_t h) const {
+    auto it = clock_.find(h);
+    return it == clock_.end() ? ClockSample{} : it->second;
+  }
   bool listening() const { return listening_; }
+
+  // Why a command gave no complete answer, for the checks that depend on it.
+  std::string trouble(const BatchResult& c) const {
+    switch (c.failure) {
+      case BatchFailure::kOpenFailed:
+        return c.why;
+      case BatchFailure::kHostLost:
+        return fmt::format("connection lost: {}", c.why);
+      case BatchFailure::kTimedOut:
+        return fmt::format("no answer within {:g} s", limit_s_);
+      case BatchFailure::kNone:
+        break;
+    }
+    std::string err = last_line(c.err);
+    if (c.status)
+      return fmt::format("exited with status {}{}", *c.status, err.empty() ? "" : ": " + err);
+    return err.empty() ? "closed without an answer" : err;
+  }
 
  private:
   double listener_limit() const { return 2 * options_.connect_timeout + 30; }
 
-  ChannelId start(size_t ti, Chan::Kind kind, const std::string& command) {
-    ChannelId id = t_.exec(ti, command);
-    chans_[id] = Chan{kind, plan_host_[ti]};
-    ++open_;
-    return id;
+  size_t start(size_t h, Kind kind, const std::string& command) {
+    size_t index = batch_.start(h, command);
+    kinds_.push_back(kind);
+    return index;
   }
 
-  const Chan* find(const std::map<size_t, ChannelId>& m, size_t h) const {
+  const BatchResult* find(const std::map<size_t, size_t>& m, size_t h) const {
     auto it = m.find(h);
-    return it == m.end() ? nullptr : &chans_.at(it->second);
+    return it == m.end() ? nullptr : &batch_.result(it->second);
   }
 
-  void on_event(const TransportEvent& e) {
-    if (e.kind == TransportEvent::Kind::kHostLost) {
-      for (auto& [id, c] : chans_)
-        if (plan_host_.at(e.host) == c.host && c.failure.empty())
-          c.failure = fmt::format("connection lost: {}", e.data);
-      return;
-    }
-    auto it = chans_.find(e.channel);
-    if (it == chans_.end()) return;
-    Chan& c = it->second;
-    switch (e.kind) {
-      case TransportEvent::Kind::kData:
-        (e.is_stderr ? c.err : c.out).append(e.data);
-        if (c.kind == Chan::Kind::kProbe && !synced_.count(e.channel) &&
-            c.out.find("sync=1\n") != std::string::npos)
-          synced_[e.channel] = false;
-        if (c.kind == Chan::Kind::kProbe && clock_[c.host].received == 0 && has_clock(c.out))
-          clock_[c.host].received = wall_now();
-        if (c.kind == Chan::Kind::kListener && c.out.find("listening\n") != std::string::npos)
-          listening_ = true;
-        break;
-      case TransportEvent::Kind::kExit:
-        c.status = e.status;
-        break;
-      case TransportEvent::Kind::kOpenFailed:
-        c.failure = std::string(e.data);
-        [[fallthrough]];
-      case TransportEvent::Kind::kClosed:
-        if (!c.closed) {
-          c.closed = true;
-          --open_;
-          if (c.kind == Chan::Kind::kConnect) --connects_open_;
-        }
-        break;
-      default:
-        break;
-    }
+  // Only the listener left, told to stop long ago: it ends by itself (timeout), stop waiting.
+  bool listener_lingers() const {
+    return batch_.open() == 1 && eof_sent_ && !batch_.result(*listener_).closed &&
+           t_.now_ms() > eof_ms_ + kListenerGraceMs;
+  }
+
+  void on_event(size_t i, const TransportEvent& e) {
+    if (e.kind != TransportEvent::Kind::kData) return;
+    const BatchResult& c = batch_.result(i);
+    size_t h = c.host;
+    if (kinds_[i] == Kind::kProbe && !synced_.count(i) &&
+        c.out.find("sync=1\n") != std::string::npos)
+      synced_[i] = false;
+    if (kinds_[i] == Kind::kProbe && clock_[h].received == 0 && has_clock(c.out))
+      clock_[h].received = wall_now();
+    if (kinds_[i] == Kind::kListener && c.out.find("listening\n") != std::string::npos)
+      listening_ = true;
   }
 
   // The probe's clock line is complete (a login script's output may come before "sync=1", even
@@ -179,13 +132,18 @@ class Session {
   // Answers every probe that asked for its clock reading: the time of this write is the start of
   // the bracket around the remote reading.
   void answer_syncs() {
-    for (auto& [id, answered] : synced_)
+    for (auto& [i, answered] : synced_)
       if (!answered) {
         answered = true;
-        clock_[chans_.at(id).host].sent = wall_now();
-        t_.write(id, "\n");
-        t_.send_eof(id);
+        clock_[batch_.result(i).host].sent = wall_now();
+        batch_.write(i, "\n");
+        batch_.send_eof(i);
       }
+  }
+
+  bool connects_done() const {
+    return std::all_of(connect_.begin(), connect_.end(),
+                       [this](const auto& hc) { return batch_.result(hc.second).closed; });
   }
 
   // Outside the transport's callbacks: answer the probes' clock syncs, start the connection tests
@@ -195,33 +153,30 @@ class Session {
     if (listening_ && !connects_started_) {
       connects_started_ = true;
       std::string ip = es_[master_].master_ip;
-      for (size_t ti = 0; ti < plan_host_.size(); ++ti) {
-        size_t h = plan_host_[ti];
+      for (size_t h : hosts_)
         connect_[h] =
-            start(ti, Chan::Kind::kConnect,
+            start(h, Kind::kConnect,
                   connect_command(es_[h].python, ip, es_[h].master_port, options_.connect_timeout));
-        ++connects_open_;
-      }
     }
-    if (connects_started_ && connects_open_ == 0 && !eof_sent_ && listener_ >= 0) {
+    if (connects_started_ && connects_done() && !eof_sent_ && listener_) {
       eof_sent_ = true;
       eof_ms_ = t_.now_ms();
-      t_.send_eof(listener_);
+      batch_.send_eof(*listener_);
     }
   }
 
   Transport& t_;
-  const std::vector<size_t>& plan_host_;
+  Batch batch_;
+  const std::vector<size_t>& hosts_;  // the connected ones
   const std::vector<HostExpectation>& es_;
   const Options& options_;
   size_t master_;
-  std::map<ChannelId, Chan> chans_;
-  std::map<size_t, ChannelId> probe_, connect_;
+  double limit_s_;                            // the time the whole session may take
+  std::vector<Kind> kinds_;                   // batch index -> what it runs
+  std::map<size_t, size_t> probe_, connect_;  // plan host -> batch index
   std::map<size_t, ClockSample> clock_;
-  std::map<ChannelId, bool> synced_;  // probes that printed "sync=1" -> answered yet
-  ChannelId listener_ = -1;
-  int open_ = 0;
-  int connects_open_ = 0;
+  std::map<size_t, bool> synced_;  // probes that printed "sync=1" -> answered yet
+  std::optional<size_t> listener_;
   bool listening_ = false;
   bool connects_started_ = false;
   bool eof_sent_ = false;
@@ -229,29 +184,22 @@ class Session {
   static constexpr double kListenerGraceMs = 5000;
 };
 
-// Why a channel gave no complete answer, for the checks that depend on it.
-std::string channel_trouble(const Session::Chan& c) {
-  if (!c.failure.empty()) return c.failure;
-  std::string err = last_line(c.err);
-  if (c.status)
-    return fmt::format("exited with status {}{}", *c.status, err.empty() ? "" : ": " + err);
-  return err.empty() ? "closed without an answer" : err;
-}
-
-void fill_probe(HostReport& h, const HostExpectation& e, const Session::Chan* c,
-                const ClockSample& clock, ProbeFacts& facts) {
+void fill_probe(HostReport& h, const HostExpectation& e, const Session& s, size_t host,
+                ProbeFacts& facts) {
+  const BatchResult* c = s.probe(host);
   facts = parse_probe(c ? c->out : "");
   if (!facts.has("end"))
-    facts.values.emplace_back("probe_error", fmt::format("the probe ended early: {}",
-                                                         c ? channel_trouble(*c) : "not started"));
-  for (auto& r : evaluate_probe(e, facts, clock)) h.set(r.name, r.status, r.detail, r.value);
+    facts.values.emplace_back(
+        "probe_error", fmt::format("the probe ended early: {}", c ? s.trouble(*c) : "not started"));
+  for (auto& r : evaluate_probe(e, facts, s.clock(host)))
+    h.set(r.name, r.status, r.detail, r.value);
 }
 
-void fill_port(CheckReport& report, Session& s, const std::vector<size_t>& connected, size_t master,
-               int port) {
+void fill_port(CheckReport& report, const Session& s, const std::vector<size_t>& connected,
+               size_t master, int port) {
   HostReport& m = report.hosts[master];
   std::string others;
-  const Session::Chan* l = s.listener();
+  const BatchResult* l = s.listener();
   if (!l) {
     others = fmt::format("not tested: the master {} is not connected", m.address);
   } else if (!s.listening()) {
@@ -268,7 +216,7 @@ void fill_port(CheckReport& report, Session& s, const std::vector<size_t>& conne
             "cannot test the port: no python on the master to listen with");
     } else {
       m.set("master_port", CheckStatus::kFail,
-            fmt::format("the port test did not start on the master: {}", channel_trouble(*l)));
+            fmt::format("the port test did not start on the master: {}", s.trouble(*l)));
     }
     others = "not tested: the master could not listen on the port";
   }
@@ -277,11 +225,11 @@ void fill_port(CheckReport& report, Session& s, const std::vector<size_t>& conne
       if (h != master) report.hosts[h].set("master_port", CheckStatus::kSkip, others);
       continue;
     }
-    const Session::Chan* c = s.connect(h);
+    const BatchResult* c = s.connect(h);
     std::optional<std::string> out;
     if (c && c->out.find("reach=") != std::string::npos) out = c->out;
     CheckResult r = port_result(report.master, out, h == master);
-    if (!out && c) r.detail += ": " + channel_trouble(*c);
+    if (!out && c) r.detail += ": " + s.trouble(*c);
     report.hosts[h].set("master_port", r.status, r.detail, r.value);
   }
   if (l && s.listening() && !l->closed) {
@@ -299,6 +247,15 @@ size_t master_index(const Plan& plan) {
 
 }  // namespace
 
+void check_connected_hosts(Transport& transport, const std::vector<size_t>& connected,
+                           const std::vector<HostExpectation>& expectations, const Options& options,
+                           size_t master, CheckReport& report, std::vector<ProbeFacts>& facts) {
+  Session s(transport, connected, expectations, options, master);
+  s.run();
+  for (size_t h : connected) fill_probe(report.hosts[h], expectations[h], s, h, facts[h]);
+  fill_port(report, s, connected, master, expectations[master].master_port);
+}
+
 int check_cluster(const Options& options, const Cluster&, Plan& plan) {
   validate_imports(options.imports);
   std::vector<HostExpectation> es;
@@ -307,24 +264,23 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
   CheckReport report =
       empty_report(plan, options.imports, "not checked: the host is not connected");
 
-  Connected c = connect_hosts(options, plan);
-  for (const auto& [h, reason] : c.failures)
-    for (auto& r : classify_connect_failure(reason))
-      report.hosts[h].set(r.name, r.status, r.detail, r.value);
+  std::vector<SshEndpoint> endpoints;
+  for (const auto& h : plan.hosts) endpoints.push_back(endpoint_of(h.host));
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  auto failures = pool.connect_all(std::vector<int>(plan.hosts.size(), 1));
+  std::vector<size_t> connected;
   std::vector<const ProbeFacts*> facts_of(plan.hosts.size(), nullptr);
   std::vector<ProbeFacts> facts(plan.hosts.size());
-  if (c.pool) {
-    Session s(*c.pool, c.plan_host, es, options, master);
-    s.run();
-    for (size_t h : c.plan_host) {
-      for (auto& r : connected_checks(plan.hosts[h].host.address, c.warnings))
-        report.hosts[h].set(r.name, r.status, r.detail, r.value);
-      fill_probe(report.hosts[h], es[h], s.probe(h), s.clock(h), facts[h]);
-      facts_of[h] = &facts[h];
-    }
-    fill_port(report, s, c.plan_host, master, plan.master_port);
-    c.pool->disconnect_all();
+  for (size_t h = 0; h < plan.hosts.size(); ++h) {
+    auto verdicts =
+        failures[h] ? classify_connect_failure(*failures[h]) : connected_checks(h, pool.warnings());
+    for (auto& r : verdicts) report.hosts[h].set(r.name, r.status, r.detail, r.value);
+    if (failures[h]) continue;
+    connected.push_back(h);
+    facts_of[h] = &facts[h];
   }
+  check_connected_hosts(pool, connected, es, options, master, report, facts);
+  pool.disconnect_all();
   std::optional<std::string> local_sha;
   std::string local_error;
   if (!es.empty() && !es[0].script.empty()) {

@@ -1,4 +1,5 @@
-// Connection verdicts (from SshPool's reasons) and the master-port test of `msrun-ssh check`.
+// Connection verdicts (from SshPool's failures and warnings) and the master-port test of
+// `msrun-ssh check`.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -9,8 +10,6 @@
 
 namespace msrun_ssh {
 namespace {
-
-bool contains(std::string_view s, std::string_view part) { return s.find(part) != s.npos; }
 
 CheckResult make(std::string name, CheckStatus status, std::string detail, std::string value = "") {
   return CheckResult{std::move(name), status, std::move(detail), std::move(value)};
@@ -46,32 +45,45 @@ std::string python_command(std::string_view tail, const char* name, double limit
 
 }  // namespace
 
-std::vector<CheckResult> classify_connect_failure(std::string_view reason) {
-  std::string r(reason);
+std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure) {
+  const std::string& r = failure.reason;
   std::string not_tried = "not attempted: the connection failed before";
-  if (contains(r, "host key")) {
-    return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
-            make("authenticated", CheckStatus::kSkip, "not attempted: host key not verified"),
-            make("host_key", CheckStatus::kFail, r)};
-  }
-  if (r.rfind("authentication denied", 0) == 0 || contains(r, "during authentication") ||
-      r.rfind("cannot load identity file", 0) == 0) {
-    return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
-            make("authenticated", CheckStatus::kFail, r),
-            make("host_key", CheckStatus::kPass, "host key verified")};
+  switch (failure.kind) {
+    case ConnectError::kHostKeyUnknown:
+    case ConnectError::kHostKeyChanged:
+    case ConnectError::kHostKeyUnverifiable:
+      return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
+              make("authenticated", CheckStatus::kSkip, "not attempted: host key not verified"),
+              make("host_key", CheckStatus::kFail, r)};
+    case ConnectError::kIdentityUnreadable:
+    case ConnectError::kAuthDenied:
+    case ConnectError::kAuthTimedOut:
+      return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
+              make("authenticated", CheckStatus::kFail, r),
+              make("host_key", CheckStatus::kPass, "host key verified")};
+    case ConnectError::kUnreachable:
+    case ConnectError::kRefused:
+    case ConnectError::kTimedOut:
+    case ConnectError::kOther:
+      break;
   }
   return {make("reachable", CheckStatus::kFail, r),
           make("authenticated", CheckStatus::kSkip, not_tried),
           make("host_key", CheckStatus::kSkip, not_tried)};
 }
 
-std::vector<CheckResult> connected_checks(const std::string& address,
-                                          const std::vector<std::string>& warnings) {
+std::vector<CheckResult> connected_checks(size_t host,
+                                          const std::vector<ConnectWarning>& warnings) {
   CheckResult key = make("host_key", CheckStatus::kPass, "host key verified (known_hosts)", "");
-  std::string prefix = address + ": ";
-  for (const auto& w : warnings)
-    if (w.rfind(prefix, 0) == 0)
-      key = make("host_key", CheckStatus::kWarn, w.substr(prefix.size()));
+  for (const auto& w : warnings) {
+    if (w.host != host) continue;
+    switch (w.kind) {
+      case ConnectWarningKind::kHostKeyNotVerified:
+      case ConnectWarningKind::kHostKeyAdded:
+        key = make("host_key", CheckStatus::kWarn, w.message);
+        break;
+    }
+  }
   return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
           make("authenticated", CheckStatus::kPass, "public key accepted"), key};
 }

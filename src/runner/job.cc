@@ -22,27 +22,38 @@
 #include <optional>
 #include <utility>
 
+#include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_settings.h"
 #include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
 namespace {
 
-// Phase one. Prints every failed host and returns false when any failed.
+// Phase one. Prints every failed host and returns false when any failed: then every host is
+// disconnected (two-phase start: nothing runs anywhere unless every host is ready).
 bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections) {
-  auto failures = pool.connect_all(connections);
-  for (const auto& w : pool.warnings()) std::fprintf(stderr, "msrun-ssh: warning: %s\n", w.c_str());
-  if (failures.empty()) return true;
-  for (const auto& f : failures)
-    std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[f.host]->address.c_str(), f.reason.c_str());
-  std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failures.size(),
+  auto results = pool.connect_all(connections);
+  for (const auto& w : pool.warnings())
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", hosts[w.host]->address.c_str(),
+                 w.message.c_str());
+  size_t failed = 0;
+  for (size_t h = 0; h < results.size(); ++h)
+    if (results[h]) {
+      ++failed;
+      std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[h]->address.c_str(),
+                   results[h]->reason.c_str());
+    }
+  if (failed == 0) return true;
+  std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failed,
                hosts.size());
+  pool.disconnect_all();
   return false;
 }
 
@@ -87,7 +98,7 @@ bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
     if (needs_topology(plan.hosts[h])) hosts.push_back(h);
   if (hosts.empty()) return true;
   double timeout = std::max(10.0, options.connect_timeout);
-  auto probes = pool.run_on_all(hosts, binding_probe_command(), timeout);
+  auto probes = exited_output(run_batch(pool, hosts, binding_probe_command(), timeout));
   bool ok = true;
   for (size_t i = 0; i < hosts.size(); ++i) {
     HostPlan& hp = plan.hosts[hosts[i]];
@@ -116,7 +127,7 @@ bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
 
 // Each host's own name (uname -n), for {hostname} in log names; one round trip, only when a log
 // name asks for it. A host that does not answer keeps its address.
-std::vector<std::string> host_names(SshPool& pool, const Plan& plan, double timeout_s) {
+std::vector<std::string> host_names(Transport& t, const Plan& plan, double timeout_s) {
   std::vector<std::string> names;
   bool wanted = false;
   for (const auto& h : plan.hosts) {
@@ -127,7 +138,7 @@ std::vector<std::string> host_names(SshPool& pool, const Plan& plan, double time
   if (!wanted) return names;
   std::vector<size_t> all;
   for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
-  auto got = pool.run_on_all(all, "uname -n", timeout_s);
+  auto got = exited_output(run_batch(t, all, "uname -n", timeout_s));
   for (size_t h = 0; h < got.size(); ++h) {
     std::string n = got[h].value_or("");
     while (!n.empty() && (n.back() == '\n' || n.back() == '\r')) n.pop_back();
@@ -139,7 +150,7 @@ std::vector<std::string> host_names(SshPool& pool, const Plan& plan, double time
 // The torch contract's rendezvous (rank 0's TCPStore) listens on MASTER_PORT on the master; a port
 // already listened on is the most common rendezvous failure, so it is checked before anything
 // starts: one read of the master's /proc/net/tcp and tcp6 (no program but awk needed).
-bool master_port_free(SshPool& pool, const Plan& plan, double timeout_s) {
+bool master_port_free(Transport& t, const Plan& plan, double timeout_s) {
   if (plan.contract != Contract::kTorch) return true;
   size_t master = 0;
   while (master < plan.hosts.size() && !plan.hosts[master].is_master) ++master;
@@ -147,7 +158,7 @@ bool master_port_free(SshPool& pool, const Plan& plan, double timeout_s) {
       "awk 'FNR > 1 && $4 == \"0A\" {{ n = split($2, a, \":\"); if (a[n] == \"{:04X}\") f = 1 }} "
       "END {{ print (f ? \"taken\" : \"free\") }}' /proc/net/tcp /proc/net/tcp6 2>/dev/null",
       plan.master_port);
-  auto got = pool.run_on_all({master}, cmd, timeout_s);
+  auto got = exited_output(run_batch(t, {master}, cmd, timeout_s));
   std::string answer = got[0].value_or("");
   if (answer.rfind("free", 0) == 0) return true;
   const std::string& host = plan.hosts[master].host.address;
@@ -162,44 +173,40 @@ bool master_port_free(SshPool& pool, const Plan& plan, double timeout_s) {
   return false;
 }
 
-int run_detached(const Options& options, const Plan& plan, SshPool& pool) {
-  std::vector<std::pair<ChannelId, const Process*>> started;
-  std::vector<size_t> host_of;
-  std::vector<std::string> names = host_names(pool, plan, options.connect_timeout);
-  for (size_t h = 0; h < plan.hosts.size(); ++h)
-    for (const auto& p : plan.hosts[h].processes) {
-      std::string log = options.log_dir + "/" + with_hostname(p.log_name, names[h]);
-      started.emplace_back(pool.exec(h, detached_command(p, plan.job_id, log)), &p);
-      host_of.push_back(h);
-    }
-  size_t open = started.size();
-  int failures = 0;
-  double deadline = pool.now_ms() + options.connect_timeout * 1000;
-  auto handler = [&](const TransportEvent& e) {
-    if (e.kind == TransportEvent::Kind::kExit && e.status != 0) ++failures;
-    if (e.kind == TransportEvent::Kind::kOpenFailed) ++failures;
+// Whether a process of a detached start did not start: its starter failed or did not end in time.
+bool start_failed(const BatchResult& r) {
+  return (r.status && *r.status != 0) || r.failure == BatchFailure::kOpenFailed || !r.closed;
+}
+
+int run_detached(const Options& options, const Plan& plan, Transport& t) {
+  std::vector<std::string> names = host_names(t, plan, options.connect_timeout);
+  Batch start(t, [](size_t, const TransportEvent& e) {
     if (e.kind == TransportEvent::Kind::kData && e.is_stderr)
       std::fprintf(stderr, "msrun-ssh: host %zu: %.*s", e.host, static_cast<int>(e.data.size()),
                    e.data.data());
-    if (e.kind == TransportEvent::Kind::kClosed || e.kind == TransportEvent::Kind::kOpenFailed)
-      --open;
-  };
-  while (open > 0 && pool.now_ms() < deadline)
-    pool.poll(static_cast<int>(deadline - pool.now_ms()) + 1, handler);
-  if (failures > 0 || open > 0) {
+  });
+  for (size_t h = 0; h < plan.hosts.size(); ++h)
+    for (const auto& p : plan.hosts[h].processes) {
+      std::string log = options.log_dir + "/" + with_hostname(p.log_name, names[h]);
+      start.start(h, detached_command(p, plan.job_id, log));
+    }
+  start.wait(t.now_ms() + options.connect_timeout * 1000);
+  const auto& results = start.results();
+  auto failures = std::count_if(results.begin(), results.end(), start_failed);
+  if (failures > 0) {
     std::fprintf(stderr, "msrun-ssh: %d processes failed to start; stopping job %s\n",
-                 failures + static_cast<int>(open), plan.job_id.c_str());
+                 static_cast<int>(failures), plan.job_id.c_str());
     std::vector<size_t> all;
     for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
-    pool.run_on_all(all, stop_command(plan.job_id, options.kill_grace),
-                    options.kill_grace + options.connect_timeout);
+    run_batch(t, all, stop_command(plan.job_id, options.kill_grace),
+              options.kill_grace + options.connect_timeout);
     return kExitHostFailure;
   }
   std::fprintf(stderr,
                "msrun-ssh: job %s started detached: %zu processes on %zu hosts, logs in %s on "
                "each host (relative to its workdir)\nmsrun-ssh: stop it with: msrun-ssh stop "
                "--hostfile %s --job %s\n",
-               plan.job_id.c_str(), started.size(), plan.hosts.size(), options.log_dir.c_str(),
+               plan.job_id.c_str(), results.size(), plan.hosts.size(), options.log_dir.c_str(),
                options.hostfile.c_str(), plan.job_id.c_str());
   std::printf("%s\n", plan.job_id.c_str());
   return kExitOk;
@@ -430,24 +437,17 @@ int run_job(const Options& options, Plan& plan) {
   return history.status;
 }
 
-int stop_job(const Options& options, const Cluster& cluster) {
-  std::vector<const Host*> hosts;
-  std::vector<SshEndpoint> endpoints;
+int stop_on_hosts(Transport& t, const std::vector<std::string>& addresses, const Options& options,
+                  std::FILE* out, std::FILE* err) {
   std::vector<size_t> all;
-  for (const auto& h : cluster.hosts) {
-    hosts.push_back(&h);
-    endpoints.push_back(endpoint_of(h));
-    all.push_back(all.size());
-  }
-  SshPool pool(std::move(endpoints), ssh_settings(options));
-  if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
-  auto results = pool.run_on_all(all, stop_command(options.job, options.kill_grace),
-                                 options.kill_grace + options.connect_timeout + 5);
+  for (size_t h = 0; h < addresses.size(); ++h) all.push_back(h);
+  auto results = exited_output(run_batch(t, all, stop_command(options.job, options.kill_grace),
+                                         options.kill_grace + options.connect_timeout + 5));
   int killed = 0;
   int code = kExitOk;
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i]) {
-      std::fprintf(stderr, "msrun-ssh: %s: stop did not finish\n", hosts[i]->address.c_str());
+      std::fprintf(err, "msrun-ssh: %s: stop did not finish\n", addresses[i].c_str());
       code = kExitHostFailure;
       continue;
     }
@@ -457,15 +457,30 @@ int stop_job(const Options& options, const Cluster& cluster) {
       size_t nl = text.find('\n', pos);
       std::string line = text.substr(pos, nl - pos);
       if (line.rfind("killed ", 0) == 0) {
-        std::printf("%s: %s\n", hosts[i]->address.c_str(), line.c_str());
+        std::fprintf(out, "%s: %s\n", addresses[i].c_str(), line.c_str());
         ++killed;
       }
       if (nl == std::string::npos) break;
       pos = nl + 1;
     }
   }
-  std::printf("job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed, hosts.size());
+  std::fprintf(out, "job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed,
+               addresses.size());
   return code;
+}
+
+int stop_job(const Options& options, const Cluster& cluster) {
+  std::vector<const Host*> hosts;
+  std::vector<SshEndpoint> endpoints;
+  std::vector<std::string> addresses;
+  for (const auto& h : cluster.hosts) {
+    hosts.push_back(&h);
+    endpoints.push_back(endpoint_of(h));
+    addresses.push_back(h.address);
+  }
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
+  return stop_on_hosts(pool, addresses, options, stdout, stderr);
 }
 
 }  // namespace msrun_ssh

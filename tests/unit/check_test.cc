@@ -5,10 +5,12 @@
 #include "msrun_ssh/check.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,10 +21,13 @@
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
+#include "reply_transport.h"
 
 namespace msrun_ssh {
 namespace {
 
+using fake::Reply;
+using fake::ReplyTransport;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -540,34 +545,53 @@ std::vector<CheckStatus> statuses(const std::vector<CheckResult>& r) {
 
 TEST(Check, ConnectFailuresLandOnTheRightCheck) {
   using S = CheckStatus;
+  using E = ConnectError;
   auto unknown = classify_connect_failure(
-      "unknown host key (not in /c/known_hosts); after checking it, add it with: ssh-keyscan -p "
-      "22 198.18.1.12 >> /c/known_hosts");
+      {E::kHostKeyUnknown,
+       "unknown host key (not in /c/known_hosts); after checking it, add it with: ssh-keyscan -p "
+       "22 198.18.1.12 >> /c/known_hosts"});
   EXPECT_EQ(statuses(unknown), (std::vector<S>{S::kPass, S::kSkip, S::kFail}));
   EXPECT_EQ(unknown[0].name, "reachable");
   EXPECT_EQ(unknown[2].name, "host_key");
   EXPECT_THAT(unknown[2].detail, HasSubstr("ssh-keyscan -p 22 198.18.1.12 >> /c/known_hosts"));
-  EXPECT_EQ(statuses(classify_connect_failure("host key CHANGED (does not match x): possible")),
+  EXPECT_EQ(statuses(classify_connect_failure(
+                {E::kHostKeyChanged, "host key CHANGED (does not match x)"})),
             (std::vector<S>{S::kPass, S::kSkip, S::kFail}));
-  EXPECT_EQ(statuses(classify_connect_failure("authentication denied (publickey) for user root")),
+  EXPECT_EQ(statuses(classify_connect_failure({E::kHostKeyUnverifiable, "cannot add its key"})),
+            (std::vector<S>{S::kPass, S::kSkip, S::kFail}));
+  EXPECT_EQ(statuses(classify_connect_failure(
+                {E::kAuthDenied, "authentication denied (publickey) for user root"})),
             (std::vector<S>{S::kPass, S::kFail, S::kPass}));
-  EXPECT_EQ(statuses(classify_connect_failure("timed out after 5 s (during authentication)")),
+  EXPECT_EQ(statuses(classify_connect_failure(
+                {E::kAuthTimedOut, "timed out after 5 s (during authentication)"})),
             (std::vector<S>{S::kPass, S::kFail, S::kPass}));
-  EXPECT_EQ(statuses(classify_connect_failure("cannot load identity file /k")),
-            (std::vector<S>{S::kPass, S::kFail, S::kPass}));
-  auto refused = classify_connect_failure("Connection refused");
+  auto identity =
+      classify_connect_failure({E::kIdentityUnreadable, "cannot load identity file /k"});
+  EXPECT_EQ(statuses(identity), (std::vector<S>{S::kPass, S::kFail, S::kPass}));
+  EXPECT_EQ(identity[1].detail, "cannot load identity file /k");
+  // libssh's own words are classified by the pool (classify_libssh_error).
+  auto refused =
+      classify_connect_failure({classify_libssh_error("Connection refused"), "Connection refused"});
   EXPECT_EQ(statuses(refused), (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
   EXPECT_EQ(refused[0].detail, "Connection refused");
-  EXPECT_EQ(statuses(classify_connect_failure("timed out after 5 s (no answer)")),
+  EXPECT_EQ(statuses(classify_connect_failure({E::kTimedOut, "timed out after 5 s (no answer)"})),
+            (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
+  EXPECT_EQ(statuses(classify_connect_failure({E::kUnreachable, "No route to host"})),
+            (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
+  EXPECT_EQ(statuses(classify_connect_failure({E::kOther, "cannot parse ssh config /c"})),
             (std::vector<S>{S::kFail, S::kSkip, S::kSkip}));
 }
 
 TEST(Check, ConnectedHostsWarnOnUnverifiedKeys) {
-  auto ok = connected_checks("198.18.1.10", {"198.18.1.11: new host key added to /k"});
+  std::vector<ConnectWarning> warnings = {
+      {1, ConnectWarningKind::kHostKeyAdded, "new host key added to /k"},
+      {2, ConnectWarningKind::kHostKeyNotVerified, "host key NOT verified (not in /k)"}};
+  auto ok = connected_checks(0, warnings);
   EXPECT_EQ(statuses(ok), (std::vector<CheckStatus>(3, CheckStatus::kPass)));
-  auto warned = connected_checks("198.18.1.11", {"198.18.1.11: new host key added to /k"});
+  auto warned = connected_checks(1, warnings);
   EXPECT_EQ(warned[2].status, CheckStatus::kWarn);
   EXPECT_EQ(warned[2].detail, "new host key added to /k");
+  EXPECT_EQ(connected_checks(2, warnings)[2].detail, "host key NOT verified (not in /k)");
 }
 
 // ---- the master port ----------------------------------------------------------------------
@@ -791,6 +815,138 @@ TEST(Check, EmptyReportHasEveryCheckSkipped) {
   EXPECT_EQ(r.hosts[1].node_rank, 1);
   EXPECT_EQ(r.hosts[1].checks.size(), check_names({"numpy"}).size());
   EXPECT_EQ(r.hosts[1].find("import:numpy")->status, CheckStatus::kSkip);
+}
+
+// ---- the session on connected hosts (ReplyTransport: scripted replies, a fake clock) --------
+
+struct RemoteChecks {
+  Options options;
+  Plan plan;
+  std::vector<HostExpectation> es;
+  CheckReport report;
+  std::vector<ProbeFacts> facts;
+  ReplyTransport t;
+
+  RemoteChecks() {
+    options.command = Command::kCheck;
+    options.task_script = "true";
+    plan = small_plan(options, {plain_host("a", 1), plain_host("b", 1)});
+    for (size_t h = 0; h < plan.hosts.size(); ++h) es.push_back(expectation_for(plan, h, options));
+    report = empty_report(plan, {}, "not connected");
+    facts.resize(plan.hosts.size());
+  }
+
+  // A probe that asks for the launcher's answer, then reads the clock (now) and prints the rest.
+  static Reply probe() {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    std::string text = with("clock", fmt::format("clock={}.{:09}", ts.tv_sec, ts.tv_nsec));
+    size_t clock = text.find("clock=");
+    return Reply{.output = {{0.001, text.substr(0, clock)}},
+                 .exit_at = 0.002,
+                 .until_eof = true,
+                 .after_eof = {{0.001, text.substr(clock)}}};
+  }
+
+  void healthy_except(size_t sick_host, const Reply& sick_probe) {
+    t.on("msrun-ssh-listen", Reply{.output = {{0.001, "listening\n"}},
+                                   .exit_at = 0.002,
+                                   .until_eof = true,
+                                   .after_eof = {{0.001, "accepted 2\n"}}});
+    t.on("msrun-ssh-connect", Reply{.output = {{0.003, "reach=ok\n"}}});
+    t.on("msrun-ssh-check", sick_probe, sick_host);
+    t.on("msrun-ssh-check", probe());
+  }
+
+  void run() { check_connected_hosts(t, {0, 1}, es, options, 0, report, facts); }
+
+  const CheckResult& result(size_t h, const std::string& name) {
+    return *report.hosts[h].find(name);
+  }
+};
+
+TEST(CheckSession, EveryHostAnswers) {
+  RemoteChecks s;
+  s.healthy_except(1, RemoteChecks::probe());
+  s.run();
+  for (size_t h = 0; h < 2; ++h) {
+    EXPECT_EQ(s.facts[h].get("end"), "ok");
+    for (const char* name : {"os", "python", "workdir", "clock", "disk"})
+      EXPECT_EQ(s.result(h, name).status, CheckStatus::kPass)
+          << h << " " << name << ": " << s.result(h, name).detail;
+  }
+  EXPECT_EQ(s.result(0, "master_port").detail,
+            "port free on the master; 198.18.1.10:8118 accepts connections");
+  EXPECT_EQ(s.result(0, "master_port").status, CheckStatus::kPass);
+  EXPECT_EQ(s.result(1, "master_port").detail, "198.18.1.10:8118 accepts connections");
+  // Each probe got its clock answer and EOF; the listener its EOF once both tests were done.
+  for (int n = 0; n < 2; ++n) {
+    const auto& probe = s.t.channel(s.t.find("msrun-ssh-check", n));
+    EXPECT_EQ(probe.written, "\n");
+    EXPECT_GE(probe.eof_ms, 0);
+  }
+  ChannelId listener = s.t.find("msrun-ssh-listen");
+  EXPECT_EQ(s.t.execs[listener].host, 0u);
+  EXPECT_EQ(s.t.channel(listener).eof_ms, s.t.execs[s.t.find("msrun-ssh-connect", 1)].at_ms + 10);
+  EXPECT_TRUE(s.t.kills.empty());
+}
+
+TEST(CheckSession, AProbeThatNeverAnswersFailsAtTheDeadline) {
+  RemoteChecks s;
+  s.healthy_except(1, Reply{.output = {{0.001, "Welcome\n"}}, .exit_at = -1});
+  s.run();
+  EXPECT_EQ(s.result(0, "os").status, CheckStatus::kPass);
+  EXPECT_EQ(s.result(1, "os").status, CheckStatus::kFail);
+  EXPECT_EQ(s.result(1, "os").detail, "the probe ended early: no answer within 150 s");
+  EXPECT_EQ(s.result(1, "master_port").status, CheckStatus::kPass);
+  EXPECT_EQ(s.t.now_ms(), 150000);
+  ASSERT_EQ(s.t.kills.size(), 1u);
+  EXPECT_EQ(s.t.kills[0].channel, s.t.find("msrun-ssh-check", 1));
+}
+
+TEST(CheckSession, AProbeThatFailsSaysHow) {
+  RemoteChecks s;
+  s.healthy_except(1, Reply{.errors = {{0.001, "sh: 1: cd: can't cd\n"}}, .status = 2});
+  s.run();
+  EXPECT_EQ(s.result(1, "os").detail,
+            "the probe ended early: exited with status 2: sh: 1: cd: can't cd");
+}
+
+TEST(CheckSession, AListenerThatDoesNotEndIsLeftAfterItsGrace) {
+  RemoteChecks s;
+  s.t.on("msrun-ssh-listen", Reply{.output = {{0.001, "listening\n"}}, .exit_at = -1});
+  s.healthy_except(1, RemoteChecks::probe());
+  s.run();
+  EXPECT_EQ(s.result(0, "master_port").status, CheckStatus::kWarn);
+  EXPECT_THAT(s.result(0, "master_port").detail,
+              HasSubstr("; the listener did not confirm its end (it ends by itself at its "
+                        "deadline)"));
+  EXPECT_EQ(s.result(1, "master_port").status, CheckStatus::kPass);
+  // Given up 5 s after its EOF (the session wakes up once a second), not at the deadline.
+  double eof = s.t.channel(s.t.find("msrun-ssh-listen")).eof_ms;
+  EXPECT_GT(s.t.now_ms(), eof + 5000);
+  EXPECT_LE(s.t.now_ms(), eof + 6000);
+}
+
+TEST(CheckSession, APortInUseSkipsTheOtherHosts) {
+  RemoteChecks s;
+  s.t.on("msrun-ssh-listen",
+         Reply{.output = {{0.001, "in_use Address already in use\n"}}, .status = 3});
+  s.healthy_except(1, RemoteChecks::probe());
+  s.run();
+  EXPECT_EQ(s.result(0, "master_port").detail,
+            "port 8118 in use on the master: Address already in use");
+  EXPECT_EQ(s.result(1, "master_port").status, CheckStatus::kSkip);
+  EXPECT_EQ(s.t.find("msrun-ssh-connect"), -1);
+}
+
+TEST(CheckSession, ALostHostIsNamed) {
+  RemoteChecks s;
+  s.healthy_except(1, Reply{.output = {{0.001, "sync=1\n"}}, .exit_at = -1});
+  s.t.lose(1, 0.5, "Socket error: Connection reset by peer");
+  s.run();
+  EXPECT_EQ(s.result(1, "os").detail,
+            "the probe ended early: connection lost: Socket error: Connection reset by peer");
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+// libssh's own log messages, away from the terminal (see set_ssh_log in ssh.h).
 #include <libssh/callbacks.h>
 #include <libssh/libssh.h>
 #include <unistd.h>
@@ -40,19 +41,6 @@ void set_ssh_log(int verbosity, SshLogSink sink) {
 void apply_ssh_log_verbosity(ssh_session session) {
   int v = ssh_log().verbosity;
   ssh_options_set(session, SSH_OPTIONS_LOG_VERBOSITY, &v);
-}
-
-SshSettings ssh_settings(const Options& o) {
-  SshSettings s;
-  s.ssh_config = o.ssh_config;
-  s.fanout = o.fanout;
-  s.connect_timeout_s = o.connect_timeout;
-  s.host_key_policy = o.strict_host_key_checking;
-  return s;
-}
-
-SshEndpoint endpoint_of(const Host& h) {
-  return SshEndpoint{h.address, h.user, h.port, h.identity_file, h.known_hosts};
 }
 
 std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config) {

@@ -1,0 +1,97 @@
+// A batch: short commands run at once on a set of hosts through any Transport, each one's output
+// and end collected apart, until all have ended or a deadline passes — the start-up probes of a
+// run, a detached start, `stop`, and the checks of `msrun-ssh check`. (The job itself is the
+// Runner's: runner.h.) What is still open when the wait ends is killed.
+//
+// While a batch waits, the transport's events of channels that are not its own are handed to
+// nobody: run a batch when no other command is open on the transport.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "msrun_ssh/transport.h"
+
+namespace msrun_ssh {
+
+struct BatchCommand {
+  size_t host = 0;
+  std::string command;
+};
+
+// What went wrong around a command of a batch, beyond its own exit status.
+enum class BatchFailure {
+  kNone,
+  kOpenFailed,  // it could not be started (`why`: the transport's reason); it is closed
+  kHostLost,    // the connection to its host broke (`why`), before or after the command ended
+  kTimedOut,    // still open when the wait ended; it was killed
+};
+
+struct BatchResult {
+  size_t host = 0;
+  std::string out;            // everything it printed on stdout
+  std::string err;            // and on stderr
+  std::optional<int> status;  // its exit status (128+N after signal N), when one came
+  std::string signal;         // the signal that ended it, without "SIG" ("KILL"), or ""
+  bool closed = false;        // its channel ended: the command is over, or never started
+  BatchFailure failure = BatchFailure::kNone;
+  std::string why;  // for kOpenFailed and kHostLost
+};
+
+class Batch {
+ public:
+  // Called for every event of one of the batch's commands, after the batch recorded it, inside
+  // the transport's poll; `index` is the command's (see start).
+  using EventHook = std::function<void(size_t index, const TransportEvent& event)>;
+
+  explicit Batch(Transport& transport, EventHook on_event = nullptr);
+
+  // Starts `command` on `host`; returns its index in results().
+  size_t start(size_t host, const std::string& command);
+
+  // The command's stdin (Transport::write and send_eof).
+  void write(size_t index, std::string_view data);
+  void send_eof(size_t index);
+
+  // Waits until every command started so far has closed, the transport's clock reaches
+  // `deadline_ms`, or `keep_waiting` returns false. `keep_waiting` is called after every wake-up,
+  // outside the transport's callbacks, and may start commands and write to them; the wait wakes
+  // up at least once a second. Then every command still open is marked kTimedOut and killed
+  // (Transport::kill with "KILL", the requests sent at once); nothing more is recorded for it.
+  void wait(double deadline_ms, const std::function<bool()>& keep_waiting = nullptr);
+
+  const std::vector<BatchResult>& results() const { return results_; }
+  const BatchResult& result(size_t index) const { return results_.at(index); }
+  // Commands started and neither closed nor given up yet.
+  size_t open() const { return open_; }
+
+ private:
+  void on_event(const TransportEvent& e);
+  void host_lost(size_t host, std::string_view why);
+  void give_up_open();
+
+  Transport& t_;
+  EventHook on_event_;
+  std::vector<BatchResult> results_;
+  std::vector<ChannelId> channels_;       // index -> channel
+  std::map<ChannelId, size_t> index_of_;  // channel -> index, while the batch waits for it
+  size_t open_ = 0;
+};
+
+// Starts every command, then waits for them until `timeout_s` has passed (Batch::wait).
+std::vector<BatchResult> run_batch(Transport& transport, const std::vector<BatchCommand>& commands,
+                                   double timeout_s);
+// The same command on each of `hosts`, in that order.
+std::vector<BatchResult> run_batch(Transport& transport, const std::vector<size_t>& hosts,
+                                   const std::string& command, double timeout_s);
+
+// The stdout of each command that reported an exit status (whatever the status); nullopt for
+// the others (not started, host lost before the end, timed out, closed without a status).
+std::vector<std::optional<std::string>> exited_output(const std::vector<BatchResult>& results);
+
+}  // namespace msrun_ssh

@@ -1,0 +1,383 @@
+// Phase one of the SSH pool: connect every host with at most `fanout` handshakes in flight, verify
+// its host key against known_hosts (narrowed to the host's lines), authenticate.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <pwd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "pool.h"
+
+namespace msrun_ssh {
+namespace {
+
+// A launcher holds several descriptors per host: lift the soft limit to the hard one.
+void raise_fd_limit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+// The user's home as libssh and OpenSSH find it: from the password database, not $HOME.
+std::string user_home_dir() {
+  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(static_cast<size_t>(size > 0 ? size : 16384));
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(getuid(), &pw, buf.data(), buf.size(), &found) != 0 || !found || !pw.pw_dir)
+    return "";
+  return pw.pw_dir;
+}
+
+std::optional<std::string> read_whole_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (n < 0) return std::nullopt;
+  return text;
+}
+
+// An in-memory file holding `text`, readable by path as /proc/self/fd/N; -1 on failure.
+int memory_file(const std::string& text) {
+  int fd = memfd_create("msrun-ssh-known_hosts", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
+}
+
+std::string option_string(ssh_session s, ssh_options_e option) {
+  char* value = nullptr;
+  if (ssh_options_get(s, option, &value) != SSH_OK || !value) return "";
+  std::string out = value;
+  ssh_string_free_char(value);
+  return out;
+}
+
+// A failure libssh describes: its words, and their kind.
+ConnectFailure libssh_failure(ssh_session s) {
+  std::string why = describe_error(s);
+  return {classify_libssh_error(why), why};
+}
+
+}  // namespace
+
+ConnectError classify_libssh_error(std::string_view message) {
+  auto has = [message](std::string_view part) { return message.find(part) != message.npos; };
+  if (has("Connection refused")) return ConnectError::kRefused;
+  if (has("Failed to resolve hostname") || has("No route to host") || has("Network is unreachable"))
+    return ConnectError::kUnreachable;
+  if (has("timed out")) return ConnectError::kTimedOut;
+  if (has("host key")) return ConnectError::kHostKeyUnverifiable;
+  return ConnectError::kOther;
+}
+
+SshPool::Impl::Impl(std::vector<SshEndpoint> h, SshSettings s)
+    : hosts(std::move(h)), settings(std::move(s)) {
+  raise_fd_limit();
+  home_dir = user_home_dir();
+  if (!home_dir.empty()) ssh_dir = home_dir + "/.ssh";
+  // The narrowed known_hosts copies are opened by libssh as /proc/self/fd/N.
+  narrowing = access("/proc/self/fd", X_OK) == 0;
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+}
+
+SshPool::Impl::~Impl() {
+  close_all();
+  if (epfd >= 0) close(epfd);
+}
+
+ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) {
+  auto it = keys.find(path);
+  if (it != keys.end()) return it->second.get();
+  ssh_key key = nullptr;
+  if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
+    error = {ConnectError::kIdentityUnreadable, fmt::format("cannot load identity file {}", path)};
+    return nullptr;
+  }
+  return keys.emplace(path, KeyPtr(key)).first->second.get();
+}
+
+bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
+  Conn& c = conns[ci];
+  const SshEndpoint& ep = hosts[c.host];
+  c.session = ssh_new();
+  if (!c.session) return error = {ConnectError::kOther, "out of memory"}, false;
+  ssh_options_set(c.session, SSH_OPTIONS_HOST, ep.address.c_str());
+  // libssh would look the user's home directory up in the password database for every session.
+  if (!ssh_dir.empty()) ssh_options_set(c.session, SSH_OPTIONS_SSH_DIR, ssh_dir.c_str());
+  std::string config = settings.ssh_config;
+  if (config.empty()) {
+    const char* home = getenv("HOME");
+    std::string def = std::string(home ? home : "") + "/.ssh/config";
+    if (access(def.c_str(), R_OK) == 0) config = def;
+  }
+  if (!config.empty() && ssh_options_parse_config(c.session, config.c_str()) != SSH_OK)
+    return error = {ConnectError::kOther, fmt::format("cannot parse ssh config {}", config)}, false;
+  apply_ssh_log_verbosity(c.session);  // a LogLevel in the config does not decide it
+  bool no = false;
+  ssh_options_set(c.session, SSH_OPTIONS_PROCESS_CONFIG, &no);
+  if (!ep.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, ep.user.c_str());
+  if (ep.port) {
+    unsigned int port = static_cast<unsigned int>(*ep.port);
+    ssh_options_set(c.session, SSH_OPTIONS_PORT, &port);
+  }
+  if (!ep.known_hosts.empty())
+    ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, ep.known_hosts.c_str());
+  narrow_known_hosts(c);
+  ssh_set_blocking(c.session, 0);
+  c.deadline = monotonic_ms() + settings.connect_timeout_s * 1000;
+  c.state = ConnState::kConnecting;
+  return advance(ci, error);
+}
+
+// The path libssh would open for a known_hosts option value; "" when it holds what only libssh
+// expands (%d, %u, ~user).
+std::string SshPool::Impl::expand_path(const std::string& value) const {
+  if (value.find('%') != std::string::npos) return "";
+  if (value.starts_with("~/")) return home_dir.empty() ? "" : home_dir + value.substr(1);
+  if (value.starts_with('~')) return "";
+  return value;
+}
+
+// The lines of known_hosts file `path` for a host, computed once per file and host: a host with
+// several connections (past MaxSessions) does not pay its HMACs again.
+const std::string& SshPool::Impl::known_hosts_lines(const std::string& path,
+                                                    const std::string& host, int port) {
+  auto& index = known_hosts_files[path];
+  if (!index) index = std::make_unique<KnownHostsIndex>(read_whole_file(path).value_or(""));
+  auto key = std::make_tuple(path, host, port);
+  auto it = known_hosts_lines_of.find(key);
+  if (it == known_hosts_lines_of.end())
+    it = known_hosts_lines_of.emplace(key, index->lines_for(host, port)).first;
+  return it->second;
+}
+
+// Points the session's known_hosts options at in-memory copies of its files that hold only the
+// lines for its host (KnownHostsIndex). Leaves the session as it is when a path cannot be told
+// for sure or a copy cannot be made: libssh then reads the files themselves.
+void SshPool::Impl::narrow_known_hosts(Conn& c) {
+  std::string user = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+  user = user.empty() ? (ssh_dir.empty() ? "" : ssh_dir + "/known_hosts") : expand_path(user);
+  std::string global = option_string(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS);
+  global = global.empty() ? "/etc/ssh/ssh_known_hosts" : expand_path(global);
+  std::string host = option_string(c.session, SSH_OPTIONS_HOST);
+  unsigned int port = 22;
+  if (!narrowing || user.empty() || global.empty() || host.empty() ||
+      ssh_options_get_port(c.session, &port) != SSH_OK)
+    return;
+  const std::string& user_lines = known_hosts_lines(user, host, static_cast<int>(port));
+  const std::string& global_lines = known_hosts_lines(global, host, static_cast<int>(port));
+  int user_fd = memory_file(user_lines);
+  int global_fd = memory_file(global_lines);
+  if (user_fd < 0 || global_fd < 0) {
+    if (user_fd >= 0) close(user_fd);
+    if (global_fd >= 0) close(global_fd);
+    return;
+  }
+  c.known_hosts = user;
+  c.global_known_hosts = global;
+  c.known_hosts_fds = {user_fd, global_fd};
+  c.known_hosts_empty = user_lines.empty() && global_lines.empty();
+  ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS,
+                  fmt::format("/proc/self/fd/{}", user_fd).c_str());
+  ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
+                  fmt::format("/proc/self/fd/{}", global_fd).c_str());
+}
+
+// After the host key check: the session's options name the real files again (accept-new writes
+// there) and the copies are closed.
+void SshPool::Impl::close_known_hosts(Conn& c) {
+  if (c.known_hosts_fds.empty()) return;
+  if (c.session) {
+    ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, c.known_hosts.c_str());
+    ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, c.global_known_hosts.c_str());
+  }
+  for (int fd : c.known_hosts_fds) close(fd);
+  c.known_hosts_fds.clear();
+}
+
+bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
+  Conn& c = conns[ci];
+  const SshEndpoint& ep = hosts[c.host];
+  HostKeyPolicy policy = settings.host_key_policy.value_or(HostKeyPolicy::kYes);
+  std::string known = c.known_hosts;
+  if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+  if (known.empty()) known = "~/.ssh/known_hosts";
+  enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);
+  close_known_hosts(c);
+  switch (verdict) {
+    case SSH_KNOWN_HOSTS_OK:
+      // libssh also says OK for a host it has no line for when the ssh config says
+      // StrictHostKeyChecking no: not verified, and the user is told so.
+      if (c.known_hosts_empty)
+        warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
+                            fmt::format("host key NOT verified (not in {}) because the ssh "
+                                        "config says StrictHostKeyChecking no",
+                                        known)});
+      return true;
+    case SSH_KNOWN_HOSTS_CHANGED:
+      error = {ConnectError::kHostKeyChanged,
+               fmt::format("host key CHANGED (does not match {}): possible man-in-the-middle, "
+                           "refused; if the host was reinstalled, remove its old key with: "
+                           "ssh-keygen -R {} -f {}",
+                           known, ep.address, known)};
+      return false;
+    case SSH_KNOWN_HOSTS_OTHER:
+      error = {ConnectError::kHostKeyChanged,
+               fmt::format("host key of another type than the one in {}: refused", known)};
+      return false;
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+      if (policy == HostKeyPolicy::kAcceptNew) {
+        if (ssh_session_update_known_hosts(c.session) != SSH_OK)
+          return error = {ConnectError::kHostKeyUnverifiable,
+                          fmt::format("cannot add its host key to {}", known)},
+                 false;
+        warnings.push_back({c.host, ConnectWarningKind::kHostKeyAdded,
+                            fmt::format("new host key added to {}", known)});
+        return true;
+      }
+      if (policy == HostKeyPolicy::kNo) {
+        warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
+                            fmt::format("host key NOT verified (not in {}) because of "
+                                        "--strict_host_key_checking=no",
+                                        known)});
+        return true;
+      }
+      error = {ConnectError::kHostKeyUnknown,
+               fmt::format("unknown host key (not in {}); after checking it, add it with: "
+                           "ssh-keyscan -p {} {} >> {}",
+                           known, ep.port.value_or(22), ep.address, known)};
+      return false;
+    default:
+      error = {ConnectError::kHostKeyUnverifiable,
+               fmt::format("cannot check the host key: {}", describe_error(c.session))};
+      return false;
+  }
+}
+
+// Moves one connection as far as it can go without blocking. False: failed, `error` says why.
+bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
+  Conn& c = conns[ci];
+  const SshEndpoint& ep = hosts[c.host];
+  if (c.state == ConnState::kConnecting) {
+    int rc = ssh_connect(c.session);
+    if (rc == SSH_AGAIN) return update_epoll(ci), true;
+    if (rc != SSH_OK) return error = libssh_failure(c.session), false;
+    if (!verify_host_key(ci, error)) return false;
+    c.state = ConnState::kAuth;
+  }
+  if (c.state == ConnState::kAuth) {
+    int rc;
+    if (!ep.identity_file.empty()) {
+      ssh_key key = identity(ep.identity_file, error);
+      if (!key) return false;
+      rc = ssh_userauth_publickey(c.session, nullptr, key);
+    } else {
+      rc = ssh_userauth_publickey_auto(c.session, nullptr, nullptr);
+    }
+    if (rc == SSH_AUTH_AGAIN) return update_epoll(ci), true;
+    if (rc == SSH_AUTH_DENIED || rc == SSH_AUTH_PARTIAL) {
+      char* user = nullptr;
+      ssh_options_get(c.session, SSH_OPTIONS_USER, &user);
+      error = {ConnectError::kAuthDenied,
+               fmt::format("authentication denied (publickey) for user {}", user ? user : "?")};
+      ssh_string_free_char(user);
+      return false;
+    }
+    if (rc != SSH_AUTH_SUCCESS) return error = libssh_failure(c.session), false;
+    c.event = ssh_event_new();
+    ssh_event_add_session(c.event, c.session);
+    c.state = ConnState::kReady;
+    update_epoll(ci);
+  }
+  return true;
+}
+
+std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
+    const std::vector<int>& per_host) {
+  for (size_t h = 0; h < hosts.size(); ++h)
+    for (int k = 0; k < std::max(1, per_host.at(h)); ++k) conns.push_back(Conn{.host = h});
+  std::vector<std::optional<ConnectFailure>> failed(hosts.size());
+  size_t next = 0;
+  int in_flight = 0;
+  auto fail = [&](size_t ci, ConnectFailure why) {
+    drop_conn(ci, ConnState::kFailed);
+    if (!failed[conns[ci].host]) failed[conns[ci].host] = std::move(why);
+    --in_flight;
+  };
+  std::vector<epoll_event> evs(256);
+  while (true) {
+    while (next < conns.size() && in_flight < settings.fanout) {
+      size_t ci = next++;
+      ++in_flight;
+      ConnectFailure error;
+      if (!start_connect(ci, error))
+        fail(ci, error);
+      else if (conns[ci].state == ConnState::kReady)
+        --in_flight;
+    }
+    if (in_flight == 0 && next == conns.size()) break;
+    double now = monotonic_ms();
+    double soonest = now + 1000;
+    for (size_t ci = 0; ci < conns.size(); ++ci) {
+      Conn& c = conns[ci];
+      if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
+      if (c.deadline <= now) {
+        bool answered = c.state == ConnState::kAuth;
+        fail(ci, {answered ? ConnectError::kAuthTimedOut : ConnectError::kTimedOut,
+                  fmt::format("timed out after {:g} s ({})", settings.connect_timeout_s,
+                              answered ? "during authentication" : "no answer")});
+      } else {
+        soonest = std::min(soonest, c.deadline);
+      }
+    }
+    if (in_flight == 0) continue;
+    int n = wait(evs, static_cast<int>(std::ceil(soonest - now)));
+    for (int i = 0; i < n; ++i) {
+      size_t ci = evs[i].data.u64;
+      Conn& c = conns[ci];
+      if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
+      ConnectFailure error;
+      if (!advance(ci, error))
+        fail(ci, error);
+      else if (c.state == ConnState::kReady)
+        --in_flight;
+    }
+  }
+  // A host is ready only when every connection it needs is: the others of a failed host close.
+  for (size_t ci = 0; ci < conns.size(); ++ci)
+    if (failed[conns[ci].host] && conns[ci].session) drop_conn(ci, ConnState::kClosed);
+  return failed;
+}
+
+SshPool::SshPool(std::vector<SshEndpoint> hosts, SshSettings settings)
+    : impl_(std::make_unique<Impl>(std::move(hosts), std::move(settings))) {}
+
+SshPool::~SshPool() = default;
+
+std::vector<std::optional<ConnectFailure>> SshPool::connect_all(
+    const std::vector<int>& connections) {
+  return impl_->connect_all(connections);
+}
+
+const std::vector<ConnectWarning>& SshPool::warnings() const { return impl_->warnings; }
+
+}  // namespace msrun_ssh

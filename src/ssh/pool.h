@@ -1,0 +1,163 @@
+// The SSH pool's insides, shared by its two halves (private to src/ssh/): connect.cc is phase one
+// (connecting, host keys, authentication), channels.cc phase two (channels) and the epoll loop
+// both phases wait in.
+#pragma once
+
+#include <libssh/callbacks.h>
+#include <libssh/libssh.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+
+inline double monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// The session's last error in libssh's words.
+inline std::string describe_error(ssh_session s) {
+  std::string e = ssh_get_error(s);
+  if (e.empty()) return "connection failed";
+  return e;
+}
+
+struct KeyDeleter {
+  void operator()(ssh_key k) const { ssh_key_free(k); }
+};
+using KeyPtr = std::unique_ptr<std::remove_pointer_t<ssh_key>, KeyDeleter>;
+
+struct SshPool::Impl {
+  enum class ConnState { kQueued, kConnecting, kAuth, kReady, kFailed, kClosed };
+  struct Conn {
+    size_t host = 0;
+    ssh_session session = nullptr;
+    ssh_event event = nullptr;
+    ConnState state = ConnState::kQueued;
+    double deadline = 0;
+    int fd = -1;
+    uint32_t mask = 0;
+    int channels = 0;
+    std::string known_hosts;           // the user known_hosts file, as the user knows it
+    std::string global_known_hosts;    // and the global one
+    std::vector<int> known_hosts_fds;  // the narrowed copies libssh reads (memfds)
+    bool known_hosts_empty = false;    // and they hold no line for the host
+  };
+  enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
+  struct Chan {
+    Impl* pool = nullptr;
+    ChannelId id = 0;
+    size_t conn = 0;
+    ssh_channel channel = nullptr;
+    ChanState state = ChanState::kNew;
+    std::string command;
+    std::string out;  // stdin bytes not yet accepted by libssh
+    bool eof_wanted = false;
+    bool eof_sent = false;
+    bool exited = false;
+    bool exec_sent = false;     // the exec request left: the command may run
+    bool cancelled = false;     // a teardown came before the exec request: never send it
+    std::string signal_wanted;  // an SSH "signal" request to send ("KILL")
+    ssh_channel_callbacks_struct callbacks{};
+  };
+
+  std::vector<SshEndpoint> hosts;
+  SshSettings settings;
+  std::vector<Conn> conns;
+  std::map<ChannelId, std::unique_ptr<Chan>> chans;
+  std::set<ChannelId> unsettled;  // channels with an open / exec / stdin / EOF step to take
+  std::vector<ChannelId> ended;   // closed channels, freed outside libssh's callbacks
+  double last_wake_ms = 0;
+  // No channel will be opened any more (no_more_channels): an ended channel is not answered
+  // with a close of its own (one packet per channel less); ssh_disconnect closes and frees it.
+  bool linger = false;
+  bool busy = false;  // the last wake-up read a stream of output: do not pause
+  std::set<size_t> lost_hosts;
+  std::map<std::string, KeyPtr> keys;  // identity file -> key, loaded once
+  std::set<int> watched;
+  std::vector<ConnectWarning> warnings;
+  const EventHandler* handler = nullptr;
+  ChannelId next_id = 1;
+  int epfd = -1;
+  std::string home_dir;  // of the user, from the password database, looked up once
+  std::string ssh_dir;   // home_dir/.ssh
+  std::map<std::string, std::unique_ptr<KnownHostsIndex>> known_hosts_files;  // read once each
+  std::map<std::tuple<std::string, std::string, int>, std::string> known_hosts_lines_of;
+  bool narrowing = false;  // known_hosts narrowing possible (/proc mounted)
+
+  std::vector<std::pair<ChannelId, size_t>> pending_failures;  // exec with no live connection
+
+  Impl(std::vector<SshEndpoint> h, SshSettings s);  // connect.cc
+  ~Impl();
+
+  // --- the loop and the descriptors (channels.cc) ---------------------------------------------
+
+  // A launch is hundreds of small exchanges (handshake steps, channel confirmations, heartbeat
+  // echoes) that arrive one by one. Waking up for each costs an epoll_wait plus a poll and a read
+  // per ready socket, which made up a large share of the launcher's CPU time. After a wake-up that
+  // read only messages the loop pauses until kCoalesceMs have passed since it, so that the next
+  // wake-up finds several hosts ready. Streams of output (a connection that still had more to
+  // read after a first read) are never delayed, and the pause never outlasts the caller's timeout.
+  static constexpr double kCoalesceMs = 1.0;
+  // libssh reads at most 4 KB from the socket per poll. While a connection has more waiting (a
+  // process flooding output), keep reading it here rather than going back through epoll_wait and
+  // the whole loop for every 4 KB; bounded, so that one busy host cannot starve the others.
+  static constexpr int kMaxPumpRounds = 16;       // 64 KB per connection per wake-up
+  static constexpr uint64_t kFdKey = 1ULL << 40;  // epoll keys from here on: watched descriptors
+
+  int wait(std::vector<epoll_event>& evs, int timeout_ms);
+  void update_epoll(size_t ci);
+  void drop_conn(size_t ci, ConnState state);
+  void close_all();
+  void poll(int timeout_ms, const EventHandler& h);
+  void pump(size_t ci);
+  void check_conn(size_t ci);
+  void watch_fd(int fd);
+  void unwatch_fd(int fd);
+  void emit(const TransportEvent& e);
+
+  // --- phase one: connect, verify, authenticate (connect.cc) ----------------------------------
+
+  std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& per_host);
+  bool start_connect(size_t ci, ConnectFailure& error);
+  bool advance(size_t ci, ConnectFailure& error);
+  bool verify_host_key(size_t ci, ConnectFailure& error);
+  ssh_key identity(const std::string& path, ConnectFailure& error);
+  std::string expand_path(const std::string& value) const;
+  const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port);
+  void narrow_known_hosts(Conn& c);
+  void close_known_hosts(Conn& c);
+
+  // --- phase two: channels (channels.cc) -------------------------------------------------------
+
+  ChannelId exec(size_t host, const std::string& command);
+  void step(Chan* ch);
+  bool needs_step(const Chan& ch) const;
+  void step_all();
+  void report_pending_failures();
+  static int on_data(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr, void* user);
+  static void on_exit_status(ssh_session, ssh_channel, int status, void* user);
+  static void on_exit_signal(ssh_session, ssh_channel, const char* sig, int, const char*,
+                             const char*, void* user);
+  static void on_close(ssh_session, ssh_channel, void* user);
+  void report_exit(Chan* ch, int status, const std::string& signal);
+  void close_chan(Chan* ch);
+  void open_failed(Chan* ch, const std::string& why);
+  void host_lost(size_t ci, const std::string& why);
+};
+
+}  // namespace msrun_ssh

@@ -1,0 +1,119 @@
+#include "msrun_ssh/batch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace msrun_ssh {
+namespace {
+
+// The longest single wait: a caller's keep_waiting may depend on time alone.
+constexpr double kMaxWaitMs = 1000;
+
+}  // namespace
+
+Batch::Batch(Transport& transport, EventHook on_event)
+    : t_(transport), on_event_(std::move(on_event)) {}
+
+size_t Batch::start(size_t host, const std::string& command) {
+  size_t index = results_.size();
+  results_.push_back(BatchResult{.host = host});
+  ChannelId id = t_.exec(host, command);
+  channels_.push_back(id);
+  index_of_[id] = index;
+  ++open_;
+  return index;
+}
+
+void Batch::write(size_t index, std::string_view data) { t_.write(channels_.at(index), data); }
+
+void Batch::send_eof(size_t index) { t_.send_eof(channels_.at(index)); }
+
+// A lost connection concerns every command of the host that has no other failure, also one that
+// already ended: what it printed may have been cut short.
+void Batch::host_lost(size_t host, std::string_view why) {
+  for (auto& r : results_)
+    if (r.host == host && r.failure == BatchFailure::kNone) {
+      r.failure = BatchFailure::kHostLost;
+      r.why = why;
+    }
+}
+
+void Batch::on_event(const TransportEvent& e) {
+  if (e.kind == TransportEvent::Kind::kHostLost) return host_lost(e.host, e.data);
+  auto it = index_of_.find(e.channel);
+  if (it == index_of_.end()) return;
+  size_t index = it->second;
+  BatchResult& r = results_[index];
+  switch (e.kind) {
+    case TransportEvent::Kind::kData:
+      (e.is_stderr ? r.err : r.out).append(e.data);
+      break;
+    case TransportEvent::Kind::kExit:
+      r.status = e.status;
+      r.signal = e.signal;
+      break;
+    case TransportEvent::Kind::kOpenFailed:
+      r.failure = BatchFailure::kOpenFailed;
+      r.why = e.data;
+      [[fallthrough]];
+    case TransportEvent::Kind::kClosed:
+      if (!r.closed) {
+        r.closed = true;
+        --open_;
+      }
+      break;
+    default:
+      break;
+  }
+  if (on_event_) on_event_(index, e);
+}
+
+void Batch::wait(double deadline_ms, const std::function<bool()>& keep_waiting) {
+  EventHandler handler = [this](const TransportEvent& e) { on_event(e); };
+  while (open_ > 0 && t_.now_ms() < deadline_ms) {
+    double left = std::ceil(deadline_ms - t_.now_ms());
+    t_.poll(static_cast<int>(std::clamp(left, 1.0, kMaxWaitMs)), handler);
+    if (keep_waiting && !keep_waiting()) break;
+  }
+  give_up_open();
+}
+
+void Batch::give_up_open() {
+  if (open_ == 0) return;
+  for (size_t i = 0; i < results_.size(); ++i) {
+    BatchResult& r = results_[i];
+    if (r.closed || !index_of_.erase(channels_[i])) continue;
+    if (r.failure == BatchFailure::kNone) r.failure = BatchFailure::kTimedOut;
+    t_.kill(channels_[i], "KILL");
+  }
+  open_ = 0;
+  // The transport sends what was asked of it when it next polls: now, without waiting.
+  t_.poll(0, [](const TransportEvent&) {});
+}
+
+std::vector<BatchResult> run_batch(Transport& transport, const std::vector<BatchCommand>& commands,
+                                   double timeout_s) {
+  Batch batch(transport);
+  for (const auto& c : commands) batch.start(c.host, c.command);
+  batch.wait(transport.now_ms() + timeout_s * 1000);
+  return batch.results();
+}
+
+std::vector<BatchResult> run_batch(Transport& transport, const std::vector<size_t>& hosts,
+                                   const std::string& command, double timeout_s) {
+  std::vector<BatchCommand> commands;
+  commands.reserve(hosts.size());
+  for (size_t h : hosts) commands.push_back({h, command});
+  return run_batch(transport, commands, timeout_s);
+}
+
+std::vector<std::optional<std::string>> exited_output(const std::vector<BatchResult>& results) {
+  std::vector<std::optional<std::string>> out;
+  out.reserve(results.size());
+  for (const auto& r : results)
+    out.push_back(r.status ? std::optional<std::string>(r.out) : std::nullopt);
+  return out;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,27 @@
+// How the SSH pool names what kept a host from connecting (src/ssh/): the kind of a failure
+// libssh describes in words.
+#include <gtest/gtest.h>
+
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+namespace {
+
+TEST(Connect, LibsshErrorsHaveTheirKind) {
+  using E = ConnectError;
+  EXPECT_EQ(classify_libssh_error("Connection refused"), E::kRefused);
+  EXPECT_EQ(classify_libssh_error("Failed to resolve hostname nosuch (Name or service not known)"),
+            E::kUnreachable);
+  EXPECT_EQ(classify_libssh_error("No route to host"), E::kUnreachable);
+  EXPECT_EQ(classify_libssh_error("Network is unreachable"), E::kUnreachable);
+  EXPECT_EQ(classify_libssh_error("Connection timed out"), E::kTimedOut);
+  EXPECT_EQ(classify_libssh_error("kex error : no match for method server host key algo: server "
+                                  "[ssh-rsa], client [ssh-ed25519]"),
+            E::kHostKeyUnverifiable);
+  EXPECT_EQ(classify_libssh_error("Socket error: Connection reset by peer"), E::kOther);
+  EXPECT_EQ(classify_libssh_error("connection failed"), E::kOther);
+  EXPECT_EQ(classify_libssh_error(""), E::kOther);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
