@@ -3,14 +3,10 @@
 #include "msrun_ssh/binding.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -19,15 +15,7 @@ using Ranges = std::map<std::string, std::vector<std::string>>;
 using Nodes = std::map<std::string, std::vector<int>>;
 using Cpus = std::vector<int>;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 std::string core_error(std::string_view text) {
   return error_of([&] { parse_bind_core(text, "--bind_core"); });
@@ -143,21 +131,7 @@ TEST(Binding, BindNumaErrors) {
   EXPECT_EQ(numa_error(R"({"device0": []})"), "--bind_numa key \"device0\": empty NUMA node list");
 }
 
-class BindNumaFile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/msrun-binding-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    return path;
-  }
-  std::string dir_;
-};
+class BindNumaFile : public test::TempDirTest {};
 
 TEST_F(BindNumaFile, ReadsTheObjectFromTheFile) {
   std::string path = write("numa.json", R"({"scheduler": 1, "device0": [0]})");

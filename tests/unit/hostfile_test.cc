@@ -4,14 +4,12 @@
 #include "msrun_ssh/hostfile.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -23,22 +21,14 @@ std::string home() {
   return h ? h : "";
 }
 
+using test::error_of;
+
 std::string toml_error(std::string_view text) {
-  try {
-    parse_toml_hostfile(text, "h.toml");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return error_of([&] { parse_toml_hostfile(text, "h.toml"); });
 }
 
 std::string plain_error(std::string_view text) {
-  try {
-    parse_plain_hostfile(text, "hosts");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return error_of([&] { parse_plain_hostfile(text, "hosts"); });
 }
 
 // ---- TOML: keys -------------------------------------------------------------------------------
@@ -530,23 +520,11 @@ TEST(HostfilePlain, NoHosts) {
 
 // ---- load_hostfile ----------------------------------------------------------------------------
 
-class LoadHostfile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/msrun-hostfile-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+class LoadHostfile : public test::TempDirTest {};
 
-  std::string write(const std::string& name, const std::string& text) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
-  }
-
-  std::string dir_;
-};
+std::string load_error(const std::string& path) {
+  return error_of([&] { load_hostfile(path); });
+}
 
 TEST_F(LoadHostfile, TomlByExtension) {
   std::string path =
@@ -571,42 +549,22 @@ TEST_F(LoadHostfile, PlainForAnyOtherName) {
 
 TEST_F(LoadHostfile, TomlTextInAPlainFileIsReadAsPlain) {
   std::string path = write("hosts", "[[hosts]]\naddress = \"a\"\n");
-  try {
-    load_hostfile(path);
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ":1: address \"[[hosts]]\": nested \"[\" in node set");
-  }
+  EXPECT_EQ(load_error(path), path + ":1: address \"[[hosts]]\": nested \"[\" in node set");
 }
 
 TEST_F(LoadHostfile, ErrorsNameTheFile) {
   std::string path = write("bad.toml", "[[hosts]]\naddress = \"a\"\nport = 0\n");
-  try {
-    load_hostfile(path);
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ":3:8: key \"port\" = 0 is out of range 1..65535");
-  }
+  EXPECT_EQ(load_error(path), path + ":3:8: key \"port\" = 0 is out of range 1..65535");
 }
 
 TEST_F(LoadHostfile, UnreadableFile) {
   std::string path = dir_ + "/missing.toml";
-  try {
-    load_hostfile(path);
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot read host file");
-  }
+  EXPECT_EQ(load_error(path), path + ": cannot read host file");
 }
 
 TEST_F(LoadHostfile, DirectoryIsUnreadable) {
   std::filesystem::create_directory(dir_ + "/d.toml");
-  try {
-    load_hostfile(dir_ + "/d.toml");
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), dir_ + "/d.toml: cannot read host file");
-  }
+  EXPECT_EQ(load_error(dir_ + "/d.toml"), dir_ + "/d.toml: cannot read host file");
 }
 
 }  // namespace
@@ -616,12 +574,8 @@ namespace msrun_ssh {
 namespace {
 
 TEST(HostfilePlain, MoreThan16384HostsIsAnError) {
-  try {
-    parse_plain_hostfile("a[0-9999]\nb[0-9999]\n", "hosts");
-    FAIL() << "no error";
-  } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "hosts:2: more than 16384 hosts in the host file");
-  }
+  EXPECT_EQ(plain_error("a[0-9999]\nb[0-9999]\n"),
+            "hosts:2: more than 16384 hosts in the host file");
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -16,12 +16,7 @@ using Names = std::vector<std::string>;
 
 // The message of the InputError that expanding `pattern` throws, or "no error".
 std::string error_of(std::string_view pattern) {
-  try {
-    expand_nodeset(pattern);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of([&] { expand_nodeset(pattern); });
 }
 
 TEST(Nodeset, PlainNameIsItself) { EXPECT_EQ(expand_nodeset("node1"), Names{"node1"}); }
