@@ -43,8 +43,7 @@ std::string process_command(const Process& process, const std::string& job_id,
 std::string detached_command(const Process& process, const std::string& job_id,
                              const std::string& remote_log);
 
-// ---- The watchdog's protocol
-// ---------------------------------------------------------------------
+// ---- The watchdog's protocol -------------------------------------------------------------------
 //
 // The launcher writes one control byte at a time:
 //   'h' (kBeat)               a heartbeat; the watchdog answers with a line "h"
@@ -84,7 +83,7 @@ std::string watchdog_ready_line(long pid, std::string_view host);
 // What a watchdog is started with: its job and its times, as the script gets them.
 struct WatchdogArgs {
   std::string job_id;
-  double silence_s = 0;      // no byte for that long: the launcher is lost
+  double silence_s = 0;      // no byte for that long: the launcher is lost (given to the ms)
   int grace_steps = 0;       // SIGTERM to SIGKILL of a teardown the launcher asked for
   int lost_grace_steps = 0;  // the same for the teardown after losing the launcher
 
@@ -96,7 +95,7 @@ struct WatchdogArgs {
 // The arguments of the watchdog of job `job_id` that gives up on a launcher silent for
 // `timeout_s` and waits `grace_s` between SIGTERM and SIGKILL: the grace rounded up to whole steps,
 // the grace after losing the launcher capped at a quarter of `timeout_s` (so that the whole
-// teardown fits in 3 heartbeats when `timeout_s` is 2).
+// teardown fits in 3 heartbeats when `timeout_s` is 2 heartbeats).
 WatchdogArgs watchdog_args(const std::string& job_id, double timeout_s, double grace_s);
 
 // The watchdog command: `exec sh -c SCRIPT msrun-ssh-watchdog 'JOB' T G L`.

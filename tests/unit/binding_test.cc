@@ -164,18 +164,21 @@ TEST(Binding, CpuLists) {
 }
 
 TEST(Binding, CpuListErrors) {
-  EXPECT_EQ(cpu_error(""), "where: empty CPU list");
-  EXPECT_EQ(cpu_error("  "), "where: empty CPU list");
-  EXPECT_EQ(cpu_error("a"), "where: bad CPU range \"a\"");
-  EXPECT_EQ(cpu_error("1,"), "where: bad CPU range \"\"");
-  EXPECT_EQ(cpu_error("1-"), "where: bad CPU range \"1-\"");
-  EXPECT_EQ(cpu_error("-1"), "where: bad CPU range \"-1\"");
-  EXPECT_EQ(cpu_error("1-2-3"), "where: bad CPU range \"1-2-3\"");
-  EXPECT_EQ(cpu_error("0x1"), "where: bad CPU range \"0x1\"");
-  EXPECT_EQ(cpu_error("4-2"), "where: reversed CPU range \"4-2\"");
-  EXPECT_EQ(cpu_error("65536"), "where: CPU id out of range in \"65536\"");
-  EXPECT_EQ(cpu_error("0-70000"), "where: CPU id out of range in \"0-70000\"");
-  EXPECT_EQ(cpu_error("1234567"), "where: bad CPU range \"1234567\"");
+  const test::Case kCases[] = {
+      {"", "where: empty CPU list"},
+      {"  ", "where: empty CPU list"},
+      {"a", "where: bad CPU range \"a\""},
+      {"1,", "where: bad CPU range \"\""},
+      {"1-", "where: bad CPU range \"1-\""},
+      {"-1", "where: bad CPU range \"-1\""},
+      {"1-2-3", "where: bad CPU range \"1-2-3\""},
+      {"0x1", "where: bad CPU range \"0x1\""},
+      {"4-2", "where: reversed CPU range \"4-2\""},
+      {"65536", "where: CPU id out of range in \"65536\""},
+      {"0-70000", "where: CPU id out of range in \"0-70000\""},
+      {"1234567", "where: bad CPU range \"1234567\""},
+  };
+  for (const auto& c : kCases) EXPECT_EQ(cpu_error(c.input), c.expected) << c.input;
 }
 
 TEST(Binding, FormatCpuList) {
@@ -193,12 +196,7 @@ namespace msrun_ssh {
 namespace {
 
 TEST(Binding, LongCpuListsAreParsedInTimeOfTheirLength) {
-  std::string list;
-  for (int i = 0; i < 500; ++i) {
-    if (i > 0) list += ',';
-    list += "0-65535";
-  }
-  std::vector<int> cpus = parse_cpu_list(list, "x");
+  std::vector<int> cpus = parse_cpu_list(test::comma_list("0-65535", 500), "x");
   ASSERT_EQ(cpus.size(), 65536u);
   EXPECT_EQ(cpus.front(), 0);
   EXPECT_EQ(cpus.back(), 65535);

@@ -176,9 +176,10 @@ class CommandTest : public test::TempDirTest {
     return ::testing::AssertionSuccess();
   }
 
-  // Reads from `fd` into `buf` until `done(buf)`, EOF or the deadline. Returns done(buf).
+  // Reads from `fd` into `buf` until `done(buf)`, EOF or the deadline. Returns done(buf), also at
+  // EOF, which `eof` (when given) then says.
   static bool read_until(int fd, std::string& buf, double timeout_s,
-                         const std::function<bool(const std::string&)>& done) {
+                         const std::function<bool(const std::string&)>& done, bool* eof = nullptr) {
     auto t0 = Clock::now();
     while (!done(buf)) {
       int left = static_cast<int>((timeout_s - since(t0)) * 1000);
@@ -187,28 +188,20 @@ class CommandTest : public test::TempDirTest {
       if (poll(&p, 1, left) <= 0) continue;
       char chunk[65536];
       ssize_t n = read(fd, chunk, sizeof chunk);
-      if (n <= 0) return done(buf);
+      if (n <= 0) {
+        if (eof != nullptr) *eof = true;
+        return done(buf);
+      }
       buf.append(chunk, static_cast<size_t>(n));
     }
     return true;
   }
 
+  // Reads from `fd` into `buf` until EOF; false when the deadline comes first.
   static bool read_to_eof(int fd, std::string& buf, double timeout_s) {
     bool eof = false;
-    auto t0 = Clock::now();
-    while (!eof) {
-      int left = static_cast<int>((timeout_s - since(t0)) * 1000);
-      if (left <= 0) return false;
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, left) <= 0) continue;
-      char chunk[65536];
-      ssize_t n = read(fd, chunk, sizeof chunk);
-      if (n <= 0)
-        eof = true;
-      else
-        buf.append(chunk, static_cast<size_t>(n));
-    }
-    return true;
+    return read_until(
+        fd, buf, timeout_s, [&](const std::string&) { return eof; }, &eof);
   }
 
   struct Result {
@@ -267,14 +260,17 @@ class CommandTest : public test::TempDirTest {
 // ------------------------------------------------------
 
 TEST(CommandQuote, ShellQuote) {
-  EXPECT_EQ(shell_quote(""), "''");
-  EXPECT_EQ(shell_quote("abc"), "'abc'");
-  EXPECT_EQ(shell_quote("a b"), "'a b'");
-  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
-  EXPECT_EQ(shell_quote("'"), "''\\'''");
-  EXPECT_EQ(shell_quote("''"), "''\\'''\\'''");
-  EXPECT_EQ(shell_quote("$(x) `y` \"z\" \\"), "'$(x) `y` \"z\" \\'");
-  EXPECT_EQ(shell_quote("a\nb"), "'a\nb'");
+  const test::Case kCases[] = {
+      {"", "''"},
+      {"abc", "'abc'"},
+      {"a b", "'a b'"},
+      {"it's", "'it'\\''s'"},
+      {"'", "''\\'''"},
+      {"''", "''\\'''\\'''"},
+      {"$(x) `y` \"z\" \\", "'$(x) `y` \"z\" \\'"},
+      {"a\nb", "'a\nb'"},
+  };
+  for (const auto& c : kCases) EXPECT_EQ(shell_quote(c.input), c.expected) << c.input;
   EXPECT_EQ(shell_quote(std::string_view("a\0b", 3)), std::string("'a\0b'", 5));
 }
 

@@ -46,6 +46,15 @@ std::string shell_output(const std::string& command, int* status) {
   return out;
 }
 
+std::string comma_list(const std::string& word, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) out += ',';
+    out += word;
+  }
+  return out;
+}
+
 std::vector<int> cpus(std::string_view list) { return parse_cpu_list(list, "test"); }
 
 Host host(const std::string& address, std::optional<int> workers, EnvList env) {

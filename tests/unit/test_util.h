@@ -26,6 +26,12 @@ std::string error_of(F&& f) {
   return "no error";
 }
 
+// A row of a table-driven test: an input and what it must give.
+struct Case {
+  std::string input;
+  std::string expected;
+};
+
 // Everything in the file at `path`, byte for byte ("" when it cannot be read).
 std::string slurp(const std::string& path);
 
@@ -42,6 +48,9 @@ std::string read_all(std::FILE* f);
 // Runs `command` with /bin/sh (popen) and returns its stdout; when `status` is given, the wait
 // status there. The test fails when it cannot be started.
 std::string shell_output(const std::string& command, int* status = nullptr);
+
+// `n` copies of `word`, separated by commas.
+std::string comma_list(const std::string& word, int n);
 
 // The CPU list `list` ("0-3,8"), which must be valid.
 std::vector<int> cpus(std::string_view list);
