@@ -3,17 +3,16 @@
 // POSIX shell (sh, dash, bash, ksh, zsh) passes it on byte-exact: nothing is ever re-interpreted.
 //
 // Per job and host there are two kinds of command:
-//  - one watchdog (control channel; src/remote/sweep.sh and watchdog.sh), started first: it reads
-//    one byte at a time from the launcher, echoing heartbeats. 'h' is a heartbeat, 'q' ends a
-//    finished job, 'k' asks for a teardown (SIGTERM, grace, SIGKILL), 'K' for an immediate SIGKILL,
-//    'a' for a teardown that first makes every Python process of the job print its stacks (SIGABRT
-//    with PYTHONFAULTHANDLER=1). When no byte arrives for the deadline or stdin closes (the
-//    launcher died or the host was cut off) it tears the job down by itself. A teardown kills every
-//    process whose environment carries MSRUN_SSH_JOB=<job id>, found in /proc/*/environ, which
-//    reaches grandchildren that left the process group too.
+//  - one watchdog (control channel; src/remote/sweep.sh and watchdog.sh), started first: it reads one byte at a time from the launcher,
+//    echoing heartbeats (the control bytes and the lines it prints: "The watchdog's protocol"
+//    below). When no byte arrives for the deadline or stdin closes (the launcher died or the host
+//    was cut off) it tears the job down by itself. A teardown kills every process whose
+//    environment carries MSRUN_SSH_JOB=<job id>, found in /proc/*/environ, which reaches
+//    grandchildren that left the process group too.
 //  - one command per process: cd to the workdir, then exec env with the full environment and argv.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,21 +43,72 @@ std::string process_command(const Process& process, const std::string& job_id,
 std::string detached_command(const Process& process, const std::string& job_id,
                              const std::string& remote_log);
 
-// The watchdog of job `job_id`. `timeout_s`: silence after which it tears down; `grace_s`: time
-// between SIGTERM and SIGKILL. Prints "msrun-ssh-watchdog: ready" when started, and a line
-// "killed PID COMMAND" per process it killed.
-std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s);
-
-// Ends a detached job (src/remote/sweep.sh and stop.sh): SIGTERM, grace, SIGKILL of every process
-// marked with `job_id`; prints "killed PID COMMAND" per process and exits 0 (also when nothing was
-// running).
-std::string stop_command(const std::string& job_id, double grace_s);
-
-// The heartbeat / control bytes understood by the watchdog.
+// ---- The watchdog's protocol -------------------------------------------------------------------
+//
+// The launcher writes one control byte at a time:
+//   'h' (kBeat)               a heartbeat; the watchdog answers with a line "h"
+//   'q' (kQuit)               the job is over: sweep what it left behind (SIGTERM, grace, SIGKILL)
+//   'k' (kTeardown)           tear the job down: SIGTERM, grace, SIGKILL
+//   'K' (kKillNow)            SIGKILL at once, also in the middle of a teardown's grace
+//   'a' (kStacksThenTeardown) SIGABRT to each Python process of the job that leads its process
+//                             group (its stacks, with PYTHONFAULTHANDLER=1), a second, then as 'k'
+// Any other byte, no byte for the silence time, or the end of stdin: the launcher is lost.
+//
+// The watchdog prints, one line each:
+//   "msrun-ssh-watchdog: ready PID HOSTNAME"  once started: its pid and the host's uname -n
+//   "h"                                       per heartbeat
+//   "killed PID SIGNAL ARGV"                  per signal a sweep sent: SIGTERM or SIGKILL, then
+//                                             the process's command line, every word followed by
+//                                             a space ("killed 77 SIGTERM sleep 30 ")
+//   "msrun-ssh-watchdog: launcher lost"       before the teardown it does by itself
+//   "msrun-ssh-watchdog: done"                when the teardown the launcher asked for is over
+// and exits 0 after its teardown (after losing the launcher it sweeps four more times over a
+// second first).
 inline constexpr char kBeat = 'h';
 inline constexpr char kQuit = 'q';
 inline constexpr char kTeardown = 'k';
 inline constexpr char kKillNow = 'K';
-inline constexpr char kStacksThenTeardown = 'a';  // SIGABRT to Python processes, then 'k'
+inline constexpr char kStacksThenTeardown = 'a';
+
+inline constexpr std::string_view kWatchdogReady = "msrun-ssh-watchdog: ready ";
+inline constexpr std::string_view kWatchdogLost = "msrun-ssh-watchdog: launcher lost";
+inline constexpr std::string_view kWatchdogDone = "msrun-ssh-watchdog: done";
+
+// The watchdog's grace is counted in steps of this many seconds.
+inline constexpr double kWatchdogGraceStepS = 0.2;
+
+// The ready line (without its newline) of the watchdog with pid `pid` on the host named `host`.
+std::string watchdog_ready_line(long pid, std::string_view host);
+
+// What a watchdog is started with: its job and its times, as the script gets them.
+struct WatchdogArgs {
+  std::string job_id;
+  double silence_s = 0;      // no byte for that long: the launcher is lost (given to the ms)
+  int grace_steps = 0;       // SIGTERM to SIGKILL of a teardown the launcher asked for
+  int lost_grace_steps = 0;  // the same for the teardown after losing the launcher
+
+  double grace_s() const { return grace_steps * kWatchdogGraceStepS; }
+  double lost_grace_s() const { return lost_grace_steps * kWatchdogGraceStepS; }
+  bool operator==(const WatchdogArgs&) const = default;
+};
+
+// The arguments of the watchdog of job `job_id` that gives up on a launcher silent for
+// `timeout_s` and waits `grace_s` between SIGTERM and SIGKILL: the grace rounded up to whole steps,
+// the grace after losing the launcher capped at a quarter of `timeout_s` (so that the whole
+// teardown fits in 3 heartbeats when `timeout_s` is 2 heartbeats).
+WatchdogArgs watchdog_args(const std::string& job_id, double timeout_s, double grace_s);
+
+// The watchdog command: `exec sh -c SCRIPT msrun-ssh-watchdog 'JOB' T G L`.
+std::string watchdog_command(const WatchdogArgs& args);
+std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s);
+
+// The arguments `command` was made from when it is a watchdog command (exactly what
+// watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.
+std::optional<WatchdogArgs> watchdog_args_of(std::string_view command);
+
+// Ends a detached job: SIGTERM, grace, SIGKILL of every process marked with `job_id`. Prints a line
+// "killed PID SIGNAL ARGV" per signal sent (as the watchdog does: a process that outlives its
+// SIGTERM has two), then "msrun-ssh-stop: done", and exits 0 (also when nothing was running).
+std::string stop_command(const std::string& job_id, double grace_s);
 
 }  // namespace msrun_ssh

@@ -4,15 +4,32 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "remote/programs.h"
 
 namespace msrun_ssh {
 namespace {
 
-std::string seconds(double s) { return fmt::format("{:.3f}", std::max(s, 0.001)); }
+int grace_steps(double s) {
+  return static_cast<int>(std::ceil(std::max(s, 0.0) * (1 / kWatchdogGraceStepS)));
+}
 
-int grace_steps(double s) { return static_cast<int>(std::ceil(std::max(s, 0.0) * 5)); }
+// Everything of a watchdog command before its arguments: `exec sh -c SCRIPT msrun-ssh-watchdog `.
+std::string watchdog_head() {
+  std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kWatchdogSh);
+  return fmt::format("exec sh -c {} msrun-ssh-watchdog ", shell_quote(script));
+}
+
+// The word shell_quote made of `quoted`, or nothing when `quoted` is not such a word.
+std::optional<std::string> shell_unquote(std::string_view quoted) {
+  if (quoted.size() < 2 || quoted.front() != '\'' || quoted.back() != '\'') return std::nullopt;
+  std::string word(quoted.substr(1, quoted.size() - 2));
+  for (size_t at = word.find("'\\''"); at != std::string::npos; at = word.find("'\\''", at + 1))
+    word.replace(at, 4, "'");
+  if (shell_quote(word) != quoted) return std::nullopt;
+  return word;
+}
 
 // `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted.
 std::string exec_env(const Process& process, const std::string& job_id) {
@@ -74,14 +91,41 @@ std::string detached_command(const Process& process, const std::string& job_id,
       shell_quote(remote_log));
 }
 
+std::string watchdog_ready_line(long pid, std::string_view host) {
+  return fmt::format("{}{} {}", kWatchdogReady, pid, host);
+}
+
+WatchdogArgs watchdog_args(const std::string& job_id, double timeout_s, double grace_s) {
+  return WatchdogArgs{job_id, std::max(timeout_s, 0.001), grace_steps(grace_s),
+                      grace_steps(std::min(grace_s, timeout_s / 4))};
+}
+
+std::string watchdog_command(const WatchdogArgs& args) {
+  return fmt::format("{}{} {:.3f} {} {}", watchdog_head(), shell_quote(args.job_id), args.silence_s,
+                     args.grace_steps, args.lost_grace_steps);
+}
+
 std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s) {
-  // After losing the launcher the whole teardown must fit in 3x the heartbeat; the caller passes
-  // 2x as `timeout_s`, so the grace is capped at a quarter of it.
-  double lost_grace = std::min(grace_s, timeout_s / 4);
-  std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kWatchdogSh);
-  return fmt::format("exec sh -c {} msrun-ssh-watchdog {} {} {} {}", shell_quote(script),
-                     shell_quote(job_id), seconds(timeout_s), grace_steps(grace_s),
-                     grace_steps(lost_grace));
+  return watchdog_command(watchdog_args(job_id, timeout_s, grace_s));
+}
+
+std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
+  static const std::string head = watchdog_head();
+  if (!command.starts_with(head)) return std::nullopt;
+  // 'JOB' T G L: the job's quoted word ends at the last quote, the numbers hold none.
+  std::string_view rest = command.substr(head.size());
+  size_t quote = rest.rfind('\'');
+  if (quote == std::string_view::npos) return std::nullopt;
+  size_t job_end = quote + 1;
+  std::optional<std::string> job = shell_unquote(rest.substr(0, job_end));
+  if (!job) return std::nullopt;
+  WatchdogArgs args{*job};
+  std::istringstream numbers{std::string(rest.substr(job_end))};
+  if (!(numbers >> args.silence_s >> args.grace_steps >> args.lost_grace_steps))
+    return std::nullopt;
+  // Exactly what watchdog_command makes of them, or it is not a watchdog command.
+  if (watchdog_command(args) != command) return std::nullopt;
+  return args;
 }
 
 std::string stop_command(const std::string& job_id, double grace_s) {

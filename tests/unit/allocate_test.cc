@@ -5,15 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "msrun_ssh/binding.h"
-#include "msrun_ssh/error.h"
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/topology.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -21,14 +19,12 @@ namespace {
 using Argv = std::vector<std::string>;
 using Lists = std::vector<std::string>;
 
-std::vector<int> cpus(std::string_view list) { return parse_cpu_list(list, "test"); }
+using test::cpus;
+using test::env_of;
 
 Topology xml(const std::string& name, const std::string& allowed = "") {
-  std::ifstream in(std::string(MSRUN_SSH_SOURCE_DIR) + "/tests/data/topology/" + name);
-  EXPECT_TRUE(in) << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return topology_from_hwloc_xml(ss.str(), allowed.empty() ? std::vector<int>{} : cpus(allowed));
+  return topology_from_hwloc_xml(test::topology_file(name),
+                                 allowed.empty() ? std::vector<int>{} : cpus(allowed));
 }
 
 // A model: `nodes` NUMA nodes of `cores` single-threaded cores, numbered in order.
@@ -55,12 +51,6 @@ Lists lists(const std::vector<std::vector<int>>& v) {
   Lists out;
   for (const auto& l : v) out.push_back(format_cpu_list(l));
   return out;
-}
-
-const std::string* env_of(const Process& p, const std::string& name) {
-  for (const auto& [n, v] : p.env)
-    if (n == name) return &v;
-  return nullptr;
 }
 
 class Allocate : public ::testing::Test {
@@ -99,20 +89,11 @@ class Allocate : public ::testing::Test {
   }
 
   std::string error(const Topology& topo, int workers, bool master) {
-    try {
-      bound(topo, workers, master);
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "(no error)";
+    return test::error_of([&] { bound(topo, workers, master); });
   }
 
   static Host make_host(const std::string& address, int workers, EnvList env) {
-    Host h;
-    h.address = address;
-    h.local_worker_num = workers;
-    h.env = std::move(env);
-    h.origin = "h.toml:1";
+    Host h = test::host(address, workers, std::move(env));
     h.bind_core = host_bind_core;
     return h;
   }
@@ -202,11 +183,8 @@ TEST_F(Allocate, ContainerWhoseDevicesSitOnADisallowedNode) {
 
 // The probe's allowed line (taskset narrower than the cgroup: first threads only).
 TEST_F(Allocate, ContainerNarrowedByTheProbe) {
-  std::ifstream in(std::string(MSRUN_SSH_SOURCE_DIR) +
-                   "/tests/data/topology/npu_2s2n_48c96t_container.xml");
-  std::stringstream xml_text;
-  xml_text << in.rdbuf();
-  Topology t = parse_probe_output("allowed: 4-7\nformat: hwloc-xml\n" + xml_text.str());
+  Topology t = parse_probe_output("allowed: 4-7\nformat: hwloc-xml\n" +
+                                  test::topology_file("npu_2s2n_48c96t_container.xml"));
   EXPECT_EQ(lists(allocate_cpus(t, slots(2, true, {{"ASCEND_RT_VISIBLE_DEVICES", "0,1"}}))),
             (Lists{"7", "4-5", "6"}));
 }

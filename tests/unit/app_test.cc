@@ -9,12 +9,11 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "msrun_ssh/cli.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -24,15 +23,6 @@ struct Captured {
   std::string out;
   std::string err;
 };
-
-std::string read_all(std::FILE* f) {
-  std::string s;
-  std::rewind(f);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
 
 Captured run(const std::vector<std::string>& args) {
   std::fflush(stdout);
@@ -50,8 +40,10 @@ Captured run(const std::vector<std::string>& args) {
   dup2(saved_err, 2);
   close(saved_out);
   close(saved_err);
-  c.out = read_all(out);
-  c.err = read_all(err);
+  std::rewind(out);
+  std::rewind(err);
+  c.out = test::read_all(out);
+  c.err = test::read_all(err);
   std::fclose(out);
   std::fclose(err);
   return c;
@@ -65,12 +57,9 @@ size_t count(const std::string& text, const std::string& what) {
 
 std::string cwd() { return std::filesystem::current_path().string(); }
 
-class App : public ::testing::Test {
+class App : public test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/msrun-app-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     hostfile_ = write("hosts.toml",
                       "[defaults]\n"
                       "local_worker_num = 2\n"
@@ -83,12 +72,6 @@ class App : public ::testing::Test {
                       "local_worker_num = 1\n"
                       "env = { GLOO_SOCKET_IFNAME = \"eth0\" }\n");
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    return path;
-  }
   // Runs and expects a usage error: exit 2, nothing on stdout, exactly `message` on stderr.
   void expect_error(const std::vector<std::string>& args, const std::string& message) {
     Captured c = run(args);
@@ -97,7 +80,6 @@ class App : public ::testing::Test {
     EXPECT_EQ(c.err, "msrun-ssh: error: " + message + "\n");
   }
 
-  std::string dir_;
   std::string hostfile_;
 };
 

@@ -3,14 +3,10 @@
 #include "msrun_ssh/binding.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -19,15 +15,7 @@ using Ranges = std::map<std::string, std::vector<std::string>>;
 using Nodes = std::map<std::string, std::vector<int>>;
 using Cpus = std::vector<int>;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 std::string core_error(std::string_view text) {
   return error_of([&] { parse_bind_core(text, "--bind_core"); });
@@ -171,21 +159,7 @@ TEST(Binding, BindNumaErrors) {
   EXPECT_EQ(numa_error(R"({"device0": []})"), "--bind_numa key \"device0\": empty NUMA node list");
 }
 
-class BindNumaFile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/msrun-binding-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::string path = dir_ + "/" + name;
-    std::ofstream(path) << text;
-    return path;
-  }
-  std::string dir_;
-};
+class BindNumaFile : public test::TempDirTest {};
 
 TEST_F(BindNumaFile, ReadsTheObjectFromTheFile) {
   std::string path = write("numa.json", R"({"scheduler": 1, "device0": [0]})");
@@ -218,18 +192,21 @@ TEST(Binding, CpuLists) {
 }
 
 TEST(Binding, CpuListErrors) {
-  EXPECT_EQ(cpu_error(""), "where: empty CPU list");
-  EXPECT_EQ(cpu_error("  "), "where: empty CPU list");
-  EXPECT_EQ(cpu_error("a"), "where: bad CPU range \"a\"");
-  EXPECT_EQ(cpu_error("1,"), "where: bad CPU range \"\"");
-  EXPECT_EQ(cpu_error("1-"), "where: bad CPU range \"1-\"");
-  EXPECT_EQ(cpu_error("-1"), "where: bad CPU range \"-1\"");
-  EXPECT_EQ(cpu_error("1-2-3"), "where: bad CPU range \"1-2-3\"");
-  EXPECT_EQ(cpu_error("0x1"), "where: bad CPU range \"0x1\"");
-  EXPECT_EQ(cpu_error("4-2"), "where: reversed CPU range \"4-2\"");
-  EXPECT_EQ(cpu_error("65536"), "where: CPU id out of range in \"65536\"");
-  EXPECT_EQ(cpu_error("0-70000"), "where: CPU id out of range in \"0-70000\"");
-  EXPECT_EQ(cpu_error("1234567"), "where: bad CPU range \"1234567\"");
+  const test::Case kCases[] = {
+      {"", "where: empty CPU list"},
+      {"  ", "where: empty CPU list"},
+      {"a", "where: bad CPU range \"a\""},
+      {"1,", "where: bad CPU range \"\""},
+      {"1-", "where: bad CPU range \"1-\""},
+      {"-1", "where: bad CPU range \"-1\""},
+      {"1-2-3", "where: bad CPU range \"1-2-3\""},
+      {"0x1", "where: bad CPU range \"0x1\""},
+      {"4-2", "where: reversed CPU range \"4-2\""},
+      {"65536", "where: CPU id out of range in \"65536\""},
+      {"0-70000", "where: CPU id out of range in \"0-70000\""},
+      {"1234567", "where: bad CPU range \"1234567\""},
+  };
+  for (const auto& c : kCases) EXPECT_EQ(cpu_error(c.input), c.expected) << c.input;
 }
 
 TEST(Binding, FormatCpuList) {
@@ -247,12 +224,7 @@ namespace msrun_ssh {
 namespace {
 
 TEST(Binding, LongCpuListsAreParsedInTimeOfTheirLength) {
-  std::string list;
-  for (int i = 0; i < 500; ++i) {
-    if (i > 0) list += ',';
-    list += "0-65535";
-  }
-  std::vector<int> cpus = parse_cpu_list(list, "x");
+  std::vector<int> cpus = parse_cpu_list(test::comma_list("0-65535", 500), "x");
   ASSERT_EQ(cpus.size(), 65536u);
   EXPECT_EQ(cpus.front(), 0);
   EXPECT_EQ(cpus.back(), 65535);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -43,12 +43,7 @@ Options run_with(const Args& opts) {
 }
 
 std::string error_of(const Args& args) {
-  try {
-    parse(args);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of([&] { parse(args); });
 }
 
 std::string run_error(const Args& opts) {

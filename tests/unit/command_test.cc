@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "remote/programs.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -38,18 +40,14 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Words = std::vector<std::string>;
+using ::testing::HasSubstr;
 
 // The environment the local "login shell" starts with.
 const Words kShellEnv = {"PATH=/usr/bin:/bin", "LC_ALL=C.UTF-8"};
 // Variables a shell may add on its own on the way to the helper.
 const std::set<std::string> kShellVars = {"PATH", "LC_ALL", "PWD", "OLDPWD", "SHLVL", "_"};
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::slurp;
 
 Words split_nul(const std::string& data) {
   Words out;
@@ -81,16 +79,13 @@ struct Child {
 };
 
 // A process started by a test, with its output. Everything is bounded by deadlines.
-class CommandTest : public ::testing::Test {
+class CommandTest : public test::TempDirTest {
  protected:
   void SetUp() override {
     std::signal(SIGPIPE, SIG_IGN);
     // Orphans of the job (setsid'd grandchildren, detached processes) come back to this process,
     // so that tests can reap them and nothing is left behind.
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    char tmpl[] = "/tmp/msrun-command-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    base_ = tmpl;
     job_ = random_job_id();
   }
 
@@ -110,8 +105,6 @@ class CommandTest : public ::testing::Test {
       if (r < 0 || marked(job_).empty()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    std::error_code ec;
-    fs::remove_all(base_, ec);
   }
 
   // Pids whose environment carries MSRUN_SSH_JOB=<job> (what the shell code looks for).
@@ -175,9 +168,19 @@ class CommandTest : public ::testing::Test {
     }
   }
 
-  // Reads from `fd` into `buf` until `done(buf)`, EOF or the deadline. Returns done(buf).
+  // Whether `pid` ends of `signal` within `timeout_s` (it is reaped then).
+  ::testing::AssertionResult killed_by(pid_t pid, int signal, double timeout_s) {
+    std::optional<int> status = wait_for(pid, timeout_s);
+    if (!status) return ::testing::AssertionFailure() << pid << " still runs";
+    if (!WIFSIGNALED(*status) || WTERMSIG(*status) != signal)
+      return ::testing::AssertionFailure() << pid << " ended with wait status " << *status;
+    return ::testing::AssertionSuccess();
+  }
+
+  // Reads from `fd` into `buf` until `done(buf)`, EOF or the deadline. Returns done(buf), also at
+  // EOF, which `eof` (when given) then says.
   static bool read_until(int fd, std::string& buf, double timeout_s,
-                         const std::function<bool(const std::string&)>& done) {
+                         const std::function<bool(const std::string&)>& done, bool* eof = nullptr) {
     auto t0 = Clock::now();
     while (!done(buf)) {
       int left = static_cast<int>((timeout_s - since(t0)) * 1000);
@@ -186,28 +189,20 @@ class CommandTest : public ::testing::Test {
       if (poll(&p, 1, left) <= 0) continue;
       char chunk[65536];
       ssize_t n = read(fd, chunk, sizeof chunk);
-      if (n <= 0) return done(buf);
+      if (n <= 0) {
+        if (eof != nullptr) *eof = true;
+        return done(buf);
+      }
       buf.append(chunk, static_cast<size_t>(n));
     }
     return true;
   }
 
+  // Reads from `fd` into `buf` until EOF; false when the deadline comes first.
   static bool read_to_eof(int fd, std::string& buf, double timeout_s) {
     bool eof = false;
-    auto t0 = Clock::now();
-    while (!eof) {
-      int left = static_cast<int>((timeout_s - since(t0)) * 1000);
-      if (left <= 0) return false;
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, left) <= 0) continue;
-      char chunk[65536];
-      ssize_t n = read(fd, chunk, sizeof chunk);
-      if (n <= 0)
-        eof = true;
-      else
-        buf.append(chunk, static_cast<size_t>(n));
-    }
-    return true;
+    return read_until(
+        fd, buf, timeout_s, [&](const std::string&) { return eof; }, &eof);
   }
 
   struct Result {
@@ -225,12 +220,19 @@ class CommandTest : public ::testing::Test {
     return r;
   }
 
+  // Runs `stop` for job_ with a grace of `grace_s`, expects it to exit 0, and returns its output.
+  std::string stop(double grace_s) {
+    Result r = run_shell("/bin/sh", stop_command(job_, grace_s), dir_);
+    EXPECT_EQ(r.status, 0);
+    return r.output;
+  }
+
   // Starts `env MSRUN_SSH_JOB=<job> ARGV...` and waits until ARGV[0] has been exec'd.
   pid_t start_marked(const std::string& job, const Words& argv, const std::string& program) {
     Words full{"/usr/bin/env", std::string(kJobMarker) + "=" + job};
     full.insert(full.end(), argv.begin(), argv.end());
     jobs_.insert(job);
-    Child c = spawn(full, {"PATH=/usr/bin:/bin"}, base_, false);
+    Child c = spawn(full, {"PATH=/usr/bin:/bin"}, dir_, false);
     wait_exec(c.pid, program);
     return c.pid;
   }
@@ -249,7 +251,6 @@ class CommandTest : public ::testing::Test {
     }
   }
 
-  std::string base_;
   std::string job_;
   std::set<std::string> jobs_;
   std::vector<pid_t> children_;
@@ -260,14 +261,17 @@ class CommandTest : public ::testing::Test {
 // ------------------------------------------------------
 
 TEST(CommandQuote, ShellQuote) {
-  EXPECT_EQ(shell_quote(""), "''");
-  EXPECT_EQ(shell_quote("abc"), "'abc'");
-  EXPECT_EQ(shell_quote("a b"), "'a b'");
-  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
-  EXPECT_EQ(shell_quote("'"), "''\\'''");
-  EXPECT_EQ(shell_quote("''"), "''\\'''\\'''");
-  EXPECT_EQ(shell_quote("$(x) `y` \"z\" \\"), "'$(x) `y` \"z\" \\'");
-  EXPECT_EQ(shell_quote("a\nb"), "'a\nb'");
+  const test::Case kCases[] = {
+      {"", "''"},
+      {"abc", "'abc'"},
+      {"a b", "'a b'"},
+      {"it's", "'it'\\''s'"},
+      {"'", "''\\'''"},
+      {"''", "''\\'''\\'''"},
+      {"$(x) `y` \"z\" \\", "'$(x) `y` \"z\" \\'"},
+      {"a\nb", "'a\nb'"},
+  };
+  for (const auto& c : kCases) EXPECT_EQ(shell_quote(c.input), c.expected) << c.input;
   EXPECT_EQ(shell_quote(std::string_view("a\0b", 3)), std::string("'a\0b'", 5));
 }
 
@@ -344,6 +348,46 @@ TEST(CommandQuote, WatchdogAndStopArguments) {
   EXPECT_TRUE(s.ends_with("' msrun-ssh-stop 'j-1' 25")) << s;
 }
 
+// The protocol's words, as the watchdog script spells them (its tests below run it).
+TEST(WatchdogProtocol, LinesAndBytes) {
+  EXPECT_EQ(watchdog_ready_line(4242, "node7"), "msrun-ssh-watchdog: ready 4242 node7");
+  EXPECT_EQ(kWatchdogLost, "msrun-ssh-watchdog: launcher lost");
+  EXPECT_EQ(kWatchdogDone, "msrun-ssh-watchdog: done");
+  EXPECT_EQ(std::string({kBeat, kQuit, kTeardown, kKillNow, kStacksThenTeardown}), "hqkKa");
+}
+
+TEST(WatchdogProtocol, ArgsRoundUpTheGraceAndCapTheLostGrace) {
+  EXPECT_EQ(watchdog_args("j-1", 1.0, 0.5), (WatchdogArgs{"j-1", 1.0, 3, 2}));
+  EXPECT_EQ(watchdog_args("j", 10, 0), (WatchdogArgs{"j", 10, 0, 0}));
+  EXPECT_EQ(watchdog_args("j", 0, -1), (WatchdogArgs{"j", 0.001, 0, 0}));
+  WatchdogArgs a = watchdog_args("j", 10, 5);
+  EXPECT_EQ(a, (WatchdogArgs{"j", 10, 25, 13}));
+  EXPECT_DOUBLE_EQ(a.grace_s(), 5);
+  EXPECT_DOUBLE_EQ(a.lost_grace_s(), 2.6);
+  EXPECT_EQ(watchdog_command("j", 10, 5), watchdog_command(a));
+}
+
+TEST(WatchdogProtocol, ArgsAreReadBackFromTheCommand) {
+  for (const char* job : {"j-1", "", "it's", "''", "x'; touch pwned; '", "a b\nc 1 2 3"})
+    for (double timeout : {0.0, 0.5, 10.0, 1234.567})
+      for (double grace : {0.0, 0.01, 5.0}) {
+        WatchdogArgs a = watchdog_args(job, timeout, grace);
+        EXPECT_EQ(watchdog_args_of(watchdog_command(a)), a) << job << " " << timeout;
+      }
+}
+
+TEST(WatchdogProtocol, OtherCommandsAreNoWatchdogs) {
+  std::string w = watchdog_command("j", 10, 5);
+  Process p;
+  p.workdir = "/w";
+  p.argv = {"msrun-ssh-watchdog", "'j'", "10.000", "25", "13"};
+  for (const std::string& c : {process_command(p, "j"), detached_command(p, "j", "w.log"),
+                               stop_command("j", 5), std::string(), w + " ", w + " 7", w.substr(1),
+                               w.substr(0, w.rfind("'j'")) + "j 10.000 25 13",
+                               w.substr(0, w.rfind("'j'")) + "'j'\\'' 10.000 25 13"})
+    EXPECT_EQ(watchdog_args_of(c), std::nullopt) << c.substr(c.size() > 40 ? c.size() - 40 : 0);
+}
+
 class CommandSyntax : public CommandTest {};
 
 // For `exec sh -c SCRIPT ARGS`: the same with `sh -n`, which parses SCRIPT without running it.
@@ -355,7 +399,7 @@ std::string parse_inner(const std::string& command) {
 
 TEST_F(CommandSyntax, GeneratedCommandsAreValidShell) {
   Process p;
-  p.workdir = base_;
+  p.workdir = dir_;
   p.env = {{"A", "it's $(x)"}};
   p.argv = {"/bin/true", "'\"`;|&<>"};
   Words commands{process_command(p, job_), detached_command(p, job_, "a/b'c/w.log"),
@@ -363,17 +407,17 @@ TEST_F(CommandSyntax, GeneratedCommandsAreValidShell) {
                  stop_command(job_, 5)};
   for (const auto& shell : {"/bin/sh", "/bin/bash"}) {
     for (const auto& c : commands) {
-      Result outer = run_shell(shell, "set -n\n" + c, base_);
+      Result outer = run_shell(shell, "set -n\n" + c, dir_);
       EXPECT_EQ(outer.status, 0) << shell << ": " << c << "\n" << outer.output;
       EXPECT_EQ(outer.output, "") << shell << ": " << c;
       if (c.rfind("exec sh -c ", 0) != 0) continue;
-      Result inner = run_shell(shell, parse_inner(c), base_);
+      Result inner = run_shell(shell, parse_inner(c), dir_);
       EXPECT_EQ(inner.status, 0) << shell << ": " << c << "\n" << inner.output;
       EXPECT_EQ(inner.output, "") << shell << ": " << c;
     }
   }
-  EXPECT_FALSE(fs::exists(base_ + "/pwned"));
-  EXPECT_EQ(std::distance(fs::directory_iterator(base_), fs::directory_iterator()), 0);
+  EXPECT_FALSE(fs::exists(dir_ + "/pwned"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
 }
 
 // ---- the programs run on remote hosts (src/remote/, embedded by cmake/embed.cmake) -----------
@@ -408,13 +452,13 @@ TEST_F(CommandSyntax, EveryEmbeddedShellProgramParses) {
   int checked = 0;
   for (const auto& file : remote::kFiles) {
     if (!file.name.ends_with(".sh")) continue;
-    Result r = run_shell("/bin/sh", "exec /bin/sh -n -c " + shell_quote(file.text), base_);
+    Result r = run_shell("/bin/sh", "exec /bin/sh -n -c " + shell_quote(file.text), dir_);
     EXPECT_EQ(r.status, 0) << file.name << "\n" << r.output;
     EXPECT_EQ(r.output, "") << file.name;
     ++checked;
   }
   EXPECT_GT(checked, 0);
-  EXPECT_EQ(std::distance(fs::directory_iterator(base_), fs::directory_iterator()), 0);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
 }
 
 TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
@@ -425,7 +469,7 @@ TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
         run_shell("/bin/sh",
                   "exec python3 -c 'import sys; compile(sys.argv[1], sys.argv[2], \"exec\")' " +
                       shell_quote(file.text) + " " + shell_quote(file.name),
-                  base_);
+                  dir_);
     EXPECT_EQ(r.status, 0) << file.name << "\n" << r.output;
     EXPECT_EQ(r.output, "") << file.name;
   }
@@ -535,10 +579,10 @@ class CommandRoundTrip : public CommandTest {
     CommandTest::SetUp();
     // The working directory has a hostile name too.
     std::string tmpl =
-        base_ + "/wd 'q' \"d\" $(touch pwned-wd) `touch pwned-wd2` ;&|<>*?~#!\\ \t-x=yXXXXXX";
+        dir_ + "/wd 'q' \"d\" $(touch pwned-wd) `touch pwned-wd2` ;&|<>*?~#!\\ \t-x=yXXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     workdir_ = tmpl;
-    corpus_ = hostile_corpus(base_);
+    corpus_ = hostile_corpus(dir_);
     ASSERT_GE(corpus_.size(), 40u);
     process_.workdir = workdir_;
     process_.argv = {"/bin/sh", "-c", kRecorder, "recorder"};
@@ -556,7 +600,7 @@ class CommandRoundTrip : public CommandTest {
     std::string command = process_command(process_, job_);
     // A single argument of execve is limited to 128 KiB (MAX_ARG_STRLEN), for sshd too.
     ASSERT_LT(command.size(), 131072u);
-    Result r = run_shell(shell, command, base_);
+    Result r = run_shell(shell, command, dir_);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(r.output, "");
 
@@ -587,7 +631,7 @@ class CommandRoundTrip : public CommandTest {
 
   void check_nothing_ran() {
     std::set<std::string> in_base, in_workdir;
-    for (const auto& e : fs::directory_iterator(base_)) in_base.insert(e.path().filename());
+    for (const auto& e : fs::directory_iterator(dir_)) in_base.insert(e.path().filename());
     for (const auto& e : fs::directory_iterator(workdir_)) in_workdir.insert(e.path().filename());
     EXPECT_EQ(in_base, std::set<std::string>{fs::path(workdir_).filename()});
     EXPECT_EQ(in_workdir, (std::set<std::string>{"argv.bin", "env.bin", "pwd.txt"}));
@@ -611,7 +655,7 @@ TEST_F(CommandRoundTrip, BashPassesEveryByte) {
 
 TEST_F(CommandRoundTrip, HostileJobIdStaysOneValue) {
   // Job ids are ours, but the quoting must not depend on that.
-  job_ = "j'$(touch " + base_ + "/pwned-job)\n";
+  job_ = "j'$(touch " + dir_ + "/pwned-job)\n";
   check_run("/bin/sh");
   check_nothing_ran();
 }
@@ -639,13 +683,12 @@ TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {
 
 TEST_F(CommandRoundTrip, StdinIsDevNullUnlessFromTheLauncher) {
   process_.argv = {"/bin/sh", "-c", "readlink /proc/$$/fd/0 > stdin.txt"};
-  std::string input = base_ + "/input.txt";
-  std::ofstream(input) << "typed\n";
+  std::string input = write("input.txt", "typed\n");
   for (bool from_launcher : {false, true}) {
     // The shell that sshd starts has the channel as its stdin: here a file stands for it.
     std::string command =
         "{ " + process_command(process_, job_, from_launcher) + "; } < " + shell_quote(input);
-    Result r = run_shell("/bin/sh", command, base_);
+    Result r = run_shell("/bin/sh", command, dir_);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(slurp(workdir_ + "/stdin.txt"), from_launcher ? input + "\n" : "/dev/null\n");
   }
@@ -653,11 +696,11 @@ TEST_F(CommandRoundTrip, StdinIsDevNullUnlessFromTheLauncher) {
 
 TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {
   process_.workdir = workdir_ + "/missing";
-  Result r = run_shell("/bin/sh", process_command(process_, job_), base_);
+  Result r = run_shell("/bin/sh", process_command(process_, job_), dir_);
   ASSERT_TRUE(r.status.has_value());
   EXPECT_TRUE(WIFEXITED(*r.status) && WEXITSTATUS(*r.status) != 0) << r.output;
   EXPECT_FALSE(fs::exists(workdir_ + "/argv.bin"));
-  EXPECT_FALSE(fs::exists(base_ + "/argv.bin"));
+  EXPECT_FALSE(fs::exists(dir_ + "/argv.bin"));
 }
 
 // ---- detached
@@ -668,7 +711,7 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   for (size_t i = 0; i < 20; ++i) process_.argv.push_back(corpus_[i]);
   std::string command = detached_command(process_, job_, "logs/sub dir/w'0.log");
   auto t0 = Clock::now();
-  Result r = run_shell("/bin/sh", command, base_, 5);
+  Result r = run_shell("/bin/sh", command, dir_, 5);
   EXPECT_LT(since(t0), 3) << "the detached command must return at once";
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_EQ(r.output.rfind("msrun-ssh: started ", 0), 0u) << r.output;
@@ -690,14 +733,10 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   ASSERT_EQ(stat((workdir_ + "/logs/sub dir").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
 
-  Result stop = run_shell("/bin/sh", stop_command(job_, 1), base_);
-  EXPECT_EQ(stop.status, 0);
-  EXPECT_EQ(stop.output,
+  EXPECT_EQ(stop(1),
             "killed " + std::to_string(pid) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
   // Orphaned, it came back to us (subreaper): reap it.
-  std::optional<int> status = wait_for(pid, 5);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  ASSERT_TRUE(killed_by(pid, SIGTERM, 5));
 }
 
 // ---- stop
@@ -710,37 +749,26 @@ TEST_F(StopCommand, KillsTheMarkedProcess) {
   pid_t bystander = start_marked(random_job_id(), {"sleep", "30"}, "sleep");
   // Same prefix, another job: the marker must match as a whole.
   pid_t sibling = start_marked(job_ + "0", {"sleep", "30"}, "sleep");
-  Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
-  EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.output,
+  EXPECT_EQ(stop(0.5),
             "killed " + std::to_string(sleeper) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
-  std::optional<int> status = wait_for(sleeper, 2);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 2));
   // Other jobs' processes are left alone.
   EXPECT_FALSE(wait_for(bystander, 0.1).has_value());
   EXPECT_FALSE(wait_for(sibling, 0).has_value());
 }
 
-TEST_F(StopCommand, WithNothingRunning) {
-  Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
-  EXPECT_EQ(r.status, 0);
-  EXPECT_EQ(r.output, "msrun-ssh-stop: done\n");
-}
+TEST_F(StopCommand, WithNothingRunning) { EXPECT_EQ(stop(0.5), "msrun-ssh-stop: done\n"); }
 
 TEST_F(StopCommand, EscalatesToSigkill) {
   // SIGTERM stays ignored across exec: this sleep ignores it.
   pid_t stubborn = start_marked(job_, {"/bin/sh", "-c", "trap '' TERM; exec sleep 30"}, "sleep");
   auto t0 = Clock::now();
-  Result r = run_shell("/bin/sh", stop_command(job_, 0.4), base_);
-  EXPECT_EQ(r.status, 0);
+  std::string output = stop(0.4);
   std::string p = std::to_string(stubborn);
-  EXPECT_EQ(r.output, "killed " + p + " SIGTERM sleep 30 \nkilled " + p +
-                          " SIGKILL sleep 30 \nmsrun-ssh-stop: done\n");
+  EXPECT_EQ(output, "killed " + p + " SIGTERM sleep 30 \nkilled " + p +
+                        " SIGKILL sleep 30 \nmsrun-ssh-stop: done\n");
   EXPECT_GE(since(t0), 0.35);  // the grace was given
-  std::optional<int> status = wait_for(stubborn, 2);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  ASSERT_TRUE(killed_by(stubborn, SIGKILL, 2));
 }
 
 TEST_F(StopCommand, ReachesGrandchildrenInOtherSessions) {
@@ -756,14 +784,9 @@ TEST_F(StopCommand, ReachesGrandchildrenInOtherSessions) {
   ASSERT_GT(grandchild, 0);
   EXPECT_EQ(marked(job_).size(), 2u);
   EXPECT_NE(getsid(grandchild), getsid(parent));
-  Result r = run_shell("/bin/sh", stop_command(job_, 0.5), base_);
-  EXPECT_EQ(r.status, 0);
-  EXPECT_NE(r.output.find("killed " + std::to_string(parent) + " SIGTERM sleep 30 \n"),
-            std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("killed " + std::to_string(grandchild) + " SIGTERM sleep 31 \n"),
-            std::string::npos)
-      << r.output;
+  std::string output = stop(0.5);
+  EXPECT_THAT(output, HasSubstr("killed " + std::to_string(parent) + " SIGTERM sleep 30 \n"));
+  EXPECT_THAT(output, HasSubstr("killed " + std::to_string(grandchild) + " SIGTERM sleep 31 \n"));
   EXPECT_TRUE(wait_for(parent, 2).has_value());
   EXPECT_TRUE(wait_for(grandchild, 2).has_value());  // orphaned to us: reaped here
 }
@@ -775,19 +798,18 @@ class WatchdogCommand : public CommandTest {
  protected:
   // Starts the watchdog for job_ and waits for its ready line.
   void start(double timeout_s, double grace_s) {
-    dog_ = spawn({"/bin/sh", "-c", watchdog_command(job_, timeout_s, grace_s)}, kShellEnv, base_,
-                 true);
+    dog_ =
+        spawn({"/bin/sh", "-c", watchdog_command(job_, timeout_s, grace_s)}, kShellEnv, dir_, true);
     ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
       return b.find('\n') != std::string::npos;
     })) << out_;
     // The ready line names the host as uname -n does.
     utsname u{};
     ASSERT_EQ(uname(&u), 0);
-    EXPECT_EQ(out_,
-              "msrun-ssh-watchdog: ready " + std::to_string(dog_.pid) + " " + u.nodename + "\n");
+    EXPECT_EQ(out_, watchdog_ready_line(dog_.pid, u.nodename) + "\n");
     out_.clear();
   }
-  void send(char c) { ASSERT_EQ(write(dog_.in, &c, 1), 1); }
+  void send(char c) { ASSERT_EQ(::write(dog_.in, &c, 1), 1); }
   // Reads the watchdog's output until it exits; returns its exit status.
   std::optional<int> finish(double timeout_s) {
     EXPECT_TRUE(read_to_eof(dog_.out, out_, timeout_s)) << out_;
@@ -873,10 +895,8 @@ TEST_F(WatchdogCommand, TeardownByteEndsTheJobAtOnce) {
   start(30, 5);
   auto t0 = Clock::now();
   send(kTeardown);
-  std::optional<int> status = wait_for(sleeper, 1.5);
-  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 1.5));
   EXPECT_LT(since(t0), 1.5);
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(out_,
             "killed " + std::to_string(sleeper) + " SIGTERM sleep 30 \nmsrun-ssh-watchdog: done\n");
@@ -887,9 +907,7 @@ TEST_F(WatchdogCommand, KillByteSendsSigkill) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 5);
   send(kKillNow);
-  std::optional<int> status = wait_for(sleeper, 1.5);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  ASSERT_TRUE(killed_by(sleeper, SIGKILL, 1.5));
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(out_,
             "killed " + std::to_string(sleeper) + " SIGKILL sleep 30 \nmsrun-ssh-watchdog: done\n");
@@ -905,10 +923,8 @@ TEST_F(WatchdogCommand, KillByteDuringTeardownEndsTheGraceAtOnce) {
   EXPECT_FALSE(wait_for(stubborn, 0).has_value()) << "SIGTERM should have been ignored";
   auto t0 = Clock::now();
   send(kKillNow);
-  std::optional<int> status = wait_for(stubborn, 2);
-  ASSERT_TRUE(status.has_value()) << "'K' did not end the grace";
+  ASSERT_TRUE(killed_by(stubborn, SIGKILL, 2)) << "'K' did not end the grace";
   EXPECT_LT(since(t0), 2);
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
   EXPECT_EQ(finish(3), 0);
 }
 
@@ -916,7 +932,7 @@ TEST_F(WatchdogCommand, QuitWithNothingLeft) {
   start(30, 5);
   send(kQuit);
   EXPECT_EQ(finish(3), 0);
-  EXPECT_EQ(out_, "msrun-ssh-watchdog: done\n");
+  EXPECT_EQ(out_, std::string(kWatchdogDone) + "\n");
 }
 
 TEST_F(WatchdogCommand, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
@@ -925,8 +941,7 @@ TEST_F(WatchdogCommand, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
   auto t0 = Clock::now();
   close(dog_.in);
   std::erase(fds_, dog_.in);
-  std::optional<int> status = wait_for(sleeper, 2);
-  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(wait_for(sleeper, 2).has_value());
   EXPECT_LT(since(t0), 2);
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\nkilled " + std::to_string(sleeper) +
@@ -939,15 +954,15 @@ TEST_F(WatchdogCommand, HostileJobIdIsOneWord) {
   send(kQuit);
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(out_, "msrun-ssh-watchdog: done\n");
-  EXPECT_FALSE(fs::exists(base_ + "/pwned"));
-  EXPECT_FALSE(fs::exists(base_ + "/pwned2"));
+  EXPECT_FALSE(fs::exists(dir_ + "/pwned"));
+  EXPECT_FALSE(fs::exists(dir_ + "/pwned2"));
 }
 
 TEST_F(WatchdogCommand, UnknownByteCountsAsLost) {
   start(30, 0.4);
   send('x');
   EXPECT_EQ(finish(3), 0);
-  EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\n");
+  EXPECT_EQ(out_, std::string(kWatchdogLost) + "\n");
 }
 
 // Whether `pid` has ended (gone, or a zombie nobody reaped yet), waiting at most `timeout_s`.
@@ -981,24 +996,22 @@ pid_t first_child(pid_t pid) {
 // with it, and the command never starts.
 TEST_F(WatchdogCommand, TeardownEndsAShellStillInItsLoginRcWithWhatTheRcStarted) {
   Process p;
-  p.workdir = base_;
+  p.workdir = dir_;
   p.argv = {"/bin/sh", "-c", "echo ran > ran"};
   std::string login = "sleep 30\n" + process_command(p, job_);  // the rc, then the command
-  Child shell = spawn({"/usr/bin/setsid", "/bin/sh", "-c", login}, kShellEnv, base_, false);
+  Child shell = spawn({"/usr/bin/setsid", "/bin/sh", "-c", login}, kShellEnv, dir_, false);
   pid_t rc = first_child(shell.pid);
   ASSERT_GT(rc, 0) << "the rc's sleep did not start";
   start(30, 5);
   send(kTeardown);
-  std::optional<int> status = wait_for(shell.pid, 3);
-  ASSERT_TRUE(status.has_value()) << "the login shell survived the teardown";
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
+  ASSERT_TRUE(killed_by(shell.pid, SIGTERM, 3)) << "the login shell survived the teardown";
   EXPECT_TRUE(ends_within(rc, 3)) << "the rc's child survived the teardown";
   EXPECT_EQ(finish(3), 0);
   EXPECT_NE(out_.find("killed " + std::to_string(shell.pid) + " SIGTERM /bin/sh -c sleep 30"),
             std::string::npos)
       << out_;
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_FALSE(fs::exists(base_ + "/ran")) << "the command ran after the teardown";
+  EXPECT_FALSE(fs::exists(dir_ + "/ran")) << "the command ran after the teardown";
 }
 
 // A process of the job that leads a process group takes its group with it: a child that
@@ -1006,7 +1019,7 @@ TEST_F(WatchdogCommand, TeardownEndsAShellStillInItsLoginRcWithWhatTheRcStarted)
 TEST_F(WatchdogCommand, TeardownReachesTheGroupOfAMarkedGroupLeader) {
   Child leader = spawn({"/usr/bin/setsid", "/usr/bin/env", std::string(kJobMarker) + "=" + job_,
                         "/bin/sh", "-c", "env -i /bin/sleep 31 & wait"},
-                       kShellEnv, base_, false);
+                       kShellEnv, dir_, false);
   pid_t unmarked = first_child(leader.pid);
   ASSERT_GT(unmarked, 0);
   wait_exec(unmarked, "/bin/sleep");
@@ -1029,9 +1042,7 @@ TEST_F(WatchdogCommand, AfterLosingTheLauncherLateCommandsAreStillEnded) {
   // Nothing to end: the teardown's sweep is over within milliseconds; the late one comes after.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   pid_t late = start_marked(job_, {"sleep", "30"}, "sleep");
-  std::optional<int> status = wait_for(late, 2);
-  ASSERT_TRUE(status.has_value()) << "a command started after the first sweep survived";
-  EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+  ASSERT_TRUE(killed_by(late, SIGKILL, 2)) << "a command started after the first sweep survived";
   EXPECT_EQ(finish(3), 0);
 }
 

@@ -3,13 +3,14 @@
 // from a table (HostScript / ProcScript), not from code in the tests (ninja's FakeCommandRunner,
 // leveldb's EnvWrapper).
 //
-// The first exec() on a host must be the watchdog (its command names "msrun-ssh-watchdog"); the
-// fake plays the watchdog of command.h: it prints its ready line, echoes "h\n" for every 'h', and
-// on 'q' / 'k' ends every process of its host still running with SIGTERM (status 143) after a
-// delay, on 'K' with SIGKILL (137) at once (even in the middle of a teardown, as command.h
-// promises), then closes; it also ends the job by itself when no byte comes for the silence its
-// command line gives (as the real one does after losing the launcher). The next exec() calls on a
-// host are its processes, scripted by HostScript::processes in that order.
+// The first exec() on a host must be the watchdog (a command watchdog_args_of recognises, which
+// also gives its times); the fake plays the watchdog's protocol of command.h with its constants: it
+// prints its ready line, echoes "h\n" for every 'h', and on 'q' / 'k' ends every process of its
+// host still running with SIGTERM (status 143) after a delay, on 'K' with SIGKILL (137) at once
+// (even in the middle of a teardown, as command.h promises), then closes; it also ends the job by
+// itself when no byte comes for the silence its arguments give (as the real one does after losing
+// the launcher). The next exec() calls on a host are its processes, scripted by
+// HostScript::processes in that order.
 //
 // Every write, EOF, exec and drop_host is recorded with its time so that tests can assert them. A
 // runaway runner (clock past kMaxClockMs or too many polls) makes poll() throw.
@@ -22,7 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -64,7 +65,7 @@ struct HostScript {
   double watchdog_exits_at = -1;         // then the watchdog channel closes by itself
   std::vector<std::string> sweep_lines;  // printed by the watchdog when it sweeps ("killed ...")
   bool honours_signals = true;           // sshd delivers SSH "signal" requests (OpenSSH >= 7.9)
-  std::string name;                      // the host's own name in the ready line ("" : none given)
+  std::string name;                      // the host's own name in the ready line (may be "")
   std::vector<ProcScript> processes;
 };
 
@@ -94,7 +95,7 @@ class FakeTransport : public Transport {
     bool killing = false;   // after K
     std::string queued;     // bytes that arrived before the ready line
     uint64_t byte_gen = 0;  // bumps with every byte read, to expire the silence timer
-    double silence_s = 0, grace_s = 0, lost_grace_s = 0;
+    WatchdogArgs args;      // what the watchdog command was made from
   };
 
   explicit FakeTransport(std::vector<HostScript> hosts) : hosts_(std::move(hosts)) {
@@ -116,7 +117,9 @@ class FakeTransport : public Transport {
     c.host = host;
     c.command = command;
     c.opened_ms = now_;
-    c.watchdog = command.find("msrun-ssh-watchdog") != std::string::npos;
+    std::optional<WatchdogArgs> args = watchdog_args_of(command);
+    c.watchdog = args.has_value();
+    if (args) c.args = std::move(*args);
     int before = 0;
     for (const Channel& o : channels_)
       if (o.host == host && !o.watchdog) ++before;
@@ -355,26 +358,7 @@ class FakeTransport : public Transport {
       after(s.exit_at, [this, id, s] { end(id, s.status, s.signal, s.exit_status); });
   }
 
-  // Reads T G L off "... msrun-ssh-watchdog 'JOB' T G L" (see watchdog_command).
-  static void parse_watchdog(Channel& c) {
-    size_t pos = c.command.rfind("msrun-ssh-watchdog '");
-    size_t end = pos == std::string::npos ? pos : c.command.find("' ", pos + 20);
-    double t = 0, g = 0, l = 0;
-    if (end != std::string::npos) {
-      std::istringstream in(c.command.substr(end + 2));
-      in >> t >> g >> l;
-      if (!in.fail()) {
-        c.silence_s = t;
-        c.grace_s = g * 0.2;
-        c.lost_grace_s = l * 0.2;
-        return;
-      }
-    }
-    throw std::logic_error("FakeTransport: cannot read the watchdog's arguments: " + c.command);
-  }
-
   void start_watchdog(Channel& c) {
-    parse_watchdog(c);
     c.running = true;
     const HostScript& s = script(c.host);
     ChannelId id = c.id;
@@ -384,8 +368,7 @@ class FakeTransport : public Transport {
       Channel& w = chan(id);
       if (!w.running) return;
       w.ready = true;
-      const std::string& name = script(w.host).name;
-      emit_data(w, "msrun-ssh-watchdog: ready 4242" + (name.empty() ? "" : " " + name) + "\n");
+      emit_data(w, watchdog_ready_line(4242, script(w.host).name) + "\n");
       arm_silence(id);
       std::string queued;
       queued.swap(w.queued);
@@ -397,11 +380,11 @@ class FakeTransport : public Transport {
   void arm_silence(ChannelId id) {
     Channel& w = chan(id);
     uint64_t gen = ++w.byte_gen;
-    after(w.silence_s, [this, id, gen] {
+    after(w.args.silence_s, [this, id, gen] {
       Channel& c = chan(id);
       if (c.byte_gen != gen || !c.running || c.stopping || c.killing) return;
-      emit_data(c, "msrun-ssh-watchdog: launcher lost\n");
-      sweep(id, c.lost_grace_s, 0);
+      emit_data(c, std::string(kWatchdogLost) + "\n");
+      sweep(id, c.args.lost_grace_s(), 0);
     });
   }
 
@@ -414,12 +397,12 @@ class FakeTransport : public Transport {
     if (b == kBeat) {
       if (s.echoes)
         after(s.echo_delay, [this, id] {
-          if (chan(id).running) emit_data(chan(id), "h\n");
+          if (chan(id).running) emit_data(chan(id), std::string{kBeat, '\n'});
         });
     } else if ((b == kQuit || b == kTeardown || b == kStacksThenTeardown) && s.obeys) {
       c.stopping = true;
       if (b == kStacksThenTeardown) print_stacks(c.host);
-      sweep(id, c.grace_s, s.teardown_delay);
+      sweep(id, c.args.grace_s(), s.teardown_delay);
     } else if (b == kKillNow && s.obeys) {
       c.killing = true;
       after(s.kill_delay, [this, id] {
@@ -478,7 +461,7 @@ class FakeTransport : public Transport {
 
   void finish_watchdog(ChannelId id) {
     if (!chan(id).running) return;
-    emit_data(chan(id), "msrun-ssh-watchdog: done\n");
+    emit_data(chan(id), std::string(kWatchdogDone) + "\n");
     end(id, 0, "");
   }
 

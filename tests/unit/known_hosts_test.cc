@@ -2,12 +2,8 @@
 // line OpenSSH's own matcher (`ssh-keygen -F`) finds for its host — plain, hashed, ports, case —
 // plus every line only libssh can judge, and should leave out the other hosts' lines.
 #include <gtest/gtest.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,28 +11,13 @@
 #include <vector>
 
 #include "msrun_ssh/ssh.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string run(const std::string& command) {
-  FILE* f = popen(command.c_str(), "r");
-  EXPECT_NE(f, nullptr) << command;
-  std::string out;
-  char buf[4096];
-  for (size_t n; f != nullptr && (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-  if (f != nullptr) pclose(f);
-  return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::shell_output;
+using test::slurp;
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> out;
@@ -51,39 +32,30 @@ bool has_line(const std::string& text, const std::string& line) {
   return false;
 }
 
-class KnownHosts : public ::testing::Test {
+class KnownHosts : public test::TempDirTest {
  protected:
   void SetUp() override {
     if (access("/usr/bin/ssh-keygen", X_OK) != 0)
       GTEST_SKIP()
           << "SKIPPED LOUDLY: /usr/bin/ssh-keygen (openssh-client) is needed as the oracle";
-    char tmpl[] = "/tmp/msrun-known-hosts-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     for (const char* k : {"a", "b"}) {
-      run("ssh-keygen -q -t ed25519 -N '' -C '' -f " + dir_ + "/" + k + " </dev/null");
+      shell_output("ssh-keygen -q -t ed25519 -N '' -C '' -f " + dir_ + "/" + k + " </dev/null");
       std::string pub = slurp(dir_ + "/" + k + ".pub");
       ASSERT_FALSE(pub.empty());
       key_[k] = pub.substr(0, pub.find_last_not_of(" \n") + 1);
     }
   }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
-
   // Writes `text` to a file, hashes a copy with ssh-keygen -H, and returns both.
   std::pair<std::string, std::string> files(const std::string& text) {
-    std::string plain = dir_ + "/known_hosts", hashed = dir_ + "/known_hosts.hashed";
-    std::ofstream(plain) << text;
-    std::ofstream(hashed) << text;
-    run("ssh-keygen -q -H -f " + hashed + " >/dev/null 2>&1");
+    std::string plain = write("known_hosts", text), hashed = write("known_hosts.hashed", text);
+    shell_output("ssh-keygen -q -H -f " + hashed + " >/dev/null 2>&1");
     return {plain, hashed};
   }
 
   // The lines of `file` that ssh-keygen -F reports for `name`.
   std::vector<std::string> oracle(const std::string& file, const std::string& name) {
     std::vector<std::string> lines = split_lines(slurp(file)), found;
-    for (const auto& l : split_lines(run("ssh-keygen -F '" + name + "' -f " + file))) {
+    for (const auto& l : split_lines(shell_output("ssh-keygen -F '" + name + "' -f " + file))) {
       size_t at = l.rfind("found: line ");
       if (l.starts_with("# Host ") && at != std::string::npos)
         found.push_back(lines.at(std::stoul(l.substr(at + 12)) - 1));
@@ -91,7 +63,6 @@ class KnownHosts : public ::testing::Test {
     return found;
   }
 
-  std::string dir_;
   std::map<std::string, std::string> key_;
 };
 

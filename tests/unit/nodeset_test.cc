@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -16,12 +16,7 @@ using Names = std::vector<std::string>;
 
 // The message of the InputError that expanding `pattern` throws, or "no error".
 std::string error_of(std::string_view pattern) {
-  try {
-    expand_nodeset(pattern);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of([&] { expand_nodeset(pattern); });
 }
 
 TEST(Nodeset, PlainNameIsItself) { EXPECT_EQ(expand_nodeset("node1"), Names{"node1"}); }
@@ -90,55 +85,33 @@ TEST(Nodeset, LargestAllowedRange) {
   EXPECT_EQ(names.back(), "n16383");
 }
 
-TEST(Nodeset, ReversedRangeIsAnError) {
+// Every malformed pattern, with its exact message.
+TEST(Nodeset, MalformedPatternsAreErrors) {
   EXPECT_THROW(expand_nodeset("n[3-1]"), InputError);
-  EXPECT_EQ(error_of("n[3-1]"), "reversed node set range \"3-1\"");
+  const test::Case kCases[] = {
+      {"n[3-1]", "reversed node set range \"3-1\""},
+      {"n[1-3", "unmatched \"[\" in node set"},
+      {"n[1]x[", "unmatched \"[\" in node set"},
+      {"n1-3]", "unmatched \"]\" in node set"},
+      {"n[1]]", "unmatched \"]\" in node set"},
+      {"]n[1]", "unmatched \"]\" in node set"},
+      {"n[]", "empty node set \"[]\""},
+      {"n[1,]", "bad node set range \"\""},  // an empty item in a list
+      {"n[,1]", "bad node set range \"\""},
+      {"n[a-c]", "bad node set range \"a-c\""},  // not a number
+      {"n[1-]", "bad node set range \"1-\""},
+      {"n[-1]", "bad node set range \"-1\""},
+      {"n[1-2-3]", "bad node set range \"1-2-3\""},
+      {"n[ 1]", "bad node set range \" 1\""},
+      {"n[1234567890]", "bad node set range \"1234567890\""},  // too many digits
+      {"n[0-16384]", "node set range \"0-16384\" is too large"},
+      {"a[0-999]b[0-999]", "node set expands to more than 16384 names"},
+      {"n[1-[2]]", "nested \"[\" in node set"},
+      {"n[[1]]", "nested \"[\" in node set"},
+      {"", "empty host name"},
+  };
+  for (const auto& c : kCases) EXPECT_EQ(error_of(c.input), c.expected) << c.input;
 }
-
-TEST(Nodeset, UnmatchedOpenBracket) {
-  EXPECT_EQ(error_of("n[1-3"), "unmatched \"[\" in node set");
-  EXPECT_EQ(error_of("n[1]x["), "unmatched \"[\" in node set");
-}
-
-TEST(Nodeset, UnmatchedCloseBracket) {
-  EXPECT_EQ(error_of("n1-3]"), "unmatched \"]\" in node set");
-  EXPECT_EQ(error_of("n[1]]"), "unmatched \"]\" in node set");
-  EXPECT_EQ(error_of("]n[1]"), "unmatched \"]\" in node set");
-}
-
-TEST(Nodeset, EmptyGroup) { EXPECT_EQ(error_of("n[]"), "empty node set \"[]\""); }
-
-TEST(Nodeset, EmptyItemInList) {
-  EXPECT_EQ(error_of("n[1,]"), "bad node set range \"\"");
-  EXPECT_EQ(error_of("n[,1]"), "bad node set range \"\"");
-}
-
-TEST(Nodeset, NotANumber) {
-  EXPECT_EQ(error_of("n[a-c]"), "bad node set range \"a-c\"");
-  EXPECT_EQ(error_of("n[1-]"), "bad node set range \"1-\"");
-  EXPECT_EQ(error_of("n[-1]"), "bad node set range \"-1\"");
-  EXPECT_EQ(error_of("n[1-2-3]"), "bad node set range \"1-2-3\"");
-  EXPECT_EQ(error_of("n[ 1]"), "bad node set range \" 1\"");
-}
-
-TEST(Nodeset, TooManyDigits) {
-  EXPECT_EQ(error_of("n[1234567890]"), "bad node set range \"1234567890\"");
-}
-
-TEST(Nodeset, RangeTooLarge) {
-  EXPECT_EQ(error_of("n[0-16384]"), "node set range \"0-16384\" is too large");
-}
-
-TEST(Nodeset, ProductTooLarge) {
-  EXPECT_EQ(error_of("a[0-999]b[0-999]"), "node set expands to more than 16384 names");
-}
-
-TEST(Nodeset, Nested) {
-  EXPECT_EQ(error_of("n[1-[2]]"), "nested \"[\" in node set");
-  EXPECT_EQ(error_of("n[[1]]"), "nested \"[\" in node set");
-}
-
-TEST(Nodeset, EmptyPatternIsAnError) { EXPECT_EQ(error_of(""), "empty host name"); }
 
 }  // namespace
 }  // namespace msrun_ssh
@@ -147,11 +120,7 @@ namespace msrun_ssh {
 namespace {
 
 TEST(Nodeset, ManyRangesInOneGroupFailBeforeExpanding) {
-  std::string body;
-  for (int i = 0; i < 200; ++i) {
-    if (i > 0) body += ',';
-    body += "0-99999";
-  }
+  std::string body = test::comma_list("0-99999", 200);
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(expand_nodeset("n[" + body + "]"), InputError);
   // Expanding first cost seconds and a gigabyte; the limit is checked before anything is built.

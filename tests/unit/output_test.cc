@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace {
 
@@ -25,12 +25,7 @@ namespace ms = msrun_ssh;
 namespace fs = std::filesystem;
 using Strings = std::vector<std::string>;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using ms::test::slurp;
 
 unsigned mode_of(const std::string& path) {
   struct stat st {};
@@ -115,12 +110,9 @@ TEST(LineFramer, ChunkBoundariesDoNotChangeThePieces) {
 
 // --- Output --------------------------------------------------------------------------------------
 
-class Output : public ::testing::Test {
+class Output : public ms::test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/output_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     config_.log_dir = dir_ + "/logs";
     ASSERT_EQ(::mkdir(config_.log_dir.c_str(), 0700), 0);
     config_.console_out = ::open((dir_ + "/out").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -131,14 +123,12 @@ class Output : public ::testing::Test {
   void TearDown() override {
     ::close(config_.console_out);
     ::close(config_.console_err);
-    fs::remove_all(dir_);
   }
 
   std::string out() const { return slurp(dir_ + "/out"); }
   std::string err() const { return slurp(dir_ + "/err"); }
   std::string log(const std::string& name) const { return slurp(config_.log_dir + "/" + name); }
 
-  std::string dir_;
   ms::OutputConfig config_;
 };
 

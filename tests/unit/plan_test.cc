@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -18,14 +18,8 @@ namespace {
 using Argv = std::vector<std::string>;
 using ::testing::ElementsAre;
 
-Host host(const std::string& address, std::optional<int> workers, EnvList env = {}) {
-  Host h;
-  h.address = address;
-  h.local_worker_num = workers;
-  h.env = std::move(env);
-  h.origin = "h.toml:1";
-  return h;
-}
+using test::env_of;
+using test::host;
 
 // A fake DNS that knows three hosts (and an alias of gamma) and records every lookup.
 struct FakeDns {
@@ -55,23 +49,13 @@ class MakePlan : public ::testing::Test {
   }
   Plan plan() { return make_plan(options, cluster, dns.resolver()); }
   std::string error() {
-    try {
-      plan();
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "no error";
+    return test::error_of([&] { plan(); });
   }
   static std::vector<int> worker_ranks(const HostPlan& h) {
     std::vector<int> r;
     for (const auto& p : h.processes)
       if (p.role == Role::kWorker) r.push_back(p.rank);
     return r;
-  }
-  static const std::string* env_of(const Process& p, const std::string& name) {
-    for (const auto& [n, v] : p.env)
-      if (n == name) return &v;
-    return nullptr;
   }
 
   Options options;
@@ -465,41 +449,40 @@ TEST_F(MakePlan, BindKeysFollowVisibleDevicesGivenWithEnv) {
 // ---- task argv
 // -----------------------------------------------------------------------------------
 
-TEST(TaskArgv, PythonScriptUnderPython3ByDefault) {
+// The task's argv for `script` and `args`, with --python `option_python` and the host file's
+// `host_python` ("": not given).
+Argv argv_of(const std::string& script, const Argv& args, const std::string& option_python,
+             const std::string& host_python) {
   Options o;
-  o.task_script = "train.py";
-  o.task_args = {"--lr", "0.1"};
-  EXPECT_EQ(task_argv(o, Host{}), (Argv{"python3", "train.py", "--lr", "0.1"}));
+  o.task_script = script;
+  o.task_args = args;
+  o.python = option_python;
+  Host h;
+  h.python = host_python;
+  return task_argv(o, h);
+}
+
+TEST(TaskArgv, PythonScriptUnderPython3ByDefault) {
+  EXPECT_EQ(argv_of("train.py", {"--lr", "0.1"}, "", ""),
+            (Argv{"python3", "train.py", "--lr", "0.1"}));
 }
 
 TEST(TaskArgv, HostPythonBeatsPython3) {
-  Options o;
-  o.task_script = "dir/train.py";
-  Host h;
-  h.python = "/opt/conda/bin/python";
-  EXPECT_EQ(task_argv(o, h), (Argv{"/opt/conda/bin/python", "dir/train.py"}));
+  EXPECT_EQ(argv_of("dir/train.py", {}, "", "/opt/conda/bin/python"),
+            (Argv{"/opt/conda/bin/python", "dir/train.py"}));
 }
 
 TEST(TaskArgv, OptionPythonBeatsHostPython) {
-  Options o;
-  o.task_script = "train.py";
-  o.python = "/usr/bin/python3.11";
-  Host h;
-  h.python = "/opt/conda/bin/python";
-  EXPECT_EQ(task_argv(o, h), (Argv{"/usr/bin/python3.11", "train.py"}));
+  EXPECT_EQ(argv_of("train.py", {}, "/usr/bin/python3.11", "/opt/conda/bin/python"),
+            (Argv{"/usr/bin/python3.11", "train.py"}));
 }
 
 TEST(TaskArgv, PythonPytestAndOtherProgramsRunAsGiven) {
-  Options o;
-  o.python = "/usr/bin/python3.11";
-  Host h;
-  h.python = "/opt/conda/bin/python";
-  o.task_args = {"-m", "x.py"};
   for (const char* prog :
-       {"python", "python3", "pytest", "./run.sh", "/bin/echo", "train.pyc", "train.PY", "py"}) {
-    o.task_script = prog;
-    EXPECT_EQ(task_argv(o, h), (Argv{prog, "-m", "x.py"})) << prog;
-  }
+       {"python", "python3", "pytest", "./run.sh", "/bin/echo", "train.pyc", "train.PY", "py"})
+    EXPECT_EQ(argv_of(prog, {"-m", "x.py"}, "/usr/bin/python3.11", "/opt/conda/bin/python"),
+              (Argv{prog, "-m", "x.py"}))
+        << prog;
 }
 
 TEST_F(MakePlan, ProcessArgvIsTheTask) {

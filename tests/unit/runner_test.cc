@@ -8,20 +8,18 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "fake_transport.h"
 #include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace {
 
@@ -36,12 +34,7 @@ using Times = std::vector<double>;
 const std::string kTerm = "killed by SIGTERM (ended by teardown)";
 const std::string kKill = "killed by SIGKILL (ended by teardown)";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using ms::test::slurp;
 
 // Hosts node0, node1, ... with that many workers each (global ranks in order), and the scheduler
 // first on node0 when asked.
@@ -86,12 +79,9 @@ HostScript host(std::vector<ProcScript> processes = {}) {
   return h;
 }
 
-class Runner : public ::testing::Test {
+class Runner : public ms::test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/runner_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     options_.heartbeat = 5;
     options_.kill_grace = 5;
     options_.connect_timeout = 10;
@@ -108,7 +98,6 @@ class Runner : public ::testing::Test {
     output_.reset();
     ::close(console_out_);
     ::close(console_err_);
-    fs::remove_all(dir_);
   }
 
   // Builds the runner (scheduled callbacks reach it through runner()), runs it to its end on the
@@ -145,7 +134,6 @@ class Runner : public ::testing::Test {
   std::string console_err() const { return slurp(dir_ + "/console.err"); }
   std::string log(const std::string& name) const { return slurp(options_.log_dir + "/" + name); }
 
-  std::string dir_;
   ms::Options options_;
   ms::Plan plan_;
   int console_out_ = -1;

@@ -7,19 +7,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -27,25 +24,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-std::string data(const std::string& name) {
-  std::ifstream in(std::string(MSRUN_SSH_SOURCE_DIR) + "/tests/data/topology/" + name);
-  EXPECT_TRUE(in) << name;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<int> cpus(std::string_view list) { return parse_cpu_list(list, "test"); }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::cpus;
+using test::error_of;
+using test::topology_file;
 
 std::vector<std::string> bus_ids(const Topology& t) {
   std::vector<std::string> out;
@@ -69,24 +50,25 @@ std::vector<int> affinity() {
   return out;
 }
 
-// Runs `command` under /bin/sh with PATH set to `path` (empty: unchanged) and returns stdout.
+// Runs `command` under /bin/sh with PATH set to `path` (empty: unchanged) and returns stdout; the
+// test fails unless it exits 0.
 std::string run(const std::string& command, const std::string& path = "") {
-  std::string line = path.empty() ? command : "PATH=" + path + " " + command;
-  FILE* f = popen(line.c_str(), "r");
-  EXPECT_NE(f, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; f != nullptr && (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-  if (f != nullptr) {
-    EXPECT_EQ(pclose(f), 0) << command;
-  }
+  int status = -1;
+  std::string out =
+      test::shell_output(path.empty() ? command : "PATH=" + path + " " + command, &status);
+  EXPECT_EQ(status, 0) << command;
   return out;
 }
+
+// The bus ids of the eight NPUs of both 4-node samples, two per node.
+const std::vector<std::string> kEightNpuBusIds = {"0000:01:00.0", "0000:02:00.0", "0000:41:00.0",
+                                                  "0000:42:00.0", "0000:81:00.0", "0000:82:00.0",
+                                                  "0000:c1:00.0", "0000:c2:00.0"};
 
 // ---- hwloc XML ----------------------------------------------------------------------------------
 
 TEST(Topology, XmlNpuServer) {
-  Topology t = topology_from_hwloc_xml(data("npu_2s4n_96c192t.xml"), {});
+  Topology t = topology_from_hwloc_xml(topology_file("npu_2s4n_96c192t.xml"), {});
   EXPECT_EQ(t.source, "hwloc-xml");
   EXPECT_EQ(t.allowed_cpus, cpus("0-191"));
   ASSERT_EQ(t.cores.size(), 96u);
@@ -97,9 +79,7 @@ TEST(Topology, XmlNpuServer) {
   EXPECT_EQ(t.numa_nodes[1], (NumaNode{1, cpus("24-47,120-143")}));
   EXPECT_EQ(t.numa_nodes[3], (NumaNode{3, cpus("72-95,168-191")}));
   // The NIC on node 0 is not a device.
-  EXPECT_EQ(bus_ids(t), (std::vector<std::string>{"0000:01:00.0", "0000:02:00.0", "0000:41:00.0",
-                                                  "0000:42:00.0", "0000:81:00.0", "0000:82:00.0",
-                                                  "0000:c1:00.0", "0000:c2:00.0"}));
+  EXPECT_EQ(bus_ids(t), kEightNpuBusIds);
   EXPECT_EQ(device_nodes(t), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
   EXPECT_EQ(t.devices[6], (Device{"npu", "0000:c1:00.0", 0x19e5, 0x1200, 3}));
   EXPECT_EQ(t.devices_of_kind("npu").size(), 8u);
@@ -109,13 +89,13 @@ TEST(Topology, XmlNpuServer) {
 }
 
 TEST(Topology, XmlAllowedListNarrowsTheXmlSet) {
-  Topology t = topology_from_hwloc_xml(data("npu_2s4n_96c192t.xml"), cpus("4-11,300"));
+  Topology t = topology_from_hwloc_xml(topology_file("npu_2s4n_96c192t.xml"), cpus("4-11,300"));
   EXPECT_EQ(t.allowed_cpus, cpus("4-11"));  // 300 is no PU of the host
   EXPECT_EQ(t.cores.size(), 96u);           // the model keeps the whole machine
 }
 
 TEST(Topology, XmlContainerKeepsDisallowedObjectsAndTheirDevices) {
-  Topology t = topology_from_hwloc_xml(data("npu_2s2n_48c96t_container.xml"), {});
+  Topology t = topology_from_hwloc_xml(topology_file("npu_2s2n_48c96t_container.xml"), {});
   EXPECT_EQ(t.allowed_cpus, cpus("4-11,52-59"));  // the XML's allowed_cpuset
   EXPECT_EQ(t.cores.size(), 48u);
   EXPECT_EQ(t.numa_nodes.size(), 2u);
@@ -125,7 +105,7 @@ TEST(Topology, XmlContainerKeepsDisallowedObjectsAndTheirDevices) {
 }
 
 TEST(Topology, XmlGpuServer) {
-  Topology t = topology_from_hwloc_xml(data("gpu_2s2n_64c128t.xml"), {});
+  Topology t = topology_from_hwloc_xml(topology_file("gpu_2s2n_64c128t.xml"), {});
   EXPECT_EQ(t.cores.size(), 64u);
   EXPECT_EQ(t.cores[32], (Core{1, 1, {32, 96}}));
   EXPECT_EQ(t.devices.size(), 8u);
@@ -135,7 +115,7 @@ TEST(Topology, XmlGpuServer) {
 
 TEST(Topology, XmlErrors) {
   EXPECT_EQ(error_of([] {
-              topology_from_hwloc_xml(data("vm_1n_4c8t.xml"), {500, 501});
+              topology_from_hwloc_xml(topology_file("vm_1n_4c8t.xml"), {500, 501});
             }),
             "hwloc XML: none of the allowed CPUs (500-501) is a PU of the topology");
   EXPECT_THAT(error_of([] { topology_from_hwloc_xml("<topology>not quite", {}); }),
@@ -147,7 +127,7 @@ TEST(Topology, XmlErrors) {
 // ---- the sysfs probe format ---------------------------------------------------------------------
 
 TEST(Topology, SysfsKunpengSample) {
-  Topology t = topology_from_sysfs_probe(data("sysfs_kunpeng_4n_192c_8npu.txt"));
+  Topology t = topology_from_sysfs_probe(topology_file("sysfs_kunpeng_4n_192c_8npu.txt"));
   EXPECT_EQ(t.source, "sysfs");
   EXPECT_EQ(t.allowed_cpus, cpus("0-191"));
   ASSERT_EQ(t.cores.size(), 192u);
@@ -156,15 +136,13 @@ TEST(Topology, SysfsKunpengSample) {
   ASSERT_EQ(t.numa_nodes.size(), 4u);
   EXPECT_EQ(t.numa_nodes[3], (NumaNode{3, cpus("144-191")}));
   // Sorted by bus id; the Huawei NIC (class 0x0200) is no device.
-  EXPECT_EQ(bus_ids(t), (std::vector<std::string>{"0000:01:00.0", "0000:02:00.0", "0000:41:00.0",
-                                                  "0000:42:00.0", "0000:81:00.0", "0000:82:00.0",
-                                                  "0000:c1:00.0", "0000:c2:00.0"}));
+  EXPECT_EQ(bus_ids(t), kEightNpuBusIds);
   EXPECT_EQ(device_nodes(t), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
   EXPECT_EQ(t.devices[0], (Device{"npu", "0000:01:00.0", 0x19e5, 0x1200, 0}));
 }
 
 TEST(Topology, SysfsCapturedOnThisVm) {
-  Topology t = parse_probe_output(data("sysfs_captured_vm.txt"));
+  Topology t = parse_probe_output(topology_file("sysfs_captured_vm.txt"));
   EXPECT_EQ(t.allowed_cpus, cpus("0-1"));
   EXPECT_EQ(t.cores, (std::vector<Core>{{0, 0, {0}}, {0, 0, {1}}}));
   EXPECT_EQ(t.numa_nodes, (std::vector<NumaNode>{{0, {0, 1}}}));
@@ -241,7 +219,7 @@ TEST(Topology, ProbeOutputErrors) {
 TEST(Topology, ProbeOutputSkipsLoginNoiseAndReadsXml) {
   Topology t =
       parse_probe_output("Last login: yesterday\nallowed: 4-11,52-59\nformat: hwloc-xml\n" +
-                         data("npu_2s2n_48c96t_container.xml"));
+                         topology_file("npu_2s2n_48c96t_container.xml"));
   EXPECT_EQ(t.source, "hwloc-xml");
   EXPECT_EQ(t.allowed_cpus, cpus("4-11,52-59"));
   EXPECT_EQ(t.devices.size(), 8u);
@@ -299,9 +277,8 @@ TEST(Topology, ProbeReportsTheAffinityOfWhatItStarts) {
 
 // The sysfs branch, forced by a PATH that holds the tools it needs and no lstopo.
 TEST(Topology, ProbeWithoutHwlocToolsReadsSysfs) {
-  char dir_template[] = "/tmp/msrun-probe-XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  std::string dir = dir_template;
+  test::TempDir tmp;
+  const std::string& dir = tmp.path();
   for (const char* tool : {"sh", "sed", "cat", "grep"})
     for (const char* bin : {"/bin/", "/usr/bin/"})
       if (std::string path = std::string(bin) + tool; access(path.c_str(), X_OK) == 0) {
@@ -311,7 +288,6 @@ TEST(Topology, ProbeWithoutHwlocToolsReadsSysfs) {
   std::string out = run("/bin/sh -c " + shell_quote(topology_probe_command()), dir);
   // The same PATH has neither taskset nor numactl: the binding probe says so.
   std::string with_tools = run("/bin/sh -c " + shell_quote(binding_probe_command()), dir);
-  std::filesystem::remove_all(dir);
   EXPECT_FALSE(probe_found_tool(with_tools, "taskset")) << with_tools.substr(0, 200);
   EXPECT_FALSE(probe_found_tool(with_tools, "numactl"));
   EXPECT_EQ(parse_probe_output(with_tools).source, "sysfs");

@@ -1,0 +1,92 @@
+#include "test_util.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "msrun_ssh/binding.h"
+
+namespace msrun_ssh::test {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string source_file(const std::string& relative) {
+  std::string path = std::string(MSRUN_SSH_SOURCE_DIR) + "/" + relative;
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_regular_file(path, ec)) << path;
+  return slurp(path);
+}
+
+std::string topology_file(const std::string& name) {
+  return source_file("tests/data/topology/" + name);
+}
+
+std::string read_all(std::FILE* f) {
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  return out;
+}
+
+std::string shell_output(const std::string& command, int* status) {
+  std::FILE* f = popen(command.c_str(), "r");
+  EXPECT_NE(f, nullptr) << command;
+  if (f == nullptr) return "";
+  std::string out = read_all(f);
+  int s = pclose(f);
+  if (status != nullptr) *status = s;
+  return out;
+}
+
+std::string comma_list(const std::string& word, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) out += ',';
+    out += word;
+  }
+  return out;
+}
+
+std::vector<int> cpus(std::string_view list) { return parse_cpu_list(list, "test"); }
+
+Host host(const std::string& address, std::optional<int> workers, EnvList env) {
+  Host h;
+  h.address = address;
+  h.local_worker_num = workers;
+  h.env = std::move(env);
+  h.origin = "h.toml:1";
+  return h;
+}
+
+const std::string* env_of(const Process& process, const std::string& name) {
+  for (const auto& [n, v] : process.env)
+    if (n == name) return &v;
+  return nullptr;
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/msrun-test-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::write(const std::string& name, const std::string& text) const {
+  std::string path = path_ + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+}  // namespace msrun_ssh::test
