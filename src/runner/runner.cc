@@ -258,6 +258,12 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       p.end_ms = t_.now_ms();
       p.status = e.status;
       p.signal = e.signal;
+      emit_event(
+          events_, "process_exited",
+          {{"host", host_name(p.host)},
+           {"process", p.spec->label()},
+           {"exit_status", e.status},
+           {"signal", e.signal.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.signal)}});
       if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);
       if (e.status != 0 && !tearing_down_)
         fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),

@@ -797,9 +797,8 @@ TEST_F(StopCommand, ReachesGrandchildrenInOtherSessions) {
 class WatchdogCommand : public CommandTest {
  protected:
   // Starts the watchdog for job_ and waits for its ready line.
-  void start(double timeout_s, double grace_s) {
-    dog_ =
-        spawn({"/bin/sh", "-c", watchdog_command(job_, timeout_s, grace_s)}, kShellEnv, dir_, true);
+  void start(double timeout_s, double grace_s, const Words& env = kShellEnv) {
+    dog_ = spawn({"/bin/sh", "-c", watchdog_command(job_, timeout_s, grace_s)}, env, dir_, true);
     ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
       return b.find('\n') != std::string::npos;
     })) << out_;
@@ -844,46 +843,23 @@ TEST_F(WatchdogCommand, EchoesHeartbeatsAndTearsDownAfterSilence) {
                       " SIGTERM sleep 30 \n");
 }
 
-// The watchdog and everything it started (its read of stdin), children before parents.
-std::vector<pid_t> process_tree(pid_t root) {
-  std::vector<pid_t> tree{root};
-  for (size_t i = 0; i < tree.size(); ++i)
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      std::string name = e.path().filename();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::string stat = slurp("/proc/" + name + "/stat");
-      size_t close = stat.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(stat.substr(close + 2));
-      std::string state;
-      pid_t ppid = 0;
-      rest >> state >> ppid;
-      if (ppid == tree[i]) tree.push_back(std::stoi(name));
-    }
-  return {tree.rbegin(), tree.rend()};
-}
-
 TEST_F(WatchdogCommand, AHostTooStarvedToReadInTimeDoesNotLoseTheLauncher) {
-  // The watchdog and its read are stopped (as a starved host runs nothing) for longer than the
-  // silence limit while a heartbeat waits in the pipe: the timer of the first read has expired
-  // when they run again, and the second read must find the heartbeat (#15).
+  // A host too starved of CPU to run the watchdog's read before its timer ran out: the first
+  // `timeout` it starts (a stand-in first on PATH) lets the time pass without reading, while the
+  // launcher's heartbeat waits in the pipe. The second read must find it (#15).
+  std::string bin = dir_ + "/bin";
+  ASSERT_EQ(::mkdir(bin.c_str(), 0700), 0);
+  std::string once = dir_ + "/starved-once";
+  write("bin/timeout", "#!/bin/sh\nif [ ! -e " + shell_quote(once) + " ]; then : > " +
+                           shell_quote(once) +
+                           "; sleep \"$1\"; exit 124; fi\nexec /usr/bin/timeout \"$@\"\n");
+  ASSERT_EQ(::chmod((bin + "/timeout").c_str(), 0700), 0);
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
-  start(1.0, 0.5);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in its read of stdin
-  std::vector<pid_t> tree = process_tree(dog_.pid);
-  ASSERT_GE(tree.size(), 2u);
-  for (pid_t p : tree) kill(p, SIGSTOP);
+  start(1.0, 0.5, {"PATH=" + bin + ":/usr/bin:/bin", "LC_ALL=C.UTF-8"});
   send(kBeat);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
-  // The timer's owner (`timeout`) wakes first and ends its stopped read, as a starved host's
-  // scheduler might; the read never got to the byte.
-  for (pid_t p : tree)
-    if (split_nul(slurp("/proc/" + std::to_string(p) + "/cmdline")).front() != "dd")
-      kill(p, SIGCONT);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  for (pid_t p : tree) kill(p, SIGCONT);
   ASSERT_TRUE(read_until(dog_.out, out_, 3, [](const std::string& b) { return !b.empty(); }));
   EXPECT_EQ(out_, "h\n") << "the starved watchdog gave up on a live launcher";
+  EXPECT_EQ(::access(once.c_str(), F_OK), 0);  // the stand-in did starve the first read
   EXPECT_FALSE(wait_for(sleeper, 0).has_value());
   send(kKillNow);
   EXPECT_EQ(finish(3), 0);

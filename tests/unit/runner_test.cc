@@ -12,8 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -111,6 +115,7 @@ class Runner : public ms::test::TempDirTest {
     output_ = std::make_unique<ms::Output>(oc);
     runner_ = std::make_unique<ms::Runner>(plan_, options_, fake, *output_, signal_fd, stdin_fd);
     runner_->set_attempt(attempt);
+    if (events_) runner_->set_events(events_.get());
     int code = runner_->run();
     ended_ms_ = fake.now_ms();
     rows_ = runner_->summary();
@@ -134,8 +139,23 @@ class Runner : public ms::test::TempDirTest {
   std::string console_err() const { return slurp(dir_ + "/console.err"); }
   std::string log(const std::string& name) const { return slurp(options_.log_dir + "/" + name); }
 
+  // The events of the run (with_events() before run()), one object per line.
+  void with_events() { events_ = std::make_unique<ms::EventLog>(dir_ + "/events.jsonl"); }
+  std::vector<nlohmann::json> events() const {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(slurp(dir_ + "/events.jsonl"));
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+  Strings event_types() const {
+    Strings types;
+    for (const auto& e : events()) types.push_back(e.at("type"));
+    return types;
+  }
+
   ms::Options options_;
   ms::Plan plan_;
+  std::unique_ptr<ms::EventLog> events_;
   int console_out_ = -1;
   int console_err_ = -1;
   std::unique_ptr<ms::Output> output_;
@@ -951,6 +971,122 @@ TEST_F(Runner, HangReportOnlyReportsAndTheJobGoesOn) {
             "msrun-ssh: hang: no process printed anything for 2 s (--on_hang=report: the job goes "
             "on)\n");
   EXPECT_EQ(statuses(), Strings{"exit 0"});
+}
+
+// --- Events (--events) ---------------------------------------------------------------------------
+
+TEST_F(Runner, EventsOfAFailingJobNameTheFailureThenTheTeardown) {
+  plan_ = make_plan({2, 2});
+  FakeTransport fake({host({exits(1, 3), exits(30)}), host({exits(30), exits(30)})});
+  with_events();
+  EXPECT_EQ(run(fake), 3);
+  std::vector<nlohmann::json> ev = events();
+  Strings types = event_types();
+  ASSERT_GE(ev.size(), 8u);
+  EXPECT_EQ(Strings(types.begin(), types.begin() + 6),
+            Strings({"watchdog_ready", "watchdog_ready", "process_started", "process_started",
+                     "process_started", "process_started"}));
+  for (const auto& e : ev) {
+    EXPECT_EQ(e.at("version"), ms::EventLog::kVersion);
+    EXPECT_TRUE(e.at("time").is_string());
+  }
+  EXPECT_EQ(ev[0].at("host"), "node0");
+  EXPECT_EQ(ev[2].at("process"), "rank 0");
+  EXPECT_EQ(ev[2].at("log"), "worker_0.log");
+  // The failure first, then the teardown it started, with the job's exit status.
+  EXPECT_EQ(types[6], "process_exited");
+  EXPECT_EQ(ev[6].at("process"), "rank 0");
+  EXPECT_EQ(ev[6].at("exit_status"), 3);
+  EXPECT_EQ(types[7], "teardown");
+  EXPECT_EQ(ev[7].at("exit_status"), 3);
+  EXPECT_NE(ev[7].at("reason").get<std::string>().find("rank 0"), std::string::npos) << ev[7];
+  EXPECT_EQ(std::count(types.begin(), types.end(), "teardown"), 1);
+  // Every process ends once; only rank 0 failed (the others were ended by the teardown).
+  std::map<std::string, bool> ended;
+  for (const auto& e : ev)
+    if (e.at("type") == "process_ended") ended[e.at("process")] = e.at("failed");
+  EXPECT_EQ(ended, (std::map<std::string, bool>{
+                       {"rank 0", true}, {"rank 1", false}, {"rank 2", false}, {"rank 3", false}}));
+}
+
+TEST_F(Runner, EventsOfALostHostAndOfAnInterruptSayWhy) {
+  plan_ = make_plan({1, 1});
+  HostScript cut = host({exits(60)});
+  cut.lost_at = 3;
+  FakeTransport fake({host({exits(60)}), cut});
+  with_events();
+  EXPECT_EQ(run(fake), 255);
+  Strings types = event_types();
+  auto lost = std::find(types.begin(), types.end(), "host_lost");
+  ASSERT_NE(lost, types.end());
+  EXPECT_EQ(*(lost + 1), "process_ended");  // the lost host's process, then the teardown
+  EXPECT_EQ(*(lost + 2), "teardown");
+  nlohmann::json e = events()[static_cast<size_t>(lost - types.begin())];
+  EXPECT_EQ(e.at("host"), "node1");
+  EXPECT_EQ(e.at("reason"), "connection reset by peer");
+
+  ::ftruncate(::open((dir_ + "/events.jsonl").c_str(), O_WRONLY), 0);
+  plan_ = make_plan({1});
+  FakeTransport quiet({host({exits(60)})});
+  quiet.at(1, [&] { runner().on_signal(SIGINT); });
+  with_events();
+  EXPECT_EQ(run(quiet), 130);
+  std::vector<nlohmann::json> ev = events();
+  auto teardown = std::find_if(ev.begin(), ev.end(),
+                               [](const nlohmann::json& x) { return x.at("type") == "teardown"; });
+  ASSERT_NE(teardown, ev.end());
+  EXPECT_EQ(teardown->at("reason"), "received SIGINT");
+  EXPECT_EQ(teardown->at("exit_status"), 130);
+}
+
+TEST(EventLog, WritesOneVersionedTimedObjectPerLine) {
+  ms::test::TempDir dir;
+  std::string path = dir.path() + "/e.jsonl";
+  {
+    ms::EventLog log(path, [] {
+      return std::chrono::system_clock::time_point(std::chrono::milliseconds(1796081171499LL));
+    });
+    log.emit("job", {{"job_id", "j-1"}, {"hosts", {"a", "b"}}});
+    log.emit("end", {{"exit_status", 0}, {"note", std::string("bad \xff byte")}});
+  }
+  std::istringstream in(slurp(path));
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  nlohmann::json e = nlohmann::json::parse(line);
+  EXPECT_EQ(e.at("version"), 1);
+  EXPECT_EQ(e.at("time"), "2026-11-30T23:26:11.499Z");
+  EXPECT_EQ(e.at("type"), "job");
+  EXPECT_EQ(e.at("hosts"), nlohmann::json({"a", "b"}));
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(nlohmann::json::parse(line).at("type"), "end");  // the bad byte was replaced
+  EXPECT_FALSE(std::getline(in, line));
+  EXPECT_EQ(::access(path.c_str(), F_OK), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_THROW(ms::EventLog(dir.path() + "/no/such/dir/e.jsonl"), ms::InputError);
+}
+
+TEST(SummaryJson, CarriesEveryProcessAndTheRootCause) {
+  ms::SummaryRow a, b;
+  a.host = "node0";
+  a.process = "rank 0";
+  a.rank = 0;
+  a.status = "exit 3";
+  a.failed = true;
+  a.root_cause = true;
+  a.traceback = {"Traceback (most recent call last):", "ValueError: x"};
+  b.host = "node1";
+  b.process = "scheduler";
+  b.rank = -1;
+  b.status = "exit 0 (killed by teardown)";
+  b.torn_down = true;
+  nlohmann::json j = ms::summary_json({a, b});
+  ASSERT_EQ(j.at("processes").size(), 2u);
+  EXPECT_EQ(j.at("processes")[1].at("rank"), nullptr);
+  EXPECT_EQ(j.at("root_cause").at("process"), "rank 0");
+  EXPECT_EQ(j.at("root_cause").at("traceback").size(), 2u);
+  EXPECT_EQ(j.at("torn_down"), 1);
 }
 
 }  // namespace
