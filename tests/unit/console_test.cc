@@ -3,14 +3,11 @@
 // sets (src/hostfile/nodeset.cc). Output runs on a fake clock; consoles are temporary files.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +15,7 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/output.h"
+#include "test_util.h"
 
 namespace {
 
@@ -83,12 +81,9 @@ TEST(FoldNodeset, ExpandsBackToTheSameNames) {
 
 // ------------------------------------------------------------------------------------------------
 
-class Console : public ::testing::Test {
+class Console : public ms::test::TempDirTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/console_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     config_.log_dir = dir_;
     config_.console_out = ::open((dir_ + "/out").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     config_.console_err = ::open((dir_ + "/err").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -99,17 +94,10 @@ class Console : public ::testing::Test {
   void TearDown() override {
     ::close(config_.console_out);
     ::close(config_.console_err);
-    std::filesystem::remove_all(dir_);
   }
-  std::string file(const std::string& name) const {
-    std::ifstream in(dir_ + "/" + name, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
+  std::string file(const std::string& name) const { return ms::test::slurp(dir_ + "/" + name); }
   void advance(int ms) { now_ += std::chrono::milliseconds(ms); }
 
-  std::string dir_;
   ms::OutputConfig config_;
   Clock::time_point now_ = kT0;
 };
@@ -251,12 +239,14 @@ TEST(ConsoleOptions, AreParsedAndCheckedOnTheCommandLine) {
   EXPECT_FALSE(parsed({"--output=prefixed"}).output_gather);
   EXPECT_TRUE(parsed({"--timestamps"}).timestamps);
   EXPECT_TRUE(parsed({"--log_timestamps=True"}).log_timestamps);
-  try {
-    parsed({"--output", "clubak"});
-    FAIL() << "accepted --output clubak";
-  } catch (const ms::InputError& e) {
-    EXPECT_STREQ(e.what(), "--output=clubak: expects prefixed or gather");
-  }
+  EXPECT_EQ(ms::test::error_of([] {
+              parsed({"--output", "clubak"});
+            }),
+            "--output=clubak: expects prefixed or gather");
+  EXPECT_EQ(ms::test::error_of([] {
+              parsed({"--events", ""});
+            }),
+            "--events=: must name a file, or - for stdout");
 }
 
 }  // namespace
