@@ -5,9 +5,10 @@
 // others) and at most three commands.
 //  1. one probe (probe_command): a POSIX sh script (src/remote/check_probe.sh) that prints
 //     `key=value` lines about the host (clock first, then OS, CPUs, NUMA, devices, workdir, disk,
-//     script checksum, python and imports, route to the master); parse_probe() reads them and evaluate_probe() turns them into
-//     verdicts. Every external program in it runs under `timeout`, and the only file it creates
-//     (an empty `.msrun-ssh-check.PID` in the workdir) is removed at once.
+//     script checksum, python and imports, route to the master); parse_probe() reads them and
+//     evaluate_probe() turns them into verdicts. Every external program in it runs under `timeout`,
+//     and the only file it creates (an empty `.msrun-ssh-check.PID` in the workdir) is removed at
+//     once.
 //  2. on the master only, at the same time: a temporary TCP listener on 0.0.0.0:master_port
 //     (listener_command: src/remote/python.sh, listen.sh, listen.py), bounded by its own deadline
 //     and ended as soon as its stdin closes.

@@ -3,12 +3,12 @@
 // POSIX shell (sh, dash, bash, ksh, zsh) passes it on byte-exact: nothing is ever re-interpreted.
 //
 // Per job and host there are two kinds of command:
-//  - one watchdog (control channel; src/remote/sweep.sh and watchdog.sh), started first: it reads one byte at a time from the launcher,
-//    echoing heartbeats (the control bytes and the lines it prints: "The watchdog's protocol"
-//    below). When no byte arrives for the deadline or stdin closes (the launcher died or the host
-//    was cut off) it tears the job down by itself. A teardown kills every process whose
-//    environment carries MSRUN_SSH_JOB=<job id>, found in /proc/*/environ, which reaches
-//    grandchildren that left the process group too.
+//  - one watchdog (control channel; src/remote/sweep.sh and watchdog.sh), started first: it
+//    reads one byte at a time from the launcher, echoing heartbeats (the control bytes and the
+//    lines it prints: "The watchdog's protocol" below). When no byte arrives for the deadline or
+//    stdin closes (the launcher died or the host was cut off) it tears the job down by itself. A
+//    teardown kills every process whose environment carries MSRUN_SSH_JOB=<job id>, found in
+//    /proc/*/environ, which reaches grandchildren that left the process group too.
 //  - one command per process: cd to the workdir, then exec env with the full environment and argv.
 #pragma once
 

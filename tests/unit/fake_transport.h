@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "fake_clock.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/transport.h"
 
@@ -69,7 +70,7 @@ struct HostScript {
   std::vector<ProcScript> processes;
 };
 
-class FakeTransport : public Transport {
+class FakeTransport : public Transport, public FakeClock {
  public:
   static constexpr double kMaxClockMs = 24 * 3600 * 1000.0;
   static constexpr int kMaxPolls = 1000000;
@@ -184,18 +185,7 @@ class FakeTransport : public Transport {
     if (++polls_ > kMaxPolls) throw std::runtime_error("FakeTransport: too many polls");
     polled_timeouts.push_back(timeout_ms);
     if (deliver_ready_fds(handler)) return;
-    double limit = timeout_ms < 0 ? HUGE_VAL : now_ + timeout_ms;
-    if (timeline_.empty() || timeline_.begin()->first.first > limit) {
-      if (timeout_ms < 0) throw std::runtime_error("FakeTransport: poll(-1) would block forever");
-      now_ = limit;
-    } else {
-      now_ = std::max(now_, timeline_.begin()->first.first);
-      while (!timeline_.empty() && timeline_.begin()->first.first <= now_) {
-        auto fn = std::move(timeline_.begin()->second);
-        timeline_.erase(timeline_.begin());
-        fn();
-      }
-    }
+    advance(timeout_ms, "FakeTransport");
     if (now_ > kMaxClockMs) throw std::runtime_error("FakeTransport: the fake clock ran away");
     std::vector<Pending> batch;
     batch.swap(pending_);
@@ -277,9 +267,6 @@ class FakeTransport : public Transport {
   Channel& chan(ChannelId id) { return channels_.at(static_cast<size_t>(id)); }
   const HostScript& script(size_t host) const { return hosts_[host]; }
 
-  void schedule(double at_ms, std::function<void()> fn) {
-    timeline_.emplace(std::make_pair(at_ms, seq_++), std::move(fn));
-  }
   void after(double seconds, std::function<void()> fn) {
     schedule(now_ + ms(seconds), std::move(fn));
   }
@@ -504,10 +491,7 @@ class FakeTransport : public Transport {
   std::vector<Channel> channels_;
   std::vector<bool> dropped_;
   std::vector<int> fds_;
-  std::map<std::pair<double, uint64_t>, std::function<void()>> timeline_;
   std::vector<Pending> pending_;
-  uint64_t seq_ = 0;
-  double now_ = 0;
   int polls_ = 0;
 };
 

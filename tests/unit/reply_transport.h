@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "fake_clock.h"
 #include "msrun_ssh/transport.h"
 
 namespace msrun_ssh::fake {
@@ -33,7 +34,7 @@ struct Reply {
   std::string open_error;  // not empty: the channel fails to open (kOpenFailed) with this reason
 };
 
-class ReplyTransport : public Transport {
+class ReplyTransport : public Transport, public FakeClock {
  public:
   static constexpr size_t kAnyHost = std::numeric_limits<size_t>::max();
   static constexpr int kMaxPolls = 100000;
@@ -110,18 +111,7 @@ class ReplyTransport : public Transport {
 
   void poll(int timeout_ms, const EventHandler& handler) override {
     if (++polls_ > kMaxPolls) throw std::runtime_error("ReplyTransport: too many polls");
-    double limit = timeout_ms < 0 ? HUGE_VAL : now_ + timeout_ms;
-    if (timeline_.empty() || timeline_.begin()->first.first > limit) {
-      if (timeout_ms < 0) throw std::runtime_error("ReplyTransport: poll(-1) would block forever");
-      now_ = limit;
-    } else {
-      now_ = std::max(now_, timeline_.begin()->first.first);
-      while (!timeline_.empty() && timeline_.begin()->first.first <= now_) {
-        auto fn = std::move(timeline_.begin()->second);
-        timeline_.erase(timeline_.begin());
-        fn();
-      }
-    }
+    advance(timeout_ms, "ReplyTransport");
     std::vector<Pending> batch;
     batch.swap(pending_);
     for (Pending& p : batch) {
@@ -180,9 +170,6 @@ class ReplyTransport : public Transport {
     return e;
   }
 
-  void schedule(double at_ms, std::function<void()> fn) {
-    timeline_.emplace(std::make_pair(at_ms, seq_++), std::move(fn));
-  }
   void after(double seconds, std::function<void()> fn) {
     schedule(now_ + ms(seconds), std::move(fn));
   }
@@ -233,10 +220,7 @@ class ReplyTransport : public Transport {
 
   std::vector<Rule> rules_;
   std::vector<Channel> channels_;
-  std::map<std::pair<double, uint64_t>, std::function<void()>> timeline_;
   std::vector<Pending> pending_;
-  uint64_t seq_ = 0;
-  double now_ = 0;
   int polls_ = 0;
 };
 
