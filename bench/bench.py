@@ -27,6 +27,13 @@ import common  # noqa: E402
 from common import log  # noqa: E402
 
 TOOLS = ["msrun-ssh", "pdsh", "clush", "mpirun"]
+# msrun-ssh with a console option, measured like msrun-ssh itself (--tools may name them).
+VARIANTS = {"msrun-ssh+gather": ["--output", "gather"], "msrun-ssh+timestamps": ["--timestamps"],
+            "msrun-ssh+log_timestamps": ["--log_timestamps"]}
+
+
+def is_msrun(tool):
+    return tool == "msrun-ssh" or tool in VARIANTS
 FANOUT = 64
 LINE = b"x" * 99 + b"\n"  # 100-byte lines for the relay
 
@@ -62,9 +69,9 @@ class Tools:
     def argv(self, tool, addrs, program, log_dir, toml, ppn=1):
         """`ppn` processes of `program` per host: msrun-ssh's host file says so (toml), mpirun
         gets HOST:ppn, and pdsh/clush run one remote shell per host that starts them all."""
-        if tool == "msrun-ssh":
+        if is_msrun(tool):
             return [self.msrun, "--hostfile", toml, "--log_dir", log_dir, "--fanout", str(FANOUT),
-                    program]
+                    *VARIANTS.get(tool, []), program]
         if ppn > 1 and tool in ("pdsh", "clush"):
             program = f"for i in $(seq {ppn}); do {program} & done; wait"
         if tool == "pdsh":
@@ -122,14 +129,14 @@ def one_run(args, tools, tool, addrs, program, toml, *, relay=False, sample=None
         out = os.path.join(run_dir, "out.txt")
         # pdsh and clush: their output file is the log. msrun-ssh and mpirun write per-rank log
         # files themselves; in the relay their console goes to /dev/null.
-        stdout_file = None if relay and tool in ("msrun-ssh", "mpirun") else out
-        uses_logs = tool == "msrun-ssh" or (relay and tool == "mpirun")
+        stdout_file = None if relay and (is_msrun(tool) or tool == "mpirun") else out
+        uses_logs = is_msrun(tool) or (relay and tool == "mpirun")
         argv = tools.argv(tool, addrs, program, log_dir if uses_logs else None, toml, ppn)
         r = common.run_measured(argv, env=tools.env(tool), stdout=stdout_file,
                                 timeout_s=args.timeout, sample=sample)
         r["leftover"] = common.wait_settled(args.settle_ns, args.baseline.get(args.settle_ns, 0))
         if relay:
-            if tool == "msrun-ssh":
+            if is_msrun(tool):
                 r["bytes"] = sum(os.path.getsize(os.path.join(log_dir, f))
                                  for f in os.listdir(log_dir) if f.startswith("worker_"))
             elif tool == "mpirun":
@@ -242,13 +249,15 @@ def bench_relay(args, tools, results):
             r = one_run(args, tools, tool, addrs, prog, toml, relay=True, tag=f"relay rep={rep}")
             r["payload"] = 4 * per_proc
             # Every byte must have reached the logs (pdsh and clush add a host prefix per line).
-            complete = (r.get("bytes", 0) == r["payload"] if tool in ("msrun-ssh", "mpirun")
+            # --log_timestamps adds a stamp to every line: at least the payload, like pdsh's prefix.
+            exact = (is_msrun(tool) and tool != "msrun-ssh+log_timestamps") or tool == "mpirun"
+            complete = (r.get("bytes", 0) == r["payload"] if exact
                         else r.get("bytes", 0) >= r["payload"])
             if r["ok"] and not complete:
                 log(f"  {tool} relay rep={rep}: logged {r.get('bytes', 0)} of {r['payload']} bytes")
             r["ok"] = r["ok"] and complete
             runs.setdefault(tool, []).append(r)
-            log(f"relay rep {rep} {tool:9} wall {r['wall']:.2f}s "
+            log(f"relay rep {rep} {tool:9} wall {r['wall']:.2f}s machine {r['machine_cpu']:.2f}s "
                 f"{r['payload'] / 1e6 / r['wall']:6.1f} MB/s cpu {r['cpu'] / (r['payload'] / 1e9):6.2f}"
                 f" s/GB logged {r.get('bytes', 0) / 1e6:.1f} MB{'' if r['ok'] else ' FAILED'}")
         common.save_json(os.path.join(args.out, "results.json"), results)
@@ -374,9 +383,9 @@ def relay_table(results):
     if not runs:
         return ""
     lines = ["\nrelay, 4 hosts x 1 process x 50 MB of 100-byte lines, logs written: median (min–max)\n",
-             "| tool | wall, s | MB/s | launcher CPU, s per GB | logged MB |",
-             "|---|---|---|---|---|"]
-    for tool in TOOLS:
+             "| tool | wall, s | MB/s | launcher CPU, s per GB | machine-wide CPU, s | logged MB |",
+             "|---|---|---|---|---|---|"]
+    for tool in TOOLS + list(VARIANTS):
         rs = [r for r in runs.get(tool, []) if r["ok"]]
         if not rs:
             continue
@@ -384,8 +393,9 @@ def relay_table(results):
         mbs = common.summarize([r["payload"] / 1e6 / r["wall"] for r in rs])
         cpu = common.summarize([r["cpu"] / (r["payload"] / 1e9) for r in rs])
         logged = common.summarize([r["bytes"] / 1e6 for r in rs])
+        busy = common.summarize([r.get("machine_cpu") for r in rs])
         lines.append(f"| {tool} | {fmt_stat(wall, 1, 2)} | {fmt_stat(mbs, 1, 1)} | "
-                     f"{fmt_stat(cpu, 1, 2)} | {fmt_stat(logged, 1, 1)} |")
+                     f"{fmt_stat(cpu, 1, 2)} | {fmt_stat(busy, 1, 2)} | {fmt_stat(logged, 1, 1)} |")
     return "\n".join(lines)
 
 
@@ -506,7 +516,7 @@ def main():
         print("bench.py needs root (the test cluster uses network namespaces)", file=sys.stderr)
         return 77
     for t in args.tools:
-        exe = args.msrun if t == "msrun-ssh" else t
+        exe = args.msrun if is_msrun(t) else t
         if not shutil.which(exe):
             print(f"bench.py: {exe} not found", file=sys.stderr)
             return 2
