@@ -208,15 +208,10 @@ std::vector<std::string> process_argv(const Process& p, const Options& options,
   return argv;
 }
 
-Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve) {
-  Plan plan;
-  plan.job_id = options.job_id;
-  plan.master_port = options.master_port;
-  plan.contract = options.contract              ? *options.contract
-                  : cluster.contract == "torch" ? Contract::kTorch
-                                                : Contract::kMsrun;
-  if (plan.contract == Contract::kTorch && options.sim_level >= 0)
-    throw InputError("--sim_level is msrun's simulation; it does not go with --contract torch");
+namespace {
+
+// Every host of the file, its workers counted (their sum checked against --worker_num).
+void plan_hosts(Plan& plan, const Options& options, const Cluster& cluster) {
   int total = 0;
   std::vector<int> per_host;
   for (size_t i = 0; i < cluster.hosts.size(); ++i) {
@@ -235,17 +230,12 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
                                  *options.worker_num, cluster.path, total, sum));
   }
   plan.worker_num = total;
-  check_ranks(options.tail_worker_log, total, "--tail_worker_log");
-  bool sim = options.sim_level >= 0;
-  if (options.sim_rank_id >= 0) {
-    if (!sim) throw InputError("--sim_rank_id needs --sim_level");
-    check_ranks({options.sim_rank_id}, total, "--sim_rank_id");
-  }
-  size_t master = find_master(options, plan.hosts, resolve);
-  plan.hosts[master].is_master = true;
-  plan.master_ip = resolved_ip(plan.hosts[master], resolve);
-  bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
+}
 
+// The processes of every host: the scheduler on the master (msrun's contract, no simulation),
+// then the workers, global ranks in host-file order.
+void plan_processes(Plan& plan, const Options& options) {
+  const bool sim = options.sim_level >= 0;
   int rank = 0;
   for (auto& hp : plan.hosts) {
     if (hp.is_master && !sim && plan.contract == Contract::kMsrun) {
@@ -271,6 +261,30 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
       hp.processes.push_back(std::move(w));
     }
   }
+}
+
+}  // namespace
+
+Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve) {
+  Plan plan;
+  plan.job_id = options.job_id;
+  plan.master_port = options.master_port;
+  plan.contract = options.contract              ? *options.contract
+                  : cluster.contract == "torch" ? Contract::kTorch
+                                                : Contract::kMsrun;
+  if (plan.contract == Contract::kTorch && options.sim_level >= 0)
+    throw InputError("--sim_level is msrun's simulation; it does not go with --contract torch");
+  plan_hosts(plan, options, cluster);
+  check_ranks(options.tail_worker_log, plan.worker_num, "--tail_worker_log");
+  if (options.sim_rank_id >= 0) {
+    if (options.sim_level < 0) throw InputError("--sim_rank_id needs --sim_level");
+    check_ranks({options.sim_rank_id}, plan.worker_num, "--sim_rank_id");
+  }
+  size_t master = find_master(options, plan.hosts, resolve);
+  plan.hosts[master].is_master = true;
+  plan.master_ip = resolved_ip(plan.hosts[master], resolve);
+  plan_processes(plan, options);
+  const bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
   for (auto& hp : plan.hosts) {
     if (log_needs_ip) resolved_ip(hp, resolve);
     for (auto& p : hp.processes) {
