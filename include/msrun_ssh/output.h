@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -153,9 +154,9 @@ class Gatherer {
   void add(int source, bool is_stderr, std::string_view text, double now_ms,
            const std::string& stamp);
 
-  // Hands every line whose window has passed (every line with `all`) to emit(is_stderr, line),
-  // the line prefixed and ended with '\n', oldest first.
-  void take(double now_ms, bool all, const std::function<void(bool, const std::string&)>& emit);
+  // Appends every line whose window has passed (every line with `all`), prefixed and ended with
+  // '\n', oldest first, to `out` (stdout lines) or `err` (stderr lines).
+  void take(double now_ms, bool all, std::string& out, std::string& err);
 
   size_t pending() const { return pending_.size(); }
   // When the oldest pending line is due, in the clock of add() (< 0: nothing pending).
@@ -173,13 +174,18 @@ class Gatherer {
     double first_ms;
     std::vector<int> sources;
   };
-  std::string line_of(const Entry& e) const;
+  void append_line(const Entry& e, std::string& to);
+  const std::string& label_of(const Entry& e);
   double window_ms_;
   bool color_;
   std::vector<Source> sources_;
   std::vector<uint64_t> last_seq_;  // per source and stream: its newest pending line (0: none)
   std::deque<Entry> pending_;       // in order of arrival; pending_[i].seq == front seq + i
-  std::unordered_map<std::string, std::vector<uint64_t>> open_;  // stream+text -> pending seqs
+  // Per stream: text -> the seqs of the pending lines with that text, oldest first. The key views
+  // the text of the oldest of them (deque elements stay in place while others come and go).
+  std::unordered_map<std::string_view, std::deque<uint64_t>> open_[2];
+  // "[ranks@hosts]" of each set of sources a group had, for stdout and stderr lines.
+  std::map<std::vector<int>, std::string> labels_[2];
   uint64_t next_seq_ = 1;
 };
 

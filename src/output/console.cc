@@ -54,35 +54,39 @@ int Gatherer::add_source(int rank, std::string host, std::string suffix, std::st
 
 void Gatherer::add(int source, bool is_stderr, std::string_view text, double now_ms,
                    const std::string& stamp) {
-  std::string key;
-  key.reserve(text.size() + 1);
-  key += is_stderr ? 'e' : 'o';
-  key.append(text);
-  auto& seqs = open_[key];
   // Order matters within a stream: stdout and stderr lines go to different consoles.
-  const size_t slot = static_cast<size_t>(source) * 2 + (is_stderr ? 1 : 0);
-  uint64_t after = last_seq_.at(slot);
-  // The oldest open group of this text that comes after everything the source has pending.
-  // Groups whose window has passed take no one else (take() has not printed them yet).
-  auto it = std::upper_bound(seqs.begin(), seqs.end(), after);
-  for (; it != seqs.end(); ++it) {
-    Entry& e = pending_[static_cast<size_t>(*it - pending_.front().seq)];
-    if (e.first_ms + window_ms_ <= now_ms) continue;
-    e.sources.push_back(source);
-    last_seq_[slot] = *it;
-    return;
+  const int stream = is_stderr ? 1 : 0;
+  const size_t slot = static_cast<size_t>(source) * 2 + static_cast<size_t>(stream);
+  const uint64_t after = last_seq_.at(slot);
+  auto open = open_[stream].find(text);
+  if (open != open_[stream].end()) {
+    // The oldest open group of this text after everything the source has pending; groups whose
+    // window has passed take no one else (take() has not printed them yet).
+    auto& seqs = open->second;
+    for (auto it = std::upper_bound(seqs.begin(), seqs.end(), after); it != seqs.end(); ++it) {
+      Entry& e = pending_[static_cast<size_t>(*it - pending_.front().seq)];
+      if (e.first_ms + window_ms_ <= now_ms) continue;
+      e.sources.push_back(source);
+      last_seq_[slot] = *it;
+      return;
+    }
   }
-  uint64_t seq = next_seq_++;
-  pending_.push_back({seq, is_stderr, std::string(text), stamp, now_ms, {source}});
-  seqs.push_back(seq);
+  const uint64_t seq = next_seq_++;
+  Entry& e =
+      pending_.emplace_back(Entry{seq, is_stderr, std::string(text), stamp, now_ms, {source}});
+  if (open == open_[stream].end())
+    open_[stream].emplace(std::string_view(e.text), std::deque<uint64_t>{seq});
+  else
+    open->second.push_back(seq);
   last_seq_[slot] = seq;
 }
 
-std::string Gatherer::line_of(const Entry& e) const {
-  const int s = e.is_stderr ? 1 : 0;
-  if (e.sources.size() == 1)
-    return fmt::format("{}{}{}\n", e.stamp, sources_[static_cast<size_t>(e.sources[0])].own[s],
-                       e.text);
+// "[0-7@node[01-02]]" for the sources of a group, worked out once per set of sources.
+const std::string& Gatherer::label_of(const Entry& e) {
+  const int stream = e.is_stderr ? 1 : 0;
+  if (labels_[stream].size() >= kMaxPending) labels_[stream].clear();  // bounded, whatever comes
+  auto [it, added] = labels_[stream].try_emplace(e.sources);
+  if (!added) return it->second;
   std::vector<int> ranks;
   std::vector<std::string> hosts;
   ranks.reserve(e.sources.size());
@@ -102,26 +106,35 @@ std::string Gatherer::line_of(const Entry& e) const {
   std::string label =
       fmt::format("{}@{}{}{}", who, fold_nodeset(hosts),
                   sources_[static_cast<size_t>(e.sources[0])].suffix, e.is_stderr ? " err" : "");
-  if (color_)
-    return fmt::format("{}\x1b[{}m[{}]\x1b[0m {}\n", e.stamp, e.is_stderr ? 31 : 36, label, e.text);
-  return fmt::format("{}[{}] {}\n", e.stamp, label, e.text);
+  it->second = color_ ? fmt::format("\x1b[{}m[{}]\x1b[0m ", e.is_stderr ? 31 : 36, label)
+                      : fmt::format("[{}] ", label);
+  return it->second;
 }
 
-void Gatherer::take(double now_ms, bool all,
-                    const std::function<void(bool, const std::string&)>& emit) {
+void Gatherer::append_line(const Entry& e, std::string& to) {
+  const int s = e.is_stderr ? 1 : 0;
+  to += e.stamp;
+  to += e.sources.size() == 1 ? sources_[static_cast<size_t>(e.sources[0])].own[s] : label_of(e);
+  to += e.text;
+  to += '\n';
+}
+
+void Gatherer::take(double now_ms, bool all, std::string& out, std::string& err) {
   while (!pending_.empty() && (all || pending_.size() > kMaxPending ||
                                pending_.front().first_ms + window_ms_ <= now_ms)) {
     Entry& e = pending_.front();
-    emit(e.is_stderr, line_of(e));
-    std::string key;
-    key.reserve(e.text.size() + 1);
-    key += e.is_stderr ? 'e' : 'o';
-    key += e.text;
-    auto it = open_.find(key);
-    if (it != open_.end()) {
-      // The front is the oldest pending line of all, so the first of its text.
-      it->second.erase(it->second.begin());
-      if (it->second.empty()) open_.erase(it);
+    append_line(e, e.is_stderr ? err : out);
+    auto& open = open_[e.is_stderr ? 1 : 0];
+    auto it = open.find(std::string_view(e.text));
+    // The front is the oldest pending line of all, so the first of its text, and the key views
+    // its text: the key moves to the next line of the same text, if there is one.
+    it->second.pop_front();
+    if (it->second.empty()) {
+      open.erase(it);
+    } else {
+      auto node = open.extract(it);
+      node.key() = pending_[static_cast<size_t>(node.mapped().front() - e.seq)].text;
+      open.insert(std::move(node));
     }
     pending_.pop_front();
   }

@@ -159,14 +159,14 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
 }
 
 void Output::console_line(Proc& p, bool is_stderr, std::string_view text) {
-  const std::string& when = config_.timestamps ? stamp() : std::string();
+  static const std::string kNoStamp;
   if (config_.gather) {
-    gatherer_.add(p.source, is_stderr, text, now_ms_, when);
+    gatherer_.add(p.source, is_stderr, text, now_ms_, config_.timestamps ? stamp() : kNoStamp);
     if (gatherer_.pending() > Gatherer::kMaxPending) write_console();
     return;
   }
   std::string& buf = is_stderr ? err_buf_ : out_buf_;
-  buf += when;
+  if (config_.timestamps) buf += stamp();
   buf += p.console_prefix[is_stderr ? 1 : 0];
   buf.append(text);
   buf += '\n';
@@ -213,15 +213,11 @@ void Output::show_redraws() {
 }
 
 // Gathered lines that are due join the console buffers.
-void Output::write_console() {
-  gatherer_.take(now_ms_, false,
-                 [&](bool err, const std::string& l) { (err ? err_buf_ : out_buf_) += l; });
-}
+void Output::write_console() { gatherer_.take(now_ms_, false, out_buf_, err_buf_); }
 
 void Output::drain() {
   now_ms_ = now_ms();
-  gatherer_.take(now_ms_, true,
-                 [&](bool err, const std::string& l) { (err ? err_buf_ : out_buf_) += l; });
+  gatherer_.take(now_ms_, true, out_buf_, err_buf_);
   flush();
 }
 

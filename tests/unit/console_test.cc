@@ -219,10 +219,11 @@ TEST(Gatherer, BoundsWhatWaits) {
   int s = g.add_source(0, "h", "", "[0@h] ", "[0@h err] ");
   for (size_t i = 0; i < ms::Gatherer::kMaxPending + 10; ++i)
     g.add(s, false, "line " + std::to_string(i), 0, "");
-  Strings out;
-  g.take(0, false, [&](bool, const std::string& l) { out.push_back(l); });
-  ASSERT_EQ(out.size(), 10u);
-  EXPECT_EQ(out[0], "[0@h] line 0\n");
+  std::string out, err;
+  g.take(0, false, out, err);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 10);
+  EXPECT_EQ(out.substr(0, out.find('\n') + 1), "[0@h] line 0\n");
+  EXPECT_EQ(err, "");
   EXPECT_EQ(g.pending(), ms::Gatherer::kMaxPending);
 }
 
