@@ -204,11 +204,10 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   HostState& h = hosts_[host];
   h.last_echo_ms = t_.now_ms();
-  constexpr std::string_view kReady = "msrun-ssh-watchdog: ready ";
-  if (line.rfind(kReady, 0) == 0) {
+  if (line.rfind(kWatchdogReady, 0) == 0) {
     h.ready = true;
     // "ready PID NAME": NAME is the host's uname -n.
-    std::string_view rest = line.substr(kReady.size());
+    std::string_view rest = line.substr(kWatchdogReady.size());
     size_t space = rest.find(' ');
     if (space != std::string_view::npos) h.name = std::string(rest.substr(space + 1));
     emit_event(events_, "watchdog_ready",
