@@ -24,9 +24,17 @@ std::string watchdog_head() {
 // The word shell_quote made of `quoted`, or nothing when `quoted` is not such a word.
 std::optional<std::string> shell_unquote(std::string_view quoted) {
   if (quoted.size() < 2 || quoted.front() != '\'' || quoted.back() != '\'') return std::nullopt;
-  std::string word(quoted.substr(1, quoted.size() - 2));
-  for (size_t at = word.find("'\\''"); at != std::string::npos; at = word.find("'\\''", at + 1))
-    word.replace(at, 4, "'");
+  std::string_view body = quoted.substr(1, quoted.size() - 2);
+  std::string word;
+  word.reserve(body.size());
+  // Each '\'' stands for one quote; built by appending (GCC 12 warns on replace() here).
+  for (size_t at = 0; at < body.size();) {
+    size_t q = body.find("'\\''", at);
+    word.append(body.substr(at, q == std::string_view::npos ? body.size() - at : q - at));
+    if (q == std::string_view::npos) break;
+    word += '\'';
+    at = q + 4;
+  }
   if (shell_quote(word) != quoted) return std::nullopt;
   return word;
 }

@@ -2,6 +2,7 @@
 // timestamps, progress bars redrawn with '\r', --output gather, and folding host names into node
 // sets (src/hostfile/nodeset.cc). Output runs on a fake clock; consoles are temporary files.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -152,8 +153,8 @@ TEST_F(Console, GatherPrintsLinesOfManyRanksOnceUnderTheirRankAndHostSets) {
   Strings hosts{"node01", "node01", "node02", "node02"};
   std::vector<int> procs;
   for (int r = 0; r < 4; ++r)
-    procs.push_back(o.add_process(std::to_string(r) + "@" + hosts[static_cast<size_t>(r)],
-                                  "w" + std::to_string(r) + ".log", true, r,
+    procs.push_back(o.add_process(fmt::format("{}@{}", r, hosts[static_cast<size_t>(r)]),
+                                  fmt::format("w{}.log", r), true, r,
                                   hosts[static_cast<size_t>(r)]));
   int sched = o.add_process("sched@node01", "s.log", true, -1, "node01");
   for (int p : procs) o.data(p, false, "Epoch 3 done\n");
@@ -170,7 +171,7 @@ TEST_F(Console, GatherPrintsLinesOfManyRanksOnceUnderTheirRankAndHostSets) {
   EXPECT_EQ(file("out"), "[sched,0-3@node[01-02]] Epoch 3 done\n[2@node02] odd one\n");
   EXPECT_LT(o.due_in_ms(), 0);
   for (int r = 0; r < 4; ++r)
-    EXPECT_EQ(file("w" + std::to_string(r) + ".log"),
+    EXPECT_EQ(file(fmt::format("w{}.log", r)),
               r == 2 ? "Epoch 3 done\nodd one\n" : "Epoch 3 done\n");
 }
 
