@@ -43,6 +43,11 @@ struct SummaryRow;
 // processes the teardown ended. The "summary" event and <log_dir>/summary.json carry it.
 nlohmann::json summary_json(const std::vector<SummaryRow>& rows);
 
+// A process's "rank" field: a worker's global rank, null for the scheduler (rank < 0).
+inline nlohmann::json rank_json(int rank) {
+  return rank >= 0 ? nlohmann::json(rank) : nlohmann::json(nullptr);
+}
+
 // For rooms that may run without an event log: emits when `log` is set.
 inline void emit_event(EventLog* log, std::string_view type,
                        const nlohmann::json& fields = nlohmann::json::object()) {

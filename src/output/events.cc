@@ -49,7 +49,7 @@ nlohmann::json summary_json(const std::vector<SummaryRow>& rows) {
   for (const SummaryRow& r : rows) {
     nlohmann::json p = {{"host", r.host},       {"process", r.process}, {"status", r.status},
                         {"seconds", r.seconds}, {"failed", r.failed},   {"torn_down", r.torn_down}};
-    p["rank"] = r.rank >= 0 ? nlohmann::json(r.rank) : nlohmann::json(nullptr);
+    p["rank"] = rank_json(r.rank);
     if (r.torn_down) ++torn_down;
     if (r.root_cause) {
       root = p;

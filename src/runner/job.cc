@@ -279,6 +279,18 @@ JobHosts job_hosts(const Plan& plan) {
 }
 
 // The grouped stacks of a time limit, also in <log_dir>/stacks-<UTC time>[-a<attempt>].txt.
+// Writes `text` to `path` (created with the launcher's umask, 077); on failure warns, naming the
+// file, and returns false.
+bool write_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  bool ok = f && std::fputs(text.c_str(), f) >= 0;
+  if (f && std::fclose(f) != 0) ok = false;
+  if (!ok)
+    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+  return ok;
+}
+
 // The attempt's summary as data: the "summary" event and <log_dir>/summary.json (the last
 // attempt's, written 0600 through a temporary name).
 void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& rows,
@@ -291,10 +303,8 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
   emit_event(events, "summary", summary);
   summary["version"] = EventLog::kVersion;
   std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
   std::string text = summary.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  if (!f || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0 ||
-      std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (write_file(tmp, text) && std::rename(tmp.c_str(), path.c_str()) != 0)
     std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
                  std::strerror(errno));
 }
@@ -308,13 +318,8 @@ void write_stacks_file(const std::string& log_dir, const std::string& stacks, in
       fmt::format("{}/stacks-{:04}{:02}{:02}-{:02}{:02}{:02}{}.txt", log_dir, tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                   attempt > 1 ? fmt::format("-a{}", attempt) : "");
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f || std::fputs(stacks.c_str(), f) < 0)
-    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
-                 std::strerror(errno));
-  else
+  if (write_file(path, stacks))
     std::fprintf(stderr, "msrun-ssh: the stacks are also in %s\n", path.c_str());
-  if (f) std::fclose(f);
 }
 
 // Everything before a process starts, attached or detached: connect every host, bind from their

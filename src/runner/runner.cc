@@ -161,7 +161,7 @@ void Runner::finish_process(Proc& p, const std::string& note) {
     events_->emit("process_ended",
                   {{"host", r.host},
                    {"process", r.process},
-                   {"rank", r.rank >= 0 ? nlohmann::json(r.rank) : nlohmann::json(nullptr)},
+                   {"rank", rank_json(r.rank)},
                    {"status", r.status},
                    {"exit_status", p.exited ? nlohmann::json(p.status) : nlohmann::json(nullptr)},
                    {"failed", r.failed},
@@ -368,7 +368,7 @@ void Runner::start_processes() {
     emit_event(events_, "process_started",
                {{"host", host_name(p.host)},
                 {"process", s.label()},
-                {"rank", is_worker ? nlohmann::json(s.rank) : nlohmann::json(nullptr)},
+                {"rank", rank_json(is_worker ? s.rank : -1)},
                 {"log", p.log_name}});
     p.start_ms = t_.now_ms();
     put(proc_of_channel_, p.channel, static_cast<int>(i));
@@ -438,12 +438,12 @@ int Runner::timeout_ms(double now) const {
   }
   if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
-  for (const HostState& h : hosts_) {
+  for (size_t i = 0; i < hosts_.size(); ++i) {
+    const HostState& h = hosts_[i];
     if (h.lost || h.watchdog_closed) continue;
     double due = h.last_echo_ms + 2 * heartbeat_ms_ + kEchoSlackMs;
     // A silent host that still acknowledges at the TCP level is looked at again every heartbeat.
-    if (due <= now && t_.tcp_liveness(static_cast<size_t>(&h - hosts_.data()), 2 * heartbeat_ms_) ==
-                          Transport::Liveness::kAcking)
+    if (due <= now && t_.tcp_liveness(i, 2 * heartbeat_ms_) == Transport::Liveness::kAcking)
       due = std::min(h.last_echo_ms + starved_limit_ms(), now + heartbeat_ms_);
     until = std::min(until, due);
   }
