@@ -103,9 +103,35 @@ struct HostReport {
   void set(std::string_view name, CheckStatus status, std::string detail, std::string value = "");
 };
 
+// ---- the network test (--net) --------------------------------------------------------------
+
+// One direction of one tested pair: `from` sent to `to` (plan indexes). `gbps` is what the
+// receiving side counted (bytes x 8 / seconds from its first byte to the sender's end); absent
+// when the test of the pair failed (`error` says why). `rtt_ms` is the pair's median ping.
+struct NetLink {
+  size_t from = 0;
+  size_t to = 0;
+  std::optional<double> gbps;
+  double rtt_ms = 0;
+  std::string error;
+};
+
+struct NetReport {
+  std::vector<size_t> tested;      // plan indexes of the hosts measured
+  std::vector<std::string> where;  // per plan host: the interface or address it was tested on
+  std::vector<NetLink> links;
+  double median_gbps = 0;  // over every measured link
+  double median_rtt_ms = 0;
+  double min_ratio = 0.5;
+  double seconds = 0;  // wall time of the whole test
+  size_t rounds = 0;
+  size_t retested = 0;  // slow pairs measured a second time (their better figures are kept)
+};
+
 struct CheckReport {
   std::string master;  // "198.18.1.10:8118"
   std::vector<HostReport> hosts;
+  std::optional<NetReport> net;  // with --net
 };
 
 // The checks in column order; one "import:MODULE" per --import.
@@ -250,6 +276,59 @@ std::optional<std::string> sha256_file(const std::string& path, std::string& err
 void check_connected_hosts(Transport& transport, const std::vector<size_t>& connected,
                            const std::vector<HostExpectation>& expectations, const Options& options,
                            size_t master, CheckReport& report, std::vector<ProbeFacts>& facts);
+
+// ---- the network test (--net) --------------------------------------------------------------
+//
+// `check --net` measures TCP bandwidth (both directions) and round-trip time between pairs of
+// hosts, over the address each host uses to reach the master (the "src" of its route to it), or
+// the address of the interface GLOO_SOCKET_IFNAME / HCCL_SOCKET_IFNAME / NCCL_SOCKET_IFNAME
+// names in the host's env (the first set, a plain name). The pairs are tested in rounds, each a
+// matching (no host in two pairs at once): all pairs (N-1 rounds, the circle method) or a ring
+// (2 rounds, 3 for an odd N). Each side is src/remote/net.py under python.sh: the server binds a
+// free port (port 0) of its address, serves one client and ends; every step is bounded by
+// --net_seconds and `timeout`, and the server also ends on EOF of its stdin.
+//
+// Verdicts (the "net" check of each tested host; M is the median over every measured link):
+//   fail  the host's median sending rate, or its median receiving rate, is below
+//         --net_min_ratio x M (upper medians: one slow partner of two does not fail a host);
+//         a slow link that neither end's median explains fails both ends ("link A -> B");
+//         a pair whose test failed fails both ends with the reason.
+//   warn  the host's median RTT is above 2 x the median RTT + 1 ms.
+//   pass  otherwise, with the host's median rate as the value.
+// A pair with a direction below --net_min_ratio x the median of the first pass is measured once
+// more (in rounds of its own) and keeps its better figures: a moment of load does not fail a
+// host; a slow link stays slow.
+
+// The rounds for n hosts (indexes 0..n-1): each a list of pairs (server, client).
+std::vector<std::vector<std::pair<size_t, size_t>>> net_rounds(size_t n, NetPairs pairs);
+
+// The interface named by the host's GLOO/HCCL/NCCL_SOCKET_IFNAME ("" if none or not a plain name).
+std::string net_interface(const EnvList& env);
+
+// The server side's BIND argument for net.py ("if:NAME" or "addr:IP"), from the host's env and
+// its probe's route to the master; "" when neither tells an address.
+std::string net_bind(const HostExpectation& expectation, const ProbeFacts& facts);
+
+// The two sides of one pair (python.sh + net.py).
+std::string net_server_command(const std::string& python, const std::string& bind, double seconds);
+std::string net_client_command(const std::string& python, const std::string& ip, int port,
+                               double seconds);
+
+// The two links of one pair from the client's output (server/client are plan indexes).
+std::vector<NetLink> parse_net_client(size_t server, size_t client, const std::string& output,
+                                      const std::string& trouble);
+
+// Fills medians and sets the "net" check of every tested host in `report` (rules above); hosts
+// not tested get "skip" with `untested[h]` as the reason when it is not "".
+void evaluate_net(NetReport& net, CheckReport& report, const std::vector<std::string>& untested);
+
+// Runs every round on `transport` (hosts are plan indexes) and returns the links measured.
+NetReport run_net_test(Transport& transport, const std::vector<size_t>& hosts,
+                       const std::vector<std::string>& binds,
+                       const std::vector<HostExpectation>& expectations, const Options& options);
+
+// The terminal form: the median, the rounds and the time taken, then every link, one per line.
+std::string format_net(const NetReport& net, const CheckReport& report);
 
 // ---- the whole command ----------------------------------------------------------------------
 

@@ -15,6 +15,9 @@ enum class Command { kRun, kCheck, kStop };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };
+// Which pairs `check --net` tests (check.h): all pairs, a ring, or all up to 8 hosts and a ring
+// above.
+enum class NetPairs { kAuto, kAll, kRing };
 
 struct Options {
   Command command = Command::kRun;
@@ -64,6 +67,10 @@ struct Options {
   // check / stop.
   std::vector<std::string> imports;
   bool json = false;
+  bool net = false;  // check --net: host-to-host bandwidth and RTT
+  NetPairs net_pairs = NetPairs::kAuto;
+  double net_seconds = 1;      // per direction of one pair
+  double net_min_ratio = 0.5;  // a host below this fraction of the median fails
   std::string job;
 
   // Set by main, not by the user: the job id and the launcher's working directory.

@@ -239,6 +239,31 @@ void fill_port(CheckReport& report, const Session& s, const std::vector<size_t>&
   }
 }
 
+// --net on the connected hosts that have an address to test on (at least two).
+NetReport net_check(Transport& t, const std::vector<size_t>& connected,
+                    const std::vector<HostExpectation>& es, const std::vector<ProbeFacts>& facts,
+                    const Options& options, CheckReport& report) {
+  std::vector<std::string> binds(es.size());
+  std::vector<std::string> untested(es.size(), "not tested: the host is not connected");
+  std::vector<size_t> tested;
+  for (size_t h : connected) {
+    binds[h] = net_bind(es[h], facts[h]);
+    untested[h] = binds[h].empty() ? "not tested: no address to test on (no route to the master "
+                                     "and no *_SOCKET_IFNAME in the host's env)"
+                                   : "";
+    if (!binds[h].empty()) tested.push_back(h);
+  }
+  if (tested.size() < 2) {
+    for (size_t h : tested) untested[h] = "not tested: no other host to pair with";
+    tested.clear();
+  }
+  NetReport net = run_net_test(t, tested, binds, es, options);
+  for (size_t h = 0; h < binds.size(); ++h)
+    net.where.push_back(binds[h].substr(binds[h].find(':') + 1));
+  evaluate_net(net, report, untested);
+  return net;
+}
+
 size_t master_index(const Plan& plan) {
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     if (plan.hosts[h].is_master) return h;
@@ -280,6 +305,7 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
     facts_of[h] = &facts[h];
   }
   check_connected_hosts(pool, connected, es, options, master, report, facts);
+  if (options.net) report.net = net_check(pool, connected, es, facts, options, report);
   pool.disconnect_all();
   std::optional<std::string> local_sha;
   std::string local_error;
@@ -296,6 +322,7 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
 
   std::string text = options.json ? format_json(report)
                                   : format_table(report, isatty(1) && !std::getenv("NO_COLOR"));
+  if (report.net && !options.json) text += format_net(*report.net, report);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   return check_exit_code(report);

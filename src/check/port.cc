@@ -6,6 +6,7 @@
 
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/command.h"
+#include "python_command.h"
 #include "remote/programs.h"
 
 namespace msrun_ssh {
@@ -26,9 +27,8 @@ std::string int_seconds(double s) {
   return std::to_string(std::max(1, static_cast<int>(std::ceil(s))));
 }
 
-// `exec /bin/sh -c PYTHON_SH+TAIL NAME LIMIT CODE A B D INTERPRETERS...` (src/remote/python.sh):
-// runs `code` with arguments `abd` under the first interpreter found, within `limit_s` + 5 s, else
-// the sh code `tail`.
+}  // namespace
+
 std::string python_command(std::string_view tail, const char* name, double limit_s,
                            std::string_view code, const std::vector<std::string>& abd,
                            const std::string& python) {
@@ -42,8 +42,6 @@ std::string python_command(std::string_view tail, const char* name, double limit
   for (const auto& p : interpreters(python)) words.push_back(p);
   return "exec " + shell_join(words);
 }
-
-}  // namespace
 
 std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure) {
   const std::string& r = failure.reason;

@@ -188,6 +188,35 @@ std::string format_table(const CheckReport& report, bool color) {
   return out;
 }
 
+namespace {
+
+nlohmann::ordered_json net_json(const NetReport& net, const CheckReport& report) {
+  nlohmann::ordered_json out;
+  out["median_gbps"] = net.median_gbps;
+  out["median_rtt_ms"] = net.median_rtt_ms;
+  out["min_ratio"] = net.min_ratio;
+  out["rounds"] = net.rounds;
+  out["retested"] = net.retested;
+  out["seconds"] = net.seconds;
+  out["links"] = nlohmann::ordered_json::array();
+  for (const auto& l : net.links) {
+    nlohmann::ordered_json link{{"from", report.hosts[l.from].address},
+                                {"to", report.hosts[l.to].address},
+                                {"from_via", net.where.at(l.from)},
+                                {"to_via", net.where.at(l.to)}};
+    if (l.gbps) {
+      link["gbps"] = *l.gbps;
+      link["rtt_ms"] = l.rtt_ms;
+    } else {
+      link["error"] = l.error;
+    }
+    out["links"].push_back(std::move(link));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string format_json(const CheckReport& report) {
   CheckTally t = tally(report);
   nlohmann::ordered_json doc;
@@ -205,6 +234,7 @@ std::string format_json(const CheckReport& report) {
           {"status", status_name(c.status)}, {"detail", c.detail}, {"value", c.value}};
     doc["hosts"][h.address] = std::move(host);
   }
+  if (report.net) doc["net"] = net_json(*report.net, report);
   // Replace invalid UTF-8 (a host may print anything) instead of throwing.
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }

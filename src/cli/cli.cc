@@ -28,13 +28,20 @@ long long to_int(const std::string& name, const std::string& v, long long lo, lo
   return out;
 }
 
-double to_seconds(const std::string& name, const std::string& v, double lo, double hi) {
+// A number in lo..hi; `unit` names it in errors ("seconds", or "" for a plain number).
+double to_number(const std::string& name, const std::string& v, double lo, double hi,
+                 std::string_view unit) {
   double out = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (v.empty() || ec != std::errc() || p != v.data() + v.size() || !std::isfinite(out))
-    bad(name, v, "not a number of seconds");
-  if (out < lo || out > hi) bad(name, v, fmt::format("must be {}..{} seconds", lo, hi));
+    bad(name, v, unit.empty() ? "not a number" : fmt::format("not a number of {}", unit));
+  if (out < lo || out > hi)
+    bad(name, v, fmt::format("must be {}..{}{}{}", lo, hi, unit.empty() ? "" : " ", unit));
   return out;
+}
+
+double to_seconds(const std::string& name, const std::string& v, double lo, double hi) {
+  return to_number(name, v, lo, hi, "seconds");
 }
 
 bool to_bool(const std::string& name, const std::string& v) {
@@ -173,6 +180,18 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        })},
       {"--import", value([](O& o, S, S v) { o.imports.push_back(v); })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
+      {"--net", flag([](O& o, S n, S v) { o.net = v.empty() || to_bool(n, v); })},
+      {"--net_pairs", value([](O& o, S n, S v) {
+         if (v == "ring")
+           o.net_pairs = NetPairs::kRing;
+         else if (v == "all")
+           o.net_pairs = NetPairs::kAll;
+         else
+           bad(n, v, "expects ring or all");
+       })},
+      {"--net_seconds", value([](O& o, S n, S v) { o.net_seconds = to_seconds(n, v, 0.05, 60); })},
+      {"--net_min_ratio",
+       value([](O& o, S n, S v) { o.net_min_ratio = to_number(n, v, 0, 1, ""); })},
       {"--job", value([](O& o, S n, S v) {
          if (v.empty() ||
              v.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz-") != std::string::npos)
@@ -184,7 +203,8 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
 
 // Options that only make sense for one command.
 bool allowed(Command command, const std::string& name) {
-  if (name == "--import" || name == "--json") return command == Command::kCheck;
+  if (name == "--import" || name == "--json" || name.rfind("--net", 0) == 0)
+    return command == Command::kCheck;
   if (name == "--job") return command == Command::kStop;
   return true;
 }
@@ -265,6 +285,18 @@ Cluster acceptance report: checks every host concurrently (reachable, authentica
 OS/kernel, CPUs, NUMA, devices, python and modules, script checksum, workdir, clock, disk,
 master port) and prints a table, or JSON with --json. Exit 0 only when every check passes.
 The options of a run apply where they make sense.
+
+  --import MODULE              also check `import MODULE` on every host (repeatable)
+  --json                       the report as JSON
+  --net                        also measure TCP bandwidth (both ways) and RTT between hosts, in
+                               rounds of pairs, over the address each host uses to reach the
+                               master (or its *_SOCKET_IFNAME); a host below --net_min_ratio of
+                               the median fails
+  --net_pairs all|ring         which pairs: all (N-1 rounds) or a ring (2-3 rounds)
+                               (default: all up to 8 hosts, a ring above)
+  --net_seconds S              sending time per direction of each pair (default 1)
+  --net_min_ratio R            fraction of the median rate below which a host or link fails
+                               (default 0.5)
 )";
   return R"(usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT [TASK_ARGS...]
        msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]

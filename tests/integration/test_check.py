@@ -103,7 +103,7 @@ def leftovers():
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if re.search(r"msrun-ssh-(check|listen|connect)", cmd):
+            if re.search(r"msrun-ssh-(check|listen|connect|net)", cmd):
                 found.append((ns, pid, cmd[:200]))
     return found
 
@@ -255,3 +255,66 @@ def test_unwritable_workdir():
     check(bad in detail(doc, a[1], "workdir"), detail(doc, a[1], "workdir"))
     check(status(doc, a[1], "disk") == "skip", "disk on the bad host")
     assert_nothing_left([dirs[0], dirs[2]])
+
+
+# ---- check --net ------------------------------------------------------------------------------
+
+def listening_ports():
+    """{namespace: sorted listening TCP sockets} of every host namespace."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    ports = {}
+    for ns in (l.split()[0] for l in out.splitlines() if l.startswith("msrs-")):
+        ss = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Hltn"], capture_output=True,
+                            text=True, timeout=10).stdout
+        ports[ns] = sorted(l.split()[3] for l in ss.splitlines() if l.strip())
+    return ports
+
+
+def net_statuses(doc):
+    return {a: h["checks"]["net"]["status"] for a, h in doc["hosts"].items()}
+
+
+def test_net_names_the_throttled_host_only():
+    addrs = addresses()
+    before = listening_ports()
+    code, doc, _ = check_json(["--net", "--net_seconds", "0.5"])
+    expect_only(code, doc, set())
+    check(set(net_statuses(doc).values()) == {"pass"}, f"net verdicts {net_statuses(doc)}")
+    n = doc["net"]
+    check(n["rounds"] == 3 and len(n["links"]) == 2 * 3, f"3 hosts, all pairs: {n}")
+    check(all(l.get("gbps", 0) > 0.2 for l in n["links"]) or n["retested"] > 0, f"links {n}")
+    assert_nothing_left([])
+    # Traffic towards host 2 goes through a 50 Mbit/s token bucket on its root-side veth.
+    veth = "msrs-v2"
+    subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "50mbit", "burst",
+                    "32kbit", "latency", "400ms"], check=True, timeout=10)
+    try:
+        code, doc, _ = check_json(["--net", "--net_seconds", "0.5"])
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], timeout=10)
+    expect_only(code, doc, {(addrs[2], "net")})
+    why = detail(doc, addrs[2], "net")
+    check("receives at 0.0" in why and "below 0.5 x the median" in why, why)
+    slow = [l for l in doc["net"]["links"] if l.get("gbps", 99) < 0.1]
+    check(slow and all(l["to"] == addrs[2] for l in slow), f"slow links {slow}")
+    assert_nothing_left([])
+    check(listening_ports() == before, f"listening sockets changed: {before} -> {listening_ports()}")
+
+
+def test_net_ring_of_16_farm_hosts_is_bounded_and_leaves_nothing():
+    farm = os.path.join(cluster_dir(), "farm.toml")
+    if not os.path.exists(farm):
+        raise AssertionError("the test cluster has no farm (cluster.sh up --farm 16)")
+    before = listening_ports()
+    start = time.monotonic()
+    code, doc, _ = check_json(["--net", "--net_pairs", "ring"], farm)
+    took = time.monotonic() - start
+    check(len(doc["hosts"]) == 16, f"{len(doc['hosts'])} farm hosts")
+    n = doc["net"]
+    check(n["rounds"] == 2 and len(n["links"]) == 2 * 16, f"ring of 16: {n['rounds']} rounds")
+    check(all("gbps" in l for l in n["links"]), f"failed links {n['links']}")
+    check(set(net_statuses(doc).values()) <= {"pass", "warn"}, f"verdicts {net_statuses(doc)}")
+    # Bound: 2 rounds x (2 x 1 s + start-up), plus the probes; 60 s even on a loaded 2-CPU machine.
+    check(took < 60, f"check --net took {took:.1f} s")
+    assert_nothing_left([])
+    check(listening_ports() == before, f"listening sockets changed: {before} -> {listening_ports()}")
