@@ -23,6 +23,8 @@
 
 namespace msrun_ssh {
 
+class StatusLine;
+
 // Splits one byte stream into lines. A line longer than `max_line` (its newline included) is handed
 // out in pieces of that size (the last piece of such a line ends where its newline is), wherever
 // the chunks fed happened to be cut.
@@ -204,6 +206,8 @@ struct OutputConfig {
   double redraw_interval_s = 1;
   // The receive time of output (tests set a fake one); default: the system clock.
   std::function<std::chrono::system_clock::time_point()> clock;
+  // The terminal's status row (status_line.h), erased around every console write; may be null.
+  StatusLine* status = nullptr;
 };
 
 class Output {
@@ -261,6 +265,7 @@ class Output {
   void console_line(Proc& p, bool is_stderr, std::string_view text);
   void show_redraws();
   void write_console();
+  void console_write(int fd, std::string_view text);
   double now_ms();
   const std::string& stamp();
   OutputConfig config_;

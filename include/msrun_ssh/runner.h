@@ -14,6 +14,7 @@
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/output.h"
 #include "msrun_ssh/plan.h"
+#include "msrun_ssh/status_line.h"
 #include "msrun_ssh/transport.h"
 
 namespace msrun_ssh {
@@ -37,6 +38,14 @@ class Runner {
   // Where the job's events go (--events; docs/events.md): watchdog_ready, process_started,
   // process_ended, host_lost, teardown. May stay unset.
   void set_events(EventLog* events) { events_ = events; }
+
+  // The terminal's status row (status_line.h): `start` shows the watchdogs and the process
+  // starts, then disappears; `running` (--status_line; null: none) shows the processes running,
+  // exited and failed, the output rate and the time since the start, updated every second.
+  void set_status(StartView* start, StatusLine* running) {
+    start_view_ = start;
+    running_line_ = running;
+  }
 
   // What ended the job when it did not end well: the first failure, signal or lost host, as the
   // console said it ("rank 3 on node1 failed: exit 3"); "" while nothing went wrong.
@@ -107,7 +116,13 @@ class Runner {
   int timeout_ms(double now) const;
   const std::string& host_name(size_t host) const;
 
+  void update_status(double now);
+
   EventLog* events_ = nullptr;
+  StartView* start_view_ = nullptr;
+  StatusLine* running_line_ = nullptr;
+  double status_at_ms_ = -1;  // when the running status was last drawn
+  size_t status_bytes_ = 0;   // output bytes then
   const Plan& plan_;
   const Options& options_;
   Transport& t_;

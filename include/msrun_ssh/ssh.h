@@ -38,6 +38,9 @@ struct SshSettings {
   int fanout = 64;
   double connect_timeout_s = 10;
   std::optional<HostKeyPolicy> host_key_policy;  // unset: ssh config, else yes
+  // Progress of connect_all (for the terminal's status row): called once per host when all its
+  // connections are ready (true) or one failed (false), and at least once a second (host = npos).
+  std::function<void(size_t host, bool ok)> on_connect_progress;
 };
 
 // What kept a host from being connected. Each kind belongs to one step of the connection: reaching

@@ -180,6 +180,8 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        })},
       {"--import", value([](O& o, S, S v) { o.imports.push_back(v); })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
+      {"--quiet", flag([](O& o, S n, S v) { o.quiet = v.empty() || to_bool(n, v); })},
+      {"--status_line", flag([](O& o, S n, S v) { o.status_line = v.empty() || to_bool(n, v); })},
       {"--net", flag([](O& o, S n, S v) { o.net = v.empty() || to_bool(n, v); })},
       {"--net_pairs", value([](O& o, S n, S v) {
          if (v == "ring")
@@ -348,6 +350,10 @@ msrun-ssh's options:
                                times (default 0); MSRUN_SSH_ATTEMPT tells each process its attempt
   --restart_backoff S          wait before the first restart, doubled for each next (default 1)
   --report_bindings            print each process's CPUs / NUMA nodes before starting
+  --quiet                      no start-up progress on the terminal (it is only ever drawn on a
+                               terminal's stderr, never in logs or pipes)
+  --status_line                while the job runs, its state on the terminal's last row:
+                               processes running/exited/failed, output rate, elapsed time
   --output prefixed|gather     gather: a line that several ranks print within 1 s is printed once,
                                under their rank and host sets ("[0-7@node[01-02]] ..."); logs stay
                                raw (default prefixed: every line with its own rank@host)

@@ -13,6 +13,7 @@
 
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/status_line.h"
 
 namespace msrun_ssh {
 namespace {
@@ -183,7 +184,7 @@ void Output::data(int proc, bool is_stderr, std::string_view bytes) {
   }
   std::string& console = is_stderr ? err_buf_ : out_buf_;
   if (console.size() >= kConsoleFlushBytes) {
-    write_all(is_stderr ? config_.console_err : config_.console_out, console);
+    console_write(is_stderr ? config_.console_err : config_.console_out, console);
     console.clear();
   }
 }
@@ -215,6 +216,13 @@ void Output::show_redraws() {
 // Gathered lines that are due join the console buffers.
 void Output::write_console() { gatherer_.take(now_ms_, false, out_buf_, err_buf_); }
 
+void Output::console_write(int fd, std::string_view text) {
+  if (config_.status)
+    config_.status->write(fd, text);
+  else
+    write_all(fd, text);
+}
+
 void Output::drain() {
   now_ms_ = now_ms();
   gatherer_.take(now_ms_, true, out_buf_, err_buf_);
@@ -239,15 +247,15 @@ void Output::flush() {
     p->logged += p->log_buf.size();
     p->log_buf.clear();
   }
-  if (!out_buf_.empty()) write_all(config_.console_out, out_buf_);
-  if (!err_buf_.empty()) write_all(config_.console_err, err_buf_);
+  if (!out_buf_.empty()) console_write(config_.console_out, out_buf_);
+  if (!err_buf_.empty()) console_write(config_.console_err, err_buf_);
   out_buf_.clear();
   err_buf_.clear();
 }
 
 void Output::message(const std::string& text) {
   drain();
-  write_all(config_.console_err, "msrun-ssh: " + text + "\n");
+  console_write(config_.console_err, fmt::format("msrun-ssh: {}\n", text));
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
 

@@ -30,6 +30,7 @@
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"
+#include "msrun_ssh/status_line.h"
 #include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
@@ -38,8 +39,9 @@ namespace {
 // Phase one. Prints every failed host and returns false when any failed: then every host is
 // disconnected (two-phase start: nothing runs anywhere unless every host is ready).
 bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
-             const std::vector<int>& connections) {
+             const std::vector<int>& connections, StatusLine* status = nullptr) {
   auto results = pool.connect_all(connections);
+  if (status) status->hide();
   for (const auto& w : pool.warnings())
     std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", hosts[w.host]->address.c_str(),
                  w.message.c_str());
@@ -327,8 +329,9 @@ void write_stacks_file(const std::string& log_dir, const std::string& stacks, in
 // nothing when ready, else the exit status and why (every step prints its own details).
 std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& plan,
                                                          const JobHosts& jh, const Options& options,
-                                                         bool report_bindings) {
-  if (!connect(pool, jh.hosts, jh.connections))
+                                                         bool report_bindings,
+                                                         StatusLine* status = nullptr) {
+  if (!connect(pool, jh.hosts, jh.connections, status))
     return std::pair{kExitHostFailure, std::string("a host could not be reached")};
   if (!bind_from_topologies(pool, plan, options))
     return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
@@ -338,16 +341,36 @@ std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& pl
   return std::nullopt;
 }
 
+// The start-up progress on the terminal's status row: every host, every process of the plan.
+StartView start_view(StatusLine& row, const Plan& plan) {
+  std::vector<std::string> hosts;
+  size_t processes = 0;
+  for (const auto& h : plan.hosts) {
+    hosts.push_back(h.host.address);
+    processes += h.processes.size();
+  }
+  return StartView(row, std::move(hosts), processes, monotonic_seconds);
+}
+
 // One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
 AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh, int attempt,
                           int sfd, const std::shared_ptr<spdlog::logger>& log,
                           std::vector<std::string>& logs, EventLog* events) {
   log->info("attempt {}: job id {}", attempt, plan.job_id);
   emit_event(events, "attempt", {{"attempt", attempt}, {"job_id", plan.job_id}});
-  SshPool pool(jh.endpoints, ssh_settings(options));
+  StatusLine row(2, terminal_status_enabled(2, options.quiet));
+  StartView view = start_view(row, plan);
+  SshSettings settings = ssh_settings(options);
+  settings.on_connect_progress = [&view](size_t h, bool ok) {
+    if (h == std::string::npos)
+      view.tick();
+    else
+      view.host_done(h, ok);
+  };
+  SshPool pool(jh.endpoints, settings);
   // Nothing started: a host not ready is final (a later attempt would meet it again).
   if (auto failed =
-          prepare_hosts(pool, plan, jh, options, options.report_bindings && attempt == 1)) {
+          prepare_hosts(pool, plan, jh, options, options.report_bindings && attempt == 1, &row)) {
     emit_event(events, "start_failed",
                {{"exit_status", failed->first}, {"reason", failed->second}});
     return {failed->first, false, true, failed->second};
@@ -360,6 +383,7 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   oc.timestamps = options.timestamps;
   oc.log_timestamps = options.log_timestamps;
   oc.gather = options.output_gather;
+  oc.status = &row;
   Output out(oc);
   AttemptResult result;
   std::vector<SummaryRow> rows;
@@ -367,6 +391,7 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
     Runner runner(plan, options, pool, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
     runner.set_attempt(attempt);
     runner.set_events(events);
+    runner.set_status(&view, options.status_line && row.enabled() ? &row : nullptr);
     result.status = runner.run();
     result.interrupted = runner.interrupted();
     result.cause = runner.cause();

@@ -18,6 +18,7 @@ namespace {
 
 constexpr double kEchoSlackMs = 2000;  // beyond 2x heartbeat before a silent host counts as lost
 constexpr double kTeardownSlackMs = 10000;  // beyond the kill grace before we stop waiting
+constexpr double kStartedShownMs = 500;     // "started N/N" stays this long on the status row
 constexpr double kKillNowWaitMs = 3000;
 
 template <typename T>
@@ -210,6 +211,7 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
     std::string_view rest = line.substr(kWatchdogReady.size());
     size_t space = rest.find(' ');
     if (space != std::string_view::npos) h.name = std::string(rest.substr(space + 1));
+    if (start_view_) start_view_->host_done(host, true);
     emit_event(events_, "watchdog_ready",
                {{"host", host_name(host)},
                 {"name", h.name},
@@ -307,6 +309,7 @@ bool Runner::start_watchdogs() {
   // The watchdog gives up after 2 heartbeats of silence, so that the whole teardown on a host
   // that lost us fits in the 3 heartbeats the README promises ("Life cycle: nothing left behind").
   std::string cmd = watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace);
+  if (start_view_) start_view_->phase(StartProgress::Phase::kWatchdogs);
   double now = t_.now_ms();
   for (size_t h = 0; h < hosts_.size(); ++h) {
     hosts_[h].watchdog = t_.exec(h, cmd);
@@ -329,8 +332,12 @@ bool Runner::start_watchdogs() {
   next_beat_ms_ = now + heartbeat_ms_;
   while (ready < hosts_.size() && exit_code_ < 0 && t_.now_ms() < deadline) {
     if (t_.now_ms() >= next_beat_ms_) beat();
-    t_.poll(static_cast<int>(std::max(1.0, std::min(deadline, next_beat_ms_) - t_.now_ms())),
+    // The status row names the slowest hosts after a few seconds: wake up for it.
+    double until = std::min(deadline, next_beat_ms_);
+    if (start_view_) until = std::min(until, t_.now_ms() + 500);
+    t_.poll(static_cast<int>(std::max(1.0, until - t_.now_ms())),
             [&](const TransportEvent& e) { handle(e); });
+    if (start_view_) start_view_->tick();
     if (size_t n = ready_count(); n > ready) {
       ready = n;
       deadline = std::min(cap, std::max(deadline, t_.now_ms() + step));
@@ -375,6 +382,7 @@ void Runner::start_processes() {
     if (gets_stdin) stdin_targets_.push_back(p.channel);
   }
   t_.no_more_channels();
+  if (start_view_) start_view_->processes_started(procs_.size());
   started_ms_ = last_output_ms_ = t_.now_ms();
   if (!stdin_targets_.empty())
     t_.watch_fd(stdin_fd_);
@@ -437,6 +445,10 @@ int Runner::timeout_ms(double now) const {
       until = std::min(until, last_output_ms_ + options_.hang_timeout * 1000);
   }
   if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
+  // The status row: the start view leaves after kStartedShownMs, the running status every second.
+  if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
+    until = std::min(until, started_ms_ + kStartedShownMs);
+  if (running_line_) until = std::min(until, now + 1000);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
   for (size_t i = 0; i < hosts_.size(); ++i) {
     const HostState& h = hosts_[i];
@@ -485,11 +497,42 @@ int Runner::run() {
       break;
     }
     if (now >= next_beat_ms_) beat();
+    update_status(now);
     t_.poll(timeout_ms(now), handler);
     out_.flush();
   }
+  if (start_view_) start_view_->finish();
+  if (running_line_) running_line_->hide();
   out_.drain();
   return exit_code_ < 0 ? kExitOk : exit_code_;
+}
+
+// The start view shows "started N/N" for half a second, then the running status (if asked for)
+// takes the row, redrawn once a second.
+void Runner::update_status(double now) {
+  if (start_view_ && !start_view_->finished()) {
+    if (started_ms_ < 0 || now - started_ms_ < kStartedShownMs) return;
+    start_view_->finish();
+  }
+  if (!running_line_ || (status_at_ms_ >= 0 && now - status_at_ms_ < 1000)) return;
+  size_t running = 0, exited = 0, failed = 0, bytes = 0;
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    const Proc& p = procs_[i];
+    if (p.out >= 0) bytes += out_.log_bytes(p.out);
+    if (!p.done && !p.exited)
+      ++running;
+    else if (p.exited && p.status == 0)
+      ++exited;
+    else
+      ++failed;
+  }
+  double rate = status_at_ms_ < 0 ? 0
+                                  : static_cast<double>(bytes - status_bytes_) * 1000 /
+                                        std::max(1.0, now - status_at_ms_);
+  status_at_ms_ = now;
+  status_bytes_ = bytes;
+  running_line_->show(
+      running_status_text(running, exited, failed, rate, (now - started_ms_) / 1000));
 }
 
 std::vector<std::string> Runner::log_names() const {

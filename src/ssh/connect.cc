@@ -318,10 +318,24 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   std::vector<std::optional<ConnectFailure>> failed(hosts.size());
   size_t next = 0;
   int in_flight = 0;
+  std::vector<int> pending(hosts.size(), 0);  // connections of each host not ready yet
+  for (const Conn& c : conns) ++pending[c.host];
+  auto report = [this](size_t host, bool ok) {
+    if (settings.on_connect_progress) settings.on_connect_progress(host, ok);
+  };
   auto fail = [&](size_t ci, ConnectFailure why) {
     drop_conn(ci, ConnState::kFailed);
-    if (!failed[conns[ci].host]) failed[conns[ci].host] = std::move(why);
+    size_t h = conns[ci].host;
+    if (!failed[h]) {
+      failed[h] = std::move(why);
+      report(h, false);
+    }
     --in_flight;
+  };
+  auto ready = [&](size_t ci) {
+    --in_flight;
+    size_t h = conns[ci].host;
+    if (--pending[h] == 0 && !failed[h]) report(h, true);
   };
   std::vector<epoll_event> evs(256);
   while (true) {
@@ -332,7 +346,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
       if (!start_connect(ci, error))
         fail(ci, error);
       else if (conns[ci].state == ConnState::kReady)
-        --in_flight;
+        ready(ci);
     }
     if (in_flight == 0 && next == conns.size()) break;
     double now = monotonic_ms();
@@ -350,6 +364,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
       }
     }
     if (in_flight == 0) continue;
+    report(std::string::npos, false);
     int n = wait(evs, static_cast<int>(std::ceil(soonest - now)));
     for (int i = 0; i < n; ++i) {
       size_t ci = evs[i].data.u64;
@@ -359,7 +374,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
       if (!advance(ci, error))
         fail(ci, error);
       else if (c.state == ConnState::kReady)
-        --in_flight;
+        ready(ci);
     }
   }
   // A host is ready only when every connection it needs is: the others of a failed host close.
