@@ -179,18 +179,40 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
            bad(n, v, "not a job id (as printed by a --join=False run)");
          o.job = v;
        })},
+      {"--rank",
+       value([](O& o, S n, S v) { o.log_rank = static_cast<int>(to_int(n, v, -1, 1 << 20)); })},
+      {"--follow", flag([](O& o, S n, S v) { o.follow = v.empty() || to_bool(n, v); })},
   };
 }
 
 // Options that only make sense for one command.
 bool allowed(Command command, const std::string& name) {
-  if (name == "--import" || name == "--json") return command == Command::kCheck;
-  if (name == "--job") return command == Command::kStop;
+  if (name == "--import") return command == Command::kCheck;
+  if (name == "--json")
+    return command == Command::kCheck || command == Command::kList || command == Command::kStatus;
+  if (name == "--job")
+    return command == Command::kStop || command == Command::kStatus || command == Command::kLogs;
+  if (name == "--rank" || name == "--follow") return command == Command::kLogs;
   return true;
 }
 
+// The subcommands, by the word that names them.
+constexpr std::pair<const char*, Command> kSubcommands[] = {{"check", Command::kCheck},
+                                                            {"stop", Command::kStop},
+                                                            {"list", Command::kList},
+                                                            {"status", Command::kStatus},
+                                                            {"logs", Command::kLogs}};
+
 const char* command_name(Command c) {
-  return c == Command::kCheck ? "check" : c == Command::kStop ? "stop" : "run";
+  for (const auto& [word, command] : kSubcommands)
+    if (command == c) return word;
+  return "run";
+}
+
+// The job subcommands (README, "Jobs") work from a job record: no host file needed.
+bool from_record(const Options& o) {
+  return o.command == Command::kList || o.command == Command::kStatus ||
+         o.command == Command::kLogs || (o.command == Command::kStop && !o.job.empty());
 }
 
 }  // namespace
@@ -199,10 +221,11 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
   CliResult result;
   Options& o = result.options;
   size_t i = 0;
-  if (!args.empty() && (args[0] == "check" || args[0] == "stop")) {
-    o.command = args[0] == "check" ? Command::kCheck : Command::kStop;
-    i = 1;
-  }
+  for (const auto& [word, command] : kSubcommands)
+    if (!args.empty() && args[0] == word) {
+      o.command = command;
+      i = 1;
+    }
   auto table = option_table(getenv);
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -215,7 +238,7 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
         o.task_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
         break;
       }
-      if (o.command == Command::kStop || !o.task_script.empty())
+      if (o.command != Command::kCheck || !o.task_script.empty())
         throw InputError(
             fmt::format("{}: unexpected argument \"{}\"", command_name(o.command), arg));
       o.task_script = arg;
@@ -237,12 +260,15 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     }
     it->second.apply(o, name, value);
   }
-  if (o.hostfile.empty())
+  if (o.hostfile.empty() && !from_record(o))
     throw InputError(fmt::format("{}: --hostfile is required", command_name(o.command)));
   if (o.command == Command::kRun && o.task_script.empty())
     throw InputError(
         "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
-  if (o.command == Command::kStop && o.job.empty()) throw InputError("stop: --job ID is required");
+  if ((o.command == Command::kStop || o.command == Command::kStatus ||
+       o.command == Command::kLogs) &&
+      o.job.empty())
+    throw InputError(fmt::format("{}: --job ID is required", command_name(o.command)));
   // A detached job has no launcher left to restart it or to watch its clock.
   if (!o.join && (o.max_restarts > 0 || o.timeout > 0 || o.hang_timeout > 0))
     throw InputError(

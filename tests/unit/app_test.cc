@@ -126,7 +126,8 @@ TEST_F(App, DryRunHonoursOptions) {
 TEST_F(App, DryRunDetached) {
   Captured c = run({"--dry_run", "--join=False", "--hostfile", hostfile_, "train.py"});
   ASSERT_EQ(c.status, 0) << c.err;
-  EXPECT_EQ(count(c.out, "setsid 'env' '--'"), 4u);
+  EXPECT_EQ(count(c.out, "setsid 'sh' '-c' "), 4u);
+  EXPECT_EQ(count(c.out, "' 'env' '--' 'MSRUN_SSH_JOB="), 4u);
   EXPECT_NE(c.out.find("> './worker_2.log' 2>&1 &"), std::string::npos) << c.out;
 }
 

@@ -365,7 +365,7 @@ TEST(Cli, MissingHostfile) {
   EXPECT_EQ(error_of({"train.py"}), "run: --hostfile is required");
   EXPECT_EQ(error_of({}), "run: --hostfile is required");
   EXPECT_EQ(error_of({"check"}), "check: --hostfile is required");
-  EXPECT_EQ(error_of({"stop", "--job", "j1"}), "stop: --hostfile is required");
+  EXPECT_EQ(error_of({"stop"}), "stop: --hostfile is required");
 }
 
 TEST(Cli, MissingTaskScript) {
