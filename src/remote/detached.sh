@@ -9,6 +9,11 @@
 s=$1
 shift
 trap : TERM INT HUP
+# The keeper's own stderr goes nowhere: a shell says "Terminated" when its child was killed (dash
+# on the command's stderr), and the log must hold only what the process wrote. The command gets the
+# log back as its stderr (fd 3) first thing, so that its shell's own errors (no such program) are
+# in the log.
+exec 3>&2 2>/dev/null
 # shellcheck disable=SC2016
-sh -c 'echo $$ > "$0.pid"; exec "$@"' "$s" "$@"
+sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$s" "$@"
 echo $? > "$s.exit"
