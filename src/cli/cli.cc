@@ -279,10 +279,31 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
 std::string help_text(Command command) {
   if (command == Command::kStop)
     return R"(usage: msrun-ssh stop [OPTIONS] --hostfile FILE --job ID
+       msrun-ssh stop [OPTIONS] --job ID
 
 End a detached job (one started with --join=False) on every host of FILE: SIGTERM, then SIGKILL
 after --kill_grace seconds, to every process marked with the job id, grandchildren included.
-Prints what it killed on each host. The SSH options of a run apply.
+Prints what it killed on each host. The SSH options of a run apply. Without --hostfile, the hosts
+and SSH options come from the job's record (see msrun-ssh list).
+)";
+  if (command == Command::kList)
+    return R"(usage: msrun-ssh list [--json]
+
+Every job this user started (records in ${XDG_STATE_HOME:-~/.local/state}/msrun-ssh/jobs/), newest
+first: id, start time, hosts, processes and state. A detached job's state comes from its hosts.
+)";
+  if (command == Command::kStatus)
+    return R"(usage: msrun-ssh status --job ID [--json]
+
+Every process of a detached job: host, rank, pid, alive / exited / killed, CPU time, last line of
+its log. Exit 0 when every host answered, 255 when one could not be reached.
+)";
+  if (command == Command::kLogs)
+    return R"(usage: msrun-ssh logs --job ID [--rank R] [--follow]
+
+The per-rank logs of a detached job, from its hosts, each line prefixed as in an attached run
+([3@host]). --rank R: only rank R (-1: the scheduler). --follow: keep printing new lines until the
+job has ended on every host. Ctrl-C ends it.
 )";
   if (command == Command::kCheck)
     return R"(usage: msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
@@ -295,6 +316,10 @@ The options of a run apply where they make sense.
   return R"(usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT [TASK_ARGS...]
        msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
        msrun-ssh stop  [OPTIONS] --hostfile FILE --job ID
+       msrun-ssh stop  [OPTIONS] --job ID
+       msrun-ssh list  [--json]
+       msrun-ssh status --job ID [--json]
+       msrun-ssh logs  --job ID [--rank R] [--follow]
 
 Start one distributed job on every host of FILE over SSH, with msrun's environment (MS_SCHED_HOST,
 MS_WORKER_NUM, RANK_ID, ...). Node ranks follow the host file; every line of every process comes

@@ -177,6 +177,27 @@ TEST_F(App, Help) {
   EXPECT_EQ(run({"check", "-h"}).out, help_text(Command::kCheck));
 }
 
+// The job subcommands read records from $XDG_STATE_HOME/msrun-ssh/jobs (#21).
+TEST_F(App, JobSubcommandsWithoutRecords) {
+  std::string state = dir_ + "/state";
+  const char* old = std::getenv("XDG_STATE_HOME");
+  std::string saved = old ? old : "";
+  setenv("XDG_STATE_HOME", state.c_str(), 1);
+  expect_error({"status", "--job", "nope"}, "no job nope in " + state + "/msrun-ssh/jobs");
+  expect_error({"logs", "--job", "nope"}, "no job nope in " + state + "/msrun-ssh/jobs");
+  expect_error({"stop", "--job", "nope"}, "no job nope in " + state + "/msrun-ssh/jobs");
+  Captured c = run({"list", "--json"});
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.out, "[]\n");
+  c = run({"list"});
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.out.rfind("id ", 0), 0u) << c.out;
+  if (old)
+    setenv("XDG_STATE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("XDG_STATE_HOME");
+}
+
 TEST_F(App, Version) {
   Captured c = run({"-v"});
   EXPECT_EQ(c.status, 0);

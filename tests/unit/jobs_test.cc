@@ -420,7 +420,9 @@ TEST_F(JobScripts, StateOfALiveThenKilledProcess) {
   ASSERT_TRUE(s.processes[0].pid.has_value());
   EXPECT_TRUE(s.processes[0].ticks.has_value());
   ::kill(static_cast<pid_t>(*s.processes[0].pid), SIGTERM);
-  s = wait_state(r, [](const RemoteState& x) { return x.processes[0].state == "ended"; });
+  // Ended, and its keeper (which wrote the status) gone too.
+  s = wait_state(
+      r, [](const RemoteState& x) { return x.processes[0].state == "ended" && x.alive == 0; });
   EXPECT_EQ(s.processes[0].status, 143);
   EXPECT_EQ(s.alive, 0);
   EXPECT_EQ(test::shell_output(job_logs_command(r, 0, false)), "first\nbar 10%\rbar 20%\n");
