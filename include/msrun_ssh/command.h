@@ -39,9 +39,19 @@ std::string process_command(const Process& process, const std::string& job_id,
                             bool stdin_from_launcher = false);
 
 // Same, detached (--join=False): the process survives the launcher, its stdin is /dev/null and its
-// output goes to `remote_log` on the host (directories created, file 0600).
+// output goes to `remote_log` on the host (directories created, file 0600). It runs under a keeper
+// (src/remote/detached.sh) that writes the process's pid to STEM.pid and, once it ended, its exit
+// status (128+N after signal N) to STEM.exit, STEM being detached_state_stem(remote_log, ...).
 std::string detached_command(const Process& process, const std::string& job_id,
                              const std::string& remote_log);
+
+// A process's word in state files: "sched" for the scheduler (rank < 0), else its global rank.
+std::string rank_word(int rank);
+
+// Where a detached process of job `job_id` keeps its state files, next to its log:
+// "<log's directory>/.msrun-ssh/<job id>/<rank word>" (relative when the log path is).
+std::string detached_state_stem(std::string_view log_path, std::string_view job_id,
+                                std::string_view rank_word);
 
 // ---- The watchdog's protocol -------------------------------------------------------------------
 //

@@ -11,7 +11,7 @@
 
 namespace msrun_ssh {
 
-enum class Command { kRun, kCheck, kStop };
+enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };
@@ -75,9 +75,14 @@ struct Options {
   double net_min_ratio = 0.5;  // a host below this fraction of the median fails
   std::string job;
 
+  // logs (README, "Jobs").
+  std::optional<int> log_rank;  // --rank R: only that rank's log (-1: the scheduler's)
+  bool follow = false;          // --follow: until the job has ended
+
   // Set by main, not by the user: the job id and the launcher's working directory.
   std::string job_id;
   std::string launcher_cwd;
+  std::vector<std::string> command_line;  // the launcher's argv, for the job record
 };
 
 }  // namespace msrun_ssh

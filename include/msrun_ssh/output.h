@@ -221,7 +221,8 @@ class Output {
   // directory when it cannot.
   static void make_log_dir(const std::string& log_dir);
 
-  // Registers a process: opens (truncates) its log file 0600. `prefix` is e.g. "3@198.18.1.11";
+  // Registers a process: opens (truncates) its log file 0600 (an empty `log_name`: no log file, its
+  // lines only reach the console). `prefix` is e.g. "3@198.18.1.11" (process_prefix);
   // `rank` (-1: the scheduler) and `host` are what --output gather folds into rank and host sets
   // (an empty host: the prefix stands for itself). Throws std::runtime_error naming the file when
   // it cannot be opened.
@@ -277,6 +278,9 @@ class Output {
   std::string out_buf_;
   std::string err_buf_;
 };
+
+// The console prefix of a process: "3@HOST" for rank 3, "sched@HOST" for the scheduler (rank < 0).
+std::string process_prefix(int rank, std::string_view host);
 
 // One row of the end-of-job summary.
 struct SummaryRow {

@@ -191,6 +191,10 @@ RestartHistory run_with_restarts(int max_restarts, double backoff_s,
 // The end-of-job lines for a job that had more than one attempt: one line per attempt.
 std::string format_attempts(const RestartHistory& history);
 
+// Blocks SIGINT, SIGTERM and SIGHUP (SIGPIPE ignored) and returns a non-blocking signalfd that
+// delivers them to an event loop.
+int signal_fd();
+
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
 // status (error.h; README, "Exit status").
 int run_job(const Options& options, Plan& plan);

@@ -15,6 +15,7 @@
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/jobs.h"
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
@@ -44,6 +45,20 @@ std::string resolve_ipv4(const std::string& name) {
   return buf;
 }
 
+namespace {
+
+// The subcommands that work from a job record (README, "Jobs"); -1 for the others.
+int run_job_command(const Options& options) {
+  if (options.command == Command::kList) return list_jobs(options);
+  if (options.command == Command::kStatus) return show_job_status(options);
+  if (options.command == Command::kLogs) return show_job_logs(options);
+  if (options.command != Command::kStop || !options.hostfile.empty()) return -1;
+  JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
+  return stop_job(options_from_record(options, record), cluster_of(record));
+}
+
+}  // namespace
+
 int run_app(const std::vector<std::string>& args) {
   Options options;
   try {
@@ -69,7 +84,10 @@ int run_app(const std::vector<std::string>& args) {
       set_ssh_log(kSshLogOff, nullptr);
     char cwd[4096];
     options.launcher_cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
+    options.command_line = {"msrun-ssh"};
+    options.command_line.insert(options.command_line.end(), args.begin(), args.end());
     options.job_id = options.command == Command::kStop ? options.job : new_job_id();
+    if (int code = run_job_command(options); code >= 0) return code;
     Cluster cluster = load_hostfile(options.hostfile);
     if (options.command == Command::kStop) return stop_job(options, cluster);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),

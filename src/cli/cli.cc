@@ -200,19 +200,40 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
            bad(n, v, "not a job id (as printed by a --join=False run)");
          o.job = v;
        })},
+      {"--rank",
+       value([](O& o, S n, S v) { o.log_rank = static_cast<int>(to_int(n, v, -1, 1 << 20)); })},
+      {"--follow", flag([](O& o, S n, S v) { o.follow = v.empty() || to_bool(n, v); })},
   };
 }
 
 // Options that only make sense for one command.
 bool allowed(Command command, const std::string& name) {
-  if (name == "--import" || name == "--json" || name.rfind("--net", 0) == 0)
-    return command == Command::kCheck;
-  if (name == "--job") return command == Command::kStop;
+  if (name == "--import" || name.rfind("--net", 0) == 0) return command == Command::kCheck;
+  if (name == "--json")
+    return command == Command::kCheck || command == Command::kList || command == Command::kStatus;
+  if (name == "--job")
+    return command == Command::kStop || command == Command::kStatus || command == Command::kLogs;
+  if (name == "--rank" || name == "--follow") return command == Command::kLogs;
   return true;
 }
 
+// The subcommands, by the word that names them.
+constexpr std::pair<const char*, Command> kSubcommands[] = {{"check", Command::kCheck},
+                                                            {"stop", Command::kStop},
+                                                            {"list", Command::kList},
+                                                            {"status", Command::kStatus},
+                                                            {"logs", Command::kLogs}};
+
 const char* command_name(Command c) {
-  return c == Command::kCheck ? "check" : c == Command::kStop ? "stop" : "run";
+  for (const auto& [word, command] : kSubcommands)
+    if (command == c) return word;
+  return "run";
+}
+
+// The job subcommands (README, "Jobs") work from a job record: no host file needed.
+bool from_record(const Options& o) {
+  return o.command == Command::kList || o.command == Command::kStatus ||
+         o.command == Command::kLogs || (o.command == Command::kStop && !o.job.empty());
 }
 
 }  // namespace
@@ -221,10 +242,11 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
   CliResult result;
   Options& o = result.options;
   size_t i = 0;
-  if (!args.empty() && (args[0] == "check" || args[0] == "stop")) {
-    o.command = args[0] == "check" ? Command::kCheck : Command::kStop;
-    i = 1;
-  }
+  for (const auto& [word, command] : kSubcommands)
+    if (!args.empty() && args[0] == word) {
+      o.command = command;
+      i = 1;
+    }
   auto table = option_table(getenv);
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -237,7 +259,7 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
         o.task_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
         break;
       }
-      if (o.command == Command::kStop || !o.task_script.empty())
+      if (o.command != Command::kCheck || !o.task_script.empty())
         throw InputError(
             fmt::format("{}: unexpected argument \"{}\"", command_name(o.command), arg));
       o.task_script = arg;
@@ -259,12 +281,15 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     }
     it->second.apply(o, name, value);
   }
-  if (o.hostfile.empty())
+  if (o.hostfile.empty() && !from_record(o))
     throw InputError(fmt::format("{}: --hostfile is required", command_name(o.command)));
   if (o.command == Command::kRun && o.task_script.empty())
     throw InputError(
         "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
-  if (o.command == Command::kStop && o.job.empty()) throw InputError("stop: --job ID is required");
+  if ((o.command == Command::kStop || o.command == Command::kStatus ||
+       o.command == Command::kLogs) &&
+      o.job.empty())
+    throw InputError(fmt::format("{}: --job ID is required", command_name(o.command)));
   // A detached job has no launcher left to restart it or to watch its clock.
   if (!o.join && (o.max_restarts > 0 || o.timeout > 0 || o.hang_timeout > 0))
     throw InputError(
@@ -275,10 +300,31 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
 std::string help_text(Command command) {
   if (command == Command::kStop)
     return R"(usage: msrun-ssh stop [OPTIONS] --hostfile FILE --job ID
+       msrun-ssh stop [OPTIONS] --job ID
 
 End a detached job (one started with --join=False) on every host of FILE: SIGTERM, then SIGKILL
 after --kill_grace seconds, to every process marked with the job id, grandchildren included.
-Prints what it killed on each host. The SSH options of a run apply.
+Prints what it killed on each host. The SSH options of a run apply. Without --hostfile, the hosts
+and SSH options come from the job's record (see msrun-ssh list).
+)";
+  if (command == Command::kList)
+    return R"(usage: msrun-ssh list [--json]
+
+Every job this user started (records in ${XDG_STATE_HOME:-~/.local/state}/msrun-ssh/jobs/), newest
+first: id, start time, hosts, processes and state. A detached job's state comes from its hosts.
+)";
+  if (command == Command::kStatus)
+    return R"(usage: msrun-ssh status --job ID [--json]
+
+Every process of a detached job: host, rank, pid, alive / exited / killed, CPU time, last line of
+its log. Exit 0 when every host answered, 255 when one could not be reached.
+)";
+  if (command == Command::kLogs)
+    return R"(usage: msrun-ssh logs --job ID [--rank R] [--follow]
+
+The per-rank logs of a detached job, from its hosts, each line prefixed as in an attached run
+([3@host]). --rank R: only rank R (-1: the scheduler). --follow: keep printing new lines until the
+job has ended on every host. Ctrl-C ends it.
 )";
   if (command == Command::kCheck)
     return R"(usage: msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
@@ -303,6 +349,10 @@ The options of a run apply where they make sense.
   return R"(usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT [TASK_ARGS...]
        msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
        msrun-ssh stop  [OPTIONS] --hostfile FILE --job ID
+       msrun-ssh stop  [OPTIONS] --job ID
+       msrun-ssh list  [--json]
+       msrun-ssh status --job ID [--json]
+       msrun-ssh logs  --job ID [--rank R] [--follow]
 
 Start one distributed job on every host of FILE over SSH, with msrun's environment (MS_SCHED_HOST,
 MS_WORKER_NUM, RANK_ID, ...). Node ranks follow the host file; every line of every process comes

@@ -91,12 +91,26 @@ std::string detached_command(const Process& process, const std::string& job_id,
                              const std::string& remote_log) {
   size_t slash = remote_log.rfind('/');
   std::string dir = slash == std::string::npos ? std::string(".") : remote_log.substr(0, slash + 1);
+  std::string stem = detached_state_stem(
+      remote_log, job_id, rank_word(process.role == Role::kScheduler ? -1 : process.rank));
+  std::string state_dir = stem.substr(0, stem.rfind('/'));
+  std::string keeper =
+      shell_join({"sh", "-c", std::string(remote::kDetachedSh), "msrun-ssh-job", stem});
   // The log path is relative to the workdir, like --log_dir is relative to the launcher's cwd.
   return fmt::format(
-      "cd -- {} && umask 077 && mkdir -p -- {} && {{ setsid {} < /dev/null > {} 2>&1 & }} && "
+      "cd -- {} && umask 077 && mkdir -p -- {} {} && {{ setsid {} {} < /dev/null > {} 2>&1 & }} && "
       "echo \"msrun-ssh: started $!\"",
-      shell_quote(process.workdir), shell_quote(dir), exec_env(process, job_id),
-      shell_quote(remote_log));
+      shell_quote(process.workdir), shell_quote(dir), shell_quote(state_dir), keeper,
+      exec_env(process, job_id), shell_quote(remote_log));
+}
+
+std::string rank_word(int rank) { return rank < 0 ? "sched" : std::to_string(rank); }
+
+std::string detached_state_stem(std::string_view log_path, std::string_view job_id,
+                                std::string_view rank_word) {
+  size_t slash = log_path.rfind('/');
+  std::string_view dir = slash == std::string_view::npos ? "." : log_path.substr(0, slash);
+  return fmt::format("{}/.msrun-ssh/{}/{}", dir, job_id, rank_word);
 }
 
 std::string watchdog_ready_line(long pid, std::string_view host) {

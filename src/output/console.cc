@@ -26,6 +26,10 @@ std::string format_timestamp(std::chrono::system_clock::time_point t) {
                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
+std::string process_prefix(int rank, std::string_view host) {
+  return rank < 0 ? fmt::format("sched@{}", host) : fmt::format("{}@{}", rank, host);
+}
+
 std::string_view console_text(std::string_view line) {
   while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   size_t cr = line.rfind('\r');

@@ -104,8 +104,13 @@ int Output::add_process(const std::string& prefix, const std::string& log_name, 
     p->source = gatherer_.add_source(rank, host.empty() ? prefix : host, suffix,
                                      p->console_prefix[0], p->console_prefix[1]);
   }
-  p->path = config_.log_dir + "/" + log_name;
   p->on_console = on_console;
+  p->ring.resize(config_.keep_last_lines);
+  if (log_name.empty()) {  // console only
+    procs_.push_back(p);
+    return static_cast<int>(procs_.size() - 1);
+  }
+  p->path = config_.log_dir + "/" + log_name;
   p->fd = ::open(p->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (p->fd < 0) {
     std::string why = std::strerror(errno);
@@ -114,7 +119,6 @@ int Output::add_process(const std::string& prefix, const std::string& log_name, 
         fmt::format("cannot open log file {}: {}", config_.log_dir + "/" + log_name, why));
   }
   ::fchmod(p->fd, 0600);
-  p->ring.resize(config_.keep_last_lines);
   procs_.push_back(p);
   return static_cast<int>(procs_.size() - 1);
 }
@@ -138,9 +142,11 @@ const std::string& Output::stamp() {
 
 void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   const int s = is_stderr ? 1 : 0;
-  if (config_.log_timestamps && p.line_start[s]) p.log_buf += stamp();
-  p.line_start[s] = !text.empty() && text.back() == '\n';
-  p.log_buf.append(text);
+  if (p.fd >= 0) {
+    if (config_.log_timestamps && p.line_start[s]) p.log_buf += stamp();
+    p.line_start[s] = !text.empty() && text.back() == '\n';
+    p.log_buf.append(text);
+  }
   std::string_view body = text;
   if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
   p.traceback.feed(body);

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
+#include "msrun_ssh/jobs.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"
@@ -57,18 +59,6 @@ bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
                hosts.size());
   pool.disconnect_all();
   return false;
-}
-
-// Blocks SIGINT/SIGTERM/SIGHUP and returns a signalfd that delivers them to the event loop.
-int signal_fd() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
 std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
@@ -180,18 +170,38 @@ bool start_failed(const BatchResult& r) {
   return (r.status && *r.status != 0) || r.failure == BatchFailure::kOpenFailed || !r.closed;
 }
 
+// Each process's log as `log_dir` + its log name ({hostname} resolved from `names`, per host).
+std::vector<std::string> log_paths(const Plan& plan, const std::string& log_dir,
+                                   const std::vector<std::string>& names) {
+  std::vector<std::string> logs;
+  for (size_t h = 0; h < plan.hosts.size(); ++h)
+    for (const auto& p : plan.hosts[h].processes)
+      logs.push_back(log_dir + "/" + with_hostname(p.log_name, names[h]));
+  return logs;
+}
+
+// The record of a detached job (jobs.h): each log path as its host sees it (workdir resolved).
+void record_detached(const Options& options, const Plan& plan,
+                     const std::vector<std::string>& logs) {
+  std::vector<std::string> absolute;
+  size_t i = 0;
+  for (const auto& h : plan.hosts)
+    for (const auto& p : h.processes) absolute.push_back(absolute_path(logs[i++], p.workdir));
+  write_job_record(jobs_dir(std::getenv), make_job_record(options, plan, absolute, true), stderr);
+}
+
 int run_detached(const Options& options, const Plan& plan, Transport& t) {
   std::vector<std::string> names = host_names(t, plan, options.connect_timeout);
+  std::vector<std::string> logs = log_paths(plan, options.log_dir, names);
   Batch start(t, [](size_t, const TransportEvent& e) {
     if (e.kind == TransportEvent::Kind::kData && e.is_stderr)
       std::fprintf(stderr, "msrun-ssh: host %zu: %.*s", e.host, static_cast<int>(e.data.size()),
                    e.data.data());
   });
+  size_t i = 0;
   for (size_t h = 0; h < plan.hosts.size(); ++h)
-    for (const auto& p : plan.hosts[h].processes) {
-      std::string log = options.log_dir + "/" + with_hostname(p.log_name, names[h]);
-      start.start(h, detached_command(p, plan.job_id, log));
-    }
+    for (const auto& p : plan.hosts[h].processes)
+      start.start(h, detached_command(p, plan.job_id, logs[i++]));
   start.wait(t.now_ms() + options.connect_timeout * 1000);
   const auto& results = start.results();
   auto failures = std::count_if(results.begin(), results.end(), start_failed);
@@ -204,12 +214,15 @@ int run_detached(const Options& options, const Plan& plan, Transport& t) {
               options.kill_grace + options.connect_timeout);
     return kExitHostFailure;
   }
+  record_detached(options, plan, logs);
   std::fprintf(stderr,
                "msrun-ssh: job %s started detached: %zu processes on %zu hosts, logs in %s on "
                "each host (relative to its workdir)\nmsrun-ssh: stop it with: msrun-ssh stop "
-               "--hostfile %s --job %s\n",
+               "--hostfile %s --job %s\nmsrun-ssh: see it with: msrun-ssh status --job %s, "
+               "msrun-ssh logs --job %s\n",
                plan.job_id.c_str(), results.size(), plan.hosts.size(), options.log_dir.c_str(),
-               options.hostfile.c_str(), plan.job_id.c_str());
+               options.hostfile.c_str(), plan.job_id.c_str(), plan.job_id.c_str(),
+               plan.job_id.c_str());
   std::printf("%s\n", plan.job_id.c_str());
   return kExitOk;
 }
@@ -412,7 +425,39 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   return result;
 }
 
+// The record of an attached job (jobs.h) as it starts: logs on this machine, as the plan names
+// them ({hostname} unresolved until the end).
+JobRecord record_attached_start(const Options& options, const Plan& plan) {
+  std::vector<std::string> names(plan.hosts.size(), std::string(kHostnameToken));
+  std::string log_dir = absolute_path(options.log_dir, options.launcher_cwd);
+  JobRecord record = make_job_record(options, plan, log_paths(plan, log_dir, names), false);
+  write_job_record(jobs_dir(std::getenv), record, stderr);
+  return record;
+}
+
+// The record at the end: the exit status, the end time and the logs the last attempt wrote.
+void record_attached_end(JobRecord& record, const Options& options, int status,
+                         const std::vector<std::string>& logs) {
+  record.exit_status = status;
+  record.ended = format_timestamp(std::chrono::system_clock::now());
+  std::string log_dir = absolute_path(options.log_dir, options.launcher_cwd);
+  if (logs.size() == record.processes.size())
+    for (size_t i = 0; i < logs.size(); ++i) record.processes[i].log = log_dir + "/" + logs[i];
+  write_job_record(jobs_dir(std::getenv), record, stderr);
+}
+
 }  // namespace
+
+int signal_fd() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
 
 int run_job(const Options& options, Plan& plan) {
   umask(077);
@@ -442,6 +487,7 @@ int run_job(const Options& options, Plan& plan) {
               {"log_dir", options.log_dir},
               {"max_restarts", options.max_restarts}});
   int sfd = signal_fd();
+  JobRecord record = record_attached_start(options, plan);
   std::vector<std::string> logs;
   auto attempt = [&](int k) {
     if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);
@@ -457,6 +503,7 @@ int run_job(const Options& options, Plan& plan) {
       [sfd](double s) { return wait_for_signal(sfd, s); }, say);
   emit_event(events.get(), "end",
              {{"exit_status", history.status}, {"attempts", history.attempts.size()}});
+  record_attached_end(record, options, history.status, logs);
   if (history.attempts.size() > 1) {
     std::string text = format_attempts(history);
     std::fputs(text.c_str(), stderr);

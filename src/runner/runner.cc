@@ -362,10 +362,9 @@ void Runner::start_processes() {
     bool is_worker = s.role == Role::kWorker;
     bool tailed = stdin_from_launcher(options_, s);
     bool on_console = options_.tail_worker_log.empty() || tailed;
-    std::string tag = is_worker ? std::to_string(s.rank) : "sched";
     const std::string& own = hosts_[p.host].name;
     p.log_name = with_hostname(s.log_name, own.empty() ? host_name(p.host) : own);
-    std::string prefix = fmt::format("{}@{}", tag, host_name(p.host));
+    std::string prefix = process_prefix(is_worker ? s.rank : -1, host_name(p.host));
     if (attempt_ > 1) prefix += fmt::format(" a{}", attempt_);
     p.out = out_.add_process(prefix, p.log_name, on_console, is_worker ? s.rank : -1,
                              host_name(p.host));

@@ -126,7 +126,8 @@ TEST_F(App, DryRunHonoursOptions) {
 TEST_F(App, DryRunDetached) {
   Captured c = run({"--dry_run", "--join=False", "--hostfile", hostfile_, "train.py"});
   ASSERT_EQ(c.status, 0) << c.err;
-  EXPECT_EQ(count(c.out, "setsid 'env' '--'"), 4u);
+  EXPECT_EQ(count(c.out, "setsid 'sh' '-c' "), 4u);
+  EXPECT_EQ(count(c.out, "' 'env' '--' 'MSRUN_SSH_JOB="), 4u);
   EXPECT_NE(c.out.find("> './worker_2.log' 2>&1 &"), std::string::npos) << c.out;
 }
 
@@ -174,6 +175,27 @@ TEST_F(App, Help) {
   EXPECT_EQ(c.err, "");
   EXPECT_EQ(run({"stop", "--help"}).out, help_text(Command::kStop));
   EXPECT_EQ(run({"check", "-h"}).out, help_text(Command::kCheck));
+}
+
+// The job subcommands read records from $XDG_STATE_HOME/msrun-ssh/jobs (#21).
+TEST_F(App, JobSubcommandsWithoutRecords) {
+  std::string state = dir_ + "/state";
+  const char* old = std::getenv("XDG_STATE_HOME");
+  std::string saved = old ? old : "";
+  setenv("XDG_STATE_HOME", state.c_str(), 1);
+  expect_error({"status", "--job", "nope"}, "no job nope in " + state + "/msrun-ssh/jobs");
+  expect_error({"logs", "--job", "nope"}, "no job nope in " + state + "/msrun-ssh/jobs");
+  expect_error({"stop", "--job", "nope"}, "no job nope in " + state + "/msrun-ssh/jobs");
+  Captured c = run({"list", "--json"});
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.out, "[]\n");
+  c = run({"list"});
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.out.rfind("id ", 0), 0u) << c.out;
+  if (old)
+    setenv("XDG_STATE_HOME", saved.c_str(), 1);
+  else
+    unsetenv("XDG_STATE_HOME");
 }
 
 TEST_F(App, Version) {

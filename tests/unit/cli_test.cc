@@ -365,7 +365,7 @@ TEST(Cli, MissingHostfile) {
   EXPECT_EQ(error_of({"train.py"}), "run: --hostfile is required");
   EXPECT_EQ(error_of({}), "run: --hostfile is required");
   EXPECT_EQ(error_of({"check"}), "check: --hostfile is required");
-  EXPECT_EQ(error_of({"stop", "--job", "j1"}), "stop: --hostfile is required");
+  EXPECT_EQ(error_of({"stop"}), "stop: --hostfile is required");
 }
 
 TEST(Cli, MissingTaskScript) {
@@ -499,6 +499,52 @@ TEST(Cli, SubcommandOnlyAsTheFirstWord) {
   CliResult r = parse({"--hostfile", "h", "check"});
   EXPECT_EQ(r.options.command, Command::kRun);
   EXPECT_EQ(r.options.task_script, "check");
+}
+
+}  // namespace
+}  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+// The job subcommands (#21): no host file, --job where a job is named, their own options only.
+TEST(CliJobs, Subcommands) {
+  CliResult l = parse({"list", "--json"});
+  EXPECT_EQ(l.options.command, Command::kList);
+  EXPECT_TRUE(l.options.json);
+  EXPECT_TRUE(l.options.hostfile.empty());
+  Options s = parse({"status", "--job", "20260101-000000-abcdef", "--json"}).options;
+  EXPECT_EQ(s.command, Command::kStatus);
+  EXPECT_EQ(s.job, "20260101-000000-abcdef");
+  EXPECT_TRUE(s.json);
+  Options g = parse({"logs", "--job=j1", "--rank", "3", "--follow"}).options;
+  EXPECT_EQ(g.command, Command::kLogs);
+  EXPECT_EQ(g.log_rank, 3);
+  EXPECT_TRUE(g.follow);
+  EXPECT_EQ(parse({"logs", "--job=j1", "--rank=-1"}).options.log_rank, -1);
+  EXPECT_FALSE(parse({"logs", "--job=j1"}).options.log_rank.has_value());
+  Options stop = parse({"stop", "--job", "j1"}).options;
+  EXPECT_EQ(stop.command, Command::kStop);
+  EXPECT_TRUE(stop.hostfile.empty());
+  EXPECT_EQ(parse({"stop", "--job", "j1", "--hostfile", "h"}).options.hostfile, "h");
+}
+
+TEST(CliJobs, Errors) {
+  EXPECT_EQ(error_of({"status"}), "status: --job ID is required");
+  EXPECT_EQ(error_of({"logs", "--follow"}), "logs: --job ID is required");
+  EXPECT_EQ(error_of({"logs", "--job", "j", "--json"}),
+            "unknown option \"--json\" for logs (see --help)");
+  EXPECT_EQ(error_of({"list", "--follow"}), "unknown option \"--follow\" for list (see --help)");
+  EXPECT_EQ(error_of({"status", "--job", "j", "--rank", "1"}),
+            "unknown option \"--rank\" for status (see --help)");
+  EXPECT_EQ(error_of({"list", "x"}), "list: unexpected argument \"x\"");
+  EXPECT_EQ(error_of({"logs", "--job", "j", "--rank", "x"}), "--rank=x: not an integer");
+  EXPECT_EQ(error_of({"--hostfile", "h", "--follow", "t.py"}),
+            "unknown option \"--follow\" for run (see --help)");
+  EXPECT_EQ(help_text(Command::kList).rfind("usage: msrun-ssh list", 0), 0u);
+  EXPECT_EQ(help_text(Command::kStatus).rfind("usage: msrun-ssh status", 0), 0u);
+  EXPECT_EQ(help_text(Command::kLogs).rfind("usage: msrun-ssh logs", 0), 0u);
+  EXPECT_NE(help_text(Command::kRun).find("msrun-ssh logs  --job ID"), std::string::npos);
 }
 
 }  // namespace

@@ -328,10 +328,16 @@ TEST(CommandQuote, DetachedCommandExactly) {
   p.env = {{"A", "1"}};
   p.argv = {"sleep", "1"};
   EXPECT_EQ(detached_command(p, "j1", "logs/worker_0.log"),
-            "cd -- '/w' && umask 077 && mkdir -p -- 'logs/' && { setsid 'env' '--' "
-            "'MSRUN_SSH_JOB=j1' 'A=1' 'sleep' '1' < /dev/null > 'logs/worker_0.log' 2>&1 & } && "
-            "echo \"msrun-ssh: started $!\"");
-  EXPECT_NE(detached_command(p, "j1", "w.log").find("mkdir -p -- '.' &&"), std::string::npos);
+            "cd -- '/w' && umask 077 && mkdir -p -- 'logs/' 'logs/.msrun-ssh/j1' && { setsid " +
+                shell_join({"sh", "-c", std::string(remote::kDetachedSh), "msrun-ssh-job",
+                            "logs/.msrun-ssh/j1/0"}) +
+                " 'env' '--' 'MSRUN_SSH_JOB=j1' 'A=1' 'sleep' '1' < /dev/null > "
+                "'logs/worker_0.log' 2>&1 & } && echo \"msrun-ssh: started $!\"");
+  EXPECT_NE(detached_command(p, "j1", "w.log").find("mkdir -p -- '.' './.msrun-ssh/j1' &&"),
+            std::string::npos);
+  p.role = Role::kScheduler;
+  EXPECT_NE(detached_command(p, "j1", "w.log").find("'msrun-ssh-job' './.msrun-ssh/j1/sched' "),
+            std::string::npos);
 }
 
 TEST(CommandQuote, WatchdogAndStopArguments) {
@@ -706,6 +712,23 @@ TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {
 // ---- detached
 // -------------------------------------------------------------------------------------
 
+// The stem of the state files of worker `p` of job `job` whose log is `log` in `workdir`.
+std::string state_stem(const std::string& workdir, const std::string& log, const std::string& job,
+                       const Process& p) {
+  return workdir + "/" + detached_state_stem(log, job, rank_word(p.rank));
+}
+
+// The pid a detached process's keeper wrote to STEM.pid (0: none within 5 s).
+pid_t keeper_pid_file(const std::string& stem) {
+  auto t0 = Clock::now();
+  while (since(t0) < 5) {
+    std::string text = slurp(stem + ".pid");
+    if (text.ends_with("\n")) return static_cast<pid_t>(std::stoi(text));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return 0;
+}
+
 TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   process_.argv = {"/bin/sh", "-c", kRecorder + " && exec sleep 30", "recorder"};
   for (size_t i = 0; i < 20; ++i) process_.argv.push_back(corpus_[i]);
@@ -715,15 +738,20 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   EXPECT_LT(since(t0), 3) << "the detached command must return at once";
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_EQ(r.output.rfind("msrun-ssh: started ", 0), 0u) << r.output;
-  pid_t pid = std::stoi(r.output.substr(19));
-  EXPECT_EQ(r.output, "msrun-ssh: started " + std::to_string(pid) + "\n");
+  pid_t keeper = std::stoi(r.output.substr(19));
+  EXPECT_EQ(r.output, "msrun-ssh: started " + std::to_string(keeper) + "\n");
 
-  // The process records its argv, then sleeps, marked with the job id, in its own session.
+  // The keeper leads its own session and writes the pid of the process, its child, which records
+  // its argv, then sleeps, marked with the job id.
+  std::string stem = state_stem(workdir_, "logs/sub dir/w'0.log", job_, process_);
+  pid_t pid = keeper_pid_file(stem);
+  ASSERT_GT(pid, 0);
   wait_exec(pid, "sleep");
   EXPECT_EQ(marked(job_), std::vector<pid_t>{pid});
   Words argv = split_nul(slurp(workdir_ + "/argv.bin"));
   EXPECT_EQ(argv, Words(process_.argv.begin() + 4, process_.argv.end()));
-  EXPECT_EQ(getsid(pid), pid);
+  EXPECT_EQ(getsid(keeper), keeper);
+  EXPECT_EQ(getsid(pid), keeper);
 
   // Log file 0600 in a 0700 directory, relative to the workdir.
   std::string log = workdir_ + "/logs/sub dir/w'0.log";
@@ -733,10 +761,35 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   ASSERT_EQ(stat((workdir_ + "/logs/sub dir").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
 
-  EXPECT_EQ(stop(1),
-            "killed " + std::to_string(pid) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
-  // Orphaned, it came back to us (subreaper): reap it.
-  ASSERT_TRUE(killed_by(pid, SIGTERM, 5));
+  std::string stopped = stop(1);
+  EXPECT_NE(stopped.find("killed " + std::to_string(pid) + " SIGTERM sleep 30 \n"),
+            std::string::npos)
+      << stopped;
+  EXPECT_TRUE(stopped.ends_with("msrun-ssh-stop: done\n")) << stopped;
+  // The keeper outlives the SIGTERM, writes the process's end and ends by itself; orphaned, it
+  // came back to us (subreaper): reap it.
+  std::optional<int> status = wait_for(keeper, 5);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
+  EXPECT_EQ(slurp(stem + ".exit"), "143\n");
+  EXPECT_TRUE(marked(job_).empty());
+}
+
+TEST_F(CommandRoundTrip, DetachedProcessLeavesItsExitStatus) {
+  process_.argv = {"/bin/sh", "-c", "echo out; exit 3"};
+  Result r = run_shell("/bin/sh", detached_command(process_, job_, "w.log"), dir_, 5);
+  ASSERT_EQ(r.status, 0) << r.output;
+  pid_t keeper = std::stoi(r.output.substr(19));
+  std::optional<int> status = wait_for(keeper, 5);
+  ASSERT_TRUE(status.has_value());
+  std::string stem = state_stem(workdir_, "w.log", job_, process_);
+  EXPECT_EQ(stem, workdir_ + "/./.msrun-ssh/" + job_ + "/0");
+  EXPECT_EQ(slurp(stem + ".exit"), "3\n");
+  EXPECT_GT(keeper_pid_file(stem), keeper);
+  EXPECT_EQ(slurp(workdir_ + "/w.log"), "out\n");
+  struct stat st {};
+  ASSERT_EQ(stat((workdir_ + "/.msrun-ssh/" + job_).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
 // ---- stop

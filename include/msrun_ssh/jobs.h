@@ -1,0 +1,190 @@
+// Jobs you can find again (README, "Jobs"): every run that starts processes leaves a record in
+// ${XDG_STATE_HOME:-$HOME/.local/state}/msrun-ssh/jobs/<ID>.json, and `msrun-ssh list`, `status
+// --job ID`, `logs --job ID` and `stop --job ID` work from it: the hosts, how to reach them and
+// where each process's log is. The state of a detached job comes from its hosts (src/remote/
+// job_state.sh: the pid and exit files its processes' keepers write, see detached_command in
+// command.h); an attached job's from its record.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "msrun_ssh/batch.h"
+#include "msrun_ssh/options.h"
+#include "msrun_ssh/output.h"
+#include "msrun_ssh/plan.h"
+#include "msrun_ssh/ssh.h"
+#include "msrun_ssh/transport.h"
+
+namespace msrun_ssh {
+
+// ---- Records
+// -------------------------------------------------------------------------------------
+
+// A host of a job: how to reach it again, its node rank and workdir.
+struct JobHost {
+  SshEndpoint endpoint;
+  int node_rank = 0;
+  std::string workdir;
+};
+
+// A process of a job. `log`: for a detached job the path on its host (the workdir-relative
+// --log_dir resolved), for an attached one the path on the launcher's machine.
+struct JobProcess {
+  int rank = -1;  // global rank; -1: the scheduler
+  int node_rank = 0;
+  size_t host = 0;  // index into JobRecord::hosts
+  std::string log;
+};
+
+// The SSH options the job was started with (ssh_settings.h), to reach its hosts again.
+struct JobSsh {
+  std::string ssh_config;
+  std::optional<HostKeyPolicy> strict_host_key_checking;
+  double connect_timeout = 10;
+  int fanout = 64;
+};
+
+struct JobRecord {
+  std::string id;
+  std::string hostfile;           // absolute
+  std::vector<std::string> argv;  // the launcher's whole command line
+  std::string cwd;                // the launcher's working directory
+  std::string started;            // UTC, ISO 8601 (format_timestamp, output.h)
+  bool detached = false;
+  long launcher_pid = 0;
+  JobSsh ssh;
+  std::vector<JobHost> hosts;
+  std::vector<JobProcess> processes;  // in plan order
+  std::optional<int> exit_status;     // an attached job's, once it ended
+  std::string ended;                  // when it ended (UTC, ISO 8601), "" while it runs
+};
+
+// Reads a variable of the launcher's environment; nullptr when unset.
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Where records live: $XDG_STATE_HOME/msrun-ssh/jobs when XDG_STATE_HOME is an absolute path, else
+// $HOME/.local/state/msrun-ssh/jobs; "" when neither is set.
+std::string jobs_dir(const EnvLookup& getenv);
+
+// `path` made absolute against `cwd` (unchanged when it already is).
+std::string absolute_path(const std::string& path, const std::string& cwd);
+
+// The record of a job about to run: `logs` holds each process's log path, in plan order (see
+// JobProcess::log). `started` is now; the launcher's pid is this process's.
+JobRecord make_job_record(const Options& options, const Plan& plan,
+                          const std::vector<std::string>& logs, bool detached);
+
+nlohmann::json record_json(const JobRecord& record);
+// Throws InputError (naming `origin`) when `j` is not a record.
+JobRecord record_from_json(const nlohmann::json& j, const std::string& origin);
+
+// Writes `record` to DIR/<id>.json (directories made 0700, through a temporary name); on failure
+// prints a warning to `err` and returns false. Never throws.
+bool write_job_record(const std::string& dir, const JobRecord& record, std::FILE* err);
+
+// The record of job `id` in `dir`. Throws InputError "no job ID in DIR" (or naming a broken file).
+JobRecord load_job_record(const std::string& dir, const std::string& id);
+
+// Every readable record in `dir`, newest first (start time, then id); broken files are skipped
+// with a warning to `err`.
+std::vector<JobRecord> load_job_records(const std::string& dir, std::FILE* err);
+
+// ---- What the hosts say ------------------------------------------------------------------------
+
+// One line "proc ..." of job_state.sh.
+struct RemoteProcess {
+  std::string rank_word;  // "sched" or the rank
+  std::optional<long> pid;
+  std::string state;  // "alive", "ended", "unknown"
+  std::optional<int> status;
+  std::optional<long> ticks;
+  std::string last_line;
+};
+
+struct RemoteState {
+  long hz = 100;
+  long alive = 0;  // processes of the job alive on the host, of any kind
+  std::vector<RemoteProcess> processes;
+};
+
+// The command that asks a host about the processes of `record` on host `host`.
+std::string job_state_command(const JobRecord& record, size_t host);
+
+// Parses job_state.sh's answer; nullopt when it is not one.
+std::optional<RemoteState> parse_job_state(std::string_view text);
+
+// The command that prints the log of process `process` of `record` (follow: until the job has
+// ended on that host).
+std::string job_logs_command(const JobRecord& record, size_t process, bool follow);
+
+// The status of one process, as `status` shows it.
+struct ProcessStatus {
+  int rank = -1;
+  std::string host;
+  std::optional<long> pid;
+  // "alive", "exited", "killed" (status 128+N: signal N), "unknown" (no state file: never
+  // started, or ended without its keeper), "unreachable" (its host did not answer)
+  std::string state;
+  std::optional<int> status;
+  std::string signal;  // for "killed": "TERM", ...
+  std::optional<double> cpu_s;
+  std::string last_line;
+  std::string why;  // for "unreachable"
+};
+
+// Runs job_state_command on every host of `record` that `reached` says is connected (one batch,
+// `timeout_s`), and makes one ProcessStatus per process of the record, in its order.
+// `unreachable[h]` is why host h could not be connected ("" when it was).
+std::vector<ProcessStatus> query_processes(Transport& transport, const JobRecord& record,
+                                           const std::vector<std::string>& unreachable,
+                                           double timeout_s);
+
+// The table of `status` (a header, one line per process; last lines capped) and its JSON.
+std::string format_status(const JobRecord& record, const std::vector<ProcessStatus>& rows);
+nlohmann::json status_json(const JobRecord& record, const std::vector<ProcessStatus>& rows);
+
+// The one-word-or-so state `list` shows for a job: for a detached job from `rows` ("running
+// (3/4 alive)", "ended (all exit 0)", "ended (2 failed)", "unknown (host X unreachable)"), for an
+// attached one from the record ("ended (exit S)", "running" while `launcher_alive`, else "ended
+// (launcher gone)").
+std::string job_state(const JobRecord& record, const std::vector<ProcessStatus>& rows,
+                      bool launcher_alive);
+
+struct JobListing {
+  JobRecord record;
+  std::string state;
+};
+
+// The table of `list` and its JSON.
+std::string format_job_list(const std::vector<JobListing>& jobs);
+nlohmann::json job_list_json(const std::vector<JobListing>& jobs);
+
+// `logs` on hosts already connected: one channel per log of `record` (only rank `rank` when
+// given; -1: the scheduler), each line printed through `output` with the prefix an attached run
+// gives it ("3@HOST", "sched@HOST"). Ends when every channel has closed, or when `interrupted`
+// (checked at least once a second) returns a signal's exit status: then every channel still open
+// is killed and that status is returned. Returns 0, or kExitHostFailure when a host did not
+// answer; hosts with `unreachable[h]` non-empty are skipped (named on `err`).
+int logs_on_hosts(Transport& transport, const JobRecord& record,
+                  const std::vector<std::string>& unreachable, std::optional<int> rank, bool follow,
+                  Output& output, const std::function<int()>& interrupted, std::FILE* err);
+
+// ---- The subcommands, over SSH -----------------------------------------------------------------
+
+// `msrun-ssh list`, `status`, `logs`: exit status as README, "Jobs" says.
+int list_jobs(const Options& options);
+int show_job_status(const Options& options);
+int show_job_logs(const Options& options);
+
+// The options `stop --job ID` without --hostfile runs with: the record's SSH options where the
+// command line left them unset, and its hosts as the cluster to stop.
+Cluster cluster_of(const JobRecord& record);
+Options options_from_record(Options options, const JobRecord& record);
+
+}  // namespace msrun_ssh

@@ -1,0 +1,210 @@
+// The job subcommands over SSH: `list`, `status --job`, `logs --job`, and what `stop --job` takes
+// from a record.
+#include "msrun_ssh/jobs.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <memory>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/runner.h"
+#include "msrun_ssh/ssh_settings.h"
+
+namespace msrun_ssh {
+namespace {
+
+// The hosts of a record, connected as far as they could be.
+struct Reached {
+  std::unique_ptr<SshPool> pool;
+  std::vector<std::string> unreachable;  // per host: why it could not be connected ("" when it was)
+  bool all() const {
+    for (const auto& why : unreachable)
+      if (!why.empty()) return false;
+    return true;
+  }
+};
+
+Reached reach(const JobRecord& record, const Options& options) {
+  Options o = options_from_record(options, record);
+  std::vector<SshEndpoint> endpoints;
+  std::vector<int> connections;
+  for (size_t h = 0; h < record.hosts.size(); ++h) {
+    endpoints.push_back(record.hosts[h].endpoint);
+    size_t procs = 0;
+    for (const auto& p : record.processes) procs += p.host == h;
+    connections.push_back(static_cast<int>(std::max<size_t>(1, (procs + 9) / 10)));
+  }
+  Reached r{std::make_unique<SshPool>(std::move(endpoints), ssh_settings(o)), {}};
+  auto failures = r.pool->connect_all(connections);
+  for (const auto& w : r.pool->warnings())
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n",
+                 record.hosts[w.host].endpoint.address.c_str(), w.message.c_str());
+  for (const auto& f : failures) r.unreachable.push_back(f ? f->reason : std::string());
+  return r;
+}
+
+// Whether the launcher of an attached job still runs here: its pid is alive and is msrun-ssh.
+bool launcher_alive(long pid) {
+  if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
+  std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+  std::string name;
+  std::getline(comm, name);
+  return name == "msrun-ssh";
+}
+
+std::string records_dir() { return jobs_dir(std::getenv); }
+
+JobRecord load_detached(const Options& options, const char* command) {
+  JobRecord record = load_job_record(records_dir(), options.job);
+  if (!record.detached)
+    throw InputError(fmt::format(
+        "{}: job {} ran attached: its processes ended with its launcher; its logs are on this "
+        "machine ({})",
+        command, record.id, record.processes.empty() ? record.cwd : record.processes.front().log));
+  return record;
+}
+
+// The exit status of the first signal the signalfd `sfd` holds, else 0.
+int signal_status(int sfd) {
+  signalfd_siginfo info{};
+  if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) return 0;
+  return exit_status_of_signal(static_cast<int>(info.ssi_signo));
+}
+
+void print_json(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+}  // namespace
+
+Cluster cluster_of(const JobRecord& record) {
+  Cluster c;
+  c.path = record.hostfile;
+  for (const auto& h : record.hosts) {
+    Host host;
+    host.address = h.endpoint.address;
+    host.user = h.endpoint.user;
+    host.port = h.endpoint.port;
+    host.identity_file = h.endpoint.identity_file;
+    host.known_hosts = h.endpoint.known_hosts;
+    host.workdir = h.workdir;
+    c.hosts.push_back(std::move(host));
+  }
+  return c;
+}
+
+Options options_from_record(Options options, const JobRecord& record) {
+  if (options.ssh_config.empty()) options.ssh_config = record.ssh.ssh_config;
+  if (!options.strict_host_key_checking)
+    options.strict_host_key_checking = record.ssh.strict_host_key_checking;
+  options.connect_timeout = record.ssh.connect_timeout;
+  options.fanout = record.ssh.fanout;
+  if (options.hostfile.empty()) options.hostfile = record.hostfile;
+  return options;
+}
+
+int logs_on_hosts(Transport& transport, const JobRecord& record,
+                  const std::vector<std::string>& unreachable, std::optional<int> rank, bool follow,
+                  Output& output, const std::function<int()>& interrupted, std::FILE* err) {
+  std::vector<int> proc_of;  // batch index -> output process
+  Batch batch(transport, [&](size_t i, const TransportEvent& e) {
+    if (e.kind == TransportEvent::Kind::kData && !e.is_stderr)
+      output.data(proc_of[i], false, e.data);
+    else if (e.kind == TransportEvent::Kind::kData)
+      std::fprintf(err, "msrun-ssh: %.*s", static_cast<int>(e.data.size()), e.data.data());
+    else if (e.kind == TransportEvent::Kind::kClosed)
+      output.finish(proc_of[i]);
+  });
+  int code = kExitOk;
+  for (size_t i = 0; i < record.processes.size(); ++i) {
+    const JobProcess& p = record.processes[i];
+    if (rank && p.rank != *rank) continue;
+    const std::string& address = record.hosts[p.host].endpoint.address;
+    if (!unreachable.at(p.host).empty()) {
+      std::fprintf(err, "msrun-ssh: %s: unreachable (%s): no log of %s\n", address.c_str(),
+                   unreachable[p.host].c_str(), process_prefix(p.rank, address).c_str());
+      code = kExitHostFailure;
+      continue;
+    }
+    proc_of.push_back(
+        output.add_process(process_prefix(p.rank, address), "", true, p.rank, address));
+    batch.start(p.host, job_logs_command(record, i, follow));
+  }
+  if (rank && proc_of.empty() && code == kExitOk)
+    throw InputError(fmt::format("logs: job {} has no rank {}", record.id, *rank));
+  int stopped = 0;
+  batch.wait(std::numeric_limits<double>::infinity(), [&] {
+    output.flush();
+    stopped = interrupted();
+    return stopped == 0;
+  });
+  output.drain();
+  if (stopped != 0) return stopped;
+  for (const auto& r : batch.results())
+    if (r.status != 0) {
+      std::fprintf(err, "msrun-ssh: %s: a log could not be read%s%s\n",
+                   record.hosts[r.host].endpoint.address.c_str(), r.why.empty() ? "" : ": ",
+                   r.why.c_str());
+      code = kExitHostFailure;
+    }
+  return code;
+}
+
+int list_jobs(const Options& options) {
+  std::string dir = records_dir();
+  std::vector<JobListing> jobs;
+  for (auto& record : load_job_records(dir, stderr)) {
+    std::vector<ProcessStatus> rows;
+    if (record.detached) {
+      Reached r = reach(record, options);
+      rows = query_processes(*r.pool, record, r.unreachable, record.ssh.connect_timeout + 5);
+      r.pool->disconnect_all();
+    }
+    std::string state = job_state(record, rows, launcher_alive(record.launcher_pid));
+    jobs.push_back({std::move(record), std::move(state)});
+  }
+  if (options.json)
+    print_json(job_list_json(jobs));
+  else
+    std::fputs(format_job_list(jobs).c_str(), stdout);
+  return kExitOk;
+}
+
+int show_job_status(const Options& options) {
+  JobRecord record = load_detached(options, "status");
+  Reached r = reach(record, options);
+  auto rows = query_processes(*r.pool, record, r.unreachable, record.ssh.connect_timeout + 5);
+  r.pool->disconnect_all();
+  if (options.json)
+    print_json(status_json(record, rows));
+  else
+    std::fputs(format_status(record, rows).c_str(), stdout);
+  for (const auto& s : rows)
+    if (s.state == "unreachable") return kExitHostFailure;
+  return kExitOk;
+}
+
+int show_job_logs(const Options& options) {
+  JobRecord record = load_detached(options, "logs");
+  int sfd = signal_fd();
+  Reached r = reach(record, options);
+  r.pool->watch_fd(sfd);
+  OutputConfig oc;
+  oc.color = isatty(1) && isatty(2);
+  Output out(oc);
+  int code = logs_on_hosts(
+      *r.pool, record, r.unreachable, options.log_rank, options.follow, out,
+      [sfd] { return signal_status(sfd); }, stderr);
+  r.pool->unwatch_fd(sfd);
+  r.pool->disconnect_all();
+  ::close(sfd);
+  return code;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,221 @@
+// Job records: what a run writes about itself, and reading it back.
+#include <errno.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/events.h"
+#include "msrun_ssh/jobs.h"
+
+namespace msrun_ssh {
+namespace {
+
+const char* policy_word(const std::optional<HostKeyPolicy>& p) {
+  if (!p) return "";
+  return *p == HostKeyPolicy::kYes ? "yes" : *p == HostKeyPolicy::kAcceptNew ? "accept-new" : "no";
+}
+
+std::optional<HostKeyPolicy> policy_of(const std::string& word) {
+  if (word == "yes") return HostKeyPolicy::kYes;
+  if (word == "accept-new") return HostKeyPolicy::kAcceptNew;
+  if (word == "no") return HostKeyPolicy::kNo;
+  return std::nullopt;
+}
+
+nlohmann::json host_json(const JobHost& h) {
+  const SshEndpoint& e = h.endpoint;
+  return {{"address", e.address},
+          {"user", e.user},
+          {"port", e.port ? nlohmann::json(*e.port) : nlohmann::json(nullptr)},
+          {"identity_file", e.identity_file},
+          {"known_hosts", e.known_hosts},
+          {"node_rank", h.node_rank},
+          {"workdir", h.workdir}};
+}
+
+JobHost host_of(const nlohmann::json& j) {
+  JobHost h;
+  h.endpoint.address = j.at("address").get<std::string>();
+  h.endpoint.user = j.value("user", "");
+  if (j.contains("port") && !j["port"].is_null()) h.endpoint.port = j["port"].get<int>();
+  h.endpoint.identity_file = j.value("identity_file", "");
+  h.endpoint.known_hosts = j.value("known_hosts", "");
+  h.node_rank = j.at("node_rank").get<int>();
+  h.workdir = j.value("workdir", "");
+  return h;
+}
+
+// mkdir -p with mode 0700 for every directory made.
+bool make_dirs(const std::string& dir) {
+  for (size_t pos = dir.find('/', 1);; pos = dir.find('/', pos + 1)) {
+    std::string part = dir.substr(0, pos);
+    if (::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+JobRecord read_record_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  return record_from_json(j, path);
+}
+
+}  // namespace
+
+std::string jobs_dir(const EnvLookup& getenv) {
+  const char* state = getenv("XDG_STATE_HOME");
+  if (state && state[0] == '/') return fmt::format("{}/msrun-ssh/jobs", state);
+  const char* home = getenv("HOME");
+  if (home && home[0] != '\0') return fmt::format("{}/.local/state/msrun-ssh/jobs", home);
+  return "";
+}
+
+std::string absolute_path(const std::string& path, const std::string& cwd) {
+  if (path.starts_with('/') || cwd.empty()) return path;
+  return cwd.ends_with('/') ? cwd + path : fmt::format("{}/{}", cwd, path);
+}
+
+JobRecord make_job_record(const Options& options, const Plan& plan,
+                          const std::vector<std::string>& logs, bool detached) {
+  JobRecord r;
+  r.id = plan.job_id;
+  r.hostfile = absolute_path(options.hostfile, options.launcher_cwd);
+  r.argv = options.command_line;
+  r.cwd = options.launcher_cwd;
+  r.started = format_timestamp(std::chrono::system_clock::now());
+  r.detached = detached;
+  r.launcher_pid = static_cast<long>(::getpid());
+  r.ssh = {options.ssh_config, options.strict_host_key_checking, options.connect_timeout,
+           options.fanout};
+  for (size_t h = 0; h < plan.hosts.size(); ++h) {
+    const HostPlan& hp = plan.hosts[h];
+    const Host& host = hp.host;
+    r.hosts.push_back({{host.address, host.user, host.port, host.identity_file, host.known_hosts},
+                       hp.node_rank,
+                       hp.processes.empty() ? host.workdir : hp.processes[0].workdir});
+    for (const auto& p : hp.processes) {
+      size_t i = r.processes.size();
+      r.processes.push_back({p.role == Role::kScheduler ? -1 : p.rank, hp.node_rank, h,
+                             i < logs.size() ? logs[i] : std::string()});
+    }
+  }
+  return r;
+}
+
+nlohmann::json record_json(const JobRecord& r) {
+  nlohmann::json hosts = nlohmann::json::array(), procs = nlohmann::json::array();
+  for (const auto& h : r.hosts) hosts.push_back(host_json(h));
+  for (const auto& p : r.processes)
+    procs.push_back({{"rank", rank_json(p.rank)},
+                     {"node_rank", p.node_rank},
+                     {"host", r.hosts.at(p.host).endpoint.address},
+                     {"log", p.log}});
+  return {{"version", 1},
+          {"id", r.id},
+          {"hostfile", r.hostfile},
+          {"argv", r.argv},
+          {"cwd", r.cwd},
+          {"started", r.started},
+          {"detached", r.detached},
+          {"launcher_pid", r.launcher_pid},
+          {"ssh",
+           {{"ssh_config", r.ssh.ssh_config},
+            {"strict_host_key_checking", policy_word(r.ssh.strict_host_key_checking)},
+            {"connect_timeout", r.ssh.connect_timeout},
+            {"fanout", r.ssh.fanout}}},
+          {"hosts", hosts},
+          {"processes", procs},
+          {"exit_status", r.exit_status ? nlohmann::json(*r.exit_status) : nlohmann::json(nullptr)},
+          {"ended", r.ended}};
+}
+
+JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
+  try {
+    JobRecord r;
+    r.id = j.at("id").get<std::string>();
+    r.hostfile = j.value("hostfile", "");
+    r.argv = j.value("argv", std::vector<std::string>{});
+    r.cwd = j.value("cwd", "");
+    r.started = j.value("started", "");
+    r.detached = j.at("detached").get<bool>();
+    r.launcher_pid = j.value("launcher_pid", 0L);
+    const nlohmann::json& ssh = j.at("ssh");
+    r.ssh = {ssh.value("ssh_config", ""), policy_of(ssh.value("strict_host_key_checking", "")),
+             ssh.value("connect_timeout", 10.0), ssh.value("fanout", 64)};
+    for (const auto& h : j.at("hosts")) r.hosts.push_back(host_of(h));
+    for (const auto& p : j.at("processes")) {
+      std::string host = p.at("host").get<std::string>();
+      auto it = std::find_if(r.hosts.begin(), r.hosts.end(),
+                             [&](const JobHost& h) { return h.endpoint.address == host; });
+      if (it == r.hosts.end()) throw InputError(fmt::format("process on unknown host {}", host));
+      r.processes.push_back({p.at("rank").is_null() ? -1 : p["rank"].get<int>(),
+                             p.at("node_rank").get<int>(),
+                             static_cast<size_t>(it - r.hosts.begin()), p.value("log", "")});
+    }
+    if (j.contains("exit_status") && !j["exit_status"].is_null())
+      r.exit_status = j["exit_status"].get<int>();
+    r.ended = j.value("ended", "");
+    return r;
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("{}: not a job record: {}", origin, e.what()));
+  }
+}
+
+bool write_job_record(const std::string& dir, const JobRecord& record, std::FILE* err) {
+  std::string path = fmt::format("{}/{}.json", dir, record.id);
+  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::string text =
+      record_json(record).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  bool ok = !dir.empty() && make_dirs(dir);
+  if (ok) {
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    ok = f && std::fputs(text.c_str(), f) >= 0;
+    if (f && std::fclose(f) != 0) ok = false;
+    ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+    if (!ok) std::remove(tmp.c_str());
+  }
+  if (!ok)
+    std::fprintf(err, "msrun-ssh: warning: cannot write the job record %s: %s\n",
+                 dir.empty() ? "(neither XDG_STATE_HOME nor HOME is set)" : path.c_str(),
+                 dir.empty() ? "no place for it" : std::strerror(errno));
+  return ok;
+}
+
+JobRecord load_job_record(const std::string& dir, const std::string& id) {
+  std::string path = fmt::format("{}/{}.json", dir, id);
+  if (::access(path.c_str(), F_OK) != 0)
+    throw InputError(fmt::format("no job {} in {}", id, dir.empty() ? "(no jobs directory)" : dir));
+  return read_record_file(path);
+}
+
+std::vector<JobRecord> load_job_records(const std::string& dir, std::FILE* err) {
+  std::vector<JobRecord> records;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string path = entry.path().string();
+    if (!path.ends_with(".json")) continue;
+    try {
+      records.push_back(read_record_file(path));
+    } catch (const InputError& e) {
+      std::fprintf(err, "msrun-ssh: warning: %s\n", e.what());
+    }
+  }
+  std::sort(records.begin(), records.end(), [](const JobRecord& a, const JobRecord& b) {
+    return std::tie(a.started, a.id) > std::tie(b.started, b.id);
+  });
+  return records;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,19 @@
+#!/bin/sh
+# The keeper of one detached process (detached_command, command.h), started by setsid with the
+# stem of the process's state files ($1: <log dir>/.msrun-ssh/<job id>/<rank>) and the process's
+# command after it. The command runs in an inner sh that writes its own pid to $1.pid and execs
+# the command (which keeps that pid); once it ends, its exit status (128+N after signal N) goes to
+# $1.exit. The trap lets the keeper outlive a SIGTERM, SIGINT or SIGHUP sent to its process group
+# (stop), so that the status is still written; the command gets those signals at their defaults (a
+# caught signal is reset by exec).
+s=$1
+shift
+trap : TERM INT HUP
+# The keeper's own stderr goes nowhere: a shell says "Terminated" when its child was killed (dash
+# on the command's stderr), and the log must hold only what the process wrote. The command gets the
+# log back as its stderr (fd 3) first thing, so that its shell's own errors (no such program) are
+# in the log.
+exec 3>&2 2>/dev/null
+# shellcheck disable=SC2016
+sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$s" "$@"
+echo $? > "$s.exit"

@@ -1,0 +1,444 @@
+// Job records and the job subcommands' logic (src/jobs/): records written and read back under a
+// temporary XDG_STATE_HOME, the hosts' answers (job_state.sh) parsed and shown, `logs` over
+// ReplyTransport, and the remote scripts run here for real on a detached process.
+#include "msrun_ssh/jobs.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "msrun_ssh/cli.h"
+#include "msrun_ssh/command.h"
+#include "msrun_ssh/error.h"
+#include "reply_transport.h"
+#include "test_util.h"
+
+namespace msrun_ssh {
+namespace {
+
+using fake::Reply;
+using fake::ReplyTransport;
+
+// A detached job of two hosts: the scheduler and rank 0 on node0, rank 1 on node1.
+JobRecord two_hosts(const std::string& log_dir = "/w/logs") {
+  JobRecord r;
+  r.id = "20260101-000000-abcdef";
+  r.hostfile = "/etc/hosts.toml";
+  r.argv = {"msrun-ssh", "--join=False", "train.py"};
+  r.cwd = "/home/u";
+  r.started = "2026-01-01T00:00:00.000Z";
+  r.detached = true;
+  r.launcher_pid = 4242;
+  r.ssh = {"/home/u/.ssh/config", HostKeyPolicy::kAcceptNew, 7, 32};
+  r.hosts = {{{"node0", "u", 2222, "/k", "/kh"}, 0, "/w"}, {{"node1", "", {}, "", ""}, 1, "/w"}};
+  r.processes = {{-1, 0, 0, log_dir + "/scheduler.log"},
+                 {0, 0, 0, log_dir + "/worker_0.log"},
+                 {1, 1, 1, log_dir + "/worker_1.log"}};
+  return r;
+}
+
+class JobRecords : public test::TempDirTest {};
+
+TEST_F(JobRecords, WhereTheyLive) {
+  auto env = [](const char* state, const char* home) {
+    return [=](const char* n) -> const char* {
+      return std::string(n) == "XDG_STATE_HOME" ? state : std::string(n) == "HOME" ? home : nullptr;
+    };
+  };
+  EXPECT_EQ(jobs_dir(env("/s", "/h")), "/s/msrun-ssh/jobs");
+  EXPECT_EQ(jobs_dir(env(nullptr, "/h")), "/h/.local/state/msrun-ssh/jobs");
+  EXPECT_EQ(jobs_dir(env("relative", "/h")), "/h/.local/state/msrun-ssh/jobs");
+  EXPECT_EQ(jobs_dir(env(nullptr, nullptr)), "");
+  EXPECT_EQ(absolute_path("logs/a", "/w"), "/w/logs/a");
+  EXPECT_EQ(absolute_path("/x", "/w"), "/x");
+}
+
+TEST_F(JobRecords, WrittenAndReadBack) {
+  std::string dir = dir_ + "/state/msrun-ssh/jobs";
+  JobRecord r = two_hosts();
+  r.exit_status = 3;
+  r.ended = "2026-01-01T00:01:00.000Z";
+  ASSERT_TRUE(write_job_record(dir, r, stderr));
+  struct stat st {};
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(stat((dir_ + "/state").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  JobRecord back = load_job_record(dir, r.id);
+  EXPECT_EQ(record_json(back), record_json(r));
+  EXPECT_EQ(back.hosts[0].endpoint.port, 2222);
+  EXPECT_FALSE(back.hosts[1].endpoint.port.has_value());
+  EXPECT_EQ(back.ssh.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ(back.processes[2].host, 1u);
+  EXPECT_EQ(back.processes[0].rank, -1);
+  nlohmann::json j = record_json(r);
+  EXPECT_TRUE(j["processes"][0]["rank"].is_null());
+  EXPECT_EQ(j["processes"][2]["host"], "node1");
+  EXPECT_EQ(j["ssh"]["connect_timeout"], 7);
+  EXPECT_EQ(j["exit_status"], 3);
+  // Nothing but the record is left in the directory (the temporary name was renamed).
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+TEST_F(JobRecords, NewestFirstBrokenOnesSkipped) {
+  std::string dir = dir_ + "/jobs";
+  JobRecord a = two_hosts(), b = two_hosts();
+  b.id = "20260102-000000-000001";
+  b.started = "2026-01-02T00:00:00.000Z";
+  ASSERT_TRUE(write_job_record(dir, a, stderr));
+  ASSERT_TRUE(write_job_record(dir, b, stderr));
+  write("jobs/broken.json", "{\"id\": 3");
+  std::FILE* err = std::tmpfile();
+  auto all = load_job_records(dir, err);
+  std::rewind(err);
+  EXPECT_NE(test::read_all(err).find("broken.json: not a job record"), std::string::npos);
+  std::fclose(err);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].id, b.id);
+  EXPECT_EQ(all[1].id, a.id);
+  EXPECT_TRUE(load_job_records(dir_ + "/none", stderr).empty());
+}
+
+TEST_F(JobRecords, UnknownIdNamesTheDirectory) {
+  EXPECT_EQ(test::error_of([&] { load_job_record(dir_, "nope"); }), "no job nope in " + dir_);
+}
+
+TEST_F(JobRecords, AWriteThatFailsIsAWarning) {
+  write("file", "");
+  std::FILE* err = std::tmpfile();
+  EXPECT_FALSE(write_job_record(dir_ + "/file/jobs", two_hosts(), err));
+  EXPECT_FALSE(write_job_record("", two_hosts(), err));
+  std::rewind(err);
+  std::string text = test::read_all(err);
+  std::fclose(err);
+  EXPECT_NE(text.find("msrun-ssh: warning: cannot write the job record " + dir_ + "/file/jobs/"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("neither XDG_STATE_HOME nor HOME is set"), std::string::npos) << text;
+}
+
+TEST_F(JobRecords, MadeFromThePlan) {
+  Options o;
+  o.hostfile = "hosts.toml";
+  o.launcher_cwd = "/home/u";
+  o.command_line = {"msrun-ssh", "--hostfile", "hosts.toml", "t.py"};
+  o.connect_timeout = 3;
+  Plan plan;
+  plan.job_id = "j";
+  HostPlan h;
+  h.node_rank = 0;
+  h.host.address = "n0";
+  h.host.port = 22;
+  Process sched;
+  sched.role = Role::kScheduler;
+  sched.workdir = "/w";
+  Process w;
+  w.rank = 0;
+  w.workdir = "/w";
+  h.processes = {sched, w};
+  plan.hosts = {h};
+  JobRecord r = make_job_record(o, plan, {"/w/./scheduler.log", "/w/./worker_0.log"}, true);
+  EXPECT_EQ(r.hostfile, "/home/u/hosts.toml");
+  EXPECT_EQ(r.argv, o.command_line);
+  EXPECT_EQ(r.launcher_pid, static_cast<long>(getpid()));
+  EXPECT_EQ(r.hosts[0].workdir, "/w");
+  EXPECT_EQ(r.hosts[0].endpoint.port, 22);
+  ASSERT_EQ(r.processes.size(), 2u);
+  EXPECT_EQ(r.processes[0].rank, -1);
+  EXPECT_EQ(r.processes[1].log, "/w/./worker_0.log");
+  EXPECT_EQ(r.ssh.connect_timeout, 3);
+  EXPECT_TRUE(r.started.ends_with("Z"));
+  Cluster c = cluster_of(r);
+  EXPECT_EQ(c.hosts[0].address, "n0");
+  Options merged = options_from_record(Options{}, two_hosts());
+  EXPECT_EQ(merged.ssh_config, "/home/u/.ssh/config");
+  EXPECT_EQ(merged.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ(merged.connect_timeout, 7);
+  EXPECT_EQ(merged.hostfile, "/etc/hosts.toml");
+}
+
+// ---- the hosts' answers
+// --------------------------------------------------------------------------
+
+TEST(JobState, ParsesTheScriptsAnswer) {
+  auto s = parse_job_state(
+      "hz 100\nalive 3\nproc sched 11 alive - 250 step 3 of 9\nproc 0 12 ended 143 - \n"
+      "proc 1 - unknown - - \n");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->hz, 100);
+  EXPECT_EQ(s->alive, 3);
+  ASSERT_EQ(s->processes.size(), 3u);
+  EXPECT_EQ(s->processes[0].rank_word, "sched");
+  EXPECT_EQ(s->processes[0].pid, 11);
+  EXPECT_EQ(s->processes[0].ticks, 250);
+  EXPECT_EQ(s->processes[0].last_line, "step 3 of 9");
+  EXPECT_EQ(s->processes[1].status, 143);
+  EXPECT_FALSE(s->processes[1].ticks.has_value());
+  EXPECT_FALSE(s->processes[2].pid.has_value());
+  EXPECT_FALSE(parse_job_state("alive 1\n").has_value());
+  EXPECT_FALSE(parse_job_state("hz 100\nalive 1\nproc 0\n").has_value());
+  EXPECT_FALSE(parse_job_state("").has_value());
+}
+
+TEST(JobState, CommandsQuoteEverything) {
+  JobRecord r = two_hosts("/w/my logs");
+  std::string c = job_state_command(r, 0);
+  EXPECT_EQ(c.rfind("exec sh -c '", 0), 0u);
+  EXPECT_TRUE(c.ends_with("' 'msrun-ssh-state' '" + r.id + "' 'sched' '/w/my logs/.msrun-ssh/" +
+                          r.id + "/sched' '/w/my logs/scheduler.log' '0' '/w/my logs/.msrun-ssh/" +
+                          r.id + "/0' '/w/my logs/worker_0.log'"))
+      << c;
+  EXPECT_TRUE(job_logs_command(r, 2, true)
+                  .ends_with("'msrun-ssh-logs' '" + r.id + "' '/w/my logs/worker_1.log' 'follow'"));
+  EXPECT_TRUE(job_logs_command(r, 2, false).ends_with("'once'"));
+}
+
+TEST(JobState, StatusFromEveryHostOneUnreachable) {
+  JobRecord r = two_hosts();
+  r.hosts.push_back({{"node2", "", {}, "", ""}, 2, "/w"});
+  r.processes.push_back({2, 2, 2, "/w/logs/worker_2.log"});
+  ReplyTransport t;
+  t.on("msrun-ssh-state",
+       Reply{.output = {{0.001,
+                         "hz 100\nalive 2\nproc sched 11 alive - 250 sched line\n"
+                         "proc 0 12 ended 143 - last words\n"}}},
+       0);
+  t.on("msrun-ssh-state", Reply{.output = {{0.001, "hz 100\nalive 0\nproc 1 13 ended 3 - x\n"}}},
+       1);
+  auto rows = query_processes(t, r, {"", "", "Connection refused"}, 5);
+  ASSERT_EQ(t.execs.size(), 2u);  // the unreachable host is not asked
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].state, "alive");
+  EXPECT_EQ(rows[0].cpu_s, 2.5);
+  EXPECT_EQ(rows[1].state, "killed");
+  EXPECT_EQ(rows[1].signal, "TERM");
+  EXPECT_EQ(rows[2].state, "exited");
+  EXPECT_EQ(rows[2].status, 3);
+  EXPECT_EQ(rows[3].state, "unreachable");
+  EXPECT_EQ(rows[3].why, "Connection refused");
+
+  std::string table = format_status(r, rows);
+  EXPECT_NE(table.find("host    rank       pid  state"), std::string::npos) << table;
+  EXPECT_NE(table.find("node0  sched        11  alive"), std::string::npos) << table;
+  EXPECT_NE(table.find("killed (SIGTERM, status 143)"), std::string::npos) << table;
+  EXPECT_NE(table.find("exited (3)"), std::string::npos) << table;
+  EXPECT_NE(table.find("unreachable: Connection refused"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.5s  sched line"), std::string::npos) << table;
+
+  nlohmann::json j = status_json(r, rows);
+  EXPECT_TRUE(j["processes"][0]["rank"].is_null());
+  EXPECT_EQ(j["processes"][0]["pid"], 11);
+  EXPECT_EQ(j["processes"][0]["cpu_seconds"], 2.5);
+  EXPECT_EQ(j["processes"][1]["exit_status"], 143);
+  EXPECT_EQ(j["processes"][1]["signal"], "TERM");
+  EXPECT_EQ(j["processes"][3]["state"], "unreachable");
+  EXPECT_EQ(job_state(r, rows, false), "unknown (host node2 unreachable)");
+}
+
+TEST(JobState, HostWithoutAnswerIsUnreachable) {
+  JobRecord r = two_hosts();
+  ReplyTransport t;
+  t.on("msrun-ssh-state", Reply{.output = {{0.001, "garbage\n"}}}, 0);
+  t.on("msrun-ssh-state", Reply{.exit_at = -1}, 1);  // never answers
+  auto rows = query_processes(t, r, {"", ""}, 2);
+  EXPECT_EQ(rows[0].state, "unreachable");
+  EXPECT_EQ(rows[2].state, "unreachable");
+  EXPECT_EQ(rows[2].why, "no answer");
+}
+
+TEST(JobState, WhatListShows) {
+  JobRecord r = two_hosts();
+  ProcessStatus alive{.rank = 0, .host = "node0", .state = "alive"};
+  ProcessStatus ok{.rank = 1, .host = "node1", .state = "exited", .status = 0};
+  ProcessStatus bad{.rank = 1, .host = "node1", .state = "exited", .status = 2};
+  EXPECT_EQ(job_state(r, {alive, ok}, false), "running (1/2 alive)");
+  EXPECT_EQ(job_state(r, {ok, ok}, false), "ended (all exit 0)");
+  EXPECT_EQ(job_state(r, {ok, bad}, false), "ended (1 failed)");
+  JobRecord attached = two_hosts();
+  attached.detached = false;
+  EXPECT_EQ(job_state(attached, {}, true), "running");
+  EXPECT_EQ(job_state(attached, {}, false), "ended (launcher gone)");
+  attached.exit_status = 7;
+  EXPECT_EQ(job_state(attached, {}, false), "ended (exit 7)");
+
+  std::vector<JobListing> jobs{{r, "running (1/2 alive)"}, {attached, "ended (exit 7)"}};
+  std::string table = format_job_list(jobs);
+  EXPECT_EQ(table.substr(0, table.find('\n')),
+            "id                        started                   hosts  processes  state");
+  EXPECT_NE(table.find(r.id + "    2026-01-01T00:00:00.000Z      2          3  running (1/2 "
+                              "alive)\n"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("ended (exit 7) [attached]\n"), std::string::npos) << table;
+  nlohmann::json j = job_list_json(jobs);
+  EXPECT_EQ(j[0]["id"], r.id);
+  EXPECT_EQ(j[0]["processes"], 3);
+  EXPECT_EQ(j[1]["detached"], false);
+  EXPECT_EQ(j[1]["state"], "ended (exit 7)");
+}
+
+// ---- logs
+// ----------------------------------------------------------------------------------------
+
+struct Console {
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  std::unique_ptr<Output> output;
+  Console() {
+    OutputConfig oc;
+    oc.console_out = fileno(out);
+    oc.console_err = fileno(err);
+    output = std::make_unique<Output>(oc);
+  }
+  ~Console() {
+    std::fclose(out);
+    std::fclose(err);
+  }
+  std::string text(std::FILE* f) {
+    output->drain();
+    std::rewind(f);
+    return test::read_all(f);
+  }
+};
+
+TEST(JobLogs, PrefixedAsAnAttachedRun) {
+  JobRecord r = two_hosts();
+  ReplyTransport t;
+  t.on("scheduler.log", Reply{.output = {{0.001, "s1\ns2"}}});
+  t.on("worker_0.log", Reply{.output = {{0.001, "a\n"}, {0.5, "b\n"}}, .exit_at = 1});
+  t.on("worker_1.log", Reply{.output = {{0.002, "c\n"}}});
+  Console c;
+  int code = logs_on_hosts(
+      t, r, {"", ""}, std::nullopt, true, *c.output, [] { return 0; }, c.err);
+  EXPECT_EQ(code, 0);
+  std::string out = c.text(c.out);
+  EXPECT_NE(out.find("[sched@node0] s1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("[sched@node0] s2\n"), std::string::npos) << out;  // the last, cut line
+  EXPECT_NE(out.find("[0@node0] a\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("[0@node0] b\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("[1@node1] c\n"), std::string::npos) << out;
+  ASSERT_EQ(t.execs.size(), 3u);
+  EXPECT_NE(t.execs[1].command.find("'follow'"), std::string::npos);
+  EXPECT_EQ(t.execs[2].host, 1u);
+}
+
+TEST(JobLogs, OneRankAndAnUnreachableHost) {
+  JobRecord r = two_hosts();
+  ReplyTransport t;
+  t.on("worker_0.log", Reply{.output = {{0.001, "a\n"}}});
+  Console c;
+  EXPECT_EQ(logs_on_hosts(
+                t, r, {"", ""}, 0, false, *c.output, [] { return 0; }, c.err),
+            0);
+  EXPECT_EQ(c.text(c.out), "[0@node0] a\n");
+  ASSERT_EQ(t.execs.size(), 1u);
+  EXPECT_NE(t.execs[0].command.find("'once'"), std::string::npos);
+
+  ReplyTransport t2;
+  Console c2;
+  EXPECT_EQ(logs_on_hosts(
+                t2, r, {"", "timed out"}, 1, false, *c2.output, [] { return 0; }, c2.err),
+            kExitHostFailure);
+  EXPECT_EQ(c2.text(c2.err), "msrun-ssh: node1: unreachable (timed out): no log of 1@node1\n");
+  EXPECT_EQ(test::error_of([&] {
+              logs_on_hosts(
+                  t2, r, {"", ""}, 9, false, *c2.output, [] { return 0; }, c2.err);
+            }),
+            "logs: job " + r.id + " has no rank 9");
+}
+
+TEST(JobLogs, ASignalEndsTheFollowAndKillsEveryTail) {
+  JobRecord r = two_hosts();
+  ReplyTransport t;
+  t.on("log", Reply{.output = {{0.001, "x\n"}}, .exit_at = -1});  // follows for ever
+  Console c;
+  int polls = 0;
+  int code = logs_on_hosts(
+      t, r, {"", ""}, std::nullopt, true, *c.output, [&] { return ++polls >= 3 ? kExitSigint : 0; },
+      c.err);
+  EXPECT_EQ(code, kExitSigint);
+  EXPECT_EQ(t.kills.size(), 3u);
+  for (const auto& k : t.kills) EXPECT_EQ(k.signal, "KILL");
+  EXPECT_NE(c.text(c.out).find("[1@node1] x\n"), std::string::npos);
+}
+
+// ---- the remote scripts, run here
+// ----------------------------------------------------------------
+
+class JobScripts : public test::TempDirTest {
+ protected:
+  // Starts `argv` detached as rank 0 of job_ with its log in dir_/logs; returns the record.
+  JobRecord start(const std::vector<std::string>& argv) {
+    Process p;
+    p.rank = 0;
+    p.workdir = dir_;
+    p.argv = argv;
+    std::string out = test::shell_output(detached_command(p, job_, "logs/worker_0.log"));
+    EXPECT_EQ(out.rfind("msrun-ssh: started ", 0), 0u) << out;
+    JobRecord r;
+    r.id = job_;
+    r.detached = true;
+    r.hosts = {{{"local", "", {}, "", ""}, 0, dir_}};
+    r.processes = {{0, 0, 0, dir_ + "/logs/worker_0.log"}};
+    return r;
+  }
+  std::optional<RemoteState> state(const JobRecord& r) {
+    return parse_job_state(test::shell_output(job_state_command(r, 0)));
+  }
+  // Waits (bounded) until `done` holds for the job's state.
+  RemoteState wait_state(const JobRecord& r, const std::function<bool(const RemoteState&)>& done) {
+    for (int i = 0; i < 500; ++i) {
+      auto s = state(r);
+      if (s && !s->processes.empty() && done(*s)) return *s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "state not reached";
+    return {};
+  }
+  std::string job_ = fmt::format("jobs-test-{}", getpid());
+};
+
+TEST_F(JobScripts, StateOfALiveThenKilledProcess) {
+  JobRecord r = start({"sh", "-c", "echo first; printf 'bar 10%%\\rbar 20%%\\n'; exec sleep 30"});
+  RemoteState s = wait_state(r, [](const RemoteState& x) {
+    return x.processes[0].state == "alive" && x.processes[0].last_line == "bar 20%";
+  });
+  ASSERT_EQ(s.processes.size(), 1u);
+  EXPECT_GE(s.alive, 1);
+  EXPECT_GT(s.hz, 0);
+  ASSERT_TRUE(s.processes[0].pid.has_value());
+  EXPECT_TRUE(s.processes[0].ticks.has_value());
+  ::kill(static_cast<pid_t>(*s.processes[0].pid), SIGTERM);
+  // Ended, and its keeper (which wrote the status) gone too.
+  s = wait_state(
+      r, [](const RemoteState& x) { return x.processes[0].state == "ended" && x.alive == 0; });
+  EXPECT_EQ(s.processes[0].status, 143);
+  EXPECT_EQ(s.alive, 0);
+  EXPECT_EQ(test::shell_output(job_logs_command(r, 0, false)), "first\nbar 10%\rbar 20%\n");
+  // Following a job that has ended prints the whole log and ends.
+  EXPECT_EQ(test::shell_output(job_logs_command(r, 0, true)), "first\nbar 10%\rbar 20%\n");
+}
+
+TEST_F(JobScripts, FollowPrintsWhatComesUntilTheEnd) {
+  JobRecord r = start({"sh", "-c", "echo one; sleep 1; echo two; exit 4"});
+  std::string out = test::shell_output(job_logs_command(r, 0, true));
+  EXPECT_EQ(out, "one\ntwo\n");
+  RemoteState s = state(r).value_or(RemoteState{});
+  ASSERT_EQ(s.processes.size(), 1u);
+  EXPECT_EQ(s.processes[0].state, "ended");
+  EXPECT_EQ(s.processes[0].status, 4);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
