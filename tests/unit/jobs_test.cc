@@ -432,12 +432,26 @@ TEST_F(JobScripts, StateOfALiveThenKilledProcess) {
 
 TEST_F(JobScripts, FollowPrintsWhatComesUntilTheEnd) {
   JobRecord r = start({"sh", "-c", "echo one; sleep 1; echo two; exit 4"});
-  std::string out = test::shell_output(job_logs_command(r, 0, true));
+  // Its stdin open, as the launcher's channel keeps it (a reader whose stdin ends stops at once).
+  std::string follow = fmt::format("{} < <(sleep 5)", job_logs_command(r, 0, true));
+  std::string out = test::shell_output(fmt::format("bash -c {}", shell_quote(follow)));
   EXPECT_EQ(out, "one\ntwo\n");
   RemoteState s = state(r).value_or(RemoteState{});
   ASSERT_EQ(s.processes.size(), 1u);
   EXPECT_EQ(s.processes[0].state, "ended");
   EXPECT_EQ(s.processes[0].status, 4);
+}
+
+TEST_F(JobScripts, FollowEndsWhenItsStdinEnds) {
+  JobRecord r = start({"sh", "-c", "echo one; exec sleep 30"});
+  wait_state(r, [](const RemoteState& x) { return x.processes[0].last_line == "one"; });
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(test::shell_output(job_logs_command(r, 0, true) + " < /dev/null"), "one\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  RemoteState s = state(r).value_or(RemoteState{});
+  ASSERT_EQ(s.processes.size(), 1u);
+  ASSERT_TRUE(s.processes[0].pid.has_value());
+  ::kill(static_cast<pid_t>(*s.processes[0].pid), SIGKILL);
 }
 
 }  // namespace
