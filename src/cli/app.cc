@@ -72,6 +72,7 @@ int run_app(const std::vector<std::string>& args) {
     options.job_id = options.command == Command::kStop ? options.job : new_job_id();
     Cluster cluster = load_hostfile(options.hostfile);
     if (options.command == Command::kStop) return stop_job(options, cluster);
+    if (options.command == Command::kSync) return sync_job(options, cluster);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
     // so that an alias never turns into a DNS query for a name that exists only in the config.
     Resolver resolve = [&options](const std::string& name) {
