@@ -106,7 +106,7 @@ struct RemoteManifest {
   bool complete = false;      // the "end" line came
 };
 
-// Parses the manifest program's JSON lines ({"t","m","s","n","p","l"} per entry, {"marker"},
+// Parses the manifest program's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per entry, {"marker"},
 // {"error"}, {"end"}); lines that are not JSON objects are ignored (a login script may print),
 // entries with a path that is not relative and inside DEST are dropped, and so is what `rules`
 // exclude.
@@ -156,11 +156,11 @@ SyncPlan diff_manifests(const Manifest& local, const Manifest& remote,
 
 // ---- the record stream --------------------------------------------------------------------------
 //
-// Every record: a 29-byte header, big-endian: type (1 byte, RecordType), mode (u32), mtime_ns
+// Every record: a 25-byte header, big-endian: type (1 byte, RecordType), mode (u32), mtime_ns
 // (i64), size (u64: the bytes that follow the path), path length (u32); then the path's bytes,
 // then `size` bytes of data (a file's content, a symlink's target). kEnd has no path nor data.
 
-inline constexpr size_t kRecordHeaderSize = 29;
+inline constexpr size_t kRecordHeaderSize = 25;
 
 std::string encode_record_header(RecordType type, uint32_t mode, int64_t mtime_ns, uint64_t size,
                                  std::string_view path);

@@ -141,6 +141,7 @@ void json_lines(std::string_view text, Fn fn) {
 RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules) {
   RemoteManifest r;
   json_lines(output, [&](const nlohmann::json& j) {
+    if (r.complete) return;  // what follows answers the second request
     if (j.contains("end")) r.complete = true;
     if (j.contains("error") && j["error"].is_string()) r.error = j["error"];
     if (j.contains("marker") && j["marker"].is_string()) r.marker = j["marker"];
