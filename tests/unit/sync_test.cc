@@ -358,5 +358,158 @@ TEST(SyncWhere, AmbiguousCasesAreRefused) {
             std::string::npos);
 }
 
+// ---- on the hosts (ReplyTransport) -------------------------------------------------------------
+
+using fake::Reply;
+using fake::ReplyTransport;
+
+// Words only the manifest / the apply program holds.
+constexpr const char* kManifestWord = "def walk(";
+constexpr const char* kApplyWord = "def record(";
+
+std::string line_of(const std::string& path, const Entry& e) {
+  return fmt::format(
+      "{{\"t\": \"{}\", \"m\": {}, \"s\": {}, \"n\": {}, \"p\": \"{}\", \"l\": \"{}\"}}\n",
+      static_cast<char>(e.type), e.mode, e.size, e.mtime_ns, path, e.target);
+}
+
+// A manifest program that lists `entries` and the marker `old`, then answers the request with
+// the marker `now` and `hashes`.
+Reply manifest_reply(const Manifest& entries, const std::string& old, const std::string& now,
+                     const Hashes& hashes = {}) {
+  std::string out = "motd from a login script\n";
+  for (const auto& [p, e] : entries) out += line_of(p, e);
+  out += fmt::format("{{\"marker\": \"{}\"}}\n{{\"end\": true}}\n", old);
+  std::string answer = fmt::format("{{\"marker\": \"{}\"}}\n", now);
+  for (const auto& [p, h] : hashes) answer += fmt::format("{{\"h\": \"{}\", \"p\": \"{}\"}}\n", h, p);
+  answer += "{\"end\": true}\n";
+  return Reply{.output = {{0.001, out}}, .until_eof = true, .after_eof = {{0.001, answer}}};
+}
+
+Reply apply_reply(const std::string& done) {
+  return Reply{.until_eof = true, .after_eof = {{0.001, done + "\n"}}};
+}
+
+// The records of a stream: "TYPE:PATH" each.
+std::vector<std::string> records(const std::string& stream) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  auto be = [&](size_t at, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v = v << 8 | static_cast<unsigned char>(stream.at(at + i));
+    return v;
+  };
+  while (pos < stream.size()) {
+    char type = stream[pos];
+    uint64_t size = be(pos + 13, 8), len = be(pos + 21, 4);
+    out.push_back(fmt::format("{}:{}", type, stream.substr(pos + kRecordHeaderSize, len)));
+    pos += kRecordHeaderSize + len + size;
+  }
+  return out;
+}
+
+class SyncHosts : public SyncTree {
+ protected:
+  void SetUp() override {
+    SyncTree::SetUp();
+    source_.dir = src_;
+    source_.rules = sync_rules(src_, {"*.pt", "sub dir/"});
+    source_.local = local_manifest(src_, source_.rules);
+    source_.dests = {"/d0", "/d1", "/d2"};
+  }
+
+  std::vector<std::string> lines(const std::vector<SyncHostResult>& results) const {
+    std::vector<std::string> out;
+    for (size_t h = 0; h < results.size(); ++h) out.push_back(sync_result_line(addresses_, results, h));
+    return out;
+  }
+
+  ReplyTransport t_;
+  SyncSource source_;
+  std::vector<std::string> addresses_{"h0", "h1", "h2"};
+};
+
+TEST_F(SyncHosts, SharedDirectoriesAreWrittenOnceAndEachHostGetsOnlyItsDifference) {
+  Manifest all = source_.local;
+  Manifest one_changed = all;
+  one_changed["train.py"].size = 1;
+  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 0);
+  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);  // reads h1's token back: shares with h0
+  t_.on(kManifestWord, manifest_reply(one_changed, "old", "T2"), 2);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 4 24 0"), 0);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results), (std::vector<std::string>{
+                                "sync: h0: 4 files, 24 bytes sent, 0 deleted (shared with h1)",
+                                "sync: h1: shared with h0", "sync: h2: 1 files, 12 bytes sent, 0 deleted"}));
+  ASSERT_EQ(t_.find(kApplyWord, 2), -1);  // two apply channels, none for h1
+  ChannelId a0 = t_.find(kApplyWord, 0), a2 = t_.find(kApplyWord, 1);
+  EXPECT_EQ(t_.execs[a0].host, 0u);
+  EXPECT_EQ(t_.execs[a2].host, 2u);
+  EXPECT_NE(t_.execs[a0].command.find("/d0"), std::string::npos);
+  EXPECT_EQ(records(t_.channel(a0).written),
+            (std::vector<std::string>{"L:link.py", "F:run.sh", "F:train.py", "E:"}));
+  EXPECT_EQ(records(t_.channel(a2).written), (std::vector<std::string>{"F:train.py", "E:"}));
+  // Every manifest asked for a marker read-back, and wrote a token of its own.
+  for (size_t h = 0; h < 3; ++h) {
+    ChannelId m = t_.find(kManifestWord, static_cast<int>(h));
+    EXPECT_EQ(t_.channel(m).written, "{\"hash\": []}\n");
+    EXPECT_GE(t_.channel(m).eof_ms, 0);
+  }
+}
+
+TEST_F(SyncHosts, UpToDateAndContentComparedByHash) {
+  Manifest touched = source_.local;
+  touched["train.py"].mtime_ns += 5;  // same size, other mtime: compared by content
+  Manifest edited = touched;
+  t_.on(kManifestWord, manifest_reply(source_.local, "a", "A"), 0);
+  t_.on(kManifestWord, manifest_reply(touched, "b", "B", {{"train.py", sha256_hex("print('hi')\n")}}), 1);
+  t_.on(kManifestWord, manifest_reply(edited, "c", "C", {{"train.py", sha256_hex("other\n")}}), 2);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 0 0 0"), 1);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results)[0], "sync: h0: up to date");
+  EXPECT_EQ(lines(results)[2], "sync: h2: 1 files, 12 bytes sent, 0 deleted");
+  EXPECT_EQ(t_.channel(t_.find(kManifestWord, 1)).written,
+            fmt::format("{{\"hash\": [\"{}\"]}}\n", "747261696e2e7079"));  // "train.py" in hex
+  EXPECT_EQ(records(t_.channel(t_.find(kApplyWord, 0)).written),
+            (std::vector<std::string>{"A:train.py", "E:"}));
+  EXPECT_EQ(records(t_.channel(t_.find(kApplyWord, 1)).written),
+            (std::vector<std::string>{"F:train.py", "E:"}));
+}
+
+TEST_F(SyncHosts, FailuresNameTheHost) {
+  t_.on(kManifestWord,
+        Reply{.output = {{0.001, "{\"error\": \"python3 not found on the host (sync needs it)\"}\n"}},
+              .status = 127},
+        0);
+  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);
+  t_.on(kApplyWord, apply_reply("msrun-sync: error: refused path 'x'"), 1);
+  t_.on(kManifestWord, manifest_reply({}, "", "T2"), 2);
+  t_.on(kApplyWord, Reply{.exit_at = -1}, 2);  // hangs: given up after the timeout
+  t_.lose(2, 0.5, "Socket error: Connection reset by peer");
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results),
+            (std::vector<std::string>{"sync: h0: failed: python3 not found on the host (sync needs it)",
+                                      "sync: h1: failed: refused path 'x'",
+                                      "sync: h2: failed: connection lost: Socket error: Connection reset by peer"}));
+}
+
+TEST_F(SyncHosts, CheckComparesAndWritesNothing) {
+  Manifest one_changed = source_.local;
+  one_changed["train.py"].size = 1;
+  t_.on(kManifestWord, manifest_reply(source_.local, "", "x"), 0);
+  t_.on(kManifestWord, manifest_reply(one_changed, "", "x"), 1);
+  t_.on(kManifestWord, manifest_reply({}, "", "x"), 2);
+  SyncSettings settings;
+  settings.apply = false;
+  auto results = sync_hosts(t_, source_, settings);
+  EXPECT_EQ(results[0].differ, 0u);
+  EXPECT_EQ(results[1].differ, 1u);
+  EXPECT_EQ(results[2].differ, source_.local.size());
+  EXPECT_EQ(t_.find(kApplyWord), -1);
+  for (const auto& e : t_.execs) EXPECT_TRUE(e.command.ends_with(" ''"));  // no token to write
+}
+
 }  // namespace
 }  // namespace msrun_ssh
