@@ -71,8 +71,8 @@ inline constexpr const char* kIgnoreFile = ".msrunignore";
 inline constexpr const char* kMarkerFile = ".msrun-sync-id";
 inline constexpr const char* kTempPrefix = ".msrun-sync.tmp.";
 
-// The default excludes, the ignore file's rules (when `dir` has one), then `extra` (--sync_exclude).
-// Throws InputError when the ignore file exists but cannot be read.
+// The default excludes, the ignore file's rules (when `dir` has one), then `extra`
+// (--sync_exclude). Throws InputError when the ignore file exists but cannot be read.
 IgnoreRules sync_rules(const std::string& dir, const std::vector<std::string>& extra);
 
 // ---- manifests ----------------------------------------------------------------------------------
@@ -100,13 +100,14 @@ Manifest local_manifest(const std::string& dir, const IgnoreRules& rules,
 
 // What a host's manifest program printed.
 struct RemoteManifest {
-  Manifest entries;           // minus sync's own files and what the rules exclude
-  std::string marker;         // the token found in DEST/.msrun-sync-id ("" when none)
-  std::string error;          // not empty: the program failed (its "error" line)
-  bool complete = false;      // the "end" line came
+  Manifest entries;       // minus sync's own files and what the rules exclude
+  std::string marker;     // the token found in DEST/.msrun-sync-id ("" when none)
+  std::string error;      // not empty: the program failed (its "error" line)
+  bool complete = false;  // the "end" line came
 };
 
-// Parses the manifest program's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per entry, {"marker"},
+// Parses the manifest program's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per
+// entry, {"marker"},
 // {"error"}, {"end"}); lines that are not JSON objects are ignored (a login script may print),
 // entries with a path that is not relative and inside DEST are dropped, and so is what `rules`
 // exclude.
@@ -152,7 +153,8 @@ struct SyncPlan {
 // in to_hash, `local_hashes`: the launcher's), else left in to_hash and counted as differing.
 using Hashes = std::map<std::string, std::string>;  // path -> SHA-256 hex
 SyncPlan diff_manifests(const Manifest& local, const Manifest& remote,
-                        const Hashes* remote_hashes = nullptr, const Hashes* local_hashes = nullptr);
+                        const Hashes* remote_hashes = nullptr,
+                        const Hashes* local_hashes = nullptr);
 
 // ---- the record stream --------------------------------------------------------------------------
 //
@@ -239,8 +241,8 @@ struct SyncHostResult {
 };
 
 struct SyncSettings {
-  bool apply = true;       // false: compare only (check), nothing is written on the hosts
-  double timeout_s = 120;  // no byte from or to a host for that long: it failed
+  bool apply = true;              // false: compare only (check), nothing is written on the hosts
+  double timeout_s = 120;         // no byte from or to a host for that long: it failed
   std::FILE* progress = nullptr;  // a terminal for the redrawn progress line, or nullptr
 };
 

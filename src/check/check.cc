@@ -263,10 +263,9 @@ void fill_sync(CheckReport& report, Transport& t, const SyncSource& source,
       report.hosts[h].set("sync", CheckStatus::kPass, fmt::format("{} in sync", source.dir),
                           "in sync");
     else
-      report.hosts[h].set(
-          "sync", CheckStatus::kWarn,
-          fmt::format("{} paths of {} differ in {} (a run with --sync sends them)", r.differ,
-                      source.dir, source.dests[h]));
+      report.hosts[h].set("sync", CheckStatus::kWarn,
+                          fmt::format("{} paths of {} differ in {} (a run with --sync sends them)",
+                                      r.differ, source.dir, source.dests[h]));
   }
 }
 

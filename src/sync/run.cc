@@ -16,7 +16,8 @@ SyncSource make_sync_source(const Options& options, const std::vector<std::strin
   std::vector<std::string> skipped;
   source.local = local_manifest(where.dir, source.rules, &skipped);
   for (const auto& s : skipped)
-    std::fprintf(stderr, "msrun-ssh: warning: sync: %s/%s is not a file, directory or symlink: left out\n",
+    std::fprintf(stderr,
+                 "msrun-ssh: warning: sync: %s/%s is not a file, directory or symlink: left out\n",
                  where.dir.c_str(), s.c_str());
   return source;
 }

@@ -20,10 +20,10 @@ constexpr size_t kInFlight = 1 << 20;  // stream bytes the transport may hold pe
 constexpr double kProgressMs = 200;
 
 struct HostState {
-  size_t manifest = 0;                  // batch index of the manifest channel
+  size_t manifest = 0;                      // batch index of the manifest channel
   size_t manifest_end = std::string::npos;  // offset in its stdout after the first end line
-  bool answered = false;                // the second end line came
-  bool asked = false;                   // a request was written
+  bool answered = false;                    // the second end line came
+  bool asked = false;                       // a request was written
   RemoteManifest remote;
   SyncPlan plan;
   std::optional<size_t> apply;  // batch index of the apply channel
@@ -102,8 +102,8 @@ class Session {
     size_t ok = 0;
     for (HostState& h : hosts_) {
       const BatchResult& r = batch_.result(h.manifest);
-      h.remote = parse_remote_manifest(std::string_view(r.out).substr(0, h.manifest_end),
-                                       source_.rules);
+      h.remote =
+          parse_remote_manifest(std::string_view(r.out).substr(0, h.manifest_end), source_.rules);
       if (h.manifest_end == std::string::npos || !h.remote.error.empty()) {
         h.result.error = h.remote.error.empty() ? trouble(r) : h.remote.error;
         continue;
@@ -192,7 +192,8 @@ class Session {
     uint64_t bytes = 0;
     for (const HostState& h : hosts_) {
       if (h.stream) files += h.stream->files(), bytes += h.stream->data_bytes();
-      bool over = !h.result.error.empty() || (phase_ == Phase::kApply && (!h.apply || closed(*h.apply)));
+      bool over =
+          !h.result.error.empty() || (phase_ == Phase::kApply && (!h.apply || closed(*h.apply)));
       done += over ? 1 : 0;
     }
     std::fprintf(settings_.progress, "\rsync: %zu files, %.1f MB sent, %zu/%zu hosts done\033[K",
@@ -214,7 +215,8 @@ class Session {
     std::string err = r.err;
     while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
     err = err.substr(err.rfind('\n') + 1);
-    if (r.status) return fmt::format("exited with status {}{}", *r.status, err.empty() ? "" : ": " + err);
+    if (r.status)
+      return fmt::format("exited with status {}{}", *r.status, err.empty() ? "" : ": " + err);
     return err.empty() ? "closed without an answer" : err;
   }
 
@@ -230,8 +232,9 @@ class Session {
     }
     if (!h.result.error.empty()) return;
     size_t pos = r.out.rfind("msrun-sync: error: ");
-    h.result.error = pos != std::string::npos ? r.out.substr(pos + 19, r.out.find('\n', pos) - pos - 19)
-                                              : trouble(r);
+    h.result.error = pos != std::string::npos
+                         ? r.out.substr(pos + 19, r.out.find('\n', pos) - pos - 19)
+                         : trouble(r);
   }
 
   std::vector<SyncHostResult> finish() {

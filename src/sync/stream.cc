@@ -21,7 +21,8 @@ std::optional<RecordType> file_change(const std::string& path, const Entry& l, c
                                       const Hashes* remote_hashes, const Hashes* local_hashes,
                                       bool& hash) {
   if (r.size != l.size) return RecordType::kFile;
-  if (r.mtime_ns == l.mtime_ns) return r.mode == l.mode ? std::nullopt : std::optional(RecordType::kAttrs);
+  if (r.mtime_ns == l.mtime_ns)
+    return r.mode == l.mode ? std::nullopt : std::optional(RecordType::kAttrs);
   if (!remote_hashes) {
     hash = true;
     return std::nullopt;
@@ -138,16 +139,17 @@ std::string RecordStream::next(size_t max) {
   std::string out;
   while (out.size() < max && !done_) {
     if (fd_ >= 0 && left_ > 0) {
-      size_t want = static_cast<size_t>(std::min<uint64_t>(left_, std::max<size_t>(max - out.size(), 1)));
+      size_t want =
+          static_cast<size_t>(std::min<uint64_t>(left_, std::max<size_t>(max - out.size(), 1)));
       size_t at = out.size();
       out.resize(at + want);
       ssize_t n = 0;
       do n = read(fd_, out.data() + at, want);
       while (n < 0 && errno == EINTR);
       if (n <= 0)
-        throw std::runtime_error(fmt::format("cannot read {}: {}", path_,
-                                             n == 0 ? "it shrank while being sent"
-                                                    : std::strerror(errno)));
+        throw std::runtime_error(
+            fmt::format("cannot read {}: {}", path_,
+                        n == 0 ? "it shrank while being sent" : std::strerror(errno)));
       out.resize(at + static_cast<size_t>(n));
       left_ -= static_cast<uint64_t>(n);
       data_bytes_ += static_cast<uint64_t>(n);

@@ -41,7 +41,8 @@ std::string manifest_command(const std::string& dest, const std::string& token) 
 
 std::string manifest_request(const std::vector<std::string>& paths) {
   std::string out = "{\"hash\": [";
-  for (size_t i = 0; i < paths.size(); ++i) out += fmt::format("{}\"{}\"", i ? ", " : "", hex(paths[i]));
+  for (size_t i = 0; i < paths.size(); ++i)
+    out += fmt::format("{}\"{}\"", i ? ", " : "", hex(paths[i]));
   return out + "]}\n";
 }
 
@@ -61,7 +62,8 @@ SyncWhere sync_where(const std::string& cwd, const std::string& dir, const std::
   fs::path d = dir.empty() ? absolute_in(cwd, task_script).parent_path() : absolute_in(cwd, dir);
   w.dir = d.string();
   if (!dest.empty()) {
-    for (const auto& wd : workdirs) w.dests.push_back((fs::path(wd) / dest).lexically_normal().string());
+    for (const auto& wd : workdirs)
+      w.dests.push_back((fs::path(wd) / dest).lexically_normal().string());
     return w;
   }
   if (!task_script.empty() && task_script[0] == '/')
@@ -88,7 +90,8 @@ std::string sync_result_line(const std::vector<std::string>& addresses,
   if (r.shared_with != SIZE_MAX)
     return fmt::format("sync: {}: shared with {}", name, addresses[r.shared_with]);
   std::string shared;
-  for (size_t s : r.sharers) shared += fmt::format("{}{}", shared.empty() ? " (shared with " : ", ", addresses[s]);
+  for (size_t s : r.sharers)
+    shared += fmt::format("{}{}", shared.empty() ? " (shared with " : ", ", addresses[s]);
   if (!shared.empty()) shared += ")";
   if (r.differ == 0) return fmt::format("sync: {}: up to date{}", name, shared);
   return fmt::format("sync: {}: {} files, {} bytes sent, {} deleted{}", name, r.files, r.bytes,

@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(ex == b.excluded(path, is_dir), "add_text and add differ on \"%s\"", path.c_str());
     FUZZ_CHECK(ex == a.excluded(path, is_dir), "not deterministic on \"%s\"", path.c_str());
     size_t slash = path.rfind('/');
-    bool parent = slash != std::string::npos && slash > 0 && a.excluded(path.substr(0, slash), true);
+    bool parent =
+        slash != std::string::npos && slash > 0 && a.excluded(path.substr(0, slash), true);
     FUZZ_CHECK(ex == (a.matches(path, is_dir) || parent), "parents rule broken on \"%s\"",
                path.c_str());
     FUZZ_CHECK(all.excluded(path, is_dir), "\"*\" last does not exclude \"%s\"", path.c_str());

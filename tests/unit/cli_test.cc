@@ -506,8 +506,8 @@ TEST(Cli, SyncOnARun) {
   EXPECT_TRUE(o.sync);
   EXPECT_EQ(o.sync_dir, "");  // the task script's directory
   EXPECT_EQ(o.task_script, "train.py");
-  o = run_with({"--sync=code", "--sync_dest", "/dst", "--sync_exclude", "data/",
-                "--sync_exclude=*.ckpt"});
+  o = run_with(
+      {"--sync=code", "--sync_dest", "/dst", "--sync_exclude", "data/", "--sync_exclude=*.ckpt"});
   EXPECT_EQ(o.sync_dir, "code");
   EXPECT_EQ(o.sync_dest, "/dst");
   EXPECT_EQ(o.sync_excludes, (std::vector<std::string>{"data/", "*.ckpt"}));

@@ -156,8 +156,9 @@ TEST_F(SyncTree, IgnoreFileAndOwnFiles) {
 
 TEST_F(SyncTree, SymlinksLeavingTheTreeAreRefused) {
   fs::create_symlink("/etc/passwd", src_ + "/abs");
-  EXPECT_NE(test::error_of([&] { local(); }).find("abs is a symlink to /etc/passwd, an absolute path"),
-            std::string::npos);
+  EXPECT_NE(
+      test::error_of([&] { local(); }).find("abs is a symlink to /etc/passwd, an absolute path"),
+      std::string::npos);
   fs::remove(src_ + "/abs");
   fs::create_symlink("../../x", src_ + "/sub dir/up");
   EXPECT_NE(test::error_of([&] { local(); }).find("outside the tree"), std::string::npos);
@@ -229,7 +230,9 @@ TEST(SyncStream, HeaderLayout) {
   EXPECT_EQ(h.substr(0, 5), std::string("F\0\0\x01\xed", 5));
   EXPECT_EQ(h.substr(5, 8), "\x01\x02\x03\x04\x05\x06\x07\x08");
   EXPECT_EQ(h.substr(13, 8), std::string("\0\0\0\0\0\0\0\x05", 8));
-  EXPECT_EQ(h.substr(21), std::string("\0\0\0\x02" "ab", 6));
+  EXPECT_EQ(h.substr(21), std::string("\0\0\0\x02"
+                                      "ab",
+                                      6));
 }
 
 TEST_F(SyncTree, ApplyWritesTheTreeAndTheManifestReadsItBack) {
@@ -249,10 +252,12 @@ TEST_F(SyncTree, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   EXPECT_FALSE(fs::exists(dest_ + "/ckpt.pt"));
 
   // Read back by the manifest program: nothing differs any more, and the marker is written.
-  RemoteManifest r = parse_remote_manifest(manifest("tok1", {"train.py"}), sync_rules(src_, {"*.pt"}));
+  RemoteManifest r =
+      parse_remote_manifest(manifest("tok1", {"train.py"}), sync_rules(src_, {"*.pt"}));
   EXPECT_TRUE(r.complete);
   EXPECT_EQ(r.marker, "");
-  EXPECT_TRUE(diff_manifests(l, r.entries).up_to_date()) << actions_of(diff_manifests(l, r.entries));
+  EXPECT_TRUE(diff_manifests(l, r.entries).up_to_date())
+      << actions_of(diff_manifests(l, r.entries));
   std::string again = manifest("", {"train.py"});
   EXPECT_EQ(parse_remote_manifest(again, IgnoreRules()).marker, "tok1");
   RemoteAnswer a = parse_remote_answer(again.substr(again.find("{\"end\": true}") + 14));
@@ -277,7 +282,8 @@ TEST_F(SyncTree, ApplyDeletesButKeepsWhatIsExcluded) {
 }
 
 TEST_F(SyncTree, ApplyRefusesPathsThatLeaveTheDirectory) {
-  for (const std::string& path : std::vector<std::string>{"../evil", "/abs", "a/../../evil", "./x", std::string("a\0b", 3)}) {
+  for (const std::string& path :
+       std::vector<std::string>{"../evil", "/abs", "a/../../evil", "./x", std::string("a\0b", 3)}) {
     std::string stream = encode_record_header(RecordType::kFile, 0644, 0, 1, path) + "x" +
                          encode_record_header(RecordType::kEnd, 0, 0, 0, "");
     int status = -1;
@@ -290,8 +296,8 @@ TEST_F(SyncTree, ApplyRefusesPathsThatLeaveTheDirectory) {
   fs::create_directories(dest_);
   fs::create_symlink(dir_, dest_ + "/through");
   int status = -1;
-  std::string out = apply(encode_record_header(RecordType::kFile, 0644, 0, 1, "through/evil") + "x",
-                          &status);
+  std::string out =
+      apply(encode_record_header(RecordType::kFile, 0644, 0, 1, "through/evil") + "x", &status);
   EXPECT_NE(out.find("is not a directory"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir_ + "/evil"));
   out = apply(encode_record_header(RecordType::kSymlink, 0, 0, 6, "l") + "../../", &status);
@@ -349,12 +355,14 @@ TEST(SyncWhere, AmbiguousCasesAreRefused) {
       {"/elsewhere", "is not inside the current directory"},
   };
   for (const auto& c : cases)
-    EXPECT_NE(test::error_of([&] { sync_where("/home/u/proj", c.input, "", "t.py", {"/w"}); })
-                  .find(c.expected),
+    EXPECT_NE(test::error_of([&] {
+                sync_where("/home/u/proj", c.input, "", "t.py", {"/w"});
+              }).find(c.expected),
               std::string::npos)
         << c.input;
-  EXPECT_NE(test::error_of([] { sync_where("/home/u/proj", "", "", "/home/u/proj/t.py", {"/w"}); })
-                .find("absolute path"),
+  EXPECT_NE(test::error_of([] {
+              sync_where("/home/u/proj", "", "", "/home/u/proj/t.py", {"/w"});
+            }).find("absolute path"),
             std::string::npos);
 }
 
@@ -381,7 +389,8 @@ Reply manifest_reply(const Manifest& entries, const std::string& old, const std:
   for (const auto& [p, e] : entries) out += line_of(p, e);
   out += fmt::format("{{\"marker\": \"{}\"}}\n{{\"end\": true}}\n", old);
   std::string answer = fmt::format("{{\"marker\": \"{}\"}}\n", now);
-  for (const auto& [p, h] : hashes) answer += fmt::format("{{\"h\": \"{}\", \"p\": \"{}\"}}\n", h, p);
+  for (const auto& [p, h] : hashes)
+    answer += fmt::format("{{\"h\": \"{}\", \"p\": \"{}\"}}\n", h, p);
   answer += "{\"end\": true}\n";
   return Reply{.output = {{0.001, out}}, .until_eof = true, .after_eof = {{0.001, answer}}};
 }
@@ -420,7 +429,8 @@ class SyncHosts : public SyncTree {
 
   std::vector<std::string> lines(const std::vector<SyncHostResult>& results) const {
     std::vector<std::string> out;
-    for (size_t h = 0; h < results.size(); ++h) out.push_back(sync_result_line(addresses_, results, h));
+    for (size_t h = 0; h < results.size(); ++h)
+      out.push_back(sync_result_line(addresses_, results, h));
     return out;
   }
 
@@ -439,9 +449,10 @@ TEST_F(SyncHosts, SharedDirectoriesAreWrittenOnceAndEachHostGetsOnlyItsDifferenc
   t_.on(kApplyWord, apply_reply("msrun-sync: done 4 24 0"), 0);
   t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
   auto results = sync_hosts(t_, source_, SyncSettings{});
-  EXPECT_EQ(lines(results), (std::vector<std::string>{
-                                "sync: h0: 4 files, 24 bytes sent, 0 deleted (shared with h1)",
-                                "sync: h1: shared with h0", "sync: h2: 1 files, 12 bytes sent, 0 deleted"}));
+  EXPECT_EQ(lines(results),
+            (std::vector<std::string>{
+                "sync: h0: 4 files, 24 bytes sent, 0 deleted (shared with h1)",
+                "sync: h1: shared with h0", "sync: h2: 1 files, 12 bytes sent, 0 deleted"}));
   ASSERT_EQ(t_.find(kApplyWord, 2), -1);  // two apply channels, none for h1
   ChannelId a0 = t_.find(kApplyWord, 0), a2 = t_.find(kApplyWord, 1);
   EXPECT_EQ(t_.execs[a0].host, 0u);
@@ -463,7 +474,8 @@ TEST_F(SyncHosts, UpToDateAndContentComparedByHash) {
   touched["train.py"].mtime_ns += 5;  // same size, other mtime: compared by content
   Manifest edited = touched;
   t_.on(kManifestWord, manifest_reply(source_.local, "a", "A"), 0);
-  t_.on(kManifestWord, manifest_reply(touched, "b", "B", {{"train.py", sha256_hex("print('hi')\n")}}), 1);
+  t_.on(kManifestWord,
+        manifest_reply(touched, "b", "B", {{"train.py", sha256_hex("print('hi')\n")}}), 1);
   t_.on(kManifestWord, manifest_reply(edited, "c", "C", {{"train.py", sha256_hex("other\n")}}), 2);
   t_.on(kApplyWord, apply_reply("msrun-sync: done 0 0 0"), 1);
   t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
@@ -479,10 +491,11 @@ TEST_F(SyncHosts, UpToDateAndContentComparedByHash) {
 }
 
 TEST_F(SyncHosts, FailuresNameTheHost) {
-  t_.on(kManifestWord,
-        Reply{.output = {{0.001, "{\"error\": \"python3 not found on the host (sync needs it)\"}\n"}},
-              .status = 127},
-        0);
+  t_.on(
+      kManifestWord,
+      Reply{.output = {{0.001, "{\"error\": \"python3 not found on the host (sync needs it)\"}\n"}},
+            .status = 127},
+      0);
   t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);
   t_.on(kApplyWord, apply_reply("msrun-sync: error: refused path 'x'"), 1);
   t_.on(kManifestWord, manifest_reply({}, "", "T2"), 2);
@@ -490,9 +503,10 @@ TEST_F(SyncHosts, FailuresNameTheHost) {
   t_.lose(2, 0.5, "Socket error: Connection reset by peer");
   auto results = sync_hosts(t_, source_, SyncSettings{});
   EXPECT_EQ(lines(results),
-            (std::vector<std::string>{"sync: h0: failed: python3 not found on the host (sync needs it)",
-                                      "sync: h1: failed: refused path 'x'",
-                                      "sync: h2: failed: connection lost: Socket error: Connection reset by peer"}));
+            (std::vector<std::string>{
+                "sync: h0: failed: python3 not found on the host (sync needs it)",
+                "sync: h1: failed: refused path 'x'",
+                "sync: h2: failed: connection lost: Socket error: Connection reset by peer"}));
 }
 
 TEST_F(SyncHosts, CheckComparesAndWritesNothing) {
