@@ -15,8 +15,8 @@ namespace {
 
 // The manifest program's end line, always after its marker line.
 constexpr std::string_view kEndLine = "\n{\"end\": true}\n";
-constexpr size_t kChunk = 256 * 1024;  // stream bytes produced at a time
-constexpr size_t kInFlight = 1 << 20;  // stream bytes the transport may hold per host
+constexpr size_t kChunk = size_t{256} * 1024;  // stream bytes produced at a time
+constexpr size_t kInFlight = 1 << 20;          // stream bytes the transport may hold per host
 constexpr double kProgressMs = 200;
 
 struct HostState {
