@@ -57,6 +57,8 @@ class Batch {
   // The command's stdin (Transport::write and send_eof).
   void write(size_t index, std::string_view data);
   void send_eof(size_t index);
+  // Bytes written to the command's stdin that the transport still holds (Transport::unsent).
+  size_t unsent(size_t index) const;
 
   // Waits until every command started so far has closed, the transport's clock reaches
   // `deadline_ms`, or `keep_waiting` returns false. `keep_waiting` is called after every wake-up,

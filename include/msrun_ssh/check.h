@@ -48,6 +48,9 @@
 //   master_port    master: the port is free (fail: "in use"). Every host: MASTER_IP:PORT accepts
 //                  a connection (fail: refused / timed out). skip on all hosts when the master
 //                  cannot run the test (not connected, port in use, no python: warn on it).
+//   sync           with --sync only: whether the synced directory on the host is the launcher's
+//                  (sync.h, compared as a sync would, nothing written). pass: in sync. warn: N
+//                  paths differ. fail: cannot compare (no python3, DEST not a directory, ...).
 //   route          `ip route get MASTER_IP`: the interface (and source address) each host uses to
 //                  reach the master. fail: no route. warn: no `ip` command.
 //

@@ -11,7 +11,7 @@
 
 namespace msrun_ssh {
 
-enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs };
+enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs, kSync };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };
@@ -65,6 +65,12 @@ struct Options {
   std::optional<HostKeyPolicy> strict_host_key_checking;  // (ssh.h) unset: ssh config, else yes
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;
+
+  // Sync (sync.h; README, "Sync"): --sync / `msrun-ssh sync DIR [DEST]`.
+  bool sync = false;
+  std::string sync_dir;   // "" : the task script's directory
+  std::string sync_dest;  // "" : each host's workdir joined with DIR relative to the launcher's cwd
+  std::vector<std::string> sync_excludes;
 
   // check / stop.
   std::vector<std::string> imports;

@@ -204,6 +204,11 @@ int run_job(const Options& options, Plan& plan);
 // kExitHostFailure when a host could not be reached or did not finish.
 int stop_job(const Options& options, const Cluster& cluster);
 
+// `msrun-ssh sync`: connects every host of `cluster` and syncs options.sync_dir to each (sync.h),
+// printing one line per host. Returns 0, or kExitHostFailure when a host could not be reached or
+// its sync failed. Throws InputError for what is wrong before connecting (sync_where, symlinks).
+int sync_job(const Options& options, const Cluster& cluster);
+
 // `msrun-ssh stop` on hosts already connected through `transport` (its host i is addresses[i]):
 // runs the stop command of job `options.job` on every host at once, prints one line
 // "ADDRESS: killed PID COMMAND" per process signalled and then "job ID: N signals sent on M hosts"

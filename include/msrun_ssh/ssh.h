@@ -149,6 +149,7 @@ class SshPool : public Transport {
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;
   void send_eof(ChannelId channel) override;
+  size_t unsent(ChannelId channel) const override;
   void no_more_channels() override;
   void cancel(ChannelId channel) override;
   void kill(ChannelId channel, const char* signal) override;

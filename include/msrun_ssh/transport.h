@@ -42,6 +42,9 @@ class Transport {
   virtual void write(ChannelId channel, std::string_view data) = 0;
   // Sends EOF on the channel's stdin.
   virtual void send_eof(ChannelId channel) = 0;
+  // Bytes given to write() for the channel that the transport still holds (not handed to the
+  // connection yet): a writer of a long stream keeps this small. 0 where the transport cannot tell.
+  virtual size_t unsent(ChannelId /*channel*/) const { return 0; }
   // For a teardown. cancel: a command not sent to the host yet never will be (the channel then
   // reports kOpenFailed); one already sent is left alone. kill: cancel, and a command already sent
   // gets the SSH "signal" request for `signal` ("KILL"), which OpenSSH's sshd (7.9 and later)

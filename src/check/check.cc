@@ -15,6 +15,7 @@
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"
+#include "msrun_ssh/sync.h"
 
 namespace msrun_ssh {
 namespace {
@@ -270,6 +271,29 @@ size_t master_index(const Plan& plan) {
   return 0;
 }
 
+// The "sync" check of every host: whether its copy of the synced directory is the launcher's.
+void fill_sync(CheckReport& report, Transport& t, const SyncSource& source,
+               const std::vector<size_t>& connected) {
+  SyncSettings settings;
+  settings.apply = false;
+  auto results = sync_hosts(t, source, settings);
+  for (size_t h = 0; h < report.hosts.size(); ++h) {
+    const SyncHostResult& r = results[h];
+    if (std::find(connected.begin(), connected.end(), h) == connected.end())
+      report.hosts[h].set("sync", CheckStatus::kSkip, "not checked: the host is not connected");
+    else if (!r.error.empty())
+      report.hosts[h].set("sync", CheckStatus::kFail,
+                          fmt::format("cannot compare {}: {}", source.dests[h], r.error));
+    else if (r.differ == 0)
+      report.hosts[h].set("sync", CheckStatus::kPass, fmt::format("{} in sync", source.dir),
+                          "in sync");
+    else
+      report.hosts[h].set("sync", CheckStatus::kWarn,
+                          fmt::format("{} paths of {} differ in {} (a run with --sync sends them)",
+                                      r.differ, source.dir, source.dests[h]));
+  }
+}
+
 }  // namespace
 
 void check_connected_hosts(Transport& transport, const std::vector<size_t>& connected,
@@ -289,6 +313,13 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
   CheckReport report =
       empty_report(plan, options.imports, "not checked: the host is not connected");
 
+  std::optional<SyncSource> sync;
+  if (options.sync) {
+    std::vector<std::string> workdirs;
+    for (const auto& h : plan.hosts) workdirs.push_back(h.host.workdir);
+    sync = make_sync_source(options, workdirs);
+  }
+
   std::vector<SshEndpoint> endpoints;
   for (const auto& h : plan.hosts) endpoints.push_back(endpoint_of(h.host));
   SshPool pool(std::move(endpoints), ssh_settings(options));
@@ -305,6 +336,7 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
     facts_of[h] = &facts[h];
   }
   check_connected_hosts(pool, connected, es, options, master, report, facts);
+  if (sync) fill_sync(report, pool, *sync, connected);
   if (options.net) report.net = net_check(pool, connected, es, facts, options, report);
   pool.disconnect_all();
   std::optional<std::string> local_sha;

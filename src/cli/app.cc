@@ -90,6 +90,7 @@ int run_app(const std::vector<std::string>& args) {
     if (int code = run_job_command(options); code >= 0) return code;
     Cluster cluster = load_hostfile(options.hostfile);
     if (options.command == Command::kStop) return stop_job(options, cluster);
+    if (options.command == Command::kSync) return sync_job(options, cluster);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
     // so that an alias never turns into a DNS query for a name that exists only in the config.
     Resolver resolve = [&options](const std::string& name) {

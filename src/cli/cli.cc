@@ -179,6 +179,18 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
          o.python = v;
        })},
       {"--import", value([](O& o, S, S v) { o.imports.push_back(v); })},
+      {"--sync", flag([](O& o, S, S v) {
+         o.sync = true;
+         o.sync_dir = v;
+       })},
+      {"--sync_dest", value([](O& o, S n, S v) {
+         if (v.empty()) bad(n, v, "must not be empty");
+         o.sync_dest = v;
+       })},
+      {"--sync_exclude", value([](O& o, S n, S v) {
+         if (v.empty()) bad(n, v, "must not be empty");
+         o.sync_excludes.push_back(v);
+       })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
       {"--quiet", flag([](O& o, S n, S v) { o.quiet = v.empty() || to_bool(n, v); })},
       {"--status_line", flag([](O& o, S n, S v) { o.status_line = v.empty() || to_bool(n, v); })},
@@ -214,6 +226,12 @@ bool allowed(Command command, const std::string& name) {
   if (name == "--job")
     return command == Command::kStop || command == Command::kStatus || command == Command::kLogs;
   if (name == "--rank" || name == "--follow") return command == Command::kLogs;
+  if (name == "--sync") return command == Command::kRun || command == Command::kCheck;
+  if (name == "--sync_dest") return command == Command::kRun;
+  if (command == Command::kSync)
+    return name == "--sync_exclude" || name == "--hostfile" || name == "--ssh_config" ||
+           name == "--fanout" || name == "--connect_timeout" || name == "--ssh_debug" ||
+           name == "--strict_host_key_checking";
   return true;
 }
 
@@ -222,7 +240,8 @@ constexpr std::pair<const char*, Command> kSubcommands[] = {{"check", Command::k
                                                             {"stop", Command::kStop},
                                                             {"list", Command::kList},
                                                             {"status", Command::kStatus},
-                                                            {"logs", Command::kLogs}};
+                                                            {"logs", Command::kLogs},
+                                                            {"sync", Command::kSync}};
 
 const char* command_name(Command c) {
   for (const auto& [word, command] : kSubcommands)
@@ -247,6 +266,7 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
       o.command = command;
       i = 1;
     }
+  if (o.command == Command::kSync) o.sync = true;
   auto table = option_table(getenv);
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -258,6 +278,10 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
         o.task_script = arg;
         o.task_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
         break;
+      }
+      if (o.command == Command::kSync && (o.sync_dir.empty() || o.sync_dest.empty())) {
+        (o.sync_dir.empty() ? o.sync_dir : o.sync_dest) = arg;
+        continue;
       }
       if (o.command != Command::kCheck || !o.task_script.empty())
         throw InputError(
@@ -290,6 +314,10 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
        o.command == Command::kLogs) &&
       o.job.empty())
     throw InputError(fmt::format("{}: --job ID is required", command_name(o.command)));
+  if (o.command == Command::kSync && o.sync_dir.empty())
+    throw InputError("sync: DIR is required: msrun-ssh sync --hostfile FILE DIR [DEST]");
+  if (o.command == Command::kCheck && o.sync && o.sync_dir.empty() && o.task_script.empty())
+    throw InputError("check --sync: give TASK_SCRIPT (its directory is synced) or --sync=DIR");
   // A detached job has no launcher left to restart it or to watch its clock.
   if (!o.join && (o.max_restarts > 0 || o.timeout > 0 || o.hang_timeout > 0))
     throw InputError(
@@ -326,6 +354,15 @@ The per-rank logs of a detached job, from its hosts, each line prefixed as in an
 ([3@host]). --rank R: only rank R (-1: the scheduler). --follow: keep printing new lines until the
 job has ended on every host. Ctrl-C ends it.
 )";
+  if (command == Command::kSync)
+    return R"(usage: msrun-ssh sync [OPTIONS] --hostfile FILE DIR [DEST] [--sync_exclude PATTERN]...
+
+Make DEST on every host of FILE identical to DIR here, sending only what differs (README, "Sync").
+DEST: each host's workdir joined with DIR's path relative to the current directory, unless given
+(relative: to each workdir). Excludes: __pycache__/, .git/, *.pyc, DIR/.msrunignore (gitignore
+syntax) and --sync_exclude. Prints one line per host; exit 0, 255 when a host failed, 2 for input
+errors. The SSH options of a run apply.
+)";
   if (command == Command::kCheck)
     return R"(usage: msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
 
@@ -353,6 +390,7 @@ The options of a run apply where they make sense.
        msrun-ssh list  [--json]
        msrun-ssh status --job ID [--json]
        msrun-ssh logs  --job ID [--rank R] [--follow]
+       msrun-ssh sync  [OPTIONS] --hostfile FILE DIR [DEST]
 
 Start one distributed job on every host of FILE over SSH, with msrun's environment (MS_SCHED_HOST,
 MS_WORKER_NUM, RANK_ID, ...). Node ranks follow the host file; every line of every process comes
@@ -414,6 +452,10 @@ msrun-ssh's options:
   --strict_host_key_checking yes|accept-new|no   (default: ssh config, else yes)
   --env NAME[=VALUE]           set, or forward from here, a variable for every process (repeatable)
   --python PATH                interpreter for .py scripts (default: host file, else python3)
+  --sync[=DIR]                 before starting, make DIR (default: the task script's directory) on
+                               every host identical to this one's (README, "Sync"); check: report
+  --sync_dest DEST             where DIR goes on the hosts (relative: to each workdir)
+  --sync_exclude PATTERN       leave out what PATTERN matches (gitignore syntax; repeatable)
   -h, --help                   this text;  -v, --version   the version
 
 Exit status: 0 all processes exited 0; else the first failed process's status (128+N for signal N);

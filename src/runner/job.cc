@@ -33,6 +33,7 @@
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"
 #include "msrun_ssh/status_line.h"
+#include "msrun_ssh/sync.h"
 #include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
@@ -344,8 +345,19 @@ std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& pl
                                                          const JobHosts& jh, const Options& options,
                                                          bool report_bindings,
                                                          StatusLine* status = nullptr) {
+  std::optional<SyncSource> sync;
+  std::vector<std::string> addresses, workdirs;
+  for (const auto& h : plan.hosts) {
+    addresses.push_back(h.host.address);
+    workdirs.push_back(h.host.workdir);
+  }
+  if (options.sync) sync = make_sync_source(options, workdirs);
   if (!connect(pool, jh.hosts, jh.connections, status))
     return std::pair{kExitHostFailure, std::string("a host could not be reached")};
+  if (sync && !sync_and_report(pool, *sync, addresses, stderr)) {
+    std::fprintf(stderr, "msrun-ssh: the sync failed; nothing was started\n");
+    return std::pair{kExitHostFailure, std::string("the sync failed")};
+  }
   if (!bind_from_topologies(pool, plan, options))
     return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
   if (!master_port_free(pool, plan, options.connect_timeout))
@@ -558,6 +570,24 @@ int stop_job(const Options& options, const Cluster& cluster) {
   SshPool pool(std::move(endpoints), ssh_settings(options));
   if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
   return stop_on_hosts(pool, addresses, options, stdout, stderr);
+}
+
+int sync_job(const Options& options, const Cluster& cluster) {
+  std::vector<const Host*> hosts;
+  std::vector<SshEndpoint> endpoints;
+  std::vector<std::string> addresses, workdirs;
+  for (const auto& h : cluster.hosts) {
+    hosts.push_back(&h);
+    endpoints.push_back(endpoint_of(h));
+    addresses.push_back(h.address);
+    workdirs.push_back(h.workdir.empty() ? options.launcher_cwd : h.workdir);
+  }
+  SyncSource source = make_sync_source(options, workdirs);
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
+  bool ok = sync_and_report(pool, source, addresses, stdout);
+  pool.disconnect_all();
+  return ok ? kExitOk : kExitHostFailure;
 }
 
 }  // namespace msrun_ssh

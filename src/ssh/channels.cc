@@ -409,6 +409,11 @@ void SshPool::send_eof(ChannelId channel) {
   }
 }
 
+size_t SshPool::unsent(ChannelId channel) const {
+  auto it = impl_->chans.find(channel);
+  return it == impl_->chans.end() ? 0 : it->second->out.size();
+}
+
 void SshPool::no_more_channels() { impl_->linger = true; }
 
 void SshPool::cancel(ChannelId channel) {

@@ -29,6 +29,8 @@ void Batch::write(size_t index, std::string_view data) { t_.write(channels_.at(i
 
 void Batch::send_eof(size_t index) { t_.send_eof(channels_.at(index)); }
 
+size_t Batch::unsent(size_t index) const { return t_.unsent(channels_.at(index)); }
+
 // A lost connection concerns every command of the host that has no other failure, also one that
 // already ended: what it printed may have been cut short.
 void Batch::host_lost(size_t host, std::string_view why) {

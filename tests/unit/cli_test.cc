@@ -501,6 +501,54 @@ TEST(Cli, SubcommandOnlyAsTheFirstWord) {
   EXPECT_EQ(r.options.task_script, "check");
 }
 
+TEST(Cli, SyncOnARun) {
+  Options o = run_with({"--sync"});
+  EXPECT_TRUE(o.sync);
+  EXPECT_EQ(o.sync_dir, "");  // the task script's directory
+  EXPECT_EQ(o.task_script, "train.py");
+  o = run_with(
+      {"--sync=code", "--sync_dest", "/dst", "--sync_exclude", "data/", "--sync_exclude=*.ckpt"});
+  EXPECT_EQ(o.sync_dir, "code");
+  EXPECT_EQ(o.sync_dest, "/dst");
+  EXPECT_EQ(o.sync_excludes, (std::vector<std::string>{"data/", "*.ckpt"}));
+  EXPECT_FALSE(run_with({}).sync);
+  // A word after --sync is TASK_SCRIPT, never DIR.
+  CliResult r = parse({"--hostfile", "h", "--sync", "code"});
+  EXPECT_EQ(r.options.task_script, "code");
+  EXPECT_EQ(r.options.sync_dir, "");
+  EXPECT_EQ(run_error({"--sync_dest="}), "--sync_dest=: must not be empty");
+  EXPECT_EQ(run_error({"--sync_exclude="}), "--sync_exclude=: must not be empty");
+}
+
+TEST(Cli, SyncSubcommand) {
+  CliResult r = parse({"sync", "--hostfile", "h", "src", "/dst", "--sync_exclude", "x"});
+  EXPECT_EQ(r.options.command, Command::kSync);
+  EXPECT_TRUE(r.options.sync);
+  EXPECT_EQ(r.options.sync_dir, "src");
+  EXPECT_EQ(r.options.sync_dest, "/dst");
+  EXPECT_EQ(r.options.sync_excludes, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(parse({"sync", "--hostfile", "h", "src"}).options.sync_dest, "");
+  EXPECT_EQ(error_of({"sync", "--hostfile", "h"}),
+            "sync: DIR is required: msrun-ssh sync --hostfile FILE DIR [DEST]");
+  EXPECT_EQ(error_of({"sync", "--hostfile", "h", "a", "b", "c"}),
+            "sync: unexpected argument \"c\"");
+  EXPECT_EQ(error_of({"sync", "--hostfile", "h", "a", "--worker_num", "2"}),
+            "unknown option \"--worker_num\" for sync (see --help)");
+  EXPECT_EQ(error_of({"sync", "--hostfile", "h", "a", "--sync_dest", "b"}),
+            "unknown option \"--sync_dest\" for sync (see --help)");
+  EXPECT_NE(help_text(Command::kSync).find("msrun-ssh sync"), std::string::npos);
+}
+
+TEST(Cli, SyncOnACheck) {
+  CliResult r = parse({"check", "--hostfile", "h", "--sync", "t.py"});
+  EXPECT_TRUE(r.options.sync);
+  EXPECT_EQ(r.options.task_script, "t.py");
+  EXPECT_EQ(error_of({"check", "--hostfile", "h", "--sync"}),
+            "check --sync: give TASK_SCRIPT (its directory is synced) or --sync=DIR");
+  EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "j", "--sync"}),
+            "unknown option \"--sync\" for stop (see --help)");
+}
+
 }  // namespace
 }  // namespace msrun_ssh
 

@@ -1,0 +1,183 @@
+// Manifests (sync.h): the launcher's tree walked with lstat, the hosts' read from their JSON
+// lines, and the difference between them.
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/sync.h"
+
+namespace msrun_ssh {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sync's own files: never listed, compared nor deleted.
+bool own_file(std::string_view path) {
+  std::string_view name = path.substr(path.rfind('/') + 1);
+  std::string marker_tmp = std::string(kMarkerFile) + ".tmp.";
+  return name == kMarkerFile || name.starts_with(marker_tmp) || name.starts_with(kTempPrefix);
+}
+
+// Relative, '/'-separated, without "." or ".." components, empty components or NUL.
+bool safe_relative(std::string_view path) {
+  if (path.empty() || path[0] == '/' || path.find('\0') != std::string_view::npos) return false;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t slash = std::min(path.find('/', pos), path.size());
+    std::string_view part = path.substr(pos, slash - pos);
+    if (part.empty() || part == "." || part == "..") return false;
+    pos = slash + 1;
+  }
+  return true;
+}
+
+// Whether a symlink at `path` whose text is `target` stays inside the tree.
+bool target_inside(const std::string& path, const std::string& target) {
+  if (target.empty() || target[0] == '/') return false;
+  fs::path resolved = (fs::path(path).parent_path() / target).lexically_normal();
+  return !resolved.empty() && *resolved.begin() != "..";
+}
+
+Entry entry_of(const struct stat& st, const std::string& full) {
+  Entry e;
+  e.mode = st.st_mode & 07777;
+  e.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (S_ISDIR(st.st_mode)) {
+    e.type = EntryType::kDir;
+  } else if (S_ISLNK(st.st_mode)) {
+    e.type = EntryType::kSymlink;
+    e.target = fs::read_symlink(full).string();
+  } else {
+    e.size = static_cast<uint64_t>(st.st_size);
+  }
+  return e;
+}
+
+}  // namespace
+
+Manifest local_manifest(const std::string& dir, const IgnoreRules& rules,
+                        std::vector<std::string>* skipped) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw InputError(fmt::format("sync: {} is not a directory", dir));
+  Manifest m;
+  fs::recursive_directory_iterator it(dir, ec), end;
+  if (ec) throw InputError(fmt::format("sync: cannot read {}: {}", dir, ec.message()));
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw InputError(fmt::format("sync: cannot read {}: {}", dir, ec.message()));
+    std::string full = it->path().string();
+    std::string rel = it->path().lexically_relative(dir).generic_string();
+    struct stat st {};
+    if (lstat(full.c_str(), &st) != 0) continue;  // gone meanwhile
+    bool is_dir = S_ISDIR(st.st_mode);
+    if (own_file(rel) || rules.excluded(rel, is_dir)) {
+      if (is_dir) it.disable_recursion_pending();
+      continue;
+    }
+    if (!is_dir && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+      if (skipped) skipped->push_back(rel);
+      continue;
+    }
+    Entry e = entry_of(st, full);
+    if (e.type == EntryType::kSymlink && !target_inside(rel, e.target))
+      throw InputError(fmt::format(
+          "sync: {}/{} is a symlink to {}, {}: the hosts cannot have it; exclude it or make it "
+          "relative",
+          dir, rel, e.target, e.target.starts_with('/') ? "an absolute path" : "outside the tree"));
+    m.emplace(std::move(rel), std::move(e));
+  }
+  return m;
+}
+
+namespace {
+
+// The text under `key`, or under `key`+"x" in hex (names that are not UTF-8); nullopt: neither.
+std::optional<std::string> name_of(const nlohmann::json& j, const std::string& key) {
+  auto it = j.find(key);
+  if (it != j.end() && it->is_string()) return it->get<std::string>();
+  it = j.find(key + "x");
+  if (it == j.end() || !it->is_string()) return std::nullopt;
+  const std::string& hex = it->get_ref<const std::string&>();
+  if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return std::nullopt;
+  std::string raw;
+  for (size_t i = 0; i < hex.size(); i += 2)
+    raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return raw;
+}
+
+std::optional<Entry> remote_entry(const nlohmann::json& j) {
+  std::string t = j.value("t", "");
+  if (t.size() != 1 || std::string_view("fdl").find(t[0]) == std::string_view::npos)
+    return std::nullopt;
+  Entry e;
+  e.type = static_cast<EntryType>(t[0]);
+  e.mode = j.value("m", 0u) & 07777;
+  e.size = e.type == EntryType::kFile ? j.value("s", uint64_t{0}) : 0;
+  e.mtime_ns = j.value("n", int64_t{0});
+  if (e.type == EntryType::kSymlink) e.target = name_of(j, "l").value_or("");
+  return e;
+}
+
+// Calls `fn` with every line of `text` that is a JSON object.
+template <typename Fn>
+void json_lines(std::string_view text, Fn fn) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object()) fn(j);
+  }
+}
+
+}  // namespace
+
+RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules) {
+  RemoteManifest r;
+  json_lines(output, [&](const nlohmann::json& j) {
+    if (r.complete) return;  // what follows answers the second request
+    if (j.contains("end")) r.complete = true;
+    if (j.contains("error") && j["error"].is_string()) r.error = j["error"];
+    if (j.contains("marker") && j["marker"].is_string()) r.marker = j["marker"];
+    auto path = name_of(j, "p");
+    if (!path) return;
+    auto e = remote_entry(j);
+    if (!e || !safe_relative(*path) || own_file(*path) ||
+        rules.excluded(*path, e->type == EntryType::kDir))
+      return;
+    r.entries[*path] = *e;
+  });
+  return r;
+}
+
+RemoteAnswer parse_remote_answer(std::string_view output) {
+  RemoteAnswer a;
+  json_lines(output, [&](const nlohmann::json& j) {
+    if (j.contains("end")) a.complete = true;
+    if (j.contains("marker") && j["marker"].is_string()) a.marker = j["marker"];
+    auto path = name_of(j, "p");
+    if (path && j.contains("h") && j["h"].is_string()) a.hashes[*path] = j["h"];
+  });
+  return a;
+}
+
+std::optional<ApplySummary> parse_apply_summary(std::string_view output) {
+  constexpr std::string_view kDone = "msrun-sync: done ";
+  size_t pos = output.rfind(kDone);
+  if (pos == std::string_view::npos) return std::nullopt;
+  ApplySummary s;
+  std::string line(output.substr(pos + kDone.size(), output.find('\n', pos) - pos - kDone.size()));
+  unsigned long long bytes = 0;
+  if (std::sscanf(line.c_str(), "%zu %llu %zu", &s.files, &bytes, &s.deleted) != 3)
+    return std::nullopt;
+  s.bytes = bytes;
+  return s;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,272 @@
+// Sync on the hosts (sync.h): one batch, driven from its keep_waiting callback in three phases —
+// the manifests, the second request (marker read-back and hashes), the record streams.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "msrun_ssh/batch.h"
+#include "msrun_ssh/check.h"
+#include "msrun_ssh/sync.h"
+
+namespace msrun_ssh {
+namespace {
+
+// The manifest program's end line, always after its marker line.
+constexpr std::string_view kEndLine = "\n{\"end\": true}\n";
+constexpr size_t kChunk = size_t{256} * 1024;  // stream bytes produced at a time
+constexpr size_t kInFlight = 1 << 20;          // stream bytes the transport may hold per host
+constexpr double kProgressMs = 200;
+
+struct HostState {
+  size_t manifest = 0;                      // batch index of the manifest channel
+  size_t manifest_end = std::string::npos;  // offset in its stdout after the first end line
+  bool answered = false;                    // the second end line came
+  bool asked = false;                       // a request was written
+  RemoteManifest remote;
+  SyncPlan plan;
+  std::optional<size_t> apply;  // batch index of the apply channel
+  std::unique_ptr<RecordStream> stream;
+  bool eof_sent = false;
+  SyncHostResult result;
+};
+
+class Session {
+ public:
+  Session(Transport& t, const SyncSource& source, const SyncSettings& settings)
+      : t_(t),
+        source_(source),
+        settings_(settings),
+        batch_(t, [this](size_t i, const TransportEvent& e) { on_event(i, e); }),
+        hosts_(source.dests.size()) {}
+
+  std::vector<SyncHostResult> run() {
+    last_activity_ = t_.now_ms();
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      std::string token = settings_.apply ? new_sync_token() : "";
+      hosts_[h].manifest = batch_.start(h, manifest_command(source_.dests[h], token));
+      owner_.push_back(h);
+    }
+    batch_.wait(1e300, [this] { return advance(); });
+    if (settings_.progress) std::fputs("\r\033[K", settings_.progress);
+    return finish();
+  }
+
+ private:
+  enum class Phase { kManifests, kAnswers, kApply };
+
+  void on_event(size_t index, const TransportEvent& e) {
+    last_activity_ = t_.now_ms();
+    if (e.kind != TransportEvent::Kind::kData || e.is_stderr) return;
+    HostState& h = hosts_[owner_[index]];
+    if (index != h.manifest) return;
+    const std::string& out = batch_.result(index).out;
+    size_t from = out.size() - e.data.size();
+    from = from > kEndLine.size() ? from - kEndLine.size() : 0;
+    if (h.manifest_end == std::string::npos) {
+      size_t pos = out.find(kEndLine, from);
+      if (pos == std::string::npos) return;
+      h.manifest_end = pos + kEndLine.size();
+    }
+    // The answer's end line comes after its marker line, never right after the manifest's.
+    if (out.find(kEndLine, std::max(from, h.manifest_end)) != std::string::npos) h.answered = true;
+  }
+
+  bool closed(size_t index) const { return batch_.result(index).closed; }
+
+  bool advance() {
+    if (phase_ == Phase::kManifests && manifests_done()) ask();
+    if (phase_ == Phase::kAnswers && answers_done()) start_applies();
+    if (phase_ == Phase::kApply) feed();
+    draw_progress();
+    return t_.now_ms() - last_activity_ < settings_.timeout_s * 1000;
+  }
+
+  bool manifests_done() const {
+    return std::all_of(hosts_.begin(), hosts_.end(), [this](const HostState& h) {
+      return h.manifest_end != std::string::npos || closed(h.manifest);
+    });
+  }
+
+  bool answers_done() const {
+    return std::all_of(hosts_.begin(), hosts_.end(), [this](const HostState& h) {
+      return !h.asked || h.answered || closed(h.manifest);
+    });
+  }
+
+  // After every manifest: each host's difference by size and mtime; then one request per host
+  // (the marker read-back when several hosts may share, the hashes it needs), or EOF.
+  void ask() {
+    phase_ = Phase::kAnswers;
+    size_t ok = 0;
+    for (HostState& h : hosts_) {
+      const BatchResult& r = batch_.result(h.manifest);
+      h.remote =
+          parse_remote_manifest(std::string_view(r.out).substr(0, h.manifest_end), source_.rules);
+      if (h.manifest_end == std::string::npos || !h.remote.error.empty()) {
+        h.result.error = h.remote.error.empty() ? trouble(r) : h.remote.error;
+        continue;
+      }
+      ++ok;
+      h.plan = diff_manifests(source_.local, h.remote.entries);
+    }
+    for (HostState& h : hosts_) {
+      if (!h.result.error.empty()) continue;
+      h.asked = !h.plan.to_hash.empty() || (settings_.apply && ok > 1);
+      if (h.asked) batch_.write(h.manifest, manifest_request(h.plan.to_hash));
+      batch_.send_eof(h.manifest);
+    }
+  }
+
+  // After the answers: the final differences, the shared groups, one apply channel per group.
+  void start_applies() {
+    phase_ = Phase::kApply;
+    Hashes local = local_hashes();
+    std::map<std::string, size_t> writer_of;  // marker read back -> the group's writer
+    for (size_t i = 0; i < hosts_.size(); ++i) {
+      HostState& h = hosts_[i];
+      if (!h.result.error.empty()) continue;
+      RemoteAnswer a;
+      if (h.asked) {
+        const std::string& out = batch_.result(h.manifest).out;
+        a = parse_remote_answer(std::string_view(out).substr(h.manifest_end));
+        if (!a.complete) {
+          h.result.error = trouble(batch_.result(h.manifest));
+          continue;
+        }
+      }
+      h.plan = diff_manifests(source_.local, h.remote.entries, &a.hashes, &local);
+      h.result.differ = h.plan.actions.size();
+      if (!settings_.apply) continue;
+      if (!a.marker.empty()) {
+        auto [it, fresh] = writer_of.emplace(a.marker, i);
+        if (!fresh) {
+          h.result.shared_with = it->second;
+          hosts_[it->second].result.sharers.push_back(i);
+          continue;
+        }
+      }
+      if (h.plan.up_to_date()) continue;
+      h.apply = batch_.start(i, apply_command(source_.dests[i]));
+      owner_.push_back(i);
+      h.stream = std::make_unique<RecordStream>(source_.dir, source_.local, h.plan.actions);
+    }
+  }
+
+  // The launcher's SHA-256 of every path some host asked about.
+  Hashes local_hashes() const {
+    std::set<std::string> paths;
+    for (const HostState& h : hosts_) paths.insert(h.plan.to_hash.begin(), h.plan.to_hash.end());
+    Hashes out;
+    for (const auto& p : paths) {
+      std::string error;
+      if (auto sha = sha256_file(source_.dir + "/" + p, error)) out[p] = *sha;
+    }
+    return out;
+  }
+
+  // Keeps at most kInFlight bytes of each stream in the transport.
+  void feed() {
+    for (HostState& h : hosts_) {
+      if (!h.apply || h.eof_sent || closed(*h.apply)) continue;
+      try {
+        while (!h.stream->done() && batch_.unsent(*h.apply) < kInFlight) {
+          batch_.write(*h.apply, h.stream->next(kChunk));
+          last_activity_ = t_.now_ms();
+        }
+      } catch (const std::runtime_error& e) {
+        h.result.error = e.what();  // the host sees EOF before the end record: nothing half-done
+      }
+      if (h.stream->done() || !h.result.error.empty()) {
+        batch_.send_eof(*h.apply);
+        h.eof_sent = true;
+      }
+    }
+  }
+
+  void draw_progress() {
+    if (!settings_.progress || t_.now_ms() - last_draw_ < kProgressMs) return;
+    last_draw_ = t_.now_ms();
+    size_t files = 0, done = 0;
+    uint64_t bytes = 0;
+    for (const HostState& h : hosts_) {
+      if (h.stream) files += h.stream->files(), bytes += h.stream->data_bytes();
+      bool over =
+          !h.result.error.empty() || (phase_ == Phase::kApply && (!h.apply || closed(*h.apply)));
+      done += over ? 1 : 0;
+    }
+    std::fprintf(settings_.progress, "\rsync: %zu files, %.1f MB sent, %zu/%zu hosts done\033[K",
+                 files, static_cast<double>(bytes) / 1e6, done, hosts_.size());
+    std::fflush(settings_.progress);
+  }
+
+  std::string trouble(const BatchResult& r) const {
+    switch (r.failure) {
+      case BatchFailure::kOpenFailed:
+        return r.why;
+      case BatchFailure::kHostLost:
+        return fmt::format("connection lost: {}", r.why);
+      case BatchFailure::kTimedOut:
+        return fmt::format("no progress for {:g} s", settings_.timeout_s);
+      case BatchFailure::kNone:
+        break;
+    }
+    std::string err = r.err;
+    while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+    err = err.substr(err.rfind('\n') + 1);
+    if (r.status)
+      return fmt::format("exited with status {}{}", *r.status, err.empty() ? "" : ": " + err);
+    return err.empty() ? "closed without an answer" : err;
+  }
+
+  // The outcome of an apply channel.
+  void apply_result(HostState& h) {
+    const BatchResult& r = batch_.result(*h.apply);
+    auto summary = parse_apply_summary(r.out);
+    if (summary && r.status == 0 && r.failure == BatchFailure::kNone) {
+      h.result.files = summary->files;
+      h.result.bytes = summary->bytes;
+      h.result.deleted = summary->deleted;
+      return;
+    }
+    if (!h.result.error.empty()) return;
+    size_t pos = r.out.rfind("msrun-sync: error: ");
+    h.result.error = pos != std::string::npos
+                         ? r.out.substr(pos + 19, r.out.find('\n', pos) - pos - 19)
+                         : trouble(r);
+  }
+
+  std::vector<SyncHostResult> finish() {
+    std::vector<SyncHostResult> out;
+    for (HostState& h : hosts_)
+      if (h.apply) apply_result(h);
+    for (HostState& h : hosts_) {
+      if (h.result.error.empty() && phase_ != Phase::kApply)
+        h.result.error = trouble(batch_.result(h.manifest));
+      if (h.result.shared_with != SIZE_MAX && !hosts_[h.result.shared_with].result.error.empty())
+        h.result.error = "its directory is shared with a host whose sync failed";
+      out.push_back(h.result);
+    }
+    return out;
+  }
+
+  Transport& t_;
+  const SyncSource& source_;
+  const SyncSettings& settings_;
+  Batch batch_;
+  std::vector<HostState> hosts_;
+  std::vector<size_t> owner_;  // batch index -> host
+  Phase phase_ = Phase::kManifests;
+  double last_activity_ = 0;
+  double last_draw_ = -1e300;
+};
+
+}  // namespace
+
+std::vector<SyncHostResult> sync_hosts(Transport& transport, const SyncSource& source,
+                                       const SyncSettings& settings) {
+  return Session(transport, source, settings).run();
+}
+
+}  // namespace msrun_ssh

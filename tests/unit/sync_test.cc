@@ -1,0 +1,529 @@
+// Sync (src/sync/, src/remote/sync_*.py): the gitignore matcher, the launcher's manifest, the
+// difference, the record stream — applied by the real sync_apply.py with the local python3 into
+// temporary directories, and read back by the real sync_manifest.py —, where a sync goes, and the
+// orchestration over ReplyTransport (shared directories written once).
+#include "msrun_ssh/sync.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "msrun_ssh/check.h"
+#include "reply_transport.h"
+#include "test_util.h"
+
+namespace msrun_ssh {
+namespace {
+
+namespace fs = std::filesystem;
+using test::Case;
+
+// ---- the matcher --------------------------------------------------------------------------------
+
+struct IgnoreCase {
+  std::vector<std::string> rules;
+  std::string path;
+  bool is_dir;
+  bool excluded;
+};
+
+TEST(SyncIgnore, GitignoreSyntax) {
+  std::vector<IgnoreCase> cases = {
+      {{"*.log"}, "a.log", false, true},
+      {{"*.log"}, "deep/er/a.log", false, true},
+      {{"*.log"}, "a.logx", false, false},
+      {{"/data"}, "data", true, true},
+      {{"/data"}, "sub/data", true, false},  // a leading '/' anchors
+      {{"data/"}, "data", false, false},     // a trailing '/': directories only
+      {{"data/"}, "sub/data", true, true},
+      {{"a/*.py"}, "a/x.py", false, true},
+      {{"a/*.py"}, "b/a/x.py", false, false},  // an inner '/' anchors too
+      {{"a/*.py"}, "a/b/x.py", false, false},  // '*' never crosses '/'
+      {{"**/ckpt"}, "x/y/ckpt", true, true},
+      {{"**/ckpt"}, "ckpt", true, true},
+      {{"a/**/b"}, "a/b", false, true},
+      {{"a/**/b"}, "a/x/y/b", false, true},
+      {{"a/**"}, "a/x/y", false, true},
+      {{"a/**"}, "a", true, false},
+      {{"?.txt"}, "a.txt", false, true},
+      {{"?.txt"}, "ab.txt", false, false},
+      {{"[ab].txt"}, "b.txt", false, true},
+      {{"[!ab].txt"}, "b.txt", false, false},
+      {{"*.log", "!keep.log"}, "keep.log", false, false},
+      {{"!keep.log", "*.log"}, "keep.log", false, true},  // the last match wins
+      {{"\\#x"}, "#x", false, true},
+      {{"#x"}, "#x", false, false},  // a comment
+      {{"\\!x"}, "!x", false, true},
+      {{"x\\ "}, "x ", false, true},  // an escaped trailing blank stays
+      {{"x  "}, "x", false, true},
+      {{"data/", "!data/keep"}, "data/keep", false, true},  // no re-including from an excluded dir
+      {{"data/*", "!data/keep"}, "data/keep", false, false},
+      {{"data"}, "data/in/file", false, true},  // inside an excluded directory
+  };
+  for (const auto& c : cases) {
+    IgnoreRules r;
+    for (const auto& line : c.rules) r.add(line);
+    SCOPED_TRACE(testing::PrintToString(c.rules) + " " + c.path);
+    EXPECT_EQ(r.excluded(c.path, c.is_dir), c.excluded);
+  }
+}
+
+TEST(SyncIgnore, LinesWithoutRules) {
+  IgnoreRules r;
+  for (const char* line : {"", "   ", "# comment", "!", "/"}) EXPECT_FALSE(r.add(line)) << line;
+  r.add_text("a\n\n# c\nb/\r\n");
+  EXPECT_EQ(r.size(), 2u);
+  EXPECT_TRUE(r.excluded("b", true));
+}
+
+// ---- the launcher's tree ------------------------------------------------------------------------
+
+class SyncTree : public test::TempDirTest {
+ protected:
+  std::string src_ = dir_ + "/src";
+  std::string dest_ = dir_ + "/dest";
+
+  void SetUp() override {
+    fs::create_directories(src_ + "/sub dir/ünï");
+    put("train.py", "print('hi')\n");
+    put("sub dir/it's \"quoted\".txt", "q\n");
+    put("sub dir/ünï/data.bin", std::string(300000, 'x'));
+    put("run.sh", "#!/bin/sh\n");
+    chmod((src_ + "/run.sh").c_str(), 0755);
+    fs::create_symlink("train.py", src_ + "/link.py");
+    fs::create_directories(src_ + "/__pycache__");
+    put("__pycache__/x.pyc", "c");
+    put("ckpt.pt", "big");
+  }
+
+  void put(const std::string& rel, const std::string& text) const {
+    std::ofstream(src_ + "/" + rel, std::ios::binary) << text;
+  }
+
+  Manifest local() const { return local_manifest(src_, sync_rules(src_, {"*.pt"})); }
+
+  // Runs the real apply program on dest_ with `stream` on its stdin; its stdout, and the exit
+  // status in `status`.
+  std::string apply(const std::string& stream, int* status) const {
+    std::string in = dir_ + "/stream";
+    std::ofstream(in, std::ios::binary) << stream;
+    return test::shell_output("(" + apply_command(dest_) + ") < '" + in + "'", status);
+  }
+
+  // The real manifest program on dest_ (token: written to the marker), asked for `hashes`.
+  std::string manifest(const std::string& token, const std::vector<std::string>& hashes) const {
+    std::string in = dir_ + "/request";
+    std::ofstream(in) << manifest_request(hashes);
+    return test::shell_output("(" + manifest_command(dest_, token) + ") < '" + in + "'");
+  }
+
+  // Everything a sync of the launcher's tree to dest_ sends: the stream of the difference.
+  std::string stream_for(const Manifest& local, const Manifest& remote) const {
+    RecordStream s(src_, local, diff_manifests(local, remote).actions);
+    std::string out;
+    while (!s.done()) out += s.next(4096);
+    return out;
+  }
+};
+
+TEST_F(SyncTree, LocalManifestKeepsSymlinksAndLeavesOutExcludes) {
+  Manifest m = local();
+  EXPECT_TRUE(m.count("train.py"));
+  EXPECT_EQ(m.at("link.py").type, EntryType::kSymlink);
+  EXPECT_EQ(m.at("link.py").target, "train.py");
+  EXPECT_EQ(m.at("run.sh").mode, 0755u);
+  EXPECT_EQ(m.at("sub dir/ünï/data.bin").size, 300000u);
+  EXPECT_FALSE(m.count("__pycache__"));
+  EXPECT_FALSE(m.count("__pycache__/x.pyc"));
+  EXPECT_FALSE(m.count("ckpt.pt"));
+}
+
+TEST_F(SyncTree, IgnoreFileAndOwnFiles) {
+  put(".msrunignore", "# data\n/sub dir/\n");
+  put(".msrun-sync-id", "token\n");
+  put(".msrun-sync.tmp.abc", "half");
+  Manifest m = local();
+  EXPECT_TRUE(m.count(".msrunignore"));
+  EXPECT_FALSE(m.count("sub dir"));
+  EXPECT_FALSE(m.count("sub dir/ünï/data.bin"));
+  EXPECT_FALSE(m.count(".msrun-sync-id"));
+  EXPECT_FALSE(m.count(".msrun-sync.tmp.abc"));
+}
+
+TEST_F(SyncTree, SymlinksLeavingTheTreeAreRefused) {
+  fs::create_symlink("/etc/passwd", src_ + "/abs");
+  EXPECT_NE(
+      test::error_of([&] { local(); }).find("abs is a symlink to /etc/passwd, an absolute path"),
+      std::string::npos);
+  fs::remove(src_ + "/abs");
+  fs::create_symlink("../../x", src_ + "/sub dir/up");
+  EXPECT_NE(test::error_of([&] { local(); }).find("outside the tree"), std::string::npos);
+  fs::remove(src_ + "/sub dir/up");
+  fs::create_symlink("../train.py", src_ + "/sub dir/ok");
+  EXPECT_EQ(local().at("sub dir/ok").target, "../train.py");
+}
+
+// ---- the difference -----------------------------------------------------------------------------
+
+Entry file(uint64_t size, int64_t mtime, uint32_t mode = 0644) {
+  return Entry{EntryType::kFile, mode, size, mtime, ""};
+}
+
+std::string actions_of(const SyncPlan& p) {
+  std::string out;
+  for (const auto& a : p.actions) out += fmt::format("{}:{} ", static_cast<char>(a.type), a.path);
+  return out;
+}
+
+TEST(SyncDiff, NewChangedDeletedAndSymlinks) {
+  Entry dir{EntryType::kDir, 0755, 0, 0, ""};
+  Manifest local{{"a", dir},
+                 {"a/new.py", file(3, 1)},
+                 {"a/same.py", file(5, 2)},
+                 {"a/size.py", file(6, 3)},
+                 {"a/mode.sh", file(7, 4, 0755)},
+                 {"link", Entry{EntryType::kSymlink, 0777, 0, 0, "a/same.py"}}};
+  Manifest remote{{"a", dir},
+                  {"a/same.py", file(5, 2)},
+                  {"a/size.py", file(9, 3)},
+                  {"a/mode.sh", file(7, 4, 0644)},
+                  {"a/old", dir},
+                  {"a/old/gone.txt", file(1, 1)},
+                  {"link", Entry{EntryType::kSymlink, 0777, 0, 0, "elsewhere"}}};
+  SyncPlan p = diff_manifests(local, remote);
+  EXPECT_EQ(actions_of(p), "X:a/old/gone.txt X:a/old A:a/mode.sh F:a/new.py F:a/size.py L:link ");
+  EXPECT_EQ(p.files, 3u);
+  EXPECT_EQ(p.bytes, 9u);
+  EXPECT_EQ(p.deletions, 2u);
+  EXPECT_TRUE(p.to_hash.empty());
+  EXPECT_TRUE(diff_manifests(local, local).up_to_date());
+}
+
+TEST(SyncDiff, TypeChangesDeleteFirst) {
+  Entry dir{EntryType::kDir, 0755, 0, 0, ""};
+  SyncPlan p = diff_manifests({{"x", dir}, {"y", file(1, 1)}},
+                              {{"x", file(1, 1)}, {"y", dir}, {"y/in", file(2, 2)}});
+  EXPECT_EQ(actions_of(p), "X:y/in X:y X:x D:x F:y ");
+}
+
+TEST(SyncDiff, SameSizeOtherMtimeIsDecidedByContent) {
+  Manifest local{{"a", file(4, 10)}, {"b", file(4, 10)}, {"c", file(4, 10)}};
+  Manifest remote{{"a", file(4, 20)}, {"b", file(4, 20)}, {"c", file(4, 20)}};
+  SyncPlan first = diff_manifests(local, remote);
+  EXPECT_EQ(first.to_hash, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(first.up_to_date());
+  Hashes mine{{"a", "11"}, {"b", "22"}, {"c", "33"}};
+  Hashes theirs{{"a", "11"}, {"b", "99"}, {"c", ""}};  // c: the host could not read it
+  SyncPlan p = diff_manifests(local, remote, &theirs, &mine);
+  EXPECT_EQ(actions_of(p), "A:a F:b F:c ");
+}
+
+// ---- the record stream and the programs on the host ---------------------------------------------
+
+TEST(SyncStream, HeaderLayout) {
+  std::string h = encode_record_header(RecordType::kFile, 0755, 0x0102030405060708, 5, "ab");
+  ASSERT_EQ(h.size(), kRecordHeaderSize + 2);
+  EXPECT_EQ(h.substr(0, 5), std::string("F\0\0\x01\xed", 5));
+  EXPECT_EQ(h.substr(5, 8), "\x01\x02\x03\x04\x05\x06\x07\x08");
+  EXPECT_EQ(h.substr(13, 8), std::string("\0\0\0\0\0\0\0\x05", 8));
+  EXPECT_EQ(h.substr(21), std::string("\0\0\0\x02"
+                                      "ab",
+                                      6));
+}
+
+TEST_F(SyncTree, ApplyWritesTheTreeAndTheManifestReadsItBack) {
+  Manifest l = local();
+  int status = -1;
+  std::string out = apply(stream_for(l, {}), &status);
+  EXPECT_EQ(status, 0) << out;
+  auto summary = parse_apply_summary(out);
+  ASSERT_TRUE(summary) << out;
+  EXPECT_EQ(summary->files, 5u);  // 4 files and the symlink
+  EXPECT_EQ(summary->bytes, 300000u + 12 + 2 + 10);
+  EXPECT_EQ(test::slurp(dest_ + "/sub dir/it's \"quoted\".txt"), "q\n");
+  EXPECT_EQ(fs::read_symlink(dest_ + "/link.py"), "train.py");
+  struct stat st {};
+  ASSERT_EQ(stat((dest_ + "/run.sh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_FALSE(fs::exists(dest_ + "/ckpt.pt"));
+
+  // Read back by the manifest program: nothing differs any more, and the marker is written.
+  RemoteManifest r =
+      parse_remote_manifest(manifest("tok1", {"train.py"}), sync_rules(src_, {"*.pt"}));
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(r.marker, "");
+  EXPECT_TRUE(diff_manifests(l, r.entries).up_to_date())
+      << actions_of(diff_manifests(l, r.entries));
+  std::string again = manifest("", {"train.py"});
+  EXPECT_EQ(parse_remote_manifest(again, IgnoreRules()).marker, "tok1");
+  RemoteAnswer a = parse_remote_answer(again.substr(again.find("{\"end\": true}") + 14));
+  EXPECT_TRUE(a.complete);
+  EXPECT_EQ(a.marker, "tok1");
+  EXPECT_EQ(a.hashes.at("train.py"), sha256_hex("print('hi')\n"));
+}
+
+TEST_F(SyncTree, ApplyDeletesButKeepsWhatIsExcluded) {
+  fs::create_directories(dest_ + "/old/ckpt");
+  std::ofstream(dest_ + "/old/ckpt/w.pt") << "w";
+  std::ofstream(dest_ + "/stale.py") << "s";
+  IgnoreRules rules = sync_rules(src_, {"*.pt"});
+  RemoteManifest r = parse_remote_manifest(manifest("", {}), rules);
+  EXPECT_FALSE(r.entries.count("old/ckpt/w.pt"));
+  int status = -1;
+  std::string out = apply(stream_for(local(), r.entries), &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(parse_apply_summary(out)->deleted, 1u);  // stale.py; old/ckpt keeps w.pt, so old stays
+  EXPECT_FALSE(fs::exists(dest_ + "/stale.py"));
+  EXPECT_TRUE(fs::exists(dest_ + "/old/ckpt/w.pt"));
+}
+
+TEST_F(SyncTree, ApplyRefusesPathsThatLeaveTheDirectory) {
+  for (const std::string& path :
+       std::vector<std::string>{"../evil", "/abs", "a/../../evil", "./x", std::string("a\0b", 3)}) {
+    std::string stream = encode_record_header(RecordType::kFile, 0644, 0, 1, path) + "x" +
+                         encode_record_header(RecordType::kEnd, 0, 0, 0, "");
+    int status = -1;
+    std::string out = apply(stream, &status);
+    EXPECT_NE(out.find("msrun-sync: error: refused path"), std::string::npos) << out;
+    EXPECT_NE(status, 0);
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/evil"));
+  // A symlink on the host is never followed into.
+  fs::create_directories(dest_);
+  fs::create_symlink(dir_, dest_ + "/through");
+  int status = -1;
+  std::string out =
+      apply(encode_record_header(RecordType::kFile, 0644, 0, 1, "through/evil") + "x", &status);
+  EXPECT_NE(out.find("is not a directory"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir_ + "/evil"));
+  out = apply(encode_record_header(RecordType::kSymlink, 0, 0, 6, "l") + "../../", &status);
+  EXPECT_NE(out.find("refused symlink"), std::string::npos) << out;
+}
+
+TEST_F(SyncTree, AnInterruptedStreamLeavesNoPartialFileAndTheNextRunCompletes) {
+  Manifest l = local();
+  std::string stream = stream_for(l, {});
+  size_t cut = stream.find(std::string(1000, 'x'));  // inside data.bin
+  ASSERT_NE(cut, std::string::npos);
+  int status = -1;
+  std::string out = apply(stream.substr(0, cut + 1000), &status);
+  EXPECT_NE(out.find("msrun-sync: interrupted"), std::string::npos) << out;
+  EXPECT_NE(status, 0);
+  EXPECT_FALSE(fs::exists(dest_ + "/sub dir/ünï/data.bin"));
+  for (const auto& e : fs::recursive_directory_iterator(dest_))
+    EXPECT_EQ(e.path().filename().string().find(kTempPrefix), std::string::npos) << e.path();
+  RemoteManifest r = parse_remote_manifest(manifest("t", {}), IgnoreRules());
+  out = apply(stream_for(l, r.entries), &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(test::slurp(dest_ + "/sub dir/ünï/data.bin").size(), 300000u);
+  r = parse_remote_manifest(manifest("", {}), sync_rules(src_, {"*.pt"}));
+  EXPECT_TRUE(diff_manifests(l, r.entries).up_to_date());
+}
+
+TEST_F(SyncTree, AStaleTemporaryFileIsRemovedByTheNextManifest) {
+  fs::create_directories(dest_ + "/d");
+  std::ofstream(dest_ + "/d/.msrun-sync.tmp.0123") << "half";
+  manifest("", {});
+  EXPECT_TRUE(fs::exists(dest_ + "/d/.msrun-sync.tmp.0123"));  // check's reading writes nothing
+  manifest("tok", {});
+  EXPECT_FALSE(fs::exists(dest_ + "/d/.msrun-sync.tmp.0123"));
+}
+
+// ---- where --------------------------------------------------------------------------------------
+
+TEST(SyncWhere, DestinationFollowsTheWorkdir) {
+  auto w = sync_where("/home/u/proj", "", "", "train.py", {"/data/job", "/scratch"});
+  EXPECT_EQ(w.dir, "/home/u/proj");
+  EXPECT_EQ(w.dests, (std::vector<std::string>{"/data/job", "/scratch"}));
+  w = sync_where("/home/u/proj", "", "", "src/train.py", {"/data/job"});
+  EXPECT_EQ(w.dir, "/home/u/proj/src");
+  EXPECT_EQ(w.dests, (std::vector<std::string>{"/data/job/src"}));
+  w = sync_where("/home/u/proj", "/elsewhere/code/", "out", "train.py", {"/data/job"});
+  EXPECT_EQ(w.dir, "/elsewhere/code");
+  EXPECT_EQ(w.dests, (std::vector<std::string>{"/data/job/out"}));
+  w = sync_where("/home/u/proj", "code", "/abs/dest", "", {"/data/job"});
+  EXPECT_EQ(w.dests, (std::vector<std::string>{"/abs/dest"}));
+}
+
+TEST(SyncWhere, AmbiguousCasesAreRefused) {
+  std::vector<Case> cases = {
+      {"../other", "is not inside the current directory"},
+      {"/elsewhere", "is not inside the current directory"},
+  };
+  for (const auto& c : cases)
+    EXPECT_NE(test::error_of([&] {
+                sync_where("/home/u/proj", c.input, "", "t.py", {"/w"});
+              }).find(c.expected),
+              std::string::npos)
+        << c.input;
+  EXPECT_NE(test::error_of([] {
+              sync_where("/home/u/proj", "", "", "/home/u/proj/t.py", {"/w"});
+            }).find("absolute path"),
+            std::string::npos);
+}
+
+// ---- on the hosts (ReplyTransport) -------------------------------------------------------------
+
+using fake::Reply;
+using fake::ReplyTransport;
+
+// Words only the manifest / the apply program holds.
+constexpr const char* kManifestWord = "def walk(";
+constexpr const char* kApplyWord = "def record(";
+
+std::string line_of(const std::string& path, const Entry& e) {
+  return fmt::format(
+      "{{\"t\": \"{}\", \"m\": {}, \"s\": {}, \"n\": {}, \"p\": \"{}\", \"l\": \"{}\"}}\n",
+      static_cast<char>(e.type), e.mode, e.size, e.mtime_ns, path, e.target);
+}
+
+// A manifest program that lists `entries` and the marker `old`, then answers the request with
+// the marker `now` and `hashes`.
+Reply manifest_reply(const Manifest& entries, const std::string& old, const std::string& now,
+                     const Hashes& hashes = {}) {
+  std::string out = "motd from a login script\n";
+  for (const auto& [p, e] : entries) out += line_of(p, e);
+  out += fmt::format("{{\"marker\": \"{}\"}}\n{{\"end\": true}}\n", old);
+  std::string answer = fmt::format("{{\"marker\": \"{}\"}}\n", now);
+  for (const auto& [p, h] : hashes)
+    answer += fmt::format("{{\"h\": \"{}\", \"p\": \"{}\"}}\n", h, p);
+  answer += "{\"end\": true}\n";
+  return Reply{.output = {{0.001, out}}, .until_eof = true, .after_eof = {{0.001, answer}}};
+}
+
+Reply apply_reply(const std::string& done) {
+  return Reply{.until_eof = true, .after_eof = {{0.001, done + "\n"}}};
+}
+
+// The records of a stream: "TYPE:PATH" each.
+std::vector<std::string> records(const std::string& stream) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  auto be = [&](size_t at, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v = v << 8 | static_cast<unsigned char>(stream.at(at + i));
+    return v;
+  };
+  while (pos < stream.size()) {
+    char type = stream[pos];
+    uint64_t size = be(pos + 13, 8), len = be(pos + 21, 4);
+    out.push_back(fmt::format("{}:{}", type, stream.substr(pos + kRecordHeaderSize, len)));
+    pos += kRecordHeaderSize + len + size;
+  }
+  return out;
+}
+
+class SyncHosts : public SyncTree {
+ protected:
+  void SetUp() override {
+    SyncTree::SetUp();
+    source_.dir = src_;
+    source_.rules = sync_rules(src_, {"*.pt", "sub dir/"});
+    source_.local = local_manifest(src_, source_.rules);
+    source_.dests = {"/d0", "/d1", "/d2"};
+  }
+
+  std::vector<std::string> lines(const std::vector<SyncHostResult>& results) const {
+    std::vector<std::string> out;
+    for (size_t h = 0; h < results.size(); ++h)
+      out.push_back(sync_result_line(addresses_, results, h));
+    return out;
+  }
+
+  ReplyTransport t_;
+  SyncSource source_;
+  std::vector<std::string> addresses_{"h0", "h1", "h2"};
+};
+
+TEST_F(SyncHosts, SharedDirectoriesAreWrittenOnceAndEachHostGetsOnlyItsDifference) {
+  Manifest all = source_.local;
+  Manifest one_changed = all;
+  one_changed["train.py"].size = 1;
+  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 0);
+  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);  // reads h1's token back: shares with h0
+  t_.on(kManifestWord, manifest_reply(one_changed, "old", "T2"), 2);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 4 24 0"), 0);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results),
+            (std::vector<std::string>{
+                "sync: h0: 4 files, 24 bytes sent, 0 deleted (shared with h1)",
+                "sync: h1: shared with h0", "sync: h2: 1 files, 12 bytes sent, 0 deleted"}));
+  ASSERT_EQ(t_.find(kApplyWord, 2), -1);  // two apply channels, none for h1
+  ChannelId a0 = t_.find(kApplyWord, 0), a2 = t_.find(kApplyWord, 1);
+  EXPECT_EQ(t_.execs[a0].host, 0u);
+  EXPECT_EQ(t_.execs[a2].host, 2u);
+  EXPECT_NE(t_.execs[a0].command.find("/d0"), std::string::npos);
+  EXPECT_EQ(records(t_.channel(a0).written),
+            (std::vector<std::string>{"L:link.py", "F:run.sh", "F:train.py", "E:"}));
+  EXPECT_EQ(records(t_.channel(a2).written), (std::vector<std::string>{"F:train.py", "E:"}));
+  // Every manifest asked for a marker read-back, and wrote a token of its own.
+  for (size_t h = 0; h < 3; ++h) {
+    ChannelId m = t_.find(kManifestWord, static_cast<int>(h));
+    EXPECT_EQ(t_.channel(m).written, "{\"hash\": []}\n");
+    EXPECT_GE(t_.channel(m).eof_ms, 0);
+  }
+}
+
+TEST_F(SyncHosts, UpToDateAndContentComparedByHash) {
+  Manifest touched = source_.local;
+  touched["train.py"].mtime_ns += 5;  // same size, other mtime: compared by content
+  Manifest edited = touched;
+  t_.on(kManifestWord, manifest_reply(source_.local, "a", "A"), 0);
+  t_.on(kManifestWord,
+        manifest_reply(touched, "b", "B", {{"train.py", sha256_hex("print('hi')\n")}}), 1);
+  t_.on(kManifestWord, manifest_reply(edited, "c", "C", {{"train.py", sha256_hex("other\n")}}), 2);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 0 0 0"), 1);
+  t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results)[0], "sync: h0: up to date");
+  EXPECT_EQ(lines(results)[2], "sync: h2: 1 files, 12 bytes sent, 0 deleted");
+  EXPECT_EQ(t_.channel(t_.find(kManifestWord, 1)).written,
+            fmt::format("{{\"hash\": [\"{}\"]}}\n", "747261696e2e7079"));  // "train.py" in hex
+  EXPECT_EQ(records(t_.channel(t_.find(kApplyWord, 0)).written),
+            (std::vector<std::string>{"A:train.py", "E:"}));
+  EXPECT_EQ(records(t_.channel(t_.find(kApplyWord, 1)).written),
+            (std::vector<std::string>{"F:train.py", "E:"}));
+}
+
+TEST_F(SyncHosts, FailuresNameTheHost) {
+  t_.on(
+      kManifestWord,
+      Reply{.output = {{0.001, "{\"error\": \"python3 not found on the host (sync needs it)\"}\n"}},
+            .status = 127},
+      0);
+  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);
+  t_.on(kApplyWord, apply_reply("msrun-sync: error: refused path 'x'"), 1);
+  t_.on(kManifestWord, manifest_reply({}, "", "T2"), 2);
+  t_.on(kApplyWord, Reply{.exit_at = -1}, 2);  // hangs: given up after the timeout
+  t_.lose(2, 0.5, "Socket error: Connection reset by peer");
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results),
+            (std::vector<std::string>{
+                "sync: h0: failed: python3 not found on the host (sync needs it)",
+                "sync: h1: failed: refused path 'x'",
+                "sync: h2: failed: connection lost: Socket error: Connection reset by peer"}));
+}
+
+TEST_F(SyncHosts, CheckComparesAndWritesNothing) {
+  Manifest one_changed = source_.local;
+  one_changed["train.py"].size = 1;
+  t_.on(kManifestWord, manifest_reply(source_.local, "", "x"), 0);
+  t_.on(kManifestWord, manifest_reply(one_changed, "", "x"), 1);
+  t_.on(kManifestWord, manifest_reply({}, "", "x"), 2);
+  SyncSettings settings;
+  settings.apply = false;
+  auto results = sync_hosts(t_, source_, settings);
+  EXPECT_EQ(results[0].differ, 0u);
+  EXPECT_EQ(results[1].differ, 1u);
+  EXPECT_EQ(results[2].differ, source_.local.size());
+  EXPECT_EQ(t_.find(kApplyWord), -1);
+  for (const auto& e : t_.execs) EXPECT_TRUE(e.command.ends_with(" ''"));  // no token to write
+}
+
+}  // namespace
+}  // namespace msrun_ssh
