@@ -14,6 +14,7 @@
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/help.h"
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/runner.h"
@@ -47,6 +48,10 @@ std::string resolve_ipv4(const std::string& name) {
 int run_app(const std::vector<std::string>& args) {
   Options options;
   try {
+    if (auto text = hidden_output(args)) {
+      std::fputs(text->c_str(), stdout);
+      return kExitOk;
+    }
     CliResult cli = parse_args(args, [](const char* n) { return std::getenv(n); });
     options = std::move(cli.options);
     if (cli.action == CliAction::kHelp) {

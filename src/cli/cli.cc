@@ -250,90 +250,11 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
   return result;
 }
 
-std::string help_text(Command command) {
-  if (command == Command::kStop)
-    return R"(usage: msrun-ssh stop [OPTIONS] --hostfile FILE --job ID
-
-End a detached job (one started with --join=False) on every host of FILE: SIGTERM, then SIGKILL
-after --kill_grace seconds, to every process marked with the job id, grandchildren included.
-Prints what it killed on each host. The SSH options of a run apply.
-)";
-  if (command == Command::kCheck)
-    return R"(usage: msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
-
-Cluster acceptance report: checks every host concurrently (reachable, authenticated, host key,
-OS/kernel, CPUs, NUMA, devices, python and modules, script checksum, workdir, clock, disk,
-master port) and prints a table, or JSON with --json. Exit 0 only when every check passes.
-The options of a run apply where they make sense.
-)";
-  return R"(usage: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT [TASK_ARGS...]
-       msrun-ssh check [OPTIONS] --hostfile FILE [TASK_SCRIPT] [--import MODULE]... [--json]
-       msrun-ssh stop  [OPTIONS] --hostfile FILE --job ID
-
-Start one distributed job on every host of FILE over SSH, with msrun's environment (MS_SCHED_HOST,
-MS_WORKER_NUM, RANK_ID, ...). Node ranks follow the host file; every line of every process comes
-back prefixed, and per-rank logs are written to --log_dir. Options take "--name=value" or
-"--name value"; booleans take True/False. Everything after TASK_SCRIPT belongs to the task.
-
-msrun's options:
-  --hostfile FILE              TOML host file (*.toml) or "host slots=N" lines (required)
-  --worker_num N               total workers; must equal the host file's sum (default: that sum)
-  --local_worker_num N         workers on hosts whose entry does not say (default 8)
-  --master_addr HOST           host that runs the scheduler, by address, name or IP (default: first)
-  --master_port P              scheduler port, 1024-65535 (default 8118)
-  --log_dir DIR                where logs go on this machine, created 0700 (default .)
-  --join BOOL                  False: start detached, print a job id and return (default True)
-  --cluster_time_out S         MS_TOPO_TIMEOUT; also bounds start-up (default 600)
-  --bind_core BOOL|JSON        True: bind each process to its own cores, NUMA/device-local;
-                               or '{"scheduler":["0-3"],"device0":["4-9"]}' (default False)
-  --bind_numa BOOL|JSON|FILE   numactl --cpunodebind/--membind per process (default False)
-  --sim_level N                msrun simulation: no scheduler, MS_SIMULATION_LEVEL=N
-  --sim_rank_id N              with --sim_level: run only rank N
-  --rank_table_file PATH       exported as RANK_TABLE_FILE
-  --worker_log_name T          log name T_<rank>.log; {ip} and {hostname} are replaced (default worker)
-  --tail_worker_log R          ranks shown on the console, e.g. 0,3; -1 all (default -1); logs keep all;
-                               what you type reaches these ranks (pdb)
-  --node_rank                  not accepted: node ranks come from the host file
-
-msrun-ssh's options:
-  --dry_run                    print hosts, ranks, environment, bindings and remote commands; exit 0
-  --ssh_config FILE            OpenSSH client config (default ~/.ssh/config)
-  --fanout N                   SSH handshakes in flight at once (default 64)
-  --connect_timeout S          per host: connect + authenticate (default 10)
-  --ssh_debug N                libssh's own messages, 0 (none) .. 4 (every function), into
-                               msrun-ssh.log, never the console (default 1: its warnings);
-                               check and stop print them on stderr when asked
-  --heartbeat S                remote processes end within 3x this after losing us (default 5)
-  --kill_grace S               SIGTERM -> SIGKILL delay in a teardown (default 5)
-  --contract msrun|torch       the processes' environment: msrun's (scheduler, MS_* variables) or
-                               torchrun's (RANK, WORLD_SIZE, MASTER_ADDR, ...; no scheduler);
-                               default: the host file's [defaults] contract, else msrun
-  --timeout S                  the job's wall-time limit: then a teardown and exit 124 (default 0: none)
-  --hang_timeout S             no output from any process for S seconds is a hang: reported, then
-                               (--on_hang=kill, the default) a teardown and exit 124; or
-                               --on_hang=report: reported again every S seconds, the job goes on
-  --max_restarts N             after a failure, tear down and start the whole job again, up to N
-                               times (default 0); MSRUN_SSH_ATTEMPT tells each process its attempt
-  --restart_backoff S          wait before the first restart, doubled for each next (default 1)
-  --report_bindings            print each process's CPUs / NUMA nodes before starting
-  --output prefixed|gather     gather: a line that several ranks print within 1 s is printed once,
-                               under their rank and host sets ("[0-7@node[01-02]] ..."); logs stay
-                               raw (default prefixed: every line with its own rank@host)
-  --timestamps                 console lines start with their receive time (UTC, ms)
-  --log_timestamps             so do the lines of the per-rank log files (they are no longer raw)
-  --events FILE                the job's life as JSON Lines (docs/events.md), appended to FILE;
-                               - for stdout; the summary also goes to <log_dir>/summary.json
-  --strict_host_key_checking yes|accept-new|no   (default: ssh config, else yes)
-  --env NAME[=VALUE]           set, or forward from here, a variable for every process (repeatable)
-  --python PATH                interpreter for .py scripts (default: host file, else python3)
-  -h, --help                   this text;  -v, --version   the version
-
-Exit status: 0 all processes exited 0; else the first failed process's status (128+N for signal N);
-2 usage or input error; 255 a host could not be reached, authenticated or verified, or was lost;
-124 --timeout passed or --hang_timeout found the job silent;
-254 the end of the job could not be confirmed on a host (the processes named may still run);
-130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (after teardown).
-)";
+std::vector<std::string> option_names() {
+  std::vector<std::string> names{"--help", "--version"};
+  for (const auto& [name, spec] : option_table([](const char*) -> const char* { return nullptr; }))
+    names.push_back(name);
+  return names;
 }
 
 }  // namespace msrun_ssh
