@@ -176,10 +176,10 @@ CommandSet every_command() {
 std::string man_option(const OptionDoc& d) {
   std::string tag = d.short_name.empty() ? "" : roff_option(d.short_name) + ", ";
   tag += roff_option(d.name);
-  if (!d.metavar.empty()) tag += " \\fI" + roff(d.metavar) + "\\fR";
+  if (!d.metavar.empty()) tag += fmt::format(" \\fI{}\\fR", roff(d.metavar));
   std::string text = roff(d.text);
-  if (d.commands != every_command()) text += "\n(" + command_list(d.commands) + ")";
-  return ".TP\n" + tag + "\n" + text + "\n";
+  if (d.commands != every_command()) text += fmt::format("\n({})", command_list(d.commands));
+  return fmt::format(".TP\n{}\n{}\n", tag, text);
 }
 
 std::string man_options() {
@@ -208,7 +208,8 @@ std::string man_commands() {
 
 std::string man_exit_status() {
   std::string out = ".SH EXIT STATUS\nA run exits with:\n";
-  for (const auto& e : exit_docs()) out += ".TP\n" + roff(e.status) + "\n" + roff(e.text) + "\n";
+  for (const auto& e : exit_docs())
+    out += fmt::format(".TP\n{}\n{}\n", roff(e.status), roff(e.text));
   return out + ".PP\n.B check\nexits 0 only when every check passes.\n";
 }
 
@@ -394,11 +395,11 @@ const std::vector<CommandDoc>& command_docs() {
 
 std::string help_text(Command command) {
   const CommandDoc& doc = command_doc(command);
-  std::string out = "usage: " + doc.usage + "\n";
+  std::string out = fmt::format("usage: {}\n", doc.usage);
   if (command == Command::kRun)
     for (const auto& other : command_docs())
-      if (other.command != command) out += "       " + other.usage + "\n";
-  out += "\n" + wrap(doc.text, 0, kWidth) + "\n";
+      if (other.command != command) out += fmt::format("       {}\n", other.usage);
+  out += fmt::format("\n{}\n", wrap(doc.text, 0, kWidth));
   for (OptionSection s : {OptionSection::kMsrun, OptionSection::kOwn}) {
     std::string options;
     for (const auto& d : option_docs())
@@ -406,7 +407,7 @@ std::string help_text(Command command) {
         options += option_label(d) + wrap(d.text, kTextColumn, kWidth) + "\n";
     if (!options.empty()) out += fmt::format("\n{}:\n{}", section_title(s), options);
   }
-  if (command == Command::kRun) out += "\n" + exit_status_paragraph() + "\n";
+  if (command == Command::kRun) out += fmt::format("\n{}\n", exit_status_paragraph());
   return out;
 }
 

@@ -2,6 +2,7 @@
 // from it: --help of every command, the man page, the hidden --man and --complete-options.
 #include "msrun_ssh/help.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -89,9 +90,9 @@ TEST(Help, EveryCommandIsDocumentedOnce) {
 TEST(Help, HelpOfEachCommandListsItsOptions) {
   for (const auto& c : command_docs()) {
     std::string help = help_text(c.command);
-    EXPECT_EQ(help.rfind("usage: " + c.usage + "\n", 0), 0u) << c.name;
+    EXPECT_EQ(help.rfind(fmt::format("usage: {}\n", c.usage), 0), 0u) << c.name;
     for (const auto& d : option_docs()) {
-      std::string line = "\n  " + label(d);
+      std::string line = fmt::format("\n  {}", label(d));
       if (!d.metavar.empty()) line += " " + d.metavar;
       EXPECT_EQ(help.find(line) != std::string::npos, documented_for(d, c.command))
           << c.name << " " << d.name;
@@ -145,10 +146,11 @@ TEST(Help, ManPageHasEverySectionAndEveryOption) {
     last = at;
   }
   for (const auto& d : option_docs())
-    EXPECT_NE(man.find("\n" + man_label(d) + (d.metavar.empty() ? "\n" : " ")), std::string::npos)
+    EXPECT_NE(man.find(fmt::format("\n{}{}", man_label(d), d.metavar.empty() ? "\n" : " ")),
+              std::string::npos)
         << d.name;
   for (const auto& c : command_docs())
-    EXPECT_NE(man.find(".B " + c.name + "\n"), std::string::npos);
+    EXPECT_NE(man.find(fmt::format(".B {}\n", c.name)), std::string::npos);
   EXPECT_NE(man.find("msrun\\-ssh " MSRUN_SSH_VERSION), std::string::npos);
 }
 
