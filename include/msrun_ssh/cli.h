@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/help.h"
 #include "msrun_ssh/options.h"
 
 namespace msrun_ssh {
@@ -28,7 +29,8 @@ using GetEnv = std::function<const char*(const char*)>;
 // Parses argv[1..]. Throws InputError.
 CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv);
 
-// The text of --help for a command.
-std::string help_text(Command command);
+// Every option name the parser accepts (for some command), --help and --version included; their
+// documentation, --help's text among it, is help.h's.
+std::vector<std::string> option_names();
 
 }  // namespace msrun_ssh

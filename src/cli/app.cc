@@ -14,6 +14,7 @@
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/help.h"
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/jobs.h"
 #include "msrun_ssh/plan.h"
@@ -62,6 +63,10 @@ int run_job_command(const Options& options) {
 int run_app(const std::vector<std::string>& args) {
   Options options;
   try {
+    if (auto text = hidden_output(args)) {
+      std::fputs(text->c_str(), stdout);
+      return kExitOk;
+    }
     CliResult cli = parse_args(args, [](const char* n) { return std::getenv(n); });
     options = std::move(cli.options);
     if (cli.action == CliAction::kHelp) {

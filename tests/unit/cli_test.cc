@@ -592,7 +592,7 @@ TEST(CliJobs, Errors) {
   EXPECT_EQ(help_text(Command::kList).rfind("usage: msrun-ssh list", 0), 0u);
   EXPECT_EQ(help_text(Command::kStatus).rfind("usage: msrun-ssh status", 0), 0u);
   EXPECT_EQ(help_text(Command::kLogs).rfind("usage: msrun-ssh logs", 0), 0u);
-  EXPECT_NE(help_text(Command::kRun).find("msrun-ssh logs  --job ID"), std::string::npos);
+  EXPECT_NE(help_text(Command::kRun).find("msrun-ssh logs --job ID"), std::string::npos);
 }
 
 }  // namespace
