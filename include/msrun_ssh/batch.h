@@ -60,6 +60,14 @@ class Batch {
   // Bytes written to the command's stdin that the transport still holds (Transport::unsent).
   size_t unsent(size_t index) const;
 
+  // Gives up on `host` (it stopped answering): its commands become kHostLost with `why` and are
+  // closed for the batch, and the transport drops the host (Transport::drop_host) without waiting
+  // for a goodbye it would never get.
+  void drop_host(size_t host, std::string_view why);
+
+  // The hosts of the commands still open, once each.
+  std::vector<size_t> open_hosts() const;
+
   // Waits until every command started so far has closed, the transport's clock reaches
   // `deadline_ms`, or `keep_waiting` returns false. `keep_waiting` is called after every wake-up,
   // outside the transport's callbacks, and may start commands and write to them; the wait wakes

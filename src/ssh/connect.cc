@@ -303,6 +303,11 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
       return false;
     }
     if (rc != SSH_AUTH_SUCCESS) return error = libssh_failure(c.session), false;
+    // libssh puts the socket back into blocking mode once it is connected: a write larger than
+    // the room in a full socket buffer (a host cut off while a stream goes to it) would then
+    // stop the whole loop. Non-blocking, send() writes what fits and libssh keeps the rest.
+    int fd = ssh_get_fd(c.session);
+    if (int fl = fcntl(fd, F_GETFL); fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     c.event = ssh_event_new();
     ssh_event_add_session(c.event, c.session);
     c.state = ConnState::kReady;

@@ -18,6 +18,7 @@ constexpr std::string_view kEndLine = "\n{\"end\": true}\n";
 constexpr size_t kChunk = size_t{256} * 1024;  // stream bytes produced at a time
 constexpr size_t kInFlight = 1 << 20;          // stream bytes the transport may hold per host
 constexpr double kProgressMs = 200;
+constexpr double kSilentMs = 10000;  // unacknowledged bytes for this long: the host is lost
 
 struct HostState {
   size_t manifest = 0;                      // batch index of the manifest channel
@@ -80,7 +81,18 @@ class Session {
     if (phase_ == Phase::kAnswers && answers_done()) start_applies();
     if (phase_ == Phase::kApply) feed();
     draw_progress();
+    drop_silent_hosts();
     return t_.now_ms() - last_activity_ < settings_.timeout_s * 1000;
+  }
+
+  // A host whose TCP has acknowledged nothing of what was sent to it for kSilentMs is cut off or
+  // down (a host that is only slow or starved still acknowledges): its sync fails now, the others
+  // go on.
+  void drop_silent_hosts() {
+    for (size_t h : batch_.open_hosts())
+      if (t_.tcp_liveness(h, kSilentMs) == Transport::Liveness::kSilent)
+        batch_.drop_host(h, fmt::format("no TCP acknowledgement for {:g} s (cut off or down)",
+                                        kSilentMs / 1000));
   }
 
   bool manifests_done() const {

@@ -41,6 +41,25 @@ void Batch::host_lost(size_t host, std::string_view why) {
     }
 }
 
+void Batch::drop_host(size_t host, std::string_view why) {
+  host_lost(host, why);
+  for (size_t i = 0; i < results_.size(); ++i) {
+    BatchResult& r = results_[i];
+    if (r.host != host || r.closed || !index_of_.erase(channels_[i])) continue;
+    r.closed = true;
+    --open_;
+  }
+  t_.drop_host(host);
+}
+
+std::vector<size_t> Batch::open_hosts() const {
+  std::vector<size_t> hosts;
+  for (const auto& r : results_)
+    if (!r.closed && std::find(hosts.begin(), hosts.end(), r.host) == hosts.end())
+      hosts.push_back(r.host);
+  return hosts;
+}
+
 void Batch::on_event(const TransportEvent& e) {
   if (e.kind == TransportEvent::Kind::kHostLost) return host_lost(e.host, e.data);
   auto it = index_of_.find(e.channel);

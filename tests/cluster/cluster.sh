@@ -14,6 +14,9 @@
 #   198.18.3.1, ...            M addresses on its eth0, all served by one sshd
 # The hosts have no default route, so nothing running on them can reach beyond 198.18.0.0/16.
 #
+# Each host has a private tmpfs at /srv/msrs-private (its own mount namespace): a directory no
+# other host and not the launcher sees, for tests that need per-host copies (sync).
+#
 # Process layout of a host (what `pids`/`ps` show, root-namespace pids):
 #   unshare ...                      in the host's network namespace but in the root pid namespace
 #   bash DIR/hostinit.sh NAME CFG    pid 1 of the host's pid namespace: sets the hostname, runs sshd
@@ -347,6 +350,9 @@ echo "$name" >/proc/sys/kernel/hostname
 # this host's private mount namespace only.
 host_rc=$(dirname "$config")/bashrc
 if [ -f "$HOME/.bashrc" ] && [ -f "$host_rc" ]; then mount --bind "$host_rc" "$HOME/.bashrc"; fi
+# A directory of this host's own (the file system is otherwise the launcher's): sync tests write
+# there, so that each host's copy is really its own.
+mkdir -p /srv/msrs-private && mount -t tmpfs -o size=256m,mode=0755 msrs-private /srv/msrs-private
 start_sshd() { /usr/sbin/sshd -D -e -f "$config" </dev/null & }
 interrupted=0
 trap 'interrupted=1; start_sshd' USR1

@@ -153,5 +153,28 @@ TEST(Batch, TheCallerFeedsStdinStartsMoreAndStopsEarly) {
   EXPECT_EQ(b.open(), 0u);
 }
 
+TEST(Batch, ADroppedHostsCommandsAreLostAndClosedTheOthersGoOn) {
+  ReplyTransport t;
+  t.on("work", Reply{.exit_at = -1}, 1);  // host 1 never answers
+  t.on("work", says("done\n", 0.5), 0);
+  Batch b(t);
+  b.start(0, "work");
+  b.start(1, "work");
+  b.start(1, "work more");
+  EXPECT_EQ(b.open_hosts(), (std::vector<size_t>{0, 1}));
+  b.drop_host(1, "no TCP acknowledgement for 10 s");
+  EXPECT_EQ(b.open_hosts(), (std::vector<size_t>{0}));
+  EXPECT_EQ(b.open(), 1u);
+  EXPECT_EQ(t.drops, (std::vector<size_t>{1}));
+  b.wait(t.now_ms() + 5000);
+  EXPECT_EQ(b.result(0).out, "done\n");
+  for (size_t i : {1, 2}) {
+    EXPECT_TRUE(b.result(i).closed);
+    EXPECT_EQ(b.result(i).failure, BatchFailure::kHostLost);
+    EXPECT_EQ(b.result(i).why, "no TCP acknowledgement for 10 s");
+  }
+  EXPECT_TRUE(t.kills.empty()) << "a dropped host's commands are not killed: it would not answer";
+}
+
 }  // namespace
 }  // namespace msrun_ssh
