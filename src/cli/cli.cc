@@ -180,7 +180,12 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        })},
       {"--import", value([](O& o, S, S v) { o.imports.push_back(v); })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
-      {"--net", flag([](O& o, S n, S v) { o.net = v.empty() || to_bool(n, v); })},
+      {"--net", flag([](O& o, S n, S v) {
+         o.net_collective = v == "collective";
+         bool on = v.empty() || o.net_collective;
+         if (!on && !parse_bool_word(v, on)) bad(n, v, "expects True, False or collective");
+         o.net = on;
+       })},
       {"--net_pairs", value([](O& o, S n, S v) {
          if (v == "ring")
            o.net_pairs = NetPairs::kRing;
@@ -251,6 +256,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     std::string value;
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
+    } else if (name == "--net" && i + 1 < args.size() && args[i + 1] == "collective") {
+      value = args[++i];  // `--net collective`: a value, not TASK_SCRIPT
     } else if (it->second.takes_value) {
       if (i + 1 >= args.size()) throw InputError(fmt::format("{}: expects a value", name));
       value = args[++i];
@@ -292,6 +299,10 @@ The options of a run apply where they make sense.
                                rounds of pairs, over the address each host uses to reach the
                                master (or its *_SOCKET_IFNAME); a host below --net_min_ratio of
                                the median fails
+  --net=collective             (or --net collective) --net, then one tiny all-reduce, timed,
+                               through the job's own launch path: scheduler and workers started
+                               as a run starts them, each running a small Python program with
+                               the run's interpreter (an "allreduce" column)
   --net_pairs all|ring         which pairs: all (N-1 rounds) or a ring (2-3 rounds)
                                (default: all up to 8 hosts, a ring above)
   --net_seconds S              sending time per direction of each pair (default 1)
