@@ -92,11 +92,10 @@ std::string failure_detail(const CollectiveResult& r) {
 
 std::string temp_dir() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      fmt::format("{}/msrun-ssh-allreduce-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  std::string pattern = fmt::format("{}/msrun-ssh-allreduce-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!::mkdtemp(pattern.data()))
-    throw InputError(fmt::format("cannot create a directory like {}: {}", pattern,
-                                 std::strerror(errno)));
+    throw InputError(
+        fmt::format("cannot create a directory like {}: {}", pattern, std::strerror(errno)));
   return pattern;
 }
 
