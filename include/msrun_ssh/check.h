@@ -51,6 +51,8 @@
 //   route          `ip route get MASTER_IP`: the interface (and source address) each host uses to
 //                  reach the master. fail: no route. warn: no `ip` command.
 //
+//   net, allreduce  with --net and --net=collective (see their sections below).
+//
 // Nothing is left on a host: the temporary file is removed at once, the listener ends on EOF of
 // its stdin (also when the launcher dies: sshd closes the channel) or at its own deadline, and
 // every probe step runs under `timeout` (at most 60 s for one --import), so even after the
@@ -132,11 +134,11 @@ struct NetReport {
 
 // What the collective smoke test (--net=collective, below) found.
 struct CollectiveResult {
-  bool ran = false;    // false: not run, `cause` says why
-  int status = 0;      // the job's exit status (error.h)
-  double seconds = 0;  // the launcher's wall time of the whole job, connecting included
-  std::string cause;   // what ended the job ("" when it passed)
-  std::string failed_process;             // "rank 1 on ADDR": the first failure ("" if none)
+  bool ran = false;            // false: not run, `cause` says why
+  int status = 0;              // the job's exit status (error.h)
+  double seconds = 0;          // the launcher's wall time of the whole job, connecting included
+  std::string cause;           // what ended the job ("" when it passed)
+  std::string failed_process;  // "rank 1 on ADDR": the first failure ("" if none)
   std::vector<std::string> failed_hosts;  // of the processes that failed, that one's first
   std::vector<std::string> last_lines;    // the first failure's last lines
   std::map<int, double> rank_seconds;     // rank -> its "seconds=" (start to sum)

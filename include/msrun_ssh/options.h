@@ -67,7 +67,7 @@ struct Options {
   // check / stop.
   std::vector<std::string> imports;
   bool json = false;
-  bool net = false;  // check --net: host-to-host bandwidth and RTT
+  bool net = false;             // check --net: host-to-host bandwidth and RTT
   bool net_collective = false;  // check --net=collective: also one all-reduce through a job's start
   NetPairs net_pairs = NetPairs::kAuto;
   double net_seconds = 1;      // per direction of one pair

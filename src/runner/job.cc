@@ -449,8 +449,7 @@ class ConsoleToFile {
  public:
   explicit ConsoleToFile(const std::string& path) {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-      throw InputError(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    if (fd < 0) throw InputError(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
     std::fflush(stdout);
     std::fflush(stderr);
     for (int i : {1, 2}) {
