@@ -54,6 +54,8 @@
 //   route          `ip route get MASTER_IP`: the interface (and source address) each host uses to
 //                  reach the master. fail: no route. warn: no `ip` command.
 //
+//   net, allreduce  with --net and --net=collective (see their sections below).
+//
 // Nothing is left on a host: the temporary file is removed at once, the listener ends on EOF of
 // its stdin (also when the launcher dies: sshd closes the channel) or at its own deadline, and
 // every probe step runs under `timeout` (at most 60 s for one --import), so even after the
@@ -67,6 +69,8 @@
 // feed them probe outputs and expectations directly.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,10 +135,24 @@ struct NetReport {
   size_t retested = 0;  // slow pairs measured a second time (their better figures are kept)
 };
 
+// What the collective smoke test (--net=collective, below) found.
+struct CollectiveResult {
+  bool ran = false;            // false: not run, `cause` says why
+  int status = 0;              // the job's exit status (error.h)
+  double seconds = 0;          // the launcher's wall time of the whole job, connecting included
+  std::string cause;           // what ended the job ("" when it passed)
+  std::string failed_process;  // "rank 1 on ADDR": the first failure ("" if none)
+  std::vector<std::string> failed_hosts;  // of the processes that failed, that one's first
+  std::vector<std::string> last_lines;    // the first failure's last lines
+  std::map<int, double> rank_seconds;     // rank -> its "seconds=" (start to sum)
+  std::string log_dir;                    // its logs, kept when it failed ("" once removed)
+};
+
 struct CheckReport {
   std::string master;  // "198.18.1.10:8118"
   std::vector<HostReport> hosts;
-  std::optional<NetReport> net;  // with --net
+  std::optional<NetReport> net;                // with --net
+  std::optional<CollectiveResult> collective;  // with --net=collective
 };
 
 // The checks in column order; one "import:MODULE" per --import.
@@ -333,10 +351,61 @@ NetReport run_net_test(Transport& transport, const std::vector<size_t>& hosts,
 // The terminal form: the median, the rounds and the time taken, then every link, one per line.
 std::string format_net(const NetReport& net, const CheckReport& report);
 
+// ---- the collective smoke test (--net=collective) -------------------------------------------
+//
+// After every other check (the check's own connections closed), `check --net=collective` starts
+// a job through the run's own launch path (run_job of runner.h, through a JobLauncher): the plan
+// of the real run — hosts, ranks, contract, environment, binding, workdir — with every process
+// running `PYTHON -c ALLREDUCE LIMIT` (src/remote/allreduce.py; PYTHON is the interpreter of the
+// run, which must be the same on every host), LIMIT = 3 x --connect_timeout + 20 s, --timeout =
+// LIMIT + 15 s, no restarts, no --events, no --tail_worker_log, its console and logs in a fresh
+// directory under $TMPDIR (else /tmp), removed when it passed. With msrun's contract the
+// scheduler sums the workers' vectors on MS_SCHED_PORT; with torchrun's, rank 0 on MASTER_PORT.
+// The run's teardown guarantees apply as to any run. Verdicts, the "allreduce" check of every
+// host:
+//   pass  the job ended with status 0; the value is its wall time ("1.4 s").
+//   fail  the hosts of the processes that failed (the first failure's host first): what ended
+//         the job, that process's last lines and where its logs are; every host when no process
+//         failed (the job did not start, a host was lost, a time limit).
+//   skip  not run (a host not connected, different interpreters, --sim_level); in a failed run,
+//         the hosts where nothing failed.
+
+// The job of the smoke test, or why there is none (`skip`).
+struct CollectiveJob {
+  Options options;
+  Plan plan;
+  std::string skip;  // "" when it can run
+};
+CollectiveJob collective_job(const Options& options, const Plan& plan,
+                             const std::vector<HostExpectation>& expectations,
+                             const std::string& log_dir);
+
+// The result from what the job left: its exit status and wall time, the text of its summary.json
+// ("" when it did not get to start a process) and of its console ("allreduce ok rank=R ...
+// seconds=S" lines give rank_seconds; without a summary the last "msrun-ssh: " line is the cause).
+CollectiveResult collective_result(int status, double seconds, const std::string& summary_json,
+                                   const std::string& console);
+
+// Sets the "allreduce" check of every host of `report` from `result` (rules above).
+void evaluate_collective(const CollectiveResult& result, CheckReport& report);
+
+// Starts a job of check's own: runs `plan` with `options`, its console (the processes' lines,
+// the launcher's messages and summary) written to the file `console`; returns its exit status.
+// The CLI passes run_job_quietly (runner.h).
+using JobLauncher = std::function<int(const Options&, Plan&, const std::string& console)>;
+
+// The smoke test, when every host connected (`all_connected`), through `launch`: sets
+// report.collective and the "allreduce" checks.
+void check_collective(const Options& options, const Plan& plan,
+                      const std::vector<HostExpectation>& expectations, bool all_connected,
+                      const JobLauncher& launch, CheckReport& report);
+
 // ---- the whole command ----------------------------------------------------------------------
 
 // Runs every check on every host of `plan` and prints the table (or JSON with --json) to stdout.
 // Returns the exit status above. Throws InputError for bad --import names (before connecting).
-int check_cluster(const Options& options, const Cluster& cluster, Plan& plan);
+// `launch` starts the job of --net=collective.
+int check_cluster(const Options& options, const Cluster& cluster, Plan& plan,
+                  const JobLauncher& launch);
 
 }  // namespace msrun_ssh

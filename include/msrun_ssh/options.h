@@ -76,6 +76,8 @@ struct Options {
   std::vector<std::string> imports;
   bool json = false;
   bool net = false;  // check --net: host-to-host bandwidth and RTT
+  // check --net=collective: --net, then one all-reduce through a job started as a run starts it
+  bool net_collective = false;
   NetPairs net_pairs = NetPairs::kAuto;
   double net_seconds = 1;      // per direction of one pair
   double net_min_ratio = 0.5;  // a host below this fraction of the median fails

@@ -199,6 +199,12 @@ int signal_fd();
 // status (error.h; README, "Exit status").
 int run_job(const Options& options, Plan& plan);
 
+// run_job with the launcher's console — file descriptors 1 and 2: the processes' lines, the
+// launcher's messages, the summary — written to the file `console` (created 0600) for its
+// duration, for a caller that prints a report of its own (check --net=collective). Throws
+// InputError when the file cannot be created.
+int run_job_quietly(const Options& options, Plan& plan, const std::string& console);
+
 // `msrun-ssh stop`: on every host of `cluster`, signals the processes of the detached job
 // options.job (stop_command of command.h) and prints each one signalled. Returns 0, or
 // kExitHostFailure when a host could not be reached or did not finish.

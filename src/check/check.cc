@@ -305,7 +305,7 @@ void check_connected_hosts(Transport& transport, const std::vector<size_t>& conn
   fill_port(report, s, connected, master, expectations[master].master_port);
 }
 
-int check_cluster(const Options& options, const Cluster&, Plan& plan) {
+int check_cluster(const Options& options, const Cluster&, Plan& plan, const JobLauncher& launch) {
   validate_imports(options.imports);
   std::vector<HostExpectation> es;
   for (size_t h = 0; h < plan.hosts.size(); ++h) es.push_back(expectation_for(plan, h, options));
@@ -351,6 +351,8 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan) {
     if (facts_of[h])
       report.hosts[h].set("script", scripts[h].status, scripts[h].detail, scripts[h].value);
   compare_hosts(report);
+  if (options.net_collective)
+    check_collective(options, plan, es, connected.size() == plan.hosts.size(), launch, report);
 
   std::string text = options.json ? format_json(report)
                                   : format_table(report, isatty(1) && !std::getenv("NO_COLOR"));

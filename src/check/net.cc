@@ -395,6 +395,10 @@ std::string format_net(const NetReport& net, const CheckReport& report) {
                                 l.rtt_ms, *l.gbps < net.min_ratio * net.median_gbps ? "  SLOW" : "")
                   : fmt::format("  {} -> {}: failed: {}\n", report.hosts[l.from].address,
                                 report.hosts[l.to].address, l.error);
+  if (const auto& c = report.collective; c && c->ran)
+    out += fmt::format("allreduce: {} ranks, exit status {}, {:.1f} s{}\n", c->rank_seconds.size(),
+                       c->status, c->seconds,
+                       c->log_dir.empty() ? "" : fmt::format("; logs in {}", c->log_dir));
   return out;
 }
 

@@ -215,6 +215,18 @@ nlohmann::ordered_json net_json(const NetReport& net, const CheckReport& report)
   return out;
 }
 
+nlohmann::ordered_json collective_json(const CollectiveResult& c) {
+  nlohmann::ordered_json out{{"ran", c.ran}, {"exit_status", c.status}, {"seconds", c.seconds}};
+  out["ranks"] = nlohmann::ordered_json::object();
+  for (const auto& [rank, seconds] : c.rank_seconds) out["ranks"][std::to_string(rank)] = seconds;
+  out["cause"] = c.cause;
+  out["failed_process"] = c.failed_process;
+  out["failed_hosts"] = c.failed_hosts;
+  out["last_lines"] = c.last_lines;
+  out["log_dir"] = c.log_dir;
+  return out;
+}
+
 }  // namespace
 
 std::string format_json(const CheckReport& report) {
@@ -235,6 +247,7 @@ std::string format_json(const CheckReport& report) {
     doc["hosts"][h.address] = std::move(host);
   }
   if (report.net) doc["net"] = net_json(*report.net, report);
+  if (report.collective) doc["net"]["collective"] = collective_json(*report.collective);
   // Replace invalid UTF-8 (a host may print anything) instead of throwing.
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }

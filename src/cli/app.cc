@@ -102,7 +102,8 @@ int run_app(const std::vector<std::string>& args) {
       return resolve_ipv4(ssh_config_hostname(name, options.ssh_config));
     };
     Plan plan = make_plan(options, cluster, resolve);
-    if (options.command == Command::kCheck) return check_cluster(options, cluster, plan);
+    if (options.command == Command::kCheck)
+      return check_cluster(options, cluster, plan, run_job_quietly);
     if (options.dry_run) {
       std::fputs(describe_plan(plan, options).c_str(), stdout);
       return kExitOk;

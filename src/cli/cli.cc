@@ -194,7 +194,12 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
       {"--quiet", flag([](O& o, S n, S v) { o.quiet = v.empty() || to_bool(n, v); })},
       {"--status_line", flag([](O& o, S n, S v) { o.status_line = v.empty() || to_bool(n, v); })},
-      {"--net", flag([](O& o, S n, S v) { o.net = v.empty() || to_bool(n, v); })},
+      {"--net", flag([](O& o, S n, S v) {
+         o.net_collective = v == "collective";
+         bool on = v.empty() || o.net_collective;
+         if (!on && !parse_bool_word(v, on)) bad(n, v, "expects True, False or collective");
+         o.net = on;
+       })},
       {"--net_pairs", value([](O& o, S n, S v) {
          if (v == "ring")
            o.net_pairs = NetPairs::kRing;
@@ -299,6 +304,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     std::string value;
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
+    } else if (name == "--net" && i + 1 < args.size() && args[i + 1] == "collective") {
+      value = args[++i];  // `--net collective`: a value, not TASK_SCRIPT
     } else if (it->second.takes_value) {
       if (i + 1 >= args.size()) throw InputError(fmt::format("{}: expects a value", name));
       value = args[++i];

@@ -384,10 +384,13 @@ const std::vector<OptionDoc>& option_docs() {
        S::kOwn},
       {"--import", "", "MODULE",
        "check that MODULE imports with the hosts' interpreter (repeatable)", kCheck, S::kOwn},
-      {"--net", "", "",
+      {"--net", "", "[=collective]",
        "also measure TCP bandwidth (both ways) and RTT between hosts, in rounds of pairs, over the "
        "address each host uses to reach the master (or its *_SOCKET_IFNAME); a host below "
-       "--net_min_ratio of the median fails",
+       "--net_min_ratio of the median fails. --net=collective (or --net collective): then one tiny "
+       "all-reduce, timed, through the job's own launch path: scheduler and workers started as a "
+       "run starts them, each running a small Python program with the run's interpreter (an "
+       "\"allreduce\" column)",
        kCheck, S::kOwn},
       {"--net_pairs", "", "all|ring",
        "which pairs --net tests: all (N-1 rounds) or a ring (2-3 rounds) (default: all up to 8 "

@@ -526,6 +526,45 @@ int run_job(const Options& options, Plan& plan) {
   return history.status;
 }
 
+namespace {
+
+// Points file descriptors 1 and 2 at a file while it lives, then back where they were.
+class ConsoleToFile {
+ public:
+  explicit ConsoleToFile(const std::string& path) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw InputError(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    for (int i : {1, 2}) {
+      saved_[i - 1] = ::fcntl(i, F_DUPFD_CLOEXEC, 3);
+      ::dup2(fd, i);
+    }
+    ::close(fd);
+  }
+  ~ConsoleToFile() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    for (int i : {1, 2})
+      if (saved_[i - 1] >= 0) {
+        ::dup2(saved_[i - 1], i);
+        ::close(saved_[i - 1]);
+      }
+  }
+  ConsoleToFile(const ConsoleToFile&) = delete;
+  ConsoleToFile& operator=(const ConsoleToFile&) = delete;
+
+ private:
+  int saved_[2] = {-1, -1};
+};
+
+}  // namespace
+
+int run_job_quietly(const Options& options, Plan& plan, const std::string& console) {
+  ConsoleToFile redirect(console);
+  return run_job(options, plan);
+}
+
 int stop_on_hosts(Transport& t, const std::vector<std::string>& addresses, const Options& options,
                   std::FILE* out, std::FILE* err) {
   std::vector<size_t> all;

@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import time
 
-from harness import addresses, binary, check, cluster_dir, hosts_file, tmpdir
+from harness import (addresses, binary, check, cluster_dir, hosts_file, tmpdir,
+                     wait_no_leftovers)
 
 SCRIPT = "import sys\nprint('hello from', sys.argv)\n"
 
@@ -318,3 +319,54 @@ def test_net_ring_of_16_farm_hosts_is_bounded_and_leaves_nothing():
     check(took < 60, f"check --net took {took:.1f} s")
     assert_nothing_left([])
     check(listening_ports() == before, f"listening sockets changed: {before} -> {listening_ports()}")
+
+
+# ---- check --net=collective --------------------------------------------------------------------
+
+def allreduce_statuses(doc):
+    return {a: h["checks"]["allreduce"]["status"] for a, h in doc["hosts"].items()}
+
+
+def test_net_collective_passes_on_every_host_and_leaves_nothing():
+    # One worker per host: rank r runs on host r. Both contracts: the scheduler is the hub, or
+    # rank 0 on the master port.
+    hf = hosts_file(local_worker_num="1")
+    before = listening_ports()
+    for contract in ["msrun", "torch"]:
+        code, doc, _ = check_json(["--net=collective", "--net_seconds", "0.3", "--contract",
+                                   contract], hf)
+        expect_only(code, doc, set())
+        check(set(allreduce_statuses(doc).values()) == {"pass"},
+              f"{contract}: allreduce verdicts {allreduce_statuses(doc)}")
+        c = doc["net"]["collective"]
+        check(c["ran"] and c["exit_status"] == 0 and c["log_dir"] == "", f"{contract}: {c}")
+        check(sorted(c["ranks"]) == ["0", "1", "2"], f"{contract}: per-rank times {c['ranks']}")
+        check(0 < c["seconds"] < 60, f"{contract}: took {c['seconds']} s")
+        wait_no_leftovers(10)
+        assert_nothing_left([])
+    check(listening_ports() == before, f"listening sockets changed: {before} -> {listening_ports()}")
+    # The other spelling, in the table form: the column is there.
+    code, out, err = run_check(["--net", "collective", "--net_seconds", "0.3", "--master_port",
+                                str(free_port())], hf)
+    check(code == 0 and "allreduce" in out.splitlines()[2], f"exit {code}:\n{out}\n{err}")
+    wait_no_leftovers(10)
+
+
+def test_net_collective_fails_on_the_host_of_the_failing_rank():
+    # The documented test hook: allreduce.py's rank 2 (the last host's only worker) exits 1 at once.
+    addrs = addresses()
+    hf = hosts_file(local_worker_num="1")
+    code, doc, _ = check_json(["--net=collective", "--net_seconds", "0.3", "--env",
+                               "MSRUN_SSH_ALLREDUCE_FAIL_RANK=2"], hf)
+    expect_only(code, doc, {(addrs[2], "allreduce")})
+    why = detail(doc, addrs[2], "allreduce")
+    check("rank 2" in why and "told to fail" in why, why)
+    for x in addrs[:2]:
+        check(status(doc, x, "allreduce") == "skip", f"{x}: {detail(doc, x, 'allreduce')}")
+    c = doc["net"]["collective"]
+    check(c["failed_hosts"] == [addrs[2]] and c["exit_status"] != 0, f"collective {c}")
+    check(c["log_dir"] and f"logs in {c['log_dir']}" in why, why)
+    check(os.path.exists(os.path.join(c["log_dir"], "console.log")), f"kept logs {c['log_dir']}")
+    shutil.rmtree(c["log_dir"])
+    wait_no_leftovers(10)
+    assert_nothing_left([])
