@@ -7,7 +7,9 @@
 # Prints "msrun-sync: done FILES BYTES DELETED" after E and exits 0; on EOF before E it removes
 # the file it was writing, prints "msrun-sync: interrupted" and exits 1; on a refused record or an
 # error, "msrun-sync: error: WHY" and exit 2. Nothing half-written ever has the target's name.
-import os, posixpath, stat, struct, sys
+# No byte on stdin for IDLE seconds counts as EOF: the launcher feeds the stream without pauses,
+# so a silent stdin means it is gone or cut off (sshd may never notice a dead connection).
+import os, posixpath, signal, stat, struct, sys
 
 dest = os.fsencode(sys.argv[1])
 TMP = b".msrun-sync.tmp."
@@ -21,7 +23,18 @@ class Refused(Exception):
     pass
 
 
+IDLE = 30
+
+
+def idle(signum, frame):
+    raise EOFError
+
+
+signal.signal(signal.SIGALRM, idle)
+
+
 def readn(n):
+    signal.alarm(IDLE)
     data = inp.read(n)
     if len(data) != n:
         raise EOFError
@@ -75,6 +88,7 @@ def write_file(full, mode, mtime, size):
     try:
         left = size
         while left:
+            signal.alarm(IDLE)
             chunk = inp.read(min(left, 1 << 20))
             if not chunk:
                 raise EOFError

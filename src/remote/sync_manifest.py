@@ -6,7 +6,7 @@
 # (atomically, DEST created when missing). Then it reads one request line from stdin,
 # {"hash": [hex paths]}, answers {"marker": TOKEN now}, {"p"|"px": path, "h": sha256 hex} per
 # path ("" when unreadable) and {"end": true}, and exits; EOF instead of a request: it exits.
-import hashlib, json, os, stat, sys
+import hashlib, json, os, signal, stat, sys
 
 dest, token = os.fsencode(sys.argv[1]), sys.argv[2]
 MARK, TMP = b".msrun-sync-id", b".msrun-sync.tmp."
@@ -95,7 +95,11 @@ except OSError as e:
     emit({"error": "%s: %s" % (e.filename or os.fsdecode(dest), e.strerror)})
 emit({"end": True})
 out.flush()
+# The launcher asks once every host has listed its tree; a launcher gone meanwhile (its connection
+# dead without sshd noticing) must not keep this waiting: SIGALRM's default action ends it.
+signal.alarm(600)
 line = sys.stdin.readline()
+signal.alarm(0)
 if line:
     emit({"marker": marker()})
     for p in json.loads(line).get("hash", []):
