@@ -4,11 +4,12 @@
 #   bash bench/run.sh                        # launch, memory, relay, check; 5 repetitions
 #   bash bench/run.sh --suite relay --reps 9
 #   bash bench/run.sh --soak                 # the soak test instead (bench/soak.py)
+#   bash bench/run.sh --sync --sizes 16,64   # sync against pdcp, clush --copy, rsync (bench/sync.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash .ci/install-deps.sh
 # The peers and the plot library, all Debian packages.
-peers=(pdsh clustershell openmpi-bin python3-matplotlib time)
+peers=(pdsh clustershell openmpi-bin python3-matplotlib time rsync)
 missing=()
 for p in "${peers[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -19,6 +20,10 @@ cmake --build build-rel -j"$(nproc)" --target msrun-ssh >/dev/null
 # Debian's python3 has matplotlib (python3-matplotlib); a python3 earlier on PATH may not.
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
+if [ "${1:-}" = --sync ]; then
+  shift
+  exec timeout 3600 "$PY" bench/sync.py --msrun build-rel/msrun-ssh "$@"
+fi
 if [ "${1:-}" = --soak ]; then
   shift
   exec timeout 1200 "$PY" bench/soak.py --msrun build-rel/msrun-ssh "$@"

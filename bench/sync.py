@@ -1,0 +1,170 @@
+"""Benchmark of `msrun-ssh sync` against pdcp -r (pdsh), clush --copy and a parallel rsync -a
+(pdsh -R exec running one rsync over ssh per host), on namespace hosts that each have a private
+tmpfs (/srv/msrs-private, see tests/cluster/cluster.sh), so that every host really gets its copy.
+
+Two scenarios per size, each tool measured `--reps` times, the tools' order rotated every rep:
+  first    a first copy of a tree of 1,000 files, 50 MB in all, into an empty destination
+  resync   the same tree again after one file changed (every tool had a full copy before)
+Every run is checked: the changed file's content and the file count on the first and last host.
+Reported: wall time, the launcher's CPU (with its children) and the machine's busy CPU (/proc/stat:
+the hosts' sshd and receivers share this machine).
+
+    python3 bench/sync.py --msrun build-rel/msrun-ssh --sizes 16,64 --reps 3 --out /tmp/sync-bench
+Needs root, pdsh, clush, rsync (bench/run.sh --sync installs them).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import log  # noqa: E402
+
+TOOLS = ["msrun-ssh", "pdcp", "clush", "rsync"]
+FILES, FILE_BYTES = 1000, 50 * 1000
+DEST = "/srv/msrs-private/bench"
+FANOUT = 64
+
+
+def make_tree(root):
+    shutil.rmtree(root, ignore_errors=True)
+    for i in range(FILES):
+        d = os.path.join(root, f"d{i // 100:02}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:04}.bin"), "wb") as f:
+            f.write(os.urandom(FILE_BYTES))
+
+
+def argv(tool, args, cluster, addrs, toml, tree):
+    hosts = ",".join(addrs)
+    if tool == "msrun-ssh":
+        return [args.msrun, "sync", "--hostfile", toml, "--fanout", str(FANOUT), tree, DEST]
+    if tool == "pdcp":  # copies TREE into DEST/<tree's name>
+        return ["pdcp", "-R", "ssh", "-f", str(FANOUT), "-w", hosts, "-r", tree, DEST]
+    if tool == "clush":
+        return ["clush", "-f", str(FANOUT), "-w", hosts, "-o", f"-F {cluster.ssh_config}",
+                "--copy", tree, "--dest", DEST]
+    if tool == "rsync":
+        return ["pdsh", "-R", "exec", "-f", str(FANOUT), "-w", hosts, "rsync", "-a", "--delete",
+                "-e", f"ssh -F {cluster.ssh_config}", tree + "/", f"%h:{DEST}/tree/"]
+    raise ValueError(tool)
+
+
+def copied_root(tool):
+    """Where a tool's copy of the tree lands on a host."""
+    return DEST if tool == "msrun-ssh" else f"{DEST}/tree"
+
+
+def on_hosts(cluster, addrs, command):
+    env = dict(os.environ, PDSH_SSH_ARGS_APPEND=f"-F {cluster.ssh_config}")
+    subprocess.run(["pdsh", "-R", "ssh", "-f", str(FANOUT), "-w", ",".join(addrs), command],
+                   env=env, check=True, timeout=300, stdout=subprocess.DEVNULL)
+
+
+def on_host(cluster, addr, command):
+    return subprocess.run(["ssh", "-F", cluster.ssh_config, addr, command], capture_output=True,
+                          text=True, timeout=60).stdout
+
+
+def verify(cluster, addrs, tool, changed_rel, changed_text):
+    root = copied_root(tool)
+    for a in (addrs[0], addrs[-1]):
+        n = on_host(cluster, a, f"find {root} -type f -name 'f*.bin' | wc -l").strip()
+        got = on_host(cluster, a, f"head -c 40 {root}/{changed_rel}")
+        if n != str(FILES) or got != changed_text[:40]:
+            return f"{a}: {n} files, changed file {got!r}"
+    return ""
+
+
+def run_tool(tool, args, cluster, addrs, toml, tree):
+    env = {"PDSH_SSH_ARGS_APPEND": f"-F {cluster.ssh_config}"}
+    return common.run_measured(argv(tool, args, cluster, addrs, toml, tree), env=env,
+                               timeout_s=600)
+
+
+def change_one(tree, rep):
+    rel = "d05/f0500.bin"
+    text = f"changed in rep {rep} " + "x" * 100
+    with open(os.path.join(tree, rel), "w") as f:
+        f.write(text)
+    return rel, text
+
+
+def bench_size(args, cluster, n, results):
+    addrs = cluster.node_addrs[:n]
+    toml = cluster.write_toml(os.path.join(args.out, f"hosts{n}.toml"), addrs, 1)
+    tree = os.path.join(args.out, "tree")
+    for rep in range(args.reps):
+        order = TOOLS[rep % len(TOOLS):] + TOOLS[:rep % len(TOOLS)]
+        for tool in order:
+            make_tree(tree)
+            rel, text = change_one(tree, rep)
+            on_hosts(cluster, addrs, f"rm -rf {DEST} && mkdir -p {DEST}")
+            first = run_tool(tool, args, cluster, addrs, toml, tree)
+            first["bad"] = verify(cluster, addrs, tool, rel, text) if first["rc"] == 0 else "rc"
+            rel, text = change_one(tree, rep + 100)
+            resync = run_tool(tool, args, cluster, addrs, toml, tree)
+            resync["bad"] = verify(cluster, addrs, tool, rel, text) if resync["rc"] == 0 else "rc"
+            for key, r in (("first", first), ("resync", resync)):
+                results.setdefault(key, {}).setdefault(str(n), {}).setdefault(tool, []).append(r)
+                log(f"{n:3} hosts {key:6} rep {rep} {tool:9} wall {r['wall']:6.2f}s "
+                    f"cpu {r['cpu']:6.2f}s machine {r['machine_cpu']:6.1f}s rc {r['rc']} "
+                    f"{r['bad']}")
+
+
+def table(results, key, sizes):
+    head = "| tool | " + " | ".join(f"{n} hosts: wall s (launcher CPU s, machine CPU s)"
+                                     for n in sizes) + " |"
+    lines = [head, "|---|" + "---|" * len(sizes)]
+    for tool in TOOLS:
+        cells = []
+        for n in sizes:
+            rs = [r for r in results.get(key, {}).get(str(n), {}).get(tool, [])
+                  if r["rc"] == 0 and not r["bad"]]
+            all_runs = results.get(key, {}).get(str(n), {}).get(tool, [])
+            if not rs:
+                cells.append(f"failed ({len(all_runs)} runs)")
+                continue
+            w = common.summarize([r["wall"] for r in rs])
+            c = common.summarize([r["cpu"] for r in rs])
+            m = common.summarize([r["machine_cpu"] for r in rs])
+            cells.append(f"{w['median']:.2f} [{w['min']:.2f}-{w['max']:.2f}] "
+                         f"({c['median']:.2f}, {m['median']:.1f}) {len(rs)}/{len(all_runs)} ok")
+        lines.append(f"| {tool} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--msrun", default=common.DEFAULT_MSRUN)
+    ap.add_argument("--sizes", default="16,64")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", default="/tmp/msrun-bench/sync")
+    ap.add_argument("--keep-cluster", action="store_true")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    os.makedirs(args.out, exist_ok=True)
+    common.raise_nofile()
+    cluster = common.Cluster(os.path.join(args.out, "cluster"), max(sizes), 0)
+    cluster.up()
+    results = {}
+    try:
+        for n in sizes:
+            bench_size(args, cluster, n, results)
+    finally:
+        if not args.keep_cluster:
+            cluster.down()
+    common.save_json(os.path.join(args.out, "sync.json"), results)
+    text = (f"First copy of {FILES} files, {FILES * FILE_BYTES // 1000000} MB (median [min-max] "
+            f"of wall seconds; launcher and machine CPU medians):\n\n"
+            + table(results, "first", sizes)
+            + "\n\nRe-sync after one file changed:\n\n" + table(results, "resync", sizes) + "\n")
+    with open(os.path.join(args.out, "sync.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
