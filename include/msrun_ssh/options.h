@@ -56,8 +56,8 @@ struct Options {
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
   bool report_bindings = false;
-  bool quiet = false;        // --quiet: no start-up progress (nor status line) on the terminal
-  bool status_line = false;  // --status_line: the running job's state on the terminal's last row
+  bool quiet = false;           // --quiet: no start-up progress (nor status line) on the terminal
+  bool status_line = false;     // --status_line: the running job's state on the terminal's last row
   bool output_gather = false;   // --output gather: identical lines of many ranks printed once
   bool timestamps = false;      // --timestamps: console lines carry the launcher's receive time
   bool log_timestamps = false;  // --log_timestamps: so do the lines of the per-rank logs

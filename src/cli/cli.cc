@@ -241,12 +241,9 @@ bool allowed(Command command, const std::string& name) {
 }
 
 // The subcommands, by the word that names them.
-constexpr std::pair<const char*, Command> kSubcommands[] = {{"check", Command::kCheck},
-                                                            {"stop", Command::kStop},
-                                                            {"list", Command::kList},
-                                                            {"status", Command::kStatus},
-                                                            {"logs", Command::kLogs},
-                                                            {"sync", Command::kSync}};
+constexpr std::pair<const char*, Command> kSubcommands[] = {
+    {"check", Command::kCheck},   {"stop", Command::kStop}, {"list", Command::kList},
+    {"status", Command::kStatus}, {"logs", Command::kLogs}, {"sync", Command::kSync}};
 
 const char* command_name(Command c) {
   for (const auto& [word, command] : kSubcommands)

@@ -377,8 +377,8 @@ const std::vector<OptionDoc>& option_docs() {
        "before starting, make DIR (default: the task script's directory) on every host identical "
        "to this one's (README, \"Sync\"); for check: report per host whether it is in sync",
        kRunCheck, S::kOwn},
-      {"--sync_dest", "", "DEST", "where DIR goes on the hosts (relative: to each workdir)",
-       kRun, S::kOwn},
+      {"--sync_dest", "", "DEST", "where DIR goes on the hosts (relative: to each workdir)", kRun,
+       S::kOwn},
       {"--sync_exclude", "", "PATTERN",
        "leave out what PATTERN matches (gitignore syntax; repeatable)", kRun | kCheck | kSync,
        S::kOwn},
@@ -436,7 +436,8 @@ const std::vector<CommandDoc>& command_docs() {
        "included. Prints what it killed on each host. The SSH options of a run apply. Without "
        "--hostfile, the hosts and SSH options come from the job's record (see msrun-ssh list)."},
       {Command::kList, "list", "msrun-ssh list [--json]",
-       "Every job this user started (records in ${XDG_STATE_HOME:-~/.local/state}/msrun-ssh/jobs/), "
+       "Every job this user started (records in "
+       "${XDG_STATE_HOME:-~/.local/state}/msrun-ssh/jobs/), "
        "newest first: id, start time, hosts, processes and state. A detached job's state comes "
        "from its hosts."},
       {Command::kStatus, "status", "msrun-ssh status --job ID [--json]",

@@ -111,14 +111,14 @@ class SyncTree : public test::TempDirTest {
   std::string apply(const std::string& stream, int* status) const {
     std::string in = dir_ + "/stream";
     std::ofstream(in, std::ios::binary) << stream;
-    return test::shell_output("(" + apply_command(dest_) + ") < '" + in + "'", status);
+    return test::shell_output(fmt::format("({}) < '{}'", apply_command(dest_), in), status);
   }
 
   // The real manifest program on dest_ (token: written to the marker), asked for `hashes`.
   std::string manifest(const std::string& token, const std::vector<std::string>& hashes) const {
     std::string in = dir_ + "/request";
     std::ofstream(in) << manifest_request(hashes);
-    return test::shell_output("(" + manifest_command(dest_, token) + ") < '" + in + "'");
+    return test::shell_output(fmt::format("({}) < '{}'", manifest_command(dest_, token), in));
   }
 
   // Everything a sync of the launcher's tree to dest_ sends: the stream of the difference.
