@@ -43,6 +43,11 @@ struct BatchResult {
   std::string why;  // for kOpenFailed and kHostLost
 };
 
+// Why a command gave no complete answer, for messages: the failure around it ("connection lost:
+// WHY", `timed_out` for kTimedOut), else its exit status with the last line it printed on stderr,
+// else that line alone, else "closed without an answer".
+std::string batch_trouble(const BatchResult& r, std::string_view timed_out);
+
 class Batch {
  public:
   // Called for every event of one of the batch's commands, after the batch recorded it, inside

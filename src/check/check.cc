@@ -74,20 +74,7 @@ class Session {
 
   // Why a command gave no complete answer, for the checks that depend on it.
   std::string trouble(const BatchResult& c) const {
-    switch (c.failure) {
-      case BatchFailure::kOpenFailed:
-        return c.why;
-      case BatchFailure::kHostLost:
-        return fmt::format("connection lost: {}", c.why);
-      case BatchFailure::kTimedOut:
-        return fmt::format("no answer within {:g} s", limit_s_);
-      case BatchFailure::kNone:
-        break;
-    }
-    std::string err = last_line(c.err);
-    if (c.status)
-      return fmt::format("exited with status {}{}", *c.status, err.empty() ? "" : ": " + err);
-    return err.empty() ? "closed without an answer" : err;
+    return batch_trouble(c, fmt::format("no answer within {:g} s", limit_s_));
   }
 
  private:

@@ -124,20 +124,10 @@ std::string host_fault(const HostRates& r, const NetReport& net) {
   return fmt::format("{}: below {:g} x the median {}", why, net.min_ratio, rate(net.median_gbps));
 }
 
+// A side's own "error=WHY" line first (it says more than its exit status).
 std::string trouble_of(const BatchResult& r) {
-  switch (r.failure) {
-    case BatchFailure::kOpenFailed:
-      return r.why;
-    case BatchFailure::kHostLost:
-      return fmt::format("connection lost: {}", r.why);
-    case BatchFailure::kTimedOut:
-      return "no answer in time";
-    case BatchFailure::kNone:
-      break;
-  }
-  std::string why = value_of(r.out, "error");
-  if (!why.empty()) return why;
-  return r.status ? fmt::format("exited with status {}", *r.status) : "closed without an answer";
+  std::string why = r.failure == BatchFailure::kNone ? value_of(r.out, "error") : "";
+  return why.empty() ? batch_trouble(r, "no answer in time") : why;
 }
 
 // One pair of a round: its server's command, then its client's once the server listens.

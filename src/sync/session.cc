@@ -214,22 +214,7 @@ class Session {
   }
 
   std::string trouble(const BatchResult& r) const {
-    switch (r.failure) {
-      case BatchFailure::kOpenFailed:
-        return r.why;
-      case BatchFailure::kHostLost:
-        return fmt::format("connection lost: {}", r.why);
-      case BatchFailure::kTimedOut:
-        return fmt::format("no progress for {:g} s", settings_.timeout_s);
-      case BatchFailure::kNone:
-        break;
-    }
-    std::string err = r.err;
-    while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
-    err = err.substr(err.rfind('\n') + 1);
-    if (r.status)
-      return fmt::format("exited with status {}{}", *r.status, err.empty() ? "" : ": " + err);
-    return err.empty() ? "closed without an answer" : err;
+    return batch_trouble(r, fmt::format("no progress for {:g} s", settings_.timeout_s));
   }
 
   // The outcome of an apply channel.

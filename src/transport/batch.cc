@@ -1,5 +1,7 @@
 #include "msrun_ssh/batch.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -23,6 +25,29 @@ size_t Batch::start(size_t host, const std::string& command) {
   index_of_[id] = index;
   ++open_;
   return index;
+}
+
+std::string batch_trouble(const BatchResult& r, std::string_view timed_out) {
+  switch (r.failure) {
+    case BatchFailure::kOpenFailed:
+      return r.why;
+    case BatchFailure::kHostLost:
+      return fmt::format("connection lost: {}", r.why);
+    case BatchFailure::kTimedOut:
+      return std::string(timed_out);
+    case BatchFailure::kNone:
+      break;
+  }
+  size_t end = r.err.find_last_not_of("\r\n \t");
+  std::string err;
+  if (end != std::string::npos) {
+    size_t start = r.err.rfind('\n', end);
+    start = start == std::string::npos ? 0 : start + 1;
+    err = r.err.substr(start, end + 1 - start);
+  }
+  if (r.status)
+    return fmt::format("exited with status {}{}{}", *r.status, err.empty() ? "" : ": ", err);
+  return err.empty() ? "closed without an answer" : err;
 }
 
 void Batch::write(size_t index, std::string_view data) { t_.write(channels_.at(index), data); }

@@ -176,5 +176,24 @@ TEST(Batch, ADroppedHostsCommandsAreLostAndClosedTheOthersGoOn) {
   EXPECT_TRUE(t.kills.empty()) << "a dropped host's commands are not killed: it would not answer";
 }
 
+TEST(Batch, TroubleSaysWhyACommandGaveNoCompleteAnswer) {
+  BatchResult r;
+  EXPECT_EQ(batch_trouble(r, "late"), "closed without an answer");
+  r.err = "warming up\nno such file\n \n";
+  EXPECT_EQ(batch_trouble(r, "late"), "no such file");
+  r.status = 2;
+  EXPECT_EQ(batch_trouble(r, "late"), "exited with status 2: no such file");
+  r.err.clear();
+  EXPECT_EQ(batch_trouble(r, "late"), "exited with status 2");
+  r.failure = BatchFailure::kTimedOut;
+  EXPECT_EQ(batch_trouble(r, "late"), "late");
+  r.failure = BatchFailure::kHostLost;
+  r.why = "reset";
+  EXPECT_EQ(batch_trouble(r, "late"), "connection lost: reset");
+  r.failure = BatchFailure::kOpenFailed;
+  r.why = "channel refused";
+  EXPECT_EQ(batch_trouble(r, "late"), "channel refused");
+}
+
 }  // namespace
 }  // namespace msrun_ssh
