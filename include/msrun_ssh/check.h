@@ -142,10 +142,11 @@ struct CollectiveResult {
   double seconds = 0;          // the launcher's wall time of the whole job, connecting included
   std::string cause;           // what ended the job ("" when it passed)
   std::string failed_process;  // "rank 1 on ADDR": the first failure ("" if none)
-  std::vector<std::string> failed_hosts;  // of the processes that failed, that one's first
-  std::vector<std::string> last_lines;    // the first failure's last lines
-  std::map<int, double> rank_seconds;     // rank -> its "seconds=" (start to sum)
-  std::string log_dir;                    // its logs, kept when it failed ("" once removed)
+  // The root cause's host (the first failure); without one, every host with a failed process.
+  std::vector<std::string> failed_hosts;
+  std::vector<std::string> last_lines;  // the first failure's last lines
+  std::map<int, double> rank_seconds;   // rank -> its "seconds=" (start to sum)
+  std::string log_dir;                  // its logs, kept when it failed ("" once removed)
 };
 
 struct CheckReport {

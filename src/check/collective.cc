@@ -64,6 +64,8 @@ void read_summary(const std::string& text, CollectiveResult& r) {
       for (const auto& l : *last)
         if (l.is_string()) r.last_lines.push_back(l.get<std::string>());
   }
+  // The first failure is the one to name: ranks that failed after it (a peer gone) are its echo.
+  if (!r.failed_hosts.empty()) return;
   if (auto procs = doc.find("processes"); procs != doc.end() && procs->is_array())
     for (const auto& p : *procs) {
       std::string host = p.value("host", "");

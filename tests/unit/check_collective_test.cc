@@ -231,6 +231,14 @@ TEST(CheckCollective, ResultFromTheSummaryAndTheConsole) {
   EXPECT_EQ(r.cause, "rank 1 on b failed: exit 1");
   EXPECT_EQ(r.failed_process, "rank 1 on b");
   EXPECT_THAT(r.failed_hosts, ElementsAre("b"));
+  // A rank that failed after the root cause (its peer gone) does not fail its host.
+  std::string echo = kFailedSummary;
+  echo.replace(
+      echo.find("\"status\": \"ended by teardown\", \"failed\": false,\n   \"torn_down\": true"),
+      std::string("\"status\": \"ended by teardown\", \"failed\": false,\n   \"torn_down\": true")
+          .size(),
+      "\"status\": \"exit 1\", \"failed\": true, \"torn_down\": false");
+  EXPECT_THAT(collective_result(1, 2.5, echo, console).failed_hosts, ElementsAre("b"));
   ASSERT_EQ(r.last_lines.size(), 4u);
   EXPECT_EQ(r.rank_seconds.size(), 1u);
   EXPECT_DOUBLE_EQ(r.rank_seconds.at(0), 0.125);
