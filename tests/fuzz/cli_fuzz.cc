@@ -5,7 +5,7 @@
 // Findings: any crash or sanitizer report; any exception other than InputError; an empty error
 // message; a successful run whose Options break what cli.h / options.h promise (required options
 // present, values within the ranges the options document, TASK_ARGS exactly the words after
-// TASK_SCRIPT, check/stop-only options only there).
+// TASK_SCRIPT, command-only options only there, a host file unless the command reads a job record).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -47,7 +47,10 @@ bool valid_env_name(const std::string& name) {
 }
 
 void check_options(const std::vector<std::string>& args, const Options& o) {
-  FUZZ_CHECK(!o.hostfile.empty(), "no --hostfile");
+  // list, status, logs and `stop --job` work from a job record; everything else needs a host file.
+  bool from_record = o.command == Command::kList || o.command == Command::kStatus ||
+                     o.command == Command::kLogs || (o.command == Command::kStop && !o.job.empty());
+  FUZZ_CHECK(from_record || !o.hostfile.empty(), "no --hostfile");
   if (o.command == Command::kRun) {
     FUZZ_CHECK(!o.task_script.empty(), "run without TASK_SCRIPT");
     // TASK_SCRIPT and TASK_ARGS are the tail of argv, verbatim.
@@ -62,11 +65,15 @@ void check_options(const std::vector<std::string>& args, const Options& o) {
   } else {
     FUZZ_CHECK(o.task_args.empty(), "task args outside a run");
   }
-  if (o.command == Command::kStop) {
-    FUZZ_CHECK(!o.job.empty() && o.task_script.empty(), "stop without --job or with a script");
-  }
-  if (o.command != Command::kCheck) FUZZ_CHECK(o.imports.empty() && !o.json, "check options");
-  if (o.command != Command::kStop) FUZZ_CHECK(o.job.empty(), "--job outside stop");
+  bool job_command =
+      o.command == Command::kStop || o.command == Command::kStatus || o.command == Command::kLogs;
+  if (job_command)
+    FUZZ_CHECK(!o.job.empty() && o.task_script.empty(), "%s without --job or with a script",
+               args.empty() ? "" : args[0].c_str());
+  if (o.command != Command::kCheck) FUZZ_CHECK(o.imports.empty(), "--import outside check");
+  if (o.command != Command::kCheck && o.command != Command::kList && o.command != Command::kStatus)
+    FUZZ_CHECK(!o.json, "--json outside check, list and status");
+  if (!job_command) FUZZ_CHECK(o.job.empty(), "--job outside stop, status and logs");
   for (char c : o.job)
     FUZZ_CHECK((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-', "job \"%s\"",
                o.job.c_str());
