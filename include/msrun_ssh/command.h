@@ -10,6 +10,8 @@
 //    teardown kills every process whose environment carries MSRUN_SSH_JOB=<job id>, found in
 //    /proc/*/environ, which reaches grandchildren that left the process group too.
 //  - one command per process: cd to the workdir, then exec env with the full environment and argv.
+// Over the launch agent (agent.h) both kinds run under /bin/sh -c on the host instead of the login
+// shell; they are the same strings either way.
 #pragma once
 
 #include <optional>

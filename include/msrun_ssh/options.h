@@ -56,6 +56,7 @@ struct Options {
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
   bool report_bindings = false;
+  bool agent = true;            // --agent: one launch agent per host (agent.h), else a channel per command
   bool quiet = false;           // --quiet: no start-up progress (nor status line) on the terminal
   bool status_line = false;     // --status_line: the running job's state on the terminal's last row
   bool output_gather = false;   // --output gather: identical lines of many ranks printed once

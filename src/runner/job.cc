@@ -23,6 +23,7 @@
 #include <optional>
 #include <utility>
 
+#include "msrun_ssh/agent.h"
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/dry_run.h"
@@ -413,7 +414,10 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   AttemptResult result;
   std::vector<SummaryRow> rows;
   try {
-    Runner runner(plan, options, pool, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
+    // Over the launch agents (agent.h), a host runs its login rc once, not once per process.
+    AgentTransport agents(pool, plan.hosts.size());
+    Transport& transport = options.agent ? static_cast<Transport&>(agents) : pool;
+    Runner runner(plan, options, transport, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
     runner.set_attempt(attempt);
     runner.set_events(events);
     runner.set_status(&view, options.status_line && row.enabled() ? &row : nullptr);

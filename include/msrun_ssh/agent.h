@@ -1,0 +1,148 @@
+// The launch agent: one channel per host carries every command of a job there.
+//
+// Over plain SSH each command is a channel of its own, and sshd runs each through the user's
+// login shell, so a host with P processes pays its login rc (conda init, module load, ...) P+1
+// times. AgentTransport starts one agent per host instead (src/remote/agent.sh + agent.py: the
+// login rc once, then python3), and the agent starts the commands it is given with /bin/sh -c, each
+// in a session of its own as sshd would, and carries their stdin, output, exit status and end as
+// frames over its channel. The runner does not see the difference: AgentTransport is a Transport
+// whose channels are the agent's commands.
+//
+// A host without python3 (the agent exits 97 before its hello) gets a channel per command, as
+// without the agent. An agent that ends while commands of its host still run makes the host
+// lost (kHostLost): its watchdog went with it (its stdin ended), which tears the job down there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "msrun_ssh/transport.h"
+
+namespace msrun_ssh {
+
+// What the agent writes before its first frame, on a line of its own: the bytes before it are
+// whatever the login rc printed.
+inline constexpr std::string_view kAgentHello = "\nmsrun-ssh-agent 1\n";
+// The agent's exit status when the host has no python3.
+inline constexpr int kAgentNoPython = 97;
+// A frame's payload is at most this long; a longer length means a garbled stream.
+inline constexpr uint32_t kAgentMaxPayload = 1u << 24;
+
+struct AgentFrame {
+  char op = 0;
+  uint32_t id = 0;
+  std::string payload;
+  bool operator==(const AgentFrame&) const = default;
+};
+
+// One frame: op, id and payload length (big endian, 32 bits each but the op), payload.
+std::string agent_frame(char op, uint32_t id, std::string_view payload = {});
+
+// Reads the agent's stdout as it arrives, in chunks cut anywhere: first the login rc's noise up
+// to kAgentHello, then frames. Each complete frame goes to on_frame; noise (at most 64 KiB of it
+// is kept) goes to on_noise once the hello is found. After a frame longer than kAgentMaxPayload
+// the reader is broken() and ignores the rest.
+class AgentReader {
+ public:
+  using FrameHandler = std::function<void(AgentFrame&&)>;
+  using NoiseHandler = std::function<void(std::string_view)>;
+  void feed(std::string_view data, const NoiseHandler& on_noise, const FrameHandler& on_frame);
+  bool hello() const { return hello_; }
+  bool broken() const { return broken_; }
+
+ private:
+  void frames(const FrameHandler& on_frame);
+  std::string buf_;
+  bool hello_ = false;
+  bool broken_ = false;
+  size_t noise_dropped_ = 0;
+};
+
+// The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent AGENT_PY`.
+std::string agent_command();
+
+// The exit status and signal name (empty when none) of an agent's x frame ("143 TERM", "3"); false
+// when the payload is not one.
+bool parse_agent_exit(std::string_view payload, int& status, std::string& signal);
+
+class AgentTransport : public Transport {
+ public:
+  // `inner` carries the agents (an SshPool); `hosts` is the number of hosts it knows; `command`
+  // starts an agent (tests give a stand-in).
+  AgentTransport(Transport& inner, size_t hosts, std::string command = agent_command());
+
+  ChannelId exec(size_t host, const std::string& command) override;
+  void write(ChannelId channel, std::string_view data) override;
+  void send_eof(ChannelId channel) override;
+  size_t unsent(ChannelId channel) const override;
+  void cancel(ChannelId channel) override;
+  void kill(ChannelId channel, const char* signal) override;
+  void no_more_channels() override;
+  void watch_fd(int fd) override { inner_.watch_fd(fd); }
+  void unwatch_fd(int fd) override { inner_.unwatch_fd(fd); }
+  void drop_host(size_t host) override;
+  Liveness tcp_liveness(size_t host, double within_ms) const override {
+    return inner_.tcp_liveness(host, within_ms);
+  }
+  void poll(int timeout_ms, const EventHandler& handler) override;
+  double now_ms() const override { return inner_.now_ms(); }
+
+  // Hosts whose commands run on channels of their own (no python3 there).
+  std::vector<size_t> direct_hosts() const;
+
+ private:
+  enum class Mode { kIdle, kStarting, kReady, kDirect, kGone };
+  enum class State { kQueued, kAgent, kDirect, kDone };
+  struct Host {
+    Mode mode = Mode::kIdle;
+    ChannelId agent = -1;
+    AgentReader reader;
+    std::deque<ChannelId> queued;
+    std::string last_stderr;
+    int exit_status = -1;
+    size_t open = 0;
+    bool dropped = false;
+    bool eof_sent = false;
+  };
+  struct Chan {
+    size_t host = 0;
+    std::string command;
+    State state = State::kQueued;
+    ChannelId real = -1;
+    std::string stdin_buf;
+    bool eof = false;
+  };
+  struct Pending {
+    TransportEvent event;
+    std::string data;
+  };
+
+  void on_inner(const TransportEvent& e, const EventHandler& handler);
+  void on_agent(size_t host, const TransportEvent& e, const EventHandler& handler);
+  void on_frame(size_t host, AgentFrame&& f, const EventHandler& handler);
+  void on_ready(size_t host);
+  void go_direct(size_t host);
+  void agent_ended(size_t host, const EventHandler& handler);
+  void send_to_agent(size_t host, ChannelId id, const Chan& c);
+  void finish(ChannelId id);
+  void maybe_end(size_t host);
+  void unqueue(ChannelId id, const std::string& why);
+  std::string agent_trouble(const Host& h) const;
+
+  Transport& inner_;
+  std::string command_;
+  std::vector<Host> hosts_;
+  std::vector<Chan> chans_;  // a channel's id is its index
+  std::map<ChannelId, size_t> agent_host_;    // agent channel -> host
+  std::map<ChannelId, ChannelId> direct_of_;  // real channel -> ours, for direct hosts
+  std::deque<Pending> pending_;
+  bool no_more_ = false;
+};
+
+}  // namespace msrun_ssh

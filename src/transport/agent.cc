@@ -1,0 +1,403 @@
+#include "msrun_ssh/agent.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "msrun_ssh/command.h"
+#include "remote/programs.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr size_t kHead = 9;                 // op, id, length
+constexpr size_t kNoiseKept = 64 * 1024;    // of what the login rc printed before the hello
+constexpr size_t kStderrKept = 2 * 1024;    // of the agent's own stderr, for error messages
+
+uint32_t get_u32(std::string_view s, size_t at) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(s[at + i])); };
+  return b(0) << 24 | b(1) << 16 | b(2) << 8 | b(3);
+}
+
+void put_u32(std::string& s, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((v >> shift) & 0xff));
+}
+
+// The last line of `text` that has something in it.
+std::string last_line(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  size_t nl = text.find_last_of('\n');
+  return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
+}
+
+}  // namespace
+
+std::string agent_frame(char op, uint32_t id, std::string_view payload) {
+  std::string s;
+  s.reserve(kHead + payload.size());
+  s.push_back(op);
+  put_u32(s, id);
+  put_u32(s, static_cast<uint32_t>(payload.size()));
+  s.append(payload);
+  return s;
+}
+
+void AgentReader::feed(std::string_view data, const NoiseHandler& on_noise,
+                       const FrameHandler& on_frame) {
+  if (broken_) return;
+  buf_.append(data);
+  if (!hello_) {
+    size_t at = buf_.find(kAgentHello);
+    if (at == std::string::npos) {
+      // Keep what may be the start of the hello, and at most kNoiseKept of noise before it.
+      if (buf_.size() > kNoiseKept + kAgentHello.size()) {
+        size_t cut = buf_.size() - kNoiseKept - kAgentHello.size();
+        noise_dropped_ += cut;
+        buf_.erase(0, cut);
+      }
+      return;
+    }
+    hello_ = true;
+    if (at > 0 || noise_dropped_ > 0) on_noise(std::string_view(buf_).substr(0, at));
+    buf_.erase(0, at + kAgentHello.size());
+  }
+  frames(on_frame);
+}
+
+void AgentReader::frames(const FrameHandler& on_frame) {
+  size_t at = 0;
+  while (buf_.size() - at >= kHead) {
+    uint32_t size = get_u32(buf_, at + 5);
+    if (size > kAgentMaxPayload) {
+      broken_ = true;
+      buf_.clear();
+      return;
+    }
+    if (buf_.size() - at < kHead + size) break;
+    AgentFrame f{buf_[at], get_u32(buf_, at + 1), buf_.substr(at + kHead, size)};
+    at += kHead + size;
+    on_frame(std::move(f));
+  }
+  buf_.erase(0, at);
+}
+
+std::string agent_command() {
+  return fmt::format("exec sh -c {} msrun-ssh-agent {}", shell_quote(remote::kAgentSh),
+                     shell_quote(remote::kAgentPy));
+}
+
+bool parse_agent_exit(std::string_view payload, int& status, std::string& signal) {
+  size_t space = payload.find(' ');
+  std::string_view number = payload.substr(0, space);
+  auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), status);
+  if (ec != std::errc() || end != number.data() + number.size() || status < 0 || status > 255)
+    return false;
+  signal = space == std::string_view::npos ? "" : std::string(payload.substr(space + 1));
+  return space == std::string_view::npos || !signal.empty();
+}
+
+AgentTransport::AgentTransport(Transport& inner, size_t hosts, std::string command)
+    : inner_(inner), command_(std::move(command)), hosts_(hosts) {}
+
+ChannelId AgentTransport::exec(size_t host, const std::string& command) {
+  auto id = static_cast<ChannelId>(chans_.size());
+  chans_.push_back(Chan{.host = host, .command = command});
+  Host& h = hosts_[host];
+  ++h.open;
+  switch (h.mode) {
+    case Mode::kIdle:
+      h.agent = inner_.exec(host, command_);
+      agent_host_[h.agent] = host;
+      h.mode = Mode::kStarting;
+      h.queued.push_back(id);
+      break;
+    case Mode::kStarting:
+      h.queued.push_back(id);
+      break;
+    case Mode::kReady:
+      chans_[id].state = State::kAgent;
+      send_to_agent(host, id, chans_[id]);
+      break;
+    case Mode::kDirect:
+      chans_[id].state = State::kDirect;
+      chans_[id].real = inner_.exec(host, command);
+      direct_of_[chans_[id].real] = id;
+      break;
+    case Mode::kGone:
+      unqueue(id, fmt::format("not started: {}", agent_trouble(h)));
+      break;
+  }
+  return id;
+}
+
+// A command's spawn frame, with the stdin it was given while it waited.
+void AgentTransport::send_to_agent(size_t host, ChannelId id, const Chan& c) {
+  const Host& h = hosts_[host];
+  auto wire = static_cast<uint32_t>(id);
+  std::string out = agent_frame('S', wire, c.command);
+  if (!c.stdin_buf.empty()) out += agent_frame('I', wire, c.stdin_buf);
+  if (c.eof) out += agent_frame('E', wire);
+  inner_.write(h.agent, out);
+}
+
+void AgentTransport::write(ChannelId channel, std::string_view data) {
+  if (channel < 0 || static_cast<size_t>(channel) >= chans_.size() || data.empty()) return;
+  Chan& c = chans_[static_cast<size_t>(channel)];
+  if (c.state == State::kQueued) c.stdin_buf.append(data);
+  if (c.state == State::kDirect) inner_.write(c.real, data);
+  if (c.state == State::kAgent)
+    inner_.write(hosts_[c.host].agent, agent_frame('I', static_cast<uint32_t>(channel), data));
+}
+
+void AgentTransport::send_eof(ChannelId channel) {
+  if (channel < 0 || static_cast<size_t>(channel) >= chans_.size()) return;
+  Chan& c = chans_[static_cast<size_t>(channel)];
+  if (c.state == State::kQueued) c.eof = true;
+  if (c.state == State::kDirect) inner_.send_eof(c.real);
+  if (c.state == State::kAgent)
+    inner_.write(hosts_[c.host].agent, agent_frame('E', static_cast<uint32_t>(channel)));
+}
+
+size_t AgentTransport::unsent(ChannelId channel) const {
+  if (channel < 0 || static_cast<size_t>(channel) >= chans_.size()) return 0;
+  const Chan& c = chans_[static_cast<size_t>(channel)];
+  if (c.state == State::kQueued) return c.stdin_buf.size();
+  if (c.state == State::kDirect) return inner_.unsent(c.real);
+  if (c.state == State::kAgent) return inner_.unsent(hosts_[c.host].agent);
+  return 0;
+}
+
+// A command not handed to the agent yet never will be. When nothing else waits for this host's
+// agent while its login rc still runs, the rc is ended too (SSH signal to its process group).
+void AgentTransport::cancel(ChannelId channel) {
+  if (channel < 0 || static_cast<size_t>(channel) >= chans_.size()) return;
+  Chan& c = chans_[static_cast<size_t>(channel)];
+  if (c.state == State::kDirect) return inner_.cancel(c.real);
+  if (c.state != State::kQueued) return;
+  Host& h = hosts_[c.host];
+  h.queued.erase(std::remove(h.queued.begin(), h.queued.end(), channel), h.queued.end());
+  unqueue(channel, "not started: the job is being torn down");
+  if (h.mode == Mode::kStarting && h.open == 0) inner_.kill(h.agent, "KILL");
+}
+
+void AgentTransport::kill(ChannelId channel, const char* signal) {
+  if (channel < 0 || static_cast<size_t>(channel) >= chans_.size()) return;
+  Chan& c = chans_[static_cast<size_t>(channel)];
+  if (c.state == State::kQueued) return cancel(channel);
+  if (c.state == State::kDirect) return inner_.kill(c.real, signal);
+  if (c.state == State::kAgent)
+    inner_.write(hosts_[c.host].agent, agent_frame('K', static_cast<uint32_t>(channel), signal));
+}
+
+void AgentTransport::no_more_channels() {
+  no_more_ = true;
+  inner_.no_more_channels();
+  for (size_t h = 0; h < hosts_.size(); ++h) maybe_end(h);
+}
+
+void AgentTransport::drop_host(size_t host) {
+  Host& h = hosts_[host];
+  h.dropped = true;
+  h.mode = Mode::kGone;
+  h.queued.clear();
+  for (auto& c : chans_)
+    if (c.host == host) c.state = State::kDone;
+  h.open = 0;
+  inner_.drop_host(host);
+}
+
+std::vector<size_t> AgentTransport::direct_hosts() const {
+  std::vector<size_t> out;
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (hosts_[h].mode == Mode::kDirect) out.push_back(h);
+  return out;
+}
+
+void AgentTransport::poll(int timeout_ms, const EventHandler& handler) {
+  if (!pending_.empty()) {
+    auto pending = std::move(pending_);
+    pending_.clear();
+    for (auto& p : pending) {
+      p.event.data = p.data;
+      handler(p.event);
+    }
+    timeout_ms = 0;
+  }
+  inner_.poll(timeout_ms, [&](const TransportEvent& e) { on_inner(e, handler); });
+}
+
+void AgentTransport::on_inner(const TransportEvent& e, const EventHandler& handler) {
+  if (e.kind == TransportEvent::Kind::kFdReady) return handler(e);
+  if (e.kind == TransportEvent::Kind::kHostLost) {
+    if (e.host < hosts_.size() && !hosts_[e.host].dropped) handler(e);
+    return;
+  }
+  if (auto it = agent_host_.find(e.channel); it != agent_host_.end())
+    return on_agent(it->second, e, handler);
+  auto it = direct_of_.find(e.channel);
+  if (it == direct_of_.end() || chans_[static_cast<size_t>(it->second)].state == State::kDone)
+    return;
+  TransportEvent mine = e;
+  mine.channel = it->second;
+  if (e.kind == TransportEvent::Kind::kClosed || e.kind == TransportEvent::Kind::kOpenFailed)
+    finish(it->second);
+  handler(mine);
+}
+
+void AgentTransport::on_agent(size_t host, const TransportEvent& e, const EventHandler& handler) {
+  Host& h = hosts_[host];
+  if (h.dropped) return;
+  switch (e.kind) {
+    case TransportEvent::Kind::kData:
+      if (e.is_stderr) {
+        h.last_stderr.append(e.data);
+        if (h.last_stderr.size() > kStderrKept)
+          h.last_stderr.erase(0, h.last_stderr.size() - kStderrKept);
+        break;
+      }
+      h.reader.feed(
+          e.data, [](std::string_view) {},
+          [&](AgentFrame&& f) { on_frame(host, std::move(f), handler); });
+      if (h.mode == Mode::kStarting && h.reader.hello()) on_ready(host);
+      if (h.reader.broken()) {
+        h.last_stderr = "its output is garbled";
+        agent_ended(host, handler);
+      }
+      break;
+    case TransportEvent::Kind::kExit:
+      h.exit_status = e.status;
+      if (h.mode == Mode::kStarting && e.status == kAgentNoPython) go_direct(host);
+      break;
+    case TransportEvent::Kind::kOpenFailed:
+      h.last_stderr = std::string(e.data);
+      agent_ended(host, handler);
+      break;
+    case TransportEvent::Kind::kClosed:
+      agent_ended(host, handler);
+      break;
+    default:
+      break;
+  }
+}
+
+void AgentTransport::on_ready(size_t host) {
+  Host& h = hosts_[host];
+  h.mode = Mode::kReady;
+  for (ChannelId id : h.queued) {
+    Chan& c = chans_[static_cast<size_t>(id)];
+    c.state = State::kAgent;
+    send_to_agent(host, id, c);
+    c.stdin_buf.clear();
+  }
+  h.queued.clear();
+}
+
+void AgentTransport::go_direct(size_t host) {
+  Host& h = hosts_[host];
+  h.mode = Mode::kDirect;
+  for (ChannelId id : h.queued) {
+    Chan& c = chans_[static_cast<size_t>(id)];
+    c.state = State::kDirect;
+    c.real = inner_.exec(host, c.command);
+    direct_of_[c.real] = id;
+    if (!c.stdin_buf.empty()) inner_.write(c.real, c.stdin_buf);
+    if (c.eof) inner_.send_eof(c.real);
+    c.stdin_buf.clear();
+  }
+  h.queued.clear();
+}
+
+void AgentTransport::on_frame(size_t host, AgentFrame&& f, const EventHandler& handler) {
+  auto id = static_cast<ChannelId>(f.id);
+  if (f.id >= chans_.size() || chans_[f.id].host != host || chans_[f.id].state != State::kAgent)
+    return;
+  TransportEvent e;
+  e.channel = id;
+  e.host = host;
+  switch (f.op) {
+    case 'o':
+    case 'e':
+      e.kind = TransportEvent::Kind::kData;
+      e.is_stderr = f.op == 'e';
+      e.data = f.payload;
+      return handler(e);
+    case 'x':
+      e.kind = TransportEvent::Kind::kExit;
+      if (!parse_agent_exit(f.payload, e.status, e.signal)) return;
+      return handler(e);
+    case 'c':
+    case 'f':
+      e.kind = f.op == 'c' ? TransportEvent::Kind::kClosed : TransportEvent::Kind::kOpenFailed;
+      e.data = f.payload;
+      finish(id);
+      handler(e);
+      return maybe_end(host);
+    default:
+      return;
+  }
+}
+
+// The agent's channel ended. Commands that waited for it fail to start; while commands of its
+// host still run, the host is lost (their watchdog went with the agent).
+void AgentTransport::agent_ended(size_t host, const EventHandler& handler) {
+  Host& h = hosts_[host];
+  if (h.mode == Mode::kDirect || h.mode == Mode::kGone) return;
+  bool was_ready = h.mode == Mode::kReady;
+  h.mode = Mode::kGone;
+  std::string why = agent_trouble(h);
+  auto queued = std::move(h.queued);
+  h.queued.clear();
+  for (ChannelId id : queued) unqueue(id, fmt::format("not started: {}", why));
+  if (!was_ready || h.open == 0) return;
+  TransportEvent lost;
+  lost.kind = TransportEvent::Kind::kHostLost;
+  lost.host = host;
+  lost.data = why;
+  handler(lost);
+  if (h.dropped) return;
+  for (size_t id = 0; id < chans_.size(); ++id) {
+    if (chans_[id].host != host || chans_[id].state != State::kAgent) continue;
+    TransportEvent closed;
+    closed.kind = TransportEvent::Kind::kClosed;
+    closed.channel = static_cast<ChannelId>(id);
+    closed.host = host;
+    finish(static_cast<ChannelId>(id));
+    handler(closed);
+  }
+}
+
+std::string AgentTransport::agent_trouble(const Host& h) const {
+  std::string status = h.exit_status >= 0 ? fmt::format(" (exit {})", h.exit_status) : "";
+  std::string line = last_line(h.last_stderr);
+  return fmt::format("the launch agent ended{}{}{}", status, line.empty() ? "" : ": ", line);
+}
+
+void AgentTransport::finish(ChannelId id) {
+  Chan& c = chans_[static_cast<size_t>(id)];
+  if (c.state == State::kDone) return;
+  c.state = State::kDone;
+  if (hosts_[c.host].open > 0) --hosts_[c.host].open;
+}
+
+// Once no command will come and every one has ended, the agent's stdin ends, and so does it.
+void AgentTransport::maybe_end(size_t host) {
+  Host& h = hosts_[host];
+  if (!no_more_ || h.open > 0 || h.mode != Mode::kReady || h.eof_sent) return;
+  h.eof_sent = true;
+  inner_.send_eof(h.agent);
+}
+
+// A queued command that will never start: its kOpenFailed comes with the next poll.
+void AgentTransport::unqueue(ChannelId id, const std::string& why) {
+  Chan& c = chans_[static_cast<size_t>(id)];
+  finish(id);
+  Pending p;
+  p.event.kind = TransportEvent::Kind::kOpenFailed;
+  p.event.channel = id;
+  p.event.host = c.host;
+  p.data = why;
+  pending_.push_back(std::move(p));
+}
+
+}  // namespace msrun_ssh

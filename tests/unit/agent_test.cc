@@ -1,0 +1,238 @@
+// The launch agent (agent.h): its frames and reader, and AgentTransport over real local processes
+// (local_transport.h) running the real agent (src/remote/agent.sh + agent.py) or stand-ins.
+#include "msrun_ssh/agent.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "local_transport.h"
+
+namespace msrun_ssh {
+namespace {
+
+using Kind = TransportEvent::Kind;
+
+TEST(AgentFrame, RoundTripsThroughTheReaderCutAnywhereAfterTheRcNoise) {
+  std::string stream = "Welcome to node1\nconda: base\n" + std::string(kAgentHello) +
+                       agent_frame('o', 7, "hello\n") + agent_frame('x', 7, "143 TERM") +
+                       agent_frame('c', 7) + agent_frame('e', 300000, std::string(70000, 'z'));
+  for (size_t step : {size_t{1}, size_t{5}, size_t{9}, stream.size()}) {
+    AgentReader reader;
+    std::string noise;
+    std::vector<AgentFrame> frames;
+    for (size_t at = 0; at < stream.size(); at += step)
+      reader.feed(std::string_view(stream).substr(at, step),
+                  [&](std::string_view n) { noise += n; },
+                  [&](AgentFrame&& f) { frames.push_back(std::move(f)); });
+    SCOPED_TRACE(step);
+    EXPECT_TRUE(reader.hello());
+    EXPECT_FALSE(reader.broken());
+    EXPECT_EQ(noise, "Welcome to node1\nconda: base\n");
+    ASSERT_EQ(frames.size(), 4u);
+    EXPECT_EQ(frames[0], (AgentFrame{'o', 7, "hello\n"}));
+    EXPECT_EQ(frames[1], (AgentFrame{'x', 7, "143 TERM"}));
+    EXPECT_EQ(frames[2], (AgentFrame{'c', 7, ""}));
+    EXPECT_EQ(frames[3].id, 300000u);
+    EXPECT_EQ(frames[3].payload.size(), 70000u);
+  }
+}
+
+TEST(AgentFrame, AnOverlongLengthBreaksTheReader) {
+  AgentReader reader;
+  std::string head = agent_frame('o', 1, "");
+  head[5] = '\x7f';  // length 0x7f000000
+  int frames = 0;
+  reader.feed(std::string(kAgentHello) + head + agent_frame('o', 1, "x"), [](std::string_view) {},
+              [&](AgentFrame&&) { ++frames; });
+  EXPECT_TRUE(reader.broken());
+  EXPECT_EQ(frames, 0);
+}
+
+TEST(AgentFrame, RcNoiseWithoutHelloIsBounded) {
+  AgentReader reader;
+  for (int i = 0; i < 100; ++i)
+    reader.feed(std::string(10000, 'n'), [](std::string_view) { FAIL(); },
+                [](AgentFrame&&) { FAIL(); });
+  std::string noise;
+  reader.feed(kAgentHello, [&](std::string_view n) { noise = n; }, [](AgentFrame&&) {});
+  EXPECT_TRUE(reader.hello());
+  EXPECT_LE(noise.size(), 64u * 1024 + kAgentHello.size());
+  EXPECT_GT(noise.size(), 60000u);
+}
+
+TEST(AgentFrame, ExitPayloads) {
+  int status = -1;
+  std::string signal;
+  EXPECT_TRUE(parse_agent_exit("3", status, signal));
+  EXPECT_EQ(status, 3);
+  EXPECT_EQ(signal, "");
+  EXPECT_TRUE(parse_agent_exit("137 KILL", status, signal));
+  EXPECT_EQ(status, 137);
+  EXPECT_EQ(signal, "KILL");
+  for (const char* bad : {"", "x", "3 ", "-1", "256", "3x", " 3"})
+    EXPECT_FALSE(parse_agent_exit(bad, status, signal)) << bad;
+}
+
+// What a channel of AgentTransport saw.
+struct Seen {
+  std::string out, err;
+  int status = -1;
+  std::string signal, failed;
+  bool closed = false;
+};
+
+class AgentOverLocal : public ::testing::Test {
+ protected:
+  // Polls until `done` or 10 s; records every event.
+  void run_until(AgentTransport& t, const std::function<bool()>& done) {
+    double end = local.now_ms() + 10000;
+    while (!done() && local.now_ms() < end)
+      t.poll(50, [&](const TransportEvent& e) { record(e); });
+    ASSERT_TRUE(done()) << "timed out";
+  }
+  void record(const TransportEvent& e) {
+    if (e.kind == Kind::kHostLost) {
+      lost[e.host] = std::string(e.data);
+      return;
+    }
+    Seen& s = seen[e.channel];
+    if (e.kind == Kind::kData) (e.is_stderr ? s.err : s.out) += e.data;
+    if (e.kind == Kind::kExit) {
+      s.status = e.status;
+      s.signal = e.signal;
+    }
+    if (e.kind == Kind::kOpenFailed) s.failed = std::string(e.data);
+    if (e.kind == Kind::kClosed || e.kind == Kind::kOpenFailed) s.closed = true;
+  }
+  std::function<bool()> closed(std::vector<ChannelId> ids) {
+    return [this, ids] {
+      for (ChannelId id : ids)
+        if (!seen[id].closed) return false;
+      return true;
+    };
+  }
+
+  local::LocalTransport local;
+  std::map<ChannelId, Seen> seen;
+  std::map<size_t, std::string> lost;
+};
+
+TEST_F(AgentOverLocal, RunsEveryCommandOfAHostThroughOneAgent) {
+  AgentTransport t(local, 1);
+  ChannelId a = t.exec(0, "echo out; echo err >&2; exit 3");
+  ChannelId b = t.exec(0, "kill -TERM $$");
+  ChannelId c = t.exec(0, "read x; echo \"got $x\"");
+  t.write(c, "line\n");  // given while the agent still starts
+  t.send_eof(c);
+  run_until(t, closed({a, b, c}));
+  EXPECT_EQ(local.execs.size(), 1u) << "one agent, nothing else";
+  EXPECT_EQ(seen[a].out, "out\n");
+  EXPECT_EQ(seen[a].err, "err\n");
+  EXPECT_EQ(seen[a].status, 3);
+  EXPECT_EQ(seen[b].status, 143);
+  EXPECT_EQ(seen[b].signal, "TERM");
+  EXPECT_EQ(seen[c].out, "got line\n");
+  EXPECT_EQ(seen[c].status, 0);
+  // Once no command will come, the agent's stdin ends and the agent with it, quietly.
+  t.no_more_channels();
+  run_until(t, [&] { return local.closed(0); });
+  EXPECT_TRUE(lost.empty());
+}
+
+TEST_F(AgentOverLocal, KillSignalsTheCommandsProcessGroupAndStdinFollows) {
+  AgentTransport t(local, 1);
+  ChannelId a = t.exec(0, "sleep 30 & wait");
+  ChannelId b = t.exec(0, "while read l; do echo \"<$l>\"; done");
+  run_until(t, [&] { return !local.execs.empty(); });
+  t.write(b, "one\n");
+  run_until(t, [&] { return seen[b].out == "<one>\n"; });
+  t.write(b, "two\n");
+  t.send_eof(b);
+  t.kill(a, "KILL");
+  run_until(t, closed({a, b}));
+  EXPECT_EQ(seen[a].status, 137);
+  EXPECT_EQ(seen[a].signal, "KILL");
+  EXPECT_EQ(seen[b].out, "<one>\n<two>\n");
+  EXPECT_EQ(seen[b].status, 0);
+}
+
+TEST_F(AgentOverLocal, LoginRcNoiseOnStdoutDoesNotDisturbTheFrames) {
+  AgentTransport t(local, 1, "echo 'Welcome!'; printf 'no newline'; echo warn >&2; " +
+                                 agent_command());
+  ChannelId a = t.exec(0, "printf 'x%.0s' $(seq 1 100000)");
+  run_until(t, closed({a}));
+  EXPECT_EQ(seen[a].out, std::string(100000, 'x'));
+  EXPECT_EQ(seen[a].status, 0);
+}
+
+TEST_F(AgentOverLocal, WithoutPythonEveryCommandGetsAChannelOfItsOwn) {
+  AgentTransport t(local, 1, "echo 'msrun-ssh-agent: no python3 on this host' >&2; exit 97");
+  ChannelId a = t.exec(0, "echo one");
+  ChannelId b = t.exec(0, "cat");
+  t.write(b, "two\n");
+  t.send_eof(b);
+  run_until(t, closed({a, b}));
+  ChannelId c = t.exec(0, "echo three; exit 4");
+  run_until(t, closed({c}));
+  EXPECT_EQ(local.execs.size(), 4u);
+  EXPECT_EQ(t.direct_hosts(), std::vector<size_t>{0});
+  EXPECT_EQ(seen[a].out, "one\n");
+  EXPECT_EQ(seen[b].out, "two\n");
+  EXPECT_EQ(seen[c].out, "three\n");
+  EXPECT_EQ(seen[c].status, 4);
+}
+
+TEST_F(AgentOverLocal, AnAgentThatFailsToStartFailsItsCommandsWithItsReason) {
+  AgentTransport t(local, 2, "echo 'bash: conda: command not found' >&2; exit 1");
+  ChannelId a = t.exec(1, "echo never");
+  run_until(t, closed({a}));
+  EXPECT_EQ(seen[a].out, "");
+  EXPECT_EQ(seen[a].failed,
+            "not started: the launch agent ended (exit 1): bash: conda: command not found");
+  ChannelId b = t.exec(1, "echo never");  // the host's agent is gone: no new one
+  run_until(t, closed({b}));
+  EXPECT_NE(seen[b].failed, "");
+  EXPECT_EQ(local.execs.size(), 1u);
+}
+
+TEST_F(AgentOverLocal, AnAgentThatDiesWhileCommandsRunLosesTheHost) {
+  AgentTransport t(local, 1);
+  ChannelId a = t.exec(0, "echo started; cat >/dev/null");  // ends when its stdin does
+  run_until(t, [&] { return seen[a].out == "started\n"; });
+  ::kill(local.pid_of(0), SIGKILL);  // the agent (sh exec'd python3: same pid)
+  run_until(t, [&] { return !lost.empty(); });
+  EXPECT_EQ(lost[0].rfind("the launch agent ended", 0), 0u) << lost[0];
+  // The runner drops a lost host; without that the agent's commands report their channels closed.
+  run_until(t, closed({a}));
+  EXPECT_EQ(seen[a].status, -1);
+}
+
+TEST_F(AgentOverLocal, CancellingTheLastCommandWaitingForAnAgentEndsItsLoginRc) {
+  AgentTransport t(local, 1, "sleep 5; " + agent_command());
+  ChannelId a = t.exec(0, "echo never");
+  t.cancel(a);
+  run_until(t, closed({a}));
+  EXPECT_EQ(seen[a].failed, "not started: the job is being torn down");
+  ASSERT_EQ(local.kills.size(), 1u);
+  EXPECT_EQ(local.kills[0].second, "KILL");
+}
+
+TEST_F(AgentOverLocal, DroppingAHostSilencesIt) {
+  AgentTransport t(local, 2);
+  ChannelId a = t.exec(0, "cat");
+  ChannelId b = t.exec(1, "echo fine");
+  run_until(t, closed({b}));
+  t.drop_host(0);
+  for (int i = 0; i < 10; ++i) t.poll(20, [&](const TransportEvent& e) { record(e); });
+  EXPECT_FALSE(seen[a].closed);
+  EXPECT_TRUE(lost.empty());
+  EXPECT_EQ(local.dropped, std::vector<size_t>{0});
+}
+
+}  // namespace
+}  // namespace msrun_ssh
