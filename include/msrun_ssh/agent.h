@@ -64,8 +64,10 @@ class AgentReader {
   size_t noise_dropped_ = 0;
 };
 
-// The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent AGENT_PY`.
-std::string agent_command();
+// The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent AGENT_PY
+// IDLE`. With no command running and no byte from the launcher for `idle_s` seconds (a host cut
+// off before its watchdog started: nothing else would end the agent), the agent exits.
+std::string agent_command(double idle_s);
 
 // The exit status and signal name (empty when none) of an agent's x frame ("143 TERM", "3"); false
 // when the payload is not one.
@@ -74,8 +76,8 @@ bool parse_agent_exit(std::string_view payload, int& status, std::string& signal
 class AgentTransport : public Transport {
  public:
   // `inner` carries the agents (an SshPool); `hosts` is the number of hosts it knows; `command`
-  // starts an agent (tests give a stand-in).
-  AgentTransport(Transport& inner, size_t hosts, std::string command = agent_command());
+  // starts an agent (agent_command, or a stand-in in tests).
+  AgentTransport(Transport& inner, size_t hosts, std::string command);
 
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;

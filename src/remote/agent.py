@@ -11,6 +11,9 @@
 # (payload: why). Before the first frame the agent writes the line HELLO, so that whatever the
 # login rc printed can be told from the frames.
 #
+# Its one argument is the idle limit in seconds: with no command running and no byte from the
+# launcher for that long (a host cut off from it, whose connection never ends), the agent exits.
+#
 # The launcher's bytes are always read, also while the launcher reads slowly: the agent buffers
 # at most MAX_OUT bytes for it and stops reading the commands' outputs meanwhile (they block, as
 # over a channel of their own), never the heartbeats meant for a watchdog. The end of the
@@ -26,6 +29,7 @@ HELLO = b"\nmsrun-ssh-agent 1\n"
 MAX_OUT = 1 << 20
 CHUNK = 65536
 HEAD = struct.Struct(">cII")
+IDLE_MS = int(float(sys.argv[1]) * 1000) if len(sys.argv) > 1 else None
 
 
 class Child:
@@ -201,7 +205,11 @@ class Agent:
             for child in self.children.values():
                 if child.pending and child.fin >= 0:
                     poller.register(child.fin, select.POLLOUT)
-            for fd, _ in poller.poll():
+            idle = IDLE_MS if not self.children else None
+            events = poller.poll(idle)
+            if not events and idle is not None:
+                os._exit(0)
+            for fd, _ in events:
                 if fd == 0:
                     self.read_control()
                 elif fd == self.wake_r:

@@ -415,7 +415,9 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
   std::vector<SummaryRow> rows;
   try {
     // Over the launch agents (agent.h), a host runs its login rc once, not once per process.
-    AgentTransport agents(pool, plan.hosts.size());
+    // An agent whose launcher is silent as long as a watchdog tolerates, with nothing running,
+    // ends itself.
+    AgentTransport agents(pool, plan.hosts.size(), agent_command(2 * options.heartbeat));
     Transport& transport = options.agent ? static_cast<Transport&>(agents) : pool;
     Runner runner(plan, options, transport, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
     runner.set_attempt(attempt);

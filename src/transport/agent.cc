@@ -82,9 +82,9 @@ void AgentReader::frames(const FrameHandler& on_frame) {
   buf_.erase(0, at);
 }
 
-std::string agent_command() {
-  return fmt::format("exec sh -c {} msrun-ssh-agent {}", shell_quote(remote::kAgentSh),
-                     shell_quote(remote::kAgentPy));
+std::string agent_command(double idle_s) {
+  return fmt::format("exec sh -c {} msrun-ssh-agent {} {:.3f}", shell_quote(remote::kAgentSh),
+                     shell_quote(remote::kAgentPy), idle_s);
 }
 
 bool parse_agent_exit(std::string_view payload, int& status, std::string& signal) {

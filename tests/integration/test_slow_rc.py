@@ -1,6 +1,7 @@
 """Nothing escapes a teardown while one host's login rc is still running (conda init, module load):
 Ctrl-C, SIGTERM, a failing worker, SIGKILL of the launcher and a cut host, each while node1's
-processes (or its watchdog) are still inside a 4-second rc. Afterwards every host's process list
+processes (with --agent=False, one channel and one rc per process) or its launch agent (the
+default: one rc per host) are still inside a 4-second rc. Afterwards every host's process list
 must hold nothing but the host's own processes (harness.leftovers), not only no marked process.
 """
 import re
@@ -36,11 +37,16 @@ def _with_slow_rc(body):
 
 
 def _start_and_wait_for_rc(args=()):
-    p, log_dir = launch([job("sleeper.py"), *args])
+    """With a channel per process: node1's processes sit in their own rc after its watchdog's."""
+    p, log_dir = launch([job("sleeper.py"), *args], extra=["--agent=False"])
     # node1's watchdog passes its rc first (4 s), then every process starts; the fast hosts' run
     # at once, node1's sit in the rc for 4 s more.
-    wait_for(_fast_running, 3 * RC, "the processes of the fast hosts")
-    check(_in_rc(), "node1's processes are not in their rc")
+    try:
+        wait_for(_fast_running, 3 * RC, "the processes of the fast hosts")
+        check(_in_rc(), "node1's processes are not in their rc")
+    except BaseException:
+        p.kill()  # a launcher left running would keep its job going into the next tests
+        raise
     return p, log_dir
 
 
@@ -128,4 +134,72 @@ def test_sigint_while_the_watchdog_is_in_rc():
         check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
         check(not marked_processes(), "a process was started")
         wait_no_leftovers(2)
+    _with_slow_rc(body)
+
+
+# --- With the launch agent (the default): a host's rc runs once, in front of its agent ------------
+
+def _agent_in_rc():
+    return any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}" for ns, _, cmd in leftovers())
+
+
+def test_agent_pays_the_rc_once_per_host():
+    def body():
+        start = time.monotonic()
+        p, _ = launch([job("sleeper.py")])
+        try:
+            # Every process (3 + 2 + 2) runs one rc after the start, not two: with a channel per
+            # process node1's would wait for its watchdog's rc and then their own.
+            wait_for(lambda: len([x for x in marked_processes() if "sleeper.py" in x[2]]) >= 7,
+                     RC + 6, "every process")
+            took = time.monotonic() - start
+            check(took < 2 * RC, f"the processes ran {took:.1f} s after the start")
+            rcs = [x for x in leftovers() if x[0] == f"msrs-node{SLOW}" and x[2] == f"sleep {RC}"]
+            check(not rcs, f"an rc runs again on node1: {rcs}")
+            err, _ = interrupt(p, signal.SIGINT, 30)
+            check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
+        finally:
+            if p.poll() is None:
+                p.kill()
+        wait_no_leftovers(2)
+        print(f"every process running {took:.1f} s after the start (rc {RC} s)")
+    _with_slow_rc(body)
+
+
+def test_sigkill_of_the_launcher_while_the_agent_is_in_rc():
+    def body():
+        p, _ = launch([job("sleeper.py")])
+        try:
+            wait_for(_agent_in_rc, 10, "node1's agent in its rc")
+            p.kill()
+            p.wait(5)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        # Nothing was started anywhere; node1's rc ends, its agent finds its stdin closed and
+        # goes. The fast hosts' watchdogs see their stdin end.
+        wait_no_leftovers(RC + 3 * HEARTBEAT + 2.5)
+        check(not marked_processes(), "a process was started")
+    _with_slow_rc(body)
+
+
+def test_cut_of_the_slow_host_while_its_agent_is_in_rc():
+    def body():
+        p, _ = launch([job("sleeper.py")])
+        try:
+            wait_for(_agent_in_rc, 10, "node1's agent in its rc")
+            cluster("cut", SLOW)
+            out, err = p.communicate(timeout=40)
+            check(p.returncode == 255, f"exit {p.returncode}: {err.decode()[-1500:]}")
+            check(b"198.18.1.11" in err, f"not named: {err.decode()[-1500:]}")
+            # The cut-off host never hears from the launcher again: after its rc, its agent waits
+            # 2 heartbeats for a command and ends itself.
+            wait_for(lambda: not [x for x in leftovers() if x[0] == f"msrs-node{SLOW}"],
+                     RC + 2 * HEARTBEAT + 3, "the cut-off host to clean itself")
+        finally:
+            if p.poll() is None:
+                p.kill()
+        cluster("heal", SLOW)
+        wait_no_leftovers(5)
+        check(not marked_processes(), "a process was started")
     _with_slow_rc(body)

@@ -123,7 +123,7 @@ class AgentOverLocal : public ::testing::Test {
 };
 
 TEST_F(AgentOverLocal, RunsEveryCommandOfAHostThroughOneAgent) {
-  AgentTransport t(local, 1);
+  AgentTransport t(local, 1, agent_command(30));
   ChannelId a = t.exec(0, "echo out; echo err >&2; exit 3");
   ChannelId b = t.exec(0, "kill -TERM $$");
   ChannelId c = t.exec(0, "read x; echo \"got $x\"");
@@ -145,7 +145,7 @@ TEST_F(AgentOverLocal, RunsEveryCommandOfAHostThroughOneAgent) {
 }
 
 TEST_F(AgentOverLocal, KillSignalsTheCommandsProcessGroupAndStdinFollows) {
-  AgentTransport t(local, 1);
+  AgentTransport t(local, 1, agent_command(30));
   ChannelId a = t.exec(0, "sleep 30 & wait");
   ChannelId b = t.exec(0, "while read l; do echo \"<$l>\"; done");
   run_until(t, [&] { return !local.execs.empty(); });
@@ -163,7 +163,7 @@ TEST_F(AgentOverLocal, KillSignalsTheCommandsProcessGroupAndStdinFollows) {
 
 TEST_F(AgentOverLocal, LoginRcNoiseOnStdoutDoesNotDisturbTheFrames) {
   AgentTransport t(local, 1, "echo 'Welcome!'; printf 'no newline'; echo warn >&2; " +
-                                 agent_command());
+                                 agent_command(30));
   ChannelId a = t.exec(0, "printf 'x%.0s' $(seq 1 100000)");
   run_until(t, closed({a}));
   EXPECT_EQ(seen[a].out, std::string(100000, 'x'));
@@ -201,7 +201,7 @@ TEST_F(AgentOverLocal, AnAgentThatFailsToStartFailsItsCommandsWithItsReason) {
 }
 
 TEST_F(AgentOverLocal, AnAgentThatDiesWhileCommandsRunLosesTheHost) {
-  AgentTransport t(local, 1);
+  AgentTransport t(local, 1, agent_command(30));
   ChannelId a = t.exec(0, "echo started; cat >/dev/null");  // ends when its stdin does
   run_until(t, [&] { return seen[a].out == "started\n"; });
   ::kill(local.pid_of(0), SIGKILL);  // the agent (sh exec'd python3: same pid)
@@ -213,7 +213,7 @@ TEST_F(AgentOverLocal, AnAgentThatDiesWhileCommandsRunLosesTheHost) {
 }
 
 TEST_F(AgentOverLocal, CancellingTheLastCommandWaitingForAnAgentEndsItsLoginRc) {
-  AgentTransport t(local, 1, "sleep 5; " + agent_command());
+  AgentTransport t(local, 1, "sleep 5; " + agent_command(30));
   ChannelId a = t.exec(0, "echo never");
   t.cancel(a);
   run_until(t, closed({a}));
@@ -223,7 +223,7 @@ TEST_F(AgentOverLocal, CancellingTheLastCommandWaitingForAnAgentEndsItsLoginRc) 
 }
 
 TEST_F(AgentOverLocal, DroppingAHostSilencesIt) {
-  AgentTransport t(local, 2);
+  AgentTransport t(local, 2, agent_command(30));
   ChannelId a = t.exec(0, "cat");
   ChannelId b = t.exec(1, "echo fine");
   run_until(t, closed({b}));
@@ -232,6 +232,17 @@ TEST_F(AgentOverLocal, DroppingAHostSilencesIt) {
   EXPECT_FALSE(seen[a].closed);
   EXPECT_TRUE(lost.empty());
   EXPECT_EQ(local.dropped, std::vector<size_t>{0});
+}
+
+TEST_F(AgentOverLocal, AnIdleAgentWhoseLauncherIsSilentEndsItself) {
+  AgentTransport t(local, 1, agent_command(0.3));
+  ChannelId a = t.exec(0, "sleep 0.6");  // a command running keeps it, however silent we are
+  run_until(t, closed({a}));
+  double ended = local.now_ms();
+  run_until(t, [&] { return local.closed(0); });
+  EXPECT_GE(local.now_ms() - ended, 200);
+  EXPECT_EQ(seen[a].status, 0);
+  EXPECT_TRUE(lost.empty()) << "nothing of its ran any more";
 }
 
 }  // namespace
