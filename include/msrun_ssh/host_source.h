@@ -47,7 +47,8 @@ Allocation read_allocation(std::string_view source, const GetEnv& getenv);
 Cluster load_hosts(const std::string& hostfile, const GetEnv& getenv,
                    std::optional<int> local_worker_num);
 
-// ---- the parsers, pure ---------------------------------------------------------------------------
+// ---- the parsers, pure
+// ---------------------------------------------------------------------------
 
 // Slurm's compressed per-node counts ("2(x3),1" -> 2 2 2 1), as in SLURM_TASKS_PER_NODE and
 // SLURM_JOB_CPUS_PER_NODE. Counts are 0..1024, at most 16384 in all. Throws InputError (message

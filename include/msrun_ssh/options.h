@@ -29,7 +29,7 @@ struct Options {
   std::optional<int> worker_num;
   int local_worker_num = 8;
   bool local_worker_num_given = false;  // a host source's slot counts yield to --local_worker_num
-  std::string master_addr;  // empty: the first host
+  std::string master_addr;              // empty: the first host
   int master_port = 8118;
   std::string log_dir = ".";
   bool join = true;

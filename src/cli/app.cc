@@ -94,10 +94,9 @@ int run_app(const std::vector<std::string>& args) {
     options.command_line.insert(options.command_line.end(), args.begin(), args.end());
     options.job_id = options.command == Command::kStop ? options.job : new_job_id();
     if (int code = run_job_command(options); code >= 0) return code;
-    Cluster cluster =
-        load_hosts(options.hostfile, getenv,
-                   options.local_worker_num_given ? std::optional(options.local_worker_num)
-                                                  : std::nullopt);
+    Cluster cluster = load_hosts(
+        options.hostfile, getenv,
+        options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
     if (options.command == Command::kStop) return stop_job(options, cluster);
     if (options.command == Command::kSync) return sync_job(options, cluster);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),

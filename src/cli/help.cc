@@ -284,9 +284,9 @@ std::string completion_list(Command c) {
 const std::vector<OptionDoc>& option_docs() {
   using S = OptionSection;
   static const std::vector<OptionDoc> docs{
-      {"--hostfile", "", "FILE",
-       "TOML host file (*.toml) or \"host slots=N\" lines; inside an allocation slurm, pbs, lsf "
-       "or auto (required)",
+      {"--hostfile", "", "FILE|slurm|pbs|lsf|auto",
+       "TOML host file (*.toml) or \"host slots=N\" lines; or the hosts of the Slurm, PBS or "
+       "LSF allocation it runs in (required)",
        kConnecting, S::kMsrun},
       {"--worker_num", "", "N", "total workers; must equal the host file's sum (default: that sum)",
        kRunCheck, S::kMsrun},

@@ -230,8 +230,7 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
     if (key == "source") {
       cluster.source = get_string(path, key, v);
       if (!is_host_source(cluster.source))
-        fail(path, v,
-             fmt::format("source \"{}\" is not slurm, pbs, lsf or auto", cluster.source));
+        fail(path, v, fmt::format("source \"{}\" is not slurm, pbs, lsf or auto", cluster.source));
       continue;
     }
     if (key != "hosts")

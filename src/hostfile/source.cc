@@ -82,8 +82,7 @@ std::pair<int, size_t> count_item(std::string_view item) {
 void add_new_host(std::vector<std::string>& names, std::set<std::string>& seen, std::string name) {
   if (!valid_host_name(name)) throw InputError(fmt::format("{:?} is not a host name", name));
   if (!seen.insert(name).second) throw InputError(fmt::format("host {:?} is listed twice", name));
-  if (names.size() == kMaxHosts)
-    throw InputError(fmt::format("more than {} hosts", kMaxHosts));
+  if (names.size() == kMaxHosts) throw InputError(fmt::format("more than {} hosts", kMaxHosts));
   names.push_back(std::move(name));
 }
 
@@ -92,8 +91,9 @@ const char* required(const GetEnv& getenv, const char* variable, const char* sou
                      const char* manager) {
   const char* value = getenv(variable);
   if (!value)
-    throw InputError(fmt::format("{} is not set: the host source {} reads the hosts of the {} job it runs in",
-                                 variable, source, manager));
+    throw InputError(
+        fmt::format("{} is not set: the host source {} reads the hosts of the {} job it runs in",
+                    variable, source, manager));
   return value;
 }
 

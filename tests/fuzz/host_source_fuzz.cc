@@ -171,8 +171,7 @@ void fuzz_slurm(std::string_view text) {
       FUZZ_CHECK(want && *want == a.slots, "slots differ from the reference");
     }
   } catch (const msrun_ssh::InputError& e) {
-    FUZZ_CHECK(std::string_view(e.what()).starts_with("SLURM_"), "no variable named: %s",
-               e.what());
+    FUZZ_CHECK(std::string_view(e.what()).starts_with("SLURM_"), "no variable named: %s", e.what());
   }
 }
 

@@ -30,7 +30,8 @@ std::string error_of_source(std::string_view source, const Vars& vars) {
   return test::error_of([&] { read_allocation(source, env_of(vars)); });
 }
 
-// ---- Slurm's compressed counts -------------------------------------------------------------------
+// ---- Slurm's compressed counts
+// -------------------------------------------------------------------
 
 TEST(SlurmCounts, CompressedFormExpands) {
   EXPECT_EQ(expand_slurm_counts("2(x3),1"), (Counts{2, 2, 2, 1}));
@@ -56,7 +57,8 @@ TEST(SlurmCounts, MalformedCountsAreNamed) {
   EXPECT_EQ(expand_slurm_counts("1(x16384)").size(), 16384u);
 }
 
-// ---- Slurm's node list ---------------------------------------------------------------------------
+// ---- Slurm's node list
+// ---------------------------------------------------------------------------
 
 TEST(SlurmNodeList, CommaSeparatedNodeSetsInOrder) {
   EXPECT_EQ(expand_node_list("node[1-3]"), (Names{"node1", "node2", "node3"}));
@@ -80,7 +82,8 @@ TEST(SlurmNodeList, ErrorsNameTheFault) {
     EXPECT_EQ(test::error_of([&] { expand_node_list(c.input); }), c.expected) << c.input;
 }
 
-// ---- the slurm source ----------------------------------------------------------------------------
+// ---- the slurm source
+// ----------------------------------------------------------------------------
 
 TEST(SlurmSource, HostsAndTasksPerNode) {
   Vars vars{{"SLURM_JOB_NODELIST", "node[1-3],gpu1"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"}};
@@ -111,26 +114,29 @@ TEST(SlurmSource, NoCountsLeaveTheSlotsEmpty) {
 
 TEST(SlurmSource, ErrorsNameTheVariableAndValue) {
   EXPECT_EQ(error_of_source("slurm", {}),
-            "SLURM_JOB_NODELIST is not set: the host source slurm reads the hosts of the Slurm job it runs in");
+            "SLURM_JOB_NODELIST is not set: the host source slurm reads the hosts of the Slurm job "
+            "it runs in");
   EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", ""}}),
             "SLURM_JOB_NODELIST=\"\": no hosts");
   EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[2-1]"}}),
             "SLURM_JOB_NODELIST=n[2-1]: reversed node set range \"2-1\"");
-  EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[1-3]"},
-                                      {"SLURM_TASKS_PER_NODE", "2(x3),1"}}),
-            "SLURM_TASKS_PER_NODE=2(x3),1: counts for 4 hosts, but SLURM_JOB_NODELIST=n[1-3] has 3");
-  EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[1-3]"},
-                                      {"SLURM_TASKS_PER_NODE", "2(x2"}}),
+  EXPECT_EQ(
+      error_of_source("slurm",
+                      {{"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"}}),
+      "SLURM_TASKS_PER_NODE=2(x3),1: counts for 4 hosts, but SLURM_JOB_NODELIST=n[1-3] has 3");
+  EXPECT_EQ(error_of_source("slurm",
+                            {{"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2"}}),
             "SLURM_TASKS_PER_NODE=2(x2: \"2(x2\" is not a count N or N(xM) with N 0..1024 and M "
             "1..16384");
-  EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n1"},
-                                      {"SLURM_NTASKS_PER_NODE", "two"}}),
-            "SLURM_NTASKS_PER_NODE=two: not a count 0..1024");
+  EXPECT_EQ(
+      error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n1"}, {"SLURM_NTASKS_PER_NODE", "two"}}),
+      "SLURM_NTASKS_PER_NODE=two: not a count 0..1024");
   EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "a b"}}),
             "SLURM_JOB_NODELIST=\"a b\": \"a b\" is not a host name");
 }
 
-// ---- PBS -----------------------------------------------------------------------------------------
+// ---- PBS
+// -----------------------------------------------------------------------------------------
 
 TEST(PbsNodefile, RepeatedLinesCountSlotsInOrderOfFirstAppearance) {
   Allocation a = parse_pbs_nodefile("n2\nn1\nn2\nn1\nn3\nn2\n", "/pbs/nodes");
@@ -177,7 +183,8 @@ TEST_F(PbsSource, ReadsTheFileThatPbsNodefileNames) {
 
 TEST_F(PbsSource, UnsetUnreadableAndEmpty) {
   EXPECT_EQ(error_of_source("pbs", {}),
-            "PBS_NODEFILE is not set: the host source pbs reads the hosts of the PBS/Torque job it runs in");
+            "PBS_NODEFILE is not set: the host source pbs reads the hosts of the PBS/Torque job it "
+            "runs in");
   EXPECT_EQ(error_of_source("pbs", {{"PBS_NODEFILE", path}}),
             "PBS_NODEFILE=" + path + ": cannot read the file");
   write("nodefile", "");
@@ -185,7 +192,8 @@ TEST_F(PbsSource, UnsetUnreadableAndEmpty) {
             path + ": no hosts in the file (PBS_NODEFILE)");
 }
 
-// ---- LSF -----------------------------------------------------------------------------------------
+// ---- LSF
+// -----------------------------------------------------------------------------------------
 
 TEST(LsfHosts, Pairs) {
   Allocation a = parse_lsf_hosts("host1 4 host2 2");
@@ -198,8 +206,9 @@ TEST(LsfHosts, Pairs) {
 TEST(LsfHosts, ErrorsNameTheVariableAndValue) {
   const std::vector<test::Case> cases = {
       {"", "LSB_MCPU_HOSTS=\"\": no hosts"},
-      {"h1 4 h2", "LSB_MCPU_HOSTS=\"h1 4 h2\": host \"h2\" has no slot count (expected HOST SLOTS "
-                  "pairs)"},
+      {"h1 4 h2",
+       "LSB_MCPU_HOSTS=\"h1 4 h2\": host \"h2\" has no slot count (expected HOST SLOTS "
+       "pairs)"},
       {"h1 x", "LSB_MCPU_HOSTS=\"h1 x\": slot count \"x\" of host \"h1\" is not a number 1..1024"},
       {"h1 0", "LSB_MCPU_HOSTS=\"h1 0\": slot count \"0\" of host \"h1\" is not a number 1..1024"},
       {"h1 2 h1 2", "LSB_MCPU_HOSTS=\"h1 2 h1 2\": host \"h1\" is listed twice"},
@@ -207,11 +216,13 @@ TEST(LsfHosts, ErrorsNameTheVariableAndValue) {
   };
   for (const auto& c : cases)
     EXPECT_EQ(test::error_of([&] { parse_lsf_hosts(c.input); }), c.expected) << c.input;
-  EXPECT_EQ(error_of_source("lsf", {}),
-            "LSB_MCPU_HOSTS is not set: the host source lsf reads the hosts of the LSF job it runs in");
+  EXPECT_EQ(
+      error_of_source("lsf", {}),
+      "LSB_MCPU_HOSTS is not set: the host source lsf reads the hosts of the LSF job it runs in");
 }
 
-// ---- auto and the names --------------------------------------------------------------------------
+// ---- auto and the names
+// --------------------------------------------------------------------------
 
 TEST(HostSource, Names) {
   for (const char* name : {"slurm", "pbs", "lsf", "auto"}) EXPECT_TRUE(is_host_source(name));
@@ -236,11 +247,12 @@ TEST(HostSource, AutoOutsideAnAllocationNamesTheVariables) {
   EXPECT_EQ(error_of_source("sge", {}), "\"sge\" is not a host source (slurm, pbs, lsf, auto)");
 }
 
-// ---- a TOML file's source key --------------------------------------------------------------------
+// ---- a TOML file's source key
+// --------------------------------------------------------------------
 
 TEST(TomlSource, KeepsTheDefaultsForTheSourcedHosts) {
-  Cluster c = parse_toml_hostfile(
-      "source = \"auto\"\n[defaults]\nuser = \"ms\"\nport = 2222\n", "a.toml");
+  Cluster c =
+      parse_toml_hostfile("source = \"auto\"\n[defaults]\nuser = \"ms\"\nport = 2222\n", "a.toml");
   EXPECT_EQ(c.source, "auto");
   EXPECT_TRUE(c.hosts.empty());
   EXPECT_EQ(c.defaults.user, "ms");
@@ -264,7 +276,8 @@ TEST(TomlSource, Errors) {
             "bind_numa, contract)");
 }
 
-// ---- load_hosts: the cluster, the defaults file, the counts' precedence --------------------------
+// ---- load_hosts: the cluster, the defaults file, the counts' precedence
+// --------------------------
 
 TEST(LoadHosts, SourceGivesTheClusterWithSlots) {
   Vars vars{{"SLURM_JOB_NODELIST", "node[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x3)"}};
@@ -348,8 +361,9 @@ TEST_F(LoadHostsFile, AFileWithoutSourceIsAHostFile) {
 
 TEST_F(LoadHostsFile, SourceErrorsAreTheSources) {
   write_toml("source = \"lsf\"\n");
-  EXPECT_EQ(test::error_of([&] { load_hosts(path, env_of({}), std::nullopt); }),
-            "LSB_MCPU_HOSTS is not set: the host source lsf reads the hosts of the LSF job it runs in");
+  EXPECT_EQ(
+      test::error_of([&] { load_hosts(path, env_of({}), std::nullopt); }),
+      "LSB_MCPU_HOSTS is not set: the host source lsf reads the hosts of the LSF job it runs in");
 }
 
 }  // namespace
