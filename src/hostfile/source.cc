@@ -16,13 +16,12 @@ namespace {
 constexpr unsigned long kMaxSlots = 1024;   // as a host file's local_worker_num
 constexpr unsigned long kMaxHosts = 16384;  // as a host file
 
-// "NAME=value" for messages; a value that is empty or holds spaces, quotes or control bytes is
-// shown quoted and escaped.
+// "NAME=value" for messages; NAME="value" when the value is empty or holds a blank.
 std::string shown(std::string_view name, std::string_view value) {
-  bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-    return std::isgraph(static_cast<unsigned char>(c)) && c != '"' && c != '\\';
+  bool plain = !value.empty() && std::none_of(value.begin(), value.end(), [](char c) {
+    return std::isspace(static_cast<unsigned char>(c));
   });
-  return plain ? fmt::format("{}={}", name, value) : fmt::format("{}={:?}", name, value);
+  return plain ? fmt::format("{}={}", name, value) : fmt::format("{}=\"{}\"", name, value);
 }
 
 // `f()`, its InputError's message prefixed with "WHERE: ".
@@ -72,7 +71,7 @@ std::pair<int, size_t> count_item(std::string_view item) {
   auto n = whole_number(count, 0, kMaxSlots);
   auto m = whole_number(times, 1, kMaxHosts);
   if (!n || !m)
-    throw InputError(fmt::format("{:?} is not a count N or N(xM) with N 0..{} and M 1..{}", item,
+    throw InputError(fmt::format("\"{}\" is not a count N or N(xM) with N 0..{} and M 1..{}", item,
                                  kMaxSlots, kMaxHosts));
   return {static_cast<int>(*n), *m};
 }
@@ -80,8 +79,8 @@ std::pair<int, size_t> count_item(std::string_view item) {
 // Appends `name` to `names` (whose names `seen` holds). Refuses a name that is no host name, one
 // listed before, and more than kMaxHosts names; the message has no location.
 void add_new_host(std::vector<std::string>& names, std::set<std::string>& seen, std::string name) {
-  if (!valid_host_name(name)) throw InputError(fmt::format("{:?} is not a host name", name));
-  if (!seen.insert(name).second) throw InputError(fmt::format("host {:?} is listed twice", name));
+  if (!valid_host_name(name)) throw InputError(fmt::format("\"{}\" is not a host name", name));
+  if (!seen.insert(name).second) throw InputError(fmt::format("host \"{}\" is listed twice", name));
   if (names.size() == kMaxHosts) throw InputError(fmt::format("more than {} hosts", kMaxHosts));
   names.push_back(std::move(name));
 }
@@ -192,12 +191,12 @@ Allocation parse_pbs_nodefile(std::string_view text, const std::string& path) {
     std::string name = line.substr(begin, line.find_last_not_of(kSpace) + 1 - begin);
     std::string where = fmt::format("{}:{}", path, lineno);
     if (name.find_first_of(kSpace) != std::string::npos)
-      throw InputError(fmt::format("{}: {:?} is not one host name (PBS_NODEFILE has one per line)",
-                                   where, name));
+      throw InputError(fmt::format(
+          "{}: \"{}\" is not one host name (PBS_NODEFILE has one per line)", where, name));
     if (auto it = index.find(name); it != index.end()) {
       if (++a.slots[it->second] > static_cast<int>(kMaxSlots))
         throw InputError(
-            fmt::format("{}: host {:?} has more than {} lines (slots)", where, name, kMaxSlots));
+            fmt::format("{}: host \"{}\" has more than {} lines (slots)", where, name, kMaxSlots));
       continue;
     }
     located(where, [&] { add_new_host(a.addresses, seen, name); });
@@ -218,12 +217,12 @@ Allocation parse_lsf_hosts(std::string_view value) {
   std::string host, count;
   while (words >> host) {
     if (!(words >> count))
-      throw InputError(fmt::format("{}: host {:?} has no slot count (expected HOST SLOTS pairs)",
+      throw InputError(fmt::format("{}: host \"{}\" has no slot count (expected HOST SLOTS pairs)",
                                    a.hosts_from, host));
     located(a.hosts_from, [&] { add_new_host(a.addresses, seen, host); });
     auto n = whole_number(count, 1, kMaxSlots);
     if (!n)
-      throw InputError(fmt::format("{}: slot count {:?} of host {:?} is not a number 1..{}",
+      throw InputError(fmt::format("{}: slot count \"{}\" of host \"{}\" is not a number 1..{}",
                                    a.hosts_from, count, host, kMaxSlots));
     a.slots.push_back(static_cast<int>(*n));
   }
@@ -243,7 +242,7 @@ Allocation read_allocation(std::string_view source, const GetEnv& getenv) {
     throw InputError(
         "the host source auto found no Slurm, PBS or LSF allocation: none of SLURM_JOB_NODELIST, "
         "PBS_NODEFILE, LSB_MCPU_HOSTS is set");
-  throw InputError(fmt::format("{:?} is not a host source (slurm, pbs, lsf, auto)", source));
+  throw InputError(fmt::format("\"{}\" is not a host source (slurm, pbs, lsf, auto)", source));
 }
 
 Cluster load_hosts(const std::string& hostfile, const GetEnv& getenv,
