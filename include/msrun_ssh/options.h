@@ -28,8 +28,9 @@ struct Options {
   // msrun's options.
   std::optional<int> worker_num;
   int local_worker_num = 8;
-  bool local_worker_num_given = false;  // a host source's slot counts yield to --local_worker_num
-  std::string master_addr;              // empty: the first host
+  // --local_worker_num was given: a host source's slot counts yield to it (host_source.h).
+  bool local_worker_num_given = false;
+  std::string master_addr;  // empty: the first host
   int master_port = 8118;
   std::string log_dir = ".";
   bool join = true;
