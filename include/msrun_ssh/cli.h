@@ -23,10 +23,8 @@ struct CliResult {
   Options options;
 };
 
-// Reads a variable of the launcher's environment (for `--env NAME`); nullptr when unset.
-using GetEnv = std::function<const char*(const char*)>;
-
-// Parses argv[1..]. Throws InputError.
+// Parses argv[1..]; `getenv` (hostfile.h) reads the launcher's environment for `--env NAME`.
+// Throws InputError.
 CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv);
 
 // Every option name the parser accepts (for some command), --help and --version included; their

@@ -3,13 +3,16 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/plan.h"
 
 namespace msrun_ssh {
 
-std::string describe_plan(const Plan& plan, const Options& options);
+// `hosts_from`: where a host source's hosts came from (Cluster::hosts_from), "" for a host file.
+std::string describe_plan(const Plan& plan, const Options& options,
+                          std::string_view hosts_from = {});
 
 // One line per process: "node0 198.18.1.10  rank 3  DEVICE_ID=1  cpus 4-7  numa -".
 std::string describe_bindings(const Plan& plan);

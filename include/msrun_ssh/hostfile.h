@@ -9,6 +9,7 @@
 // for the plain format) and names the key at fault. Unknown keys are errors (typo protection).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,10 @@
 namespace msrun_ssh {
 
 using EnvList = std::vector<std::pair<std::string, std::string>>;  // ordered NAME=VALUE pairs
+
+// Reads a variable of the launcher's environment; nullptr when unset. Injected (main passes
+// std::getenv) so that tests never touch the process environment.
+using GetEnv = std::function<const char*(const char*)>;
 
 // One machine, with [defaults] already applied. Fields left empty / unset fall back to the ssh
 // config, the command line or built-in defaults later (see plan.h).
@@ -42,13 +47,22 @@ struct Cluster {
   std::string path;
   std::vector<Host> hosts;
   std::string contract;  // [defaults] contract: "msrun", "torch", or "" (not given)
+  // A TOML file's top-level `source` key: the host source (host_source.h) its hosts come from,
+  // "" for none. With a source, `hosts` stays empty until load_hosts fills it from `defaults`.
+  std::string source;
+  Host defaults;           // the [defaults] of a TOML file with a source
+  std::string hosts_from;  // for --dry_run: where a source's hosts came from; "" for a file's own
 };
 
 // Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
 // an unreadable file, an empty host list, or the same address listed twice).
 Cluster load_hostfile(const std::string& path);
 
-// Parses TOML host-file text; `path` is used only in messages and to pick relative paths.
+// The whole of the file at `path`; nullopt when it cannot be read or is a directory.
+std::optional<std::string> read_whole_file(const std::string& path);
+
+// Parses TOML host-file text; `path` is used only in messages and to pick relative paths. A file
+// with a `source` key has no [[hosts]] and comes back without hosts (see Cluster::source).
 Cluster parse_toml_hostfile(std::string_view text, const std::string& path);
 
 // Parses the plain format: one "HOST [slots=N]" per line, '#' starts a comment.
@@ -67,6 +81,9 @@ std::string fold_nodeset(const std::vector<std::string>& names);
 
 // Sets NAME=VALUE in `env`, replacing an earlier value in place so that the order stays stable.
 void set_env(EnvList& env, const std::string& name, const std::string& value);
+
+// True for a name the host file accepts as an address: non-empty, [A-Za-z0-9._:%-] only.
+bool valid_host_name(std::string_view name);
 
 // True for a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
 bool valid_env_name(std::string_view name);

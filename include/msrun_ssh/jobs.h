@@ -52,7 +52,7 @@ struct JobSsh {
 
 struct JobRecord {
   std::string id;
-  std::string hostfile;           // absolute
+  std::string hostfile;           // absolute, or a host source's name ("slurm")
   std::vector<std::string> argv;  // the launcher's whole command line
   std::string cwd;                // the launcher's working directory
   std::string started;            // UTC, ISO 8601 (format_timestamp, output.h)

@@ -28,6 +28,8 @@ struct Options {
   // msrun's options.
   std::optional<int> worker_num;
   int local_worker_num = 8;
+  // --local_worker_num was given: a host source's slot counts yield to it (host_source.h).
+  bool local_worker_num_given = false;
   std::string master_addr;  // empty: the first host
   int master_port = 8118;
   std::string log_dir = ".";

@@ -15,7 +15,7 @@
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/help.h"
-#include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/host_source.h"
 #include "msrun_ssh/jobs.h"
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/runner.h"
@@ -67,7 +67,8 @@ int run_app(const std::vector<std::string>& args) {
       std::fputs(text->c_str(), stdout);
       return kExitOk;
     }
-    CliResult cli = parse_args(args, [](const char* n) { return std::getenv(n); });
+    GetEnv getenv = [](const char* n) { return std::getenv(n); };
+    CliResult cli = parse_args(args, getenv);
     options = std::move(cli.options);
     if (cli.action == CliAction::kHelp) {
       std::fputs(help_text(options.command).c_str(), stdout);
@@ -93,7 +94,9 @@ int run_app(const std::vector<std::string>& args) {
     options.command_line.insert(options.command_line.end(), args.begin(), args.end());
     options.job_id = options.command == Command::kStop ? options.job : new_job_id();
     if (int code = run_job_command(options); code >= 0) return code;
-    Cluster cluster = load_hostfile(options.hostfile);
+    Cluster cluster = load_hosts(
+        options.hostfile, getenv,
+        options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
     if (options.command == Command::kStop) return stop_job(options, cluster);
     if (options.command == Command::kSync) return sync_job(options, cluster);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
@@ -105,7 +108,7 @@ int run_app(const std::vector<std::string>& args) {
     if (options.command == Command::kCheck)
       return check_cluster(options, cluster, plan, run_job_quietly);
     if (options.dry_run) {
-      std::fputs(describe_plan(plan, options).c_str(), stdout);
+      std::fputs(describe_plan(plan, options, cluster.hosts_from).c_str(), stdout);
       return kExitOk;
     }
     return run_job(options, plan);

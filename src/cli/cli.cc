@@ -72,8 +72,10 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
       {"--hostfile", value([](O& o, S, S v) { o.hostfile = v; })},
       {"--worker_num",
        value([](O& o, S n, S v) { o.worker_num = static_cast<int>(to_int(n, v, 1, 1 << 20)); })},
-      {"--local_worker_num",
-       value([](O& o, S n, S v) { o.local_worker_num = static_cast<int>(to_int(n, v, 0, 1024)); })},
+      {"--local_worker_num", value([](O& o, S n, S v) {
+         o.local_worker_num = static_cast<int>(to_int(n, v, 0, 1024));
+         o.local_worker_num_given = true;
+       })},
       {"--master_addr", value([](O& o, S n, S v) {
          if (v.empty()) bad(n, v, "must not be empty");
          o.master_addr = v;

@@ -26,12 +26,13 @@ std::string describe_bindings(const Plan& plan) {
   return out;
 }
 
-std::string describe_plan(const Plan& plan, const Options& options) {
+std::string describe_plan(const Plan& plan, const Options& options, std::string_view hosts_from) {
   std::string out = fmt::format(
       "job {}: {} hosts, {} workers, scheduler at {}:{}{}\nlogs: {}\n", plan.job_id,
       plan.hosts.size(), plan.worker_num, plan.master_ip, plan.master_port,
       options.sim_level >= 0 ? fmt::format(" (simulation level {})", options.sim_level) : "",
       options.log_dir);
+  if (!hosts_from.empty()) out += fmt::format("hosts: {}\n", hosts_from);
   if (options.worker_log_name.find(kHostnameToken) != std::string::npos)
     out += fmt::format("{} in log names: each host's own name (uname -n), resolved at start-up\n",
                        kHostnameToken);

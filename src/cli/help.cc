@@ -254,6 +254,15 @@ when set, the report of \fBcheck\fR has no colours.
 .TP
 .B XDG_STATE_HOME
 where the job records go: \fB$XDG_STATE_HOME\fR/msrun\-ssh/jobs/ (default ~/.local/state).
+.TP
+.B SLURM_JOB_NODELIST\fR, \fBSLURM_TASKS_PER_NODE\fR, \fBSLURM_NTASKS_PER_NODE
+the hosts and workers per host of \fB\-\-hostfile slurm\fR.
+.TP
+.B PBS_NODEFILE
+the file of \fB\-\-hostfile pbs\fR: one host per line, once per slot.
+.TP
+.B LSB_MCPU_HOSTS
+the "host slots" pairs of \fB\-\-hostfile lsf\fR.
 .SH SEE ALSO
 .BR ssh (1),
 .BR ssh_config (5),
@@ -275,7 +284,9 @@ std::string completion_list(Command c) {
 const std::vector<OptionDoc>& option_docs() {
   using S = OptionSection;
   static const std::vector<OptionDoc> docs{
-      {"--hostfile", "", "FILE", "TOML host file (*.toml) or \"host slots=N\" lines (required)",
+      {"--hostfile", "", "FILE|slurm|pbs|lsf|auto",
+       "TOML host file (*.toml) or \"host slots=N\" lines; or the hosts of the Slurm, PBS or "
+       "LSF allocation it runs in (required)",
        kConnecting, S::kMsrun},
       {"--worker_num", "", "N", "total workers; must equal the host file's sum (default: that sum)",
        kRunCheck, S::kMsrun},

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/host_source.h"
 
 namespace msrun_ssh {
 namespace {
@@ -177,13 +179,11 @@ void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host
   if (cluster.hosts.size() + names.size() > kMaxHosts)
     throw InputError(fmt::format("{}: more than {} hosts in the host file", where, kMaxHosts));
   for (auto& name : names) {
-    for (char c : name)
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
-            c == ':' || c == '%'))
-        throw InputError(
-            fmt::format("{}: address \"{}\" contains a character not allowed in a "
-                        "host name or address",
-                        where, name));
+    if (!valid_host_name(name))
+      throw InputError(
+          fmt::format("{}: address \"{}\" contains a character not allowed in a "
+                      "host name or address",
+                      where, name));
     Host h = host;
     h.address = std::move(name);
     cluster.hosts.push_back(std::move(h));
@@ -192,6 +192,13 @@ void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host
 }
 
 }  // namespace
+
+bool valid_host_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+           c == ':' || c == '%';
+  });
+}
 
 std::string expand_home(std::string_view path) {
   if (path.size() >= 2 && path[0] == '~' && path[1] == '/') {
@@ -220,6 +227,12 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     if (key == "defaults") continue;
+    if (key == "source") {
+      cluster.source = get_string(path, key, v);
+      if (!is_host_source(cluster.source))
+        fail(path, v, fmt::format("source \"{}\" is not slurm, pbs, lsf or auto", cluster.source));
+      continue;
+    }
     if (key != "hosts")
       fail(path, v, fmt::format("unknown key \"{}\" (expected [defaults] and [[hosts]])", key));
     const auto* arr = v.as_array();
@@ -232,6 +245,15 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
       if (host.address.empty()) fail(path, entry, "[[hosts]] entry without \"address\"");
       add_expanded(cluster, wheres, host, at(path, entry));
     }
+  }
+  if (!cluster.source.empty()) {
+    if (!cluster.hosts.empty())
+      fail(path, *root.get("source"),
+           fmt::format("source = \"{}\" and [[hosts]] exclude each other: the hosts come from "
+                       "one or the other",
+                       cluster.source));
+    cluster.defaults = defaults;
+    return cluster;
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no [[hosts]] entries", path));
   check_unique(cluster, wheres);
@@ -279,15 +301,20 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
   return cluster;
 }
 
-Cluster load_hostfile(const std::string& path) {
+std::optional<std::string> read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   // A directory opens fine and then reads as empty: refuse it here, not as "no hosts".
   std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec))
-    throw InputError(fmt::format("{}: cannot read host file", path));
+  if (!in || std::filesystem::is_directory(path, ec)) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
+  return ss.str();
+}
+
+Cluster load_hostfile(const std::string& path) {
+  std::optional<std::string> read = read_whole_file(path);
+  if (!read) throw InputError(fmt::format("{}: cannot read host file", path));
+  const std::string& text = *read;
   bool toml = path.size() >= 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
   return toml ? parse_toml_hostfile(text, path) : parse_plain_hostfile(text, path);
 }

@@ -14,6 +14,7 @@
 
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
+#include "msrun_ssh/host_source.h"
 #include "msrun_ssh/jobs.h"
 
 namespace msrun_ssh {
@@ -91,7 +92,9 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
                           const std::vector<std::string>& logs, bool detached) {
   JobRecord r;
   r.id = plan.job_id;
-  r.hostfile = absolute_path(options.hostfile, options.launcher_cwd);
+  r.hostfile = is_host_source(options.hostfile)
+                   ? options.hostfile
+                   : absolute_path(options.hostfile, options.launcher_cwd);
   r.argv = options.command_line;
   r.cwd = options.launcher_cwd;
   r.started = format_timestamp(std::chrono::system_clock::now());

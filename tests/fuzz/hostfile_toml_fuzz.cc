@@ -2,8 +2,9 @@
 //
 // Findings: any crash or sanitizer report; any exception other than InputError; an InputError
 // whose message does not start with the file name; a parsed Cluster that breaks what hostfile.h
-// promises (non-empty host list, every host with a non-empty, expanded, allowed address, unique
-// address+port, keys within their ranges, no NUL bytes).
+// promises (non-empty host list, or none with a `source` that names a host source; every host with
+// a non-empty, expanded, allowed address, unique address+port, keys within their ranges, no NUL
+// bytes).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "fuzz_check.h"
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/host_source.h"
 #include "msrun_ssh/hostfile.h"
 
 namespace {
@@ -52,7 +54,10 @@ bool no_nul(const std::string& s) { return s.find('\0') == std::string::npos; }
 void check_cluster(const msrun_ssh::Cluster& cluster) {
   using namespace msrun_ssh;
   FUZZ_CHECK(cluster.path == kPath, "path \"%s\"", cluster.path.c_str());
-  FUZZ_CHECK(!cluster.hosts.empty(), "success with no hosts");
+  FUZZ_CHECK(cluster.hosts.empty() == !cluster.source.empty(), "%zu hosts with source \"%s\"",
+             cluster.hosts.size(), cluster.source.c_str());
+  FUZZ_CHECK(cluster.source.empty() || is_host_source(cluster.source), "source \"%s\"",
+             cluster.source.c_str());
   std::set<std::pair<std::string, int>> seen;
   for (const Host& h : cluster.hosts) {
     FUZZ_CHECK(!h.address.empty(), "host from %s has an empty address", h.origin.c_str());

@@ -280,6 +280,9 @@ TEST(Cli, NumericRanges) {
   EXPECT_EQ(run_error({"--local_worker_num", "1025"}), "--local_worker_num=1025: must be 0..1024");
   EXPECT_EQ(run_with({"--local_worker_num", "0"}).local_worker_num, 0);
   EXPECT_EQ(run_with({"--local_worker_num", "1024"}).local_worker_num, 1024);
+  // Given or not: a host source's slot counts yield only to a given count (host_source.h).
+  EXPECT_TRUE(run_with({"--local_worker_num", "8"}).local_worker_num_given);
+  EXPECT_FALSE(run_with({}).local_worker_num_given);
   EXPECT_EQ(run_error({"--master_port", "1023"}), "--master_port=1023: must be 1024..65535");
   EXPECT_EQ(run_error({"--master_port=65536"}), "--master_port=65536: must be 1024..65535");
   EXPECT_EQ(run_with({"--master_port", "1024"}).master_port, 1024);

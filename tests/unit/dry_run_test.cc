@@ -84,6 +84,17 @@ TEST_F(DryRun, WholePlanExactly) {
                 "'0.1' < /dev/null\n");
 }
 
+TEST_F(DryRun, SaysWhereAHostSourcesHostsCameFrom) {
+  Plan plan = make_plan(options, cluster, literal_only);
+  const std::string from =
+      "1 from SLURM_JOB_NODELIST=n1, local_worker_num from SLURM_TASKS_PER_NODE=1";
+  EXPECT_NE(describe_plan(plan, options, from)
+                .find("\nlogs: logs\nhosts: " + from + "\n\nhost 198.18.0.1 (node rank 0)"),
+            std::string::npos)
+      << describe_plan(plan, options, from);
+  EXPECT_EQ(describe_plan(plan, options).find("hosts:"), std::string::npos);
+}
+
 TEST_F(DryRun, TailedRanksKeepTheLaunchersStdin) {
   options.tail_worker_log = {0};
   std::string out = text();

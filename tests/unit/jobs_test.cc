@@ -168,6 +168,17 @@ TEST_F(JobRecords, MadeFromThePlan) {
   EXPECT_EQ(merged.hostfile, "/etc/hosts.toml");
 }
 
+TEST_F(JobRecords, AHostSourceStaysItsName) {
+  Options o;
+  o.hostfile = "slurm";
+  o.launcher_cwd = "/home/u";
+  Plan plan;
+  plan.job_id = "j";
+  EXPECT_EQ(make_job_record(o, plan, {}, true).hostfile, "slurm");
+  o.hostfile = "./slurm";  // a file of that name
+  EXPECT_EQ(make_job_record(o, plan, {}, true).hostfile, "/home/u/./slurm");
+}
+
 // ---- the hosts' answers
 // --------------------------------------------------------------------------
 
