@@ -36,23 +36,30 @@ struct Host {
   BindCore bind_core;
   BindNuma bind_numa;
   std::string origin;  // "FILE:LINE" of the entry, for messages
+  bool spare = false;  // TOML `spare = true`, plain `spare`: starts nothing until a restart needs it
 };
 
 struct Cluster {
   std::string path;
-  std::vector<Host> hosts;
-  std::string contract;  // [defaults] contract: "msrun", "torch", or "" (not given)
+  std::vector<Host> hosts;  // the hosts that run the job, in node-rank order (no spare)
+  std::string contract;     // [defaults] contract: "msrun", "torch", or "" (not given)
+  std::vector<Host> spares;  // the hosts marked spare, in file order (README, "Spare hosts")
 };
 
 // Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
-// an unreadable file, an empty host list, or the same address listed twice).
+// an unreadable file, an empty host list, the same address listed twice, or only spares). Hosts
+// marked spare go to Cluster::spares.
 Cluster load_hostfile(const std::string& path);
 
 // Parses TOML host-file text; `path` is used only in messages and to pick relative paths.
 Cluster parse_toml_hostfile(std::string_view text, const std::string& path);
 
-// Parses the plain format: one "HOST [slots=N]" per line, '#' starts a comment.
+// Parses the plain format: one "HOST [slots=N] [spare]" per line, '#' starts a comment.
 Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
+
+// --spares N: the last `n` hosts of cluster.hosts become spares too, after those marked in the file
+// (which are used first). Throws InputError when no host would be left to run the job.
+void take_spares(Cluster& cluster, int n);
 
 // Expands a node set: "node[01-03]" -> node01 node02 node03; "n[1-3,7]" -> n1 n2 n3 n7; several
 // bracket groups multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is
