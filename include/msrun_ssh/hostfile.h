@@ -36,14 +36,14 @@ struct Host {
   BindCore bind_core;
   BindNuma bind_numa;
   std::string origin;  // "FILE:LINE" of the entry, for messages
-  bool spare = false;  // TOML `spare = true`, plain `spare`: starts nothing until a restart needs it
+  bool spare = false;  // `spare = true` (plain: `spare`): starts nothing until a restart needs it
 };
 
 struct Cluster {
   std::string path;
-  std::vector<Host> hosts;  // the hosts that run the job, in node-rank order (no spare)
-  std::string contract;     // [defaults] contract: "msrun", "torch", or "" (not given)
-  std::vector<Host> spares;  // the hosts marked spare, in file order (README, "Spare hosts")
+  std::vector<Host> hosts;   // the hosts that run the job, in node-rank order (no spare)
+  std::string contract;      // [defaults] contract: "msrun", "torch", or "" (not given)
+  std::vector<Host> spares;  // marked spare, in file order (README, "Spare hosts")
 };
 
 // Reads and parses `path`, choosing the format by its extension. Throws InputError (including for

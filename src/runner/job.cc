@@ -435,7 +435,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   StatusLine row(2, terminal_status_enabled(2, options.quiet));
   ReadyHosts ready;
   if (auto failed = connect_attempt(roster, options, attempt, row, ready)) {
-    emit_event(events, "start_failed", {{"exit_status", failed->status}, {"reason", failed->cause}});
+    emit_event(events, "start_failed",
+               {{"exit_status", failed->status}, {"reason", failed->cause}});
     return *failed;
   }
   const Plan& plan = ready.plan;

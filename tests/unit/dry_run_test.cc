@@ -114,9 +114,10 @@ TEST_F(DryRun, SparesComeLastAndStartNothing) {
   s.spare = true;
   cluster.spares.push_back(s);
   std::string t = text();
-  EXPECT_TRUE(t.ends_with("\nspare host 198.18.0.9: ms@198.18.0.9, workdir /job\n  starts nothing; "
-                          "at a restart it replaces a host lost, unreachable or failed "
-                          "--host_failures_to_exclude=2 times\n"))
+  EXPECT_TRUE(
+      t.ends_with("\nspare host 198.18.0.9: ms@198.18.0.9, workdir /job\n  starts nothing; "
+                  "at a restart it replaces a host lost, unreachable or failed "
+                  "--host_failures_to_exclude=2 times\n"))
       << t;
   EXPECT_NE(t.find("1 hosts, 1 workers"), std::string::npos) << t;
 }

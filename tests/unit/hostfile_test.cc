@@ -384,7 +384,8 @@ TEST(Hostfile, SparesStartNothingAndKeepTheirFileOrder) {
 TEST(Hostfile, SpareErrors) {
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = 1\n"),
             "h.toml:3:9: key \"spare\" must be true or false");
-  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = true\n"), "h.toml: every host is a spare");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = true\n"),
+            "h.toml: every host is a spare");
   EXPECT_EQ(toml_error("[defaults]\nspare = true\n[[hosts]]\naddress = \"a\"\n"),
             "h.toml:2:9: unknown key \"spare\" in [defaults] (expected one of: user, port, "
             "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "

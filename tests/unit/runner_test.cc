@@ -920,12 +920,13 @@ class SpareRestart : public Runner {
 
   // Runs up to options_.max_restarts + 1 attempts; `scripts(k)` scripts attempt k's hosts.
   ms::RestartHistory go(const std::function<std::vector<HostScript>(int)>& scripts) {
-    roster_ = std::make_unique<ms::HostRoster>(plan_, options_,
-                                               [this](const std::string& m) { said_.push_back(m); });
+    roster_ = std::make_unique<ms::HostRoster>(
+        plan_, options_, [this](const std::string& m) { said_.push_back(m); });
     ms::AttemptResult last;
     auto attempt = [&](int k) {
       std::string cannot = k > 1 ? roster_->after_attempt(last) : "";
-      if (!cannot.empty()) return last = ms::AttemptResult{ms::kExitHostFailure, false, true, cannot};
+      if (!cannot.empty())
+        return last = ms::AttemptResult{ms::kExitHostFailure, false, true, cannot};
       plan_ = roster_->plan();
       Strings hosts;
       for (const auto& h : plan_.hosts) hosts.push_back(h.host.address);
@@ -933,8 +934,12 @@ class SpareRestart : public Runner {
       fakes_.push_back(std::make_unique<FakeTransport>(scripts(k)));
       int code = run(*fakes_.back(), -1, -1, k);
       rows_of_.push_back(rows_);
-      return last = ms::AttemptResult{code, runner().interrupted(), false, runner().cause(),
-                                      runner().lost_hosts(), runner().root_cause_host()};
+      return last = ms::AttemptResult{code,
+                                      runner().interrupted(),
+                                      false,
+                                      runner().cause(),
+                                      runner().lost_hosts(),
+                                      runner().root_cause_host()};
     };
     return ms::run_with_restarts(
         options_.max_restarts, 0, attempt, [](double) { return 0; }, [](const std::string&) {});
@@ -995,8 +1000,7 @@ TEST_F(SpareRestart, AHostIsExcludedAfterFailingKAttemptsAsTheRootCause) {
   EXPECT_EQ(hosts_[1], (Strings{"node0", "node1"}));  // one failure: node1 stays
   EXPECT_EQ(hosts_[2], (Strings{"node0", "spare0"}));
   EXPECT_EQ(h.status, 0);
-  EXPECT_EQ(said_,
-            Strings{"spare host spare0 replaces node1 as node rank 1 (failed 2 attempts)"});
+  EXPECT_EQ(said_, Strings{"spare host spare0 replaces node1 as node rank 1 (failed 2 attempts)"});
 }
 
 TEST_F(SpareRestart, KOfOneExcludesAtTheFirstFailure) {

@@ -71,17 +71,18 @@ TEST_F(Spares, AHostIsExcludedAfterKFailedAttempts) {
   Plan p = plan();
   EXPECT_TRUE(replace_hosts(p, {}, {{"alpha", 1}, {"beta", 1}}, 2).replacements.empty());
   SpareDecision d = replace_hosts(p, {}, {{"alpha", 1}, {"beta", 2}}, 2);
-  EXPECT_EQ(d.replacements,
-            (std::vector<Replacement>{{1, "beta", "spare1", "failed 2 attempts"}}));
+  EXPECT_EQ(d.replacements, (std::vector<Replacement>{{1, "beta", "spare1", "failed 2 attempts"}}));
   // K = 1: the first failure excludes; hosts go in node-rank order, spares in theirs.
   d = replace_hosts(p, {{"beta", "unreachable: timeout"}}, {{"alpha", 1}}, 1);
-  EXPECT_EQ(d.replacements, (std::vector<Replacement>{{0, "alpha", "spare1", "failed 1 attempts"},
-                                                      {1, "beta", "spare2", "unreachable: timeout"}}));
+  EXPECT_EQ(d.replacements,
+            (std::vector<Replacement>{{0, "alpha", "spare1", "failed 1 attempts"},
+                                      {1, "beta", "spare2", "unreachable: timeout"}}));
 }
 
 TEST_F(Spares, NoSpareLeftIsAnErrorNamingTheHost) {
   cluster.spares.pop_back();
-  SpareDecision d = replace_hosts(plan(), {{"alpha", "lost: reset"}, {"beta", "lost: reset"}}, {}, 2);
+  SpareDecision d =
+      replace_hosts(plan(), {{"alpha", "lost: reset"}, {"beta", "lost: reset"}}, {}, 2);
   EXPECT_EQ(d.error, "no spare host is left to replace beta (node rank 1, lost: reset)");
   EXPECT_TRUE(d.replacements.empty());
   cluster.spares.clear();
@@ -138,8 +139,9 @@ TEST_F(Spares, TorchMasterAddrMovesToo) {
 TEST_F(Spares, ASpareWhoseBindingDoesNotFitIsAnInputError) {
   cluster.spares[0].bind_core.mode = BindCore::Mode::kManual;
   cluster.spares[0].bind_core.ranges["device7"] = {"0-3"};
-  EXPECT_NE(test::error_of([&] { apply_replacements(plan(), {{1, "beta", "spare1", "lost"}}, options); })
-                .find("bind_core for host spare1"),
+  EXPECT_NE(test::error_of([&] {
+              apply_replacements(plan(), {{1, "beta", "spare1", "lost"}}, options);
+            }).find("bind_core for host spare1"),
             std::string::npos);
 }
 
