@@ -1,5 +1,5 @@
 // The text of --dry_run: per host its node rank, address and every process with role, rank,
-// DEVICE_ID, CPUs, log file, environment and the exact remote command. Pure.
+// DEVICE_ID, CPUs, log file, environment and the exact remote command, then the spare hosts. Pure.
 #pragma once
 
 #include <string>

@@ -41,12 +41,14 @@ struct Host {
   BindCore bind_core;
   BindNuma bind_numa;
   std::string origin;  // "FILE:LINE" of the entry, for messages
+  bool spare = false;  // `spare = true` (plain: `spare`): starts nothing until a restart needs it
 };
 
 struct Cluster {
   std::string path;
-  std::vector<Host> hosts;
-  std::string contract;  // [defaults] contract: "msrun", "torch", or "" (not given)
+  std::vector<Host> hosts;   // the hosts that run the job, in node-rank order (no spare)
+  std::string contract;      // [defaults] contract: "msrun", "torch", or "" (not given)
+  std::vector<Host> spares;  // marked spare, in file order (README, "Spare hosts")
   // A TOML file's top-level `source` key: the host source (host_source.h) its hosts come from,
   // "" for none. With a source, `hosts` stays empty until load_hosts fills it from `defaults`.
   std::string source;
@@ -55,7 +57,8 @@ struct Cluster {
 };
 
 // Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
-// an unreadable file, an empty host list, or the same address listed twice).
+// an unreadable file, an empty host list, the same address listed twice, or only spares). Hosts
+// marked spare go to Cluster::spares.
 Cluster load_hostfile(const std::string& path);
 
 // The whole of the file at `path`; nullopt when it cannot be read or is a directory.
@@ -65,8 +68,12 @@ std::optional<std::string> read_whole_file(const std::string& path);
 // with a `source` key has no [[hosts]] and comes back without hosts (see Cluster::source).
 Cluster parse_toml_hostfile(std::string_view text, const std::string& path);
 
-// Parses the plain format: one "HOST [slots=N]" per line, '#' starts a comment.
+// Parses the plain format: one "HOST [slots=N] [spare]" per line, '#' starts a comment.
 Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
+
+// --spares N: the last `n` hosts of cluster.hosts become spares too, after those marked in the file
+// (which are used first). Throws InputError when no host would be left to run the job.
+void take_spares(Cluster& cluster, int n);
 
 // Expands a node set: "node[01-03]" -> node01 node02 node03; "n[1-3,7]" -> n1 n2 n3 n7; several
 // bracket groups multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is

@@ -57,6 +57,8 @@ struct Options {
   bool hang_kills = true;   // --on_hang=kill (default) or report
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
+  int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
+  int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   bool report_bindings = false;
   bool agent = true;            // --agent: one launch agent per host (agent.h), else a channel per command
   bool quiet = false;           // --quiet: no start-up progress (nor status line) on the terminal

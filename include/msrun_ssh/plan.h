@@ -62,6 +62,9 @@ struct Plan {
   std::string master_ip;
   int master_port = 0;
   std::vector<HostPlan> hosts;
+  // The spare hosts (README, "Spare hosts"): no node rank, no process, their IP resolved (any of
+  // them may become the master); in the order a restart takes them.
+  std::vector<HostPlan> spares;
 
   const Process* find_rank(int rank) const;  // the worker of that global rank, or nullptr
 };
@@ -69,11 +72,46 @@ struct Plan {
 // Turns a name into an IPv4 address; returns "" when it cannot. main() passes getaddrinfo.
 using Resolver = std::function<std::string(const std::string&)>;
 
-// Builds the plan, each host's binding decided without its topology (decide_binding). Throws
+// Builds the plan, each host's binding decided without its topology (decide_binding); the
+// cluster's spares become Plan::spares (node rank -1, IP resolved). Throws
 // InputError on: --worker_num different from the host file's sum; a --master_addr that names no
 // host; --sim_rank_id out of range; --tail_worker_log ranks out of range; bad environment names; a
 // bind_core dict that lacks a worker's key.
 Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve);
+
+// ---- spare hosts (README, "Spare hosts") --------------------------------------------------------
+
+// A host that leaves the job at a restart, and the spare that takes its place.
+struct Replacement {
+  int node_rank = 0;
+  std::string host;    // the address that leaves
+  std::string spare;   // the address that takes its node rank
+  std::string reason;  // why the host leaves: "lost: ...", "unreachable: ...", "failed 2 attempts"
+  bool operator==(const Replacement&) const = default;
+};
+
+struct SpareDecision {
+  std::vector<Replacement> replacements;  // in node-rank order
+  std::string error;  // not empty: a host must leave and no spare is left; names the host and why
+};
+
+// Which hosts of `plan` leave and which spares take their places. Pure. A host leaves when
+// `unusable` names it (address -> why: lost, unreachable) or when `failures` (address -> attempts
+// it failed) reached `exclude_after` ("failed 2 attempts"); in node-rank order, each takes the
+// first spare of plan.spares not yet taken. Without a spare for one of them, `error` reads
+// "no spare host is left to replace node1 (node rank 1, lost: connection reset)".
+SpareDecision replace_hosts(const Plan& plan, const std::map<std::string, std::string>& unusable,
+                            const std::map<std::string, int>& failures, int exclude_after);
+
+// `plan` with `replacements` made (each spare from plan.spares, which loses it): a spare runs the
+// node rank, ranks, DEVICE_IDs and log names of the host it replaces (as many workers, whatever
+// its own local_worker_num), with its own address, user, port, env, workdir, python and binding
+// request; its binding is decided again as make_plan does (pending for automatic modes, decided
+// from its own topology at start-up). The master moves only when the master host is replaced:
+// then plan.master_ip, and MS_SCHED_HOST / MASTER_ADDR in every process, are the spare's IP.
+// Throws InputError when the spare's entry does not fit the job (a bind_core dict without a key).
+Plan apply_replacements(const Plan& plan, const std::vector<Replacement>& replacements,
+                        const Options& options);
 
 // ---- binding ------------------------------------------------------------------------------------
 

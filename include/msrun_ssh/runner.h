@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ class Runner {
   // The log file names the processes got (with {hostname} resolved), in plan order; valid after
   // run() for the processes that were started.
   std::vector<std::string> log_names() const;
+
+  // The hosts lost during the run (their addresses, in plan order).
+  std::vector<std::string> lost_hosts() const;
+
+  // The address of the host whose process's failure started the teardown ("" when none did).
+  std::string root_cause_host() const;
 
   // The host's own name as its watchdog reported it ("" before that).
   const std::string& reported_name(size_t host) const { return hosts_[host].name; }
@@ -164,6 +171,8 @@ struct AttemptResult {
   bool interrupted = false;  // a signal to the launcher ended it
   bool final = false;        // must not be followed by another attempt whatever the status
   std::string cause;         // what ended it, "" for success
+  std::vector<std::string> lost_hosts;  // the hosts lost during the attempt (Runner::lost_hosts)
+  std::string root_cause_host;          // Runner::root_cause_host
 };
 
 struct RestartHistory {
@@ -190,6 +199,43 @@ RestartHistory run_with_restarts(int max_restarts, double backoff_s,
 
 // The end-of-job lines for a job that had more than one attempt: one line per attempt.
 std::string format_attempts(const RestartHistory& history);
+
+// --- Spare hosts (--spares, `spare = true`; README, "Spare hosts") ------------------------------
+// Which hosts run the job from one attempt to the next. A host leaves at a restart when it was
+// lost during the attempt, when it cannot be reached as the next attempt connects, or when it
+// failed --host_failures_to_exclude attempts (an attempt fails a host when the host was lost or
+// ran the process whose failure started the teardown); the first free spare takes its place
+// (replace_hosts, apply_replacements of plan.h). A plan without spares never changes: its
+// restarts run on the same hosts, as without this roster.
+
+class HostRoster {
+ public:
+  using Say = std::function<void(const std::string&)>;
+
+  // `say` tells the user each replacement and a move of the master.
+  HostRoster(Plan plan, const Options& options, Say say);
+
+  const Plan& plan() const { return plan_; }
+  bool has_spares() const { return has_spares_; }
+
+  // After attempt `result` failed, before the next one: counts its failures and replaces the hosts
+  // that leave. Returns "" when the next attempt can run, else why not ("cannot restart: no spare
+  // host is left to replace node1 (node rank 1, lost: ...)").
+  std::string after_attempt(const AttemptResult& result);
+
+  // When the next attempt could not reach `unreachable` (address -> why): replaces those hosts.
+  // Returns "" or why the attempt cannot run, as after_attempt.
+  std::string replace_unreachable(const std::map<std::string, std::string>& unreachable);
+
+ private:
+  std::string replace(const std::map<std::string, std::string>& unusable);
+
+  Plan plan_;
+  const Options& options_;
+  Say say_;
+  bool has_spares_;
+  std::map<std::string, int> failures_;  // address -> attempts it failed
+};
 
 // Blocks SIGINT, SIGTERM and SIGHUP (SIGPIPE ignored) and returns a non-blocking signalfd that
 // delivers them to an event loop.

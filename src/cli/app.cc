@@ -99,6 +99,7 @@ int run_app(const std::vector<std::string>& args) {
         options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
     if (options.command == Command::kStop) return stop_job(options, cluster);
     if (options.command == Command::kSync) return sync_job(options, cluster);
+    take_spares(cluster, options.spares);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
     // so that an alias never turns into a DNS query for a name that exists only in the config.
     Resolver resolve = [&options](const std::string& name) {

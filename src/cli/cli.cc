@@ -135,6 +135,11 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        value([](O& o, S n, S v) { o.max_restarts = static_cast<int>(to_int(n, v, 0, 1000)); })},
       {"--restart_backoff",
        value([](O& o, S n, S v) { o.restart_backoff = to_seconds(n, v, 0, 3600); })},
+      {"--spares",
+       value([](O& o, S n, S v) { o.spares = static_cast<int>(to_int(n, v, 0, 16384)); })},
+      {"--host_failures_to_exclude", value([](O& o, S n, S v) {
+         o.host_failures_to_exclude = static_cast<int>(to_int(n, v, 1, 1000));
+       })},
       {"--kill_grace", value([](O& o, S n, S v) { o.kill_grace = to_seconds(n, v, 0, 3600); })},
       {"--output", value([](O& o, S n, S v) {
          if (v == "prefixed" || v == "gather")

@@ -14,6 +14,13 @@ std::string binding_of(const Process& p) {
   return s;
 }
 
+// "user@ip:port, workdir W": how the launcher reaches a host and where its processes run.
+std::string reach_of(const HostPlan& h) {
+  return fmt::format("{}{}{}, workdir {}", h.host.user.empty() ? "" : h.host.user + "@",
+                     h.ip.empty() ? h.host.address : h.ip,
+                     h.host.port ? fmt::format(":{}", *h.host.port) : "", h.host.workdir);
+}
+
 }  // namespace
 
 std::string describe_bindings(const Plan& plan) {
@@ -37,11 +44,8 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
     out += fmt::format("{} in log names: each host's own name (uname -n), resolved at start-up\n",
                        kHostnameToken);
   for (const auto& h : plan.hosts) {
-    out +=
-        fmt::format("\nhost {} (node rank {}){}: {}{}{}, workdir {}\n", h.host.address, h.node_rank,
-                    h.is_master ? " [master]" : "", h.host.user.empty() ? "" : h.host.user + "@",
-                    h.ip.empty() ? h.host.address : h.ip,
-                    h.host.port ? fmt::format(":{}", *h.host.port) : "", h.host.workdir);
+    out += fmt::format("\nhost {} (node rank {}){}: {}\n", h.host.address, h.node_rank,
+                       h.is_master ? " [master]" : "", reach_of(h));
     for (const auto& p : h.processes) {
       out += fmt::format("  {}: DEVICE_ID={} cpus {} log {}\n", p.label(),
                          p.device_id.empty() ? "-" : p.device_id, binding_of(p), p.log_name);
@@ -52,6 +56,11 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
                        : detached_command(p, plan.job_id, options.log_dir + "/" + p.log_name));
     }
   }
+  for (const auto& s : plan.spares)
+    out += fmt::format(
+        "\nspare host {}: {}\n  starts nothing; at a restart it replaces a host lost, unreachable "
+        "or failed --host_failures_to_exclude={} times\n",
+        s.host.address, reach_of(s), options.host_failures_to_exclude);
   return out;
 }
 

@@ -355,6 +355,15 @@ const std::vector<OptionDoc>& option_docs() {
        kRun, S::kOwn},
       {"--restart_backoff", "", "S",
        "wait before the first restart, doubled for each next (default 1)", kRun, S::kOwn},
+      {"--spares", "", "N",
+       "the host file's last N hosts are spares (as hosts marked spare = true): they start "
+       "nothing; at a restart the first free one replaces a host lost, unreachable or failed "
+       "--host_failures_to_exclude times (default 0)",
+       kRun, S::kOwn},
+      {"--host_failures_to_exclude", "", "K",
+       "with spares: a host whose process failed first, or that was lost, in K attempts is "
+       "replaced by a spare (default 2)",
+       kRun, S::kOwn},
       {"--report_bindings", "", "", "print each process's CPUs / NUMA nodes before starting", kRun,
        S::kOwn},
       {"--output", "", "prefixed|gather",

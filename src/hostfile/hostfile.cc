@@ -19,9 +19,10 @@ namespace {
 
 constexpr int kMaxWorkersPerHost = 1024;
 constexpr size_t kMaxHosts = 16384;
-constexpr const char* kHostKeys =
-    "address, user, port, identity_file, known_hosts, python, workdir, local_worker_num, env, "
-    "bind_core, bind_numa";
+// The keys [defaults] and [[hosts]] share.
+constexpr const char* kSharedKeys =
+    "user, port, identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
+    "bind_numa";
 
 // Where a TOML node sits, as "FILE:LINE:COL".
 std::string at(const std::string& path, const toml::node& node) {
@@ -149,11 +150,16 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
       host.bind_core = get_bind_core(path, v);
     } else if (key == "bind_numa") {
       host.bind_numa = get_bind_numa(path, v);
+    } else if (key == "spare" && is_host) {
+      const auto* b = v.as_boolean();
+      if (!b) fail(path, v, "key \"spare\" must be true or false");
+      host.spare = b->get();
     } else {
       fail(path, v,
            fmt::format("unknown key \"{}\" in {} (expected one of: {})", key,
                        is_host ? "[[hosts]]" : "[defaults]",
-                       is_host ? kHostKeys : std::string(kHostKeys).substr(9) + ", contract"));
+                       is_host ? fmt::format("address, {}, spare", kSharedKeys)
+                               : fmt::format("{}, contract", kSharedKeys)));
     }
   }
 }
@@ -189,6 +195,14 @@ void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host
     cluster.hosts.push_back(std::move(h));
     wheres.push_back(where);
   }
+}
+
+// Moves the hosts marked spare to cluster.spares, in order; `empty` says why none would be left.
+void split_spares(Cluster& cluster, const std::string& empty) {
+  std::vector<Host> hosts;
+  for (auto& h : cluster.hosts) (h.spare ? cluster.spares : hosts).push_back(std::move(h));
+  cluster.hosts = std::move(hosts);
+  if (cluster.hosts.empty()) throw InputError(empty);
 }
 
 }  // namespace
@@ -257,6 +271,7 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no [[hosts]] entries", path));
   check_unique(cluster, wheres);
+  split_spares(cluster, fmt::format("{}: every host is a spare", path));
   return cluster;
 }
 
@@ -275,11 +290,16 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
     host.address = address;
     host.origin = where;
     while (words >> word) {
+      if (word == "spare") {
+        host.spare = true;
+        continue;
+      }
       size_t eq = word.find('=');
       std::string key = word.substr(0, eq);
       std::string value = eq == std::string::npos ? "" : word.substr(eq + 1);
       if (key != "slots" && key != "max_slots")
-        throw InputError(fmt::format("{}: unknown word \"{}\" (expected slots=N)", where, word));
+        throw InputError(
+            fmt::format("{}: unknown word \"{}\" (expected slots=N or spare)", where, word));
       int n = -1;
       try {
         if (value.empty() || value[0] < '0' || value[0] > '9') throw std::invalid_argument(value);
@@ -298,7 +318,21 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no hosts", path));
   check_unique(cluster, wheres);
+  split_spares(cluster, fmt::format("{}: every host is a spare", path));
   return cluster;
+}
+
+void take_spares(Cluster& cluster, int n) {
+  if (n <= 0) return;
+  if (static_cast<size_t>(n) >= cluster.hosts.size())
+    throw InputError(fmt::format("--spares={} leaves no host to run the job ({} has {} hosts)", n,
+                                 cluster.path, cluster.hosts.size()));
+  auto first = cluster.hosts.end() - n;
+  for (auto it = first; it != cluster.hosts.end(); ++it) {
+    it->spare = true;
+    cluster.spares.push_back(std::move(*it));
+  }
+  cluster.hosts.erase(first, cluster.hosts.end());
 }
 
 std::optional<std::string> read_whole_file(const std::string& path) {

@@ -284,6 +284,14 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
   plan.hosts[master].is_master = true;
   plan.master_ip = resolved_ip(plan.hosts[master], resolve);
   plan_processes(plan, options);
+  for (const Host& spare : cluster.spares) {
+    HostPlan sp;
+    sp.node_rank = -1;
+    sp.host = spare;
+    if (sp.host.workdir.empty()) sp.host.workdir = options.launcher_cwd;
+    resolved_ip(sp, resolve);
+    plan.spares.push_back(std::move(sp));
+  }
   const bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
   for (auto& hp : plan.hosts) {
     if (log_needs_ip) resolved_ip(hp, resolve);

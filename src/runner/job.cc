@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -41,9 +42,11 @@ namespace msrun_ssh {
 namespace {
 
 // Phase one. Prints every failed host and returns false when any failed: then every host is
-// disconnected (two-phase start: nothing runs anywhere unless every host is ready).
+// disconnected (two-phase start: nothing runs anywhere unless every host is ready), and `failed`
+// (when given) maps each failed host's address to why.
 bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
-             const std::vector<int>& connections, StatusLine* status = nullptr) {
+             const std::vector<int>& connections, StatusLine* status = nullptr,
+             std::map<std::string, std::string>* failed_hosts = nullptr) {
   auto results = pool.connect_all(connections);
   if (status) status->hide();
   for (const auto& w : pool.warnings())
@@ -55,6 +58,7 @@ bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
       ++failed;
       std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[h]->address.c_str(),
                    results[h]->reason.c_str());
+      if (failed_hosts) (*failed_hosts)[hosts[h]->address] = results[h]->reason;
     }
   if (failed == 0) return true;
   std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failed,
@@ -263,11 +267,16 @@ int wait_for_signal(int sfd, double seconds) {
   return 0;
 }
 
-// The plan of attempt `attempt`: its own job id from the second on (the watchdogs of an earlier
-// attempt never sweep a later one's processes), and MSRUN_SSH_ATTEMPT.
+// The job id of attempt `attempt`: its own from the second on (the watchdogs of an earlier attempt
+// never sweep a later one's processes).
+std::string attempt_job_id(const std::string& job_id, int attempt) {
+  return attempt > 1 ? fmt::format("{}-{}", job_id, attempt) : job_id;
+}
+
+// The plan of attempt `attempt`: its job id, and MSRUN_SSH_ATTEMPT.
 Plan attempt_plan(const Plan& plan, const Options& options, int attempt) {
   Plan p = plan;
-  if (attempt > 1) p.job_id = fmt::format("{}-{}", plan.job_id, attempt);
+  p.job_id = attempt_job_id(plan.job_id, attempt);
   if (options.max_restarts > 0)
     for (auto& h : p.hosts)
       for (auto& proc : h.processes) {
@@ -341,11 +350,11 @@ void write_stacks_file(const std::string& log_dir, const std::string& stacks, in
 
 // Everything before a process starts, attached or detached: connect every host, bind from their
 // topologies, check the torch contract's master port, show the bindings when asked. Returns
-// nothing when ready, else the exit status and why (every step prints its own details).
-std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& plan,
-                                                         const JobHosts& jh, const Options& options,
-                                                         bool report_bindings,
-                                                         StatusLine* status = nullptr) {
+// nothing when ready, else the exit status and why (every step prints its own details);
+// `unreachable` (when given) gets the hosts that could not be connected, with why.
+std::optional<std::pair<int, std::string>> prepare_hosts(
+    SshPool& pool, Plan& plan, const JobHosts& jh, const Options& options, bool report_bindings,
+    StatusLine* status = nullptr, std::map<std::string, std::string>* unreachable = nullptr) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {
@@ -353,7 +362,7 @@ std::optional<std::pair<int, std::string>> prepare_hosts(SshPool& pool, Plan& pl
     workdirs.push_back(h.host.workdir);
   }
   if (options.sync) sync = make_sync_source(options, workdirs);
-  if (!connect(pool, jh.hosts, jh.connections, status))
+  if (!connect(pool, jh.hosts, jh.connections, status, unreachable))
     return std::pair{kExitHostFailure, std::string("a host could not be reached")};
   if (sync && !sync_and_report(pool, *sync, addresses, stderr)) {
     std::fprintf(stderr, "msrun-ssh: the sync failed; nothing was started\n");
@@ -378,29 +387,62 @@ StartView start_view(StatusLine& row, const Plan& plan) {
   return StartView(row, std::move(hosts), processes, monotonic_seconds);
 }
 
-// One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
-AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh, int attempt,
-                          int sfd, const std::shared_ptr<spdlog::logger>& log,
-                          std::vector<std::string>& logs, EventLog* events) {
-  log->info("attempt {}: job id {}", attempt, plan.job_id);
-  emit_event(events, "attempt", {{"attempt", attempt}, {"job_id", plan.job_id}});
-  StatusLine row(2, terminal_status_enabled(2, options.quiet));
-  StartView view = start_view(row, plan);
-  SshSettings settings = ssh_settings(options);
-  settings.on_connect_progress = [&view](size_t h, bool ok) {
-    if (h == std::string::npos)
-      view.tick();
-    else
-      view.host_done(h, ok);
-  };
-  SshPool pool(jh.endpoints, settings);
-  // Nothing started: a host not ready is final (a later attempt would meet it again).
-  if (auto failed =
-          prepare_hosts(pool, plan, jh, options, options.report_bindings && attempt == 1, &row)) {
-    emit_event(events, "start_failed",
-               {{"exit_status", failed->first}, {"reason", failed->second}});
-    return {failed->first, false, true, failed->second};
+// An attempt's hosts, connected and ready to run `plan`.
+struct ReadyHosts {
+  Plan plan;
+  std::optional<StartView> view;
+  std::unique_ptr<SshPool> pool;
+};
+
+// Connects and prepares the hosts of attempt `attempt` (prepare_hosts). At a restart with spares,
+// the hosts that cannot be reached are replaced (HostRoster) and everything connects again, until
+// every host is ready or no spare is left. Returns nothing when ready, else the attempt's result:
+// final (nothing started; a later attempt would meet the same hosts).
+std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& options,
+                                             int attempt, StatusLine& row, ReadyHosts& ready) {
+  for (;;) {
+    ready.pool.reset();
+    ready.plan = attempt_plan(roster.plan(), options, attempt);
+    ready.view.emplace(start_view(row, ready.plan));
+    SshSettings settings = ssh_settings(options);
+    settings.on_connect_progress = [view = &*ready.view](size_t h, bool ok) {
+      if (h == std::string::npos)
+        view->tick();
+      else
+        view->host_done(h, ok);
+    };
+    JobHosts jh = job_hosts(ready.plan);
+    ready.pool = std::make_unique<SshPool>(jh.endpoints, settings);
+    std::map<std::string, std::string> unreachable;
+    auto failed = prepare_hosts(*ready.pool, ready.plan, jh, options,
+                                options.report_bindings && attempt == 1, &row, &unreachable);
+    if (!failed) return std::nullopt;
+    std::string why = failed->second;
+    if (attempt > 1 && roster.has_spares() && !unreachable.empty()) {
+      why = roster.replace_unreachable(unreachable);
+      if (why.empty()) continue;
+    }
+    return AttemptResult{failed->first, false, true, why};
   }
+}
+
+// One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
+AttemptResult run_attempt(const Options& options, HostRoster& roster, int attempt, int sfd,
+                          const std::shared_ptr<spdlog::logger>& log,
+                          std::vector<std::string>& logs, EventLog* events) {
+  std::string job_id = attempt_job_id(roster.plan().job_id, attempt);
+  log->info("attempt {}: job id {}", attempt, job_id);
+  emit_event(events, "attempt", {{"attempt", attempt}, {"job_id", job_id}});
+  StatusLine row(2, terminal_status_enabled(2, options.quiet));
+  ReadyHosts ready;
+  if (auto failed = connect_attempt(roster, options, attempt, row, ready)) {
+    emit_event(events, "start_failed",
+               {{"exit_status", failed->status}, {"reason", failed->cause}});
+    return *failed;
+  }
+  const Plan& plan = ready.plan;
+  SshPool& pool = *ready.pool;
+  StartView& view = *ready.view;
   for (const auto& h : plan.hosts) emit_event(events, "host_connected", {{"host", h.host.address}});
   OutputConfig oc;
   oc.log_dir = options.log_dir;
@@ -426,6 +468,8 @@ AttemptResult run_attempt(const Options& options, Plan& plan, const JobHosts& jh
     result.status = runner.run();
     result.interrupted = runner.interrupted();
     result.cause = runner.cause();
+    result.lost_hosts = runner.lost_hosts();
+    result.root_cause_host = runner.root_cause_host();
     rows = runner.summary();
     logs = runner.log_names();
   } catch (const std::runtime_error& e) {
@@ -479,8 +523,8 @@ int signal_fd() {
 
 int run_job(const Options& options, Plan& plan) {
   umask(077);
-  JobHosts jh = job_hosts(plan);
   if (!options.join) {
+    JobHosts jh = job_hosts(plan);
     SshPool pool(jh.endpoints, ssh_settings(options));
     if (auto failed = prepare_hosts(pool, plan, jh, options, options.report_bindings))
       return failed->first;
@@ -507,14 +551,20 @@ int run_job(const Options& options, Plan& plan) {
   int sfd = signal_fd();
   JobRecord record = record_attached_start(options, plan);
   std::vector<std::string> logs;
-  auto attempt = [&](int k) {
-    if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);
-    Plan p = attempt_plan(plan, options, k);
-    return run_attempt(options, p, jh, k, sfd, log, logs, events.get());
-  };
   auto say = [&](const std::string& m) {
     std::fprintf(stderr, "msrun-ssh: %s\n", m.c_str());
     log->info("{}", m);
+  };
+  HostRoster roster(plan, options, say);
+  AttemptResult last;
+  auto attempt = [&](int k) {
+    if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);
+    std::string cannot = k > 1 ? roster.after_attempt(last) : "";
+    if (!cannot.empty()) {
+      say(cannot);
+      return last = AttemptResult{kExitHostFailure, false, true, cannot};
+    }
+    return last = run_attempt(options, roster, k, sfd, log, logs, events.get());
   };
   RestartHistory history = run_with_restarts(
       options.max_restarts, options.restart_backoff, attempt,

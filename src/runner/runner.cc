@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
@@ -580,6 +581,61 @@ RestartHistory run_with_restarts(int max_restarts, double backoff_s,
       return h;
     }
   }
+}
+
+std::vector<std::string> Runner::lost_hosts() const {
+  std::vector<std::string> lost;
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (hosts_[h].lost) lost.push_back(host_name(h));
+  return lost;
+}
+
+std::string Runner::root_cause_host() const {
+  return root_cause_ < 0 ? "" : host_name(procs_[static_cast<size_t>(root_cause_)].host);
+}
+
+HostRoster::HostRoster(Plan plan, const Options& options, Say say)
+    : plan_(std::move(plan)),
+      options_(options),
+      say_(std::move(say)),
+      has_spares_(!plan_.spares.empty()) {}
+
+std::string HostRoster::after_attempt(const AttemptResult& result) {
+  if (!has_spares_) return "";
+  std::set<std::string> failed(result.lost_hosts.begin(), result.lost_hosts.end());
+  if (!result.root_cause_host.empty()) failed.insert(result.root_cause_host);
+  for (const auto& host : failed) ++failures_[host];
+  std::map<std::string, std::string> lost;
+  for (const auto& host : result.lost_hosts) lost[host] = "lost during the attempt";
+  return replace(lost);
+}
+
+std::string HostRoster::replace_unreachable(const std::map<std::string, std::string>& unreachable) {
+  std::map<std::string, std::string> why;
+  for (const auto& [host, reason] : unreachable) why[host] = "unreachable: " + reason;
+  return replace(why);
+}
+
+std::string HostRoster::replace(const std::map<std::string, std::string>& unusable) {
+  SpareDecision d = replace_hosts(plan_, unusable, failures_, options_.host_failures_to_exclude);
+  if (!d.error.empty()) return "cannot restart: " + d.error;
+  std::string old_master;
+  for (const auto& h : plan_.hosts)
+    if (h.is_master) old_master = h.host.address;
+  try {
+    plan_ = apply_replacements(plan_, d.replacements, options_);
+  } catch (const InputError& e) {
+    return fmt::format("cannot restart: a spare host does not fit the job: {}", e.what());
+  }
+  for (const Replacement& r : d.replacements) {
+    say_(fmt::format("spare host {} replaces {} as node rank {} ({})", r.spare, r.host, r.node_rank,
+                     r.reason));
+    if (r.host == old_master)
+      say_(fmt::format("the master moves from {} to {}: {} is now {}", r.host, r.spare,
+                       plan_.contract == Contract::kTorch ? "MASTER_ADDR" : "MS_SCHED_HOST",
+                       plan_.master_ip));
+  }
+  return "";
 }
 
 std::string format_attempts(const RestartHistory& history) {

@@ -132,6 +132,9 @@ std::vector<Case> value_options() {
       {"--contract", "msrun", [](const Options& o) { EXPECT_EQ(o.contract, Contract::kMsrun); }},
       {"--max_restarts", "3", [](const Options& o) { EXPECT_EQ(o.max_restarts, 3); }},
       {"--restart_backoff", "2.5", [](const Options& o) { EXPECT_EQ(o.restart_backoff, 2.5); }},
+      {"--spares", "2", [](const Options& o) { EXPECT_EQ(o.spares, 2); }},
+      {"--host_failures_to_exclude", "3",
+       [](const Options& o) { EXPECT_EQ(o.host_failures_to_exclude, 3); }},
       {"--ssh_debug", "4", [](const Options& o) { EXPECT_EQ(o.ssh_debug, 4); }},
       {"--timeout", "90", [](const Options& o) { EXPECT_EQ(o.timeout, 90); }},
       {"--hang_timeout", "30", [](const Options& o) { EXPECT_EQ(o.hang_timeout, 30); }},
@@ -237,6 +240,10 @@ TEST(Cli, ContractRestartsAndSshDebugValues) {
   EXPECT_FALSE(run_with({}).contract.has_value());  // unset: the host file decides
   EXPECT_EQ(run_with({}).max_restarts, 0);
   EXPECT_NE(run_error({"--max_restarts", "-1"}), "no error");
+  EXPECT_EQ(run_with({}).spares, 0);
+  EXPECT_EQ(run_with({}).host_failures_to_exclude, 2);
+  EXPECT_NE(run_error({"--host_failures_to_exclude", "0"}), "no error");
+  EXPECT_NE(run_error({"--spares", "-1"}), "no error");
   EXPECT_NE(run_error({"--ssh_debug", "5"}), "no error");
   EXPECT_EQ(run_error({"--on_hang", "dump"}), "--on_hang=dump: expects kill or report");
   EXPECT_TRUE(run_with({}).hang_kills);

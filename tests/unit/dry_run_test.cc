@@ -118,6 +118,21 @@ TEST_F(DryRun, OtherHostsShowTheirAddress) {
   EXPECT_NE(t.find("job 20261129-154501-3fa9c2: 2 hosts, 2 workers"), std::string::npos);
 }
 
+TEST_F(DryRun, SparesComeLastAndStartNothing) {
+  Host s;
+  s.address = "198.18.0.9";
+  s.user = "ms";
+  s.spare = true;
+  cluster.spares.push_back(s);
+  std::string t = text();
+  EXPECT_TRUE(
+      t.ends_with("\nspare host 198.18.0.9: ms@198.18.0.9, workdir /job\n  starts nothing; "
+                  "at a restart it replaces a host lost, unreachable or failed "
+                  "--host_failures_to_exclude=2 times\n"))
+      << t;
+  EXPECT_NE(t.find("1 hosts, 1 workers"), std::string::npos) << t;
+}
+
 TEST_F(DryRun, DetachedCommands) {
   options.join = false;
   Plan plan = make_plan(options, cluster, literal_only);

@@ -207,7 +207,7 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
       {"[[hosts]]\naddress = \"a\"\nslots = 4\n",
        "h.toml:3:9: unknown key \"slots\" in [[hosts]] (expected one of: address, user, "
        "port, identity_file, known_hosts, python, workdir, local_worker_num, env, "
-       "bind_core, bind_numa)"},
+       "bind_core, bind_numa, spare)"},
       // unknown key in [defaults]
       {"[defaults]\nusr = \"x\"\n[[hosts]]\naddress = \"a\"\n",
        "h.toml:2:7: unknown key \"usr\" in [defaults] (expected one of: user, port, "
@@ -364,6 +364,62 @@ TEST(Hostfile, NoHosts) {
             std::string::npos);
 }
 
+// ---- spares ------------------------------------------------------------------------------------
+
+TEST(Hostfile, SparesStartNothingAndKeepTheirFileOrder) {
+  Cluster c = parse_toml_hostfile(
+      "[defaults]\nuser = \"u\"\n[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"s[1-2]\"\n"
+      "spare = true\n[[hosts]]\naddress = \"b\"\nspare = false\n",
+      "h.toml");
+  ASSERT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(c.hosts[0].address, "a");
+  EXPECT_EQ(c.hosts[1].address, "b");
+  ASSERT_EQ(c.spares.size(), 2u);
+  EXPECT_EQ(c.spares[0].address, "s1");
+  EXPECT_EQ(c.spares[1].address, "s2");
+  EXPECT_TRUE(c.spares[1].spare);
+  EXPECT_EQ(c.spares[1].user, "u");  // [defaults] apply to spares too
+}
+
+TEST(Hostfile, SpareErrors) {
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = 1\n"),
+            "h.toml:3:9: key \"spare\" must be true or false");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = true\n"),
+            "h.toml: every host is a spare");
+  EXPECT_EQ(toml_error("[defaults]\nspare = true\n[[hosts]]\naddress = \"a\"\n"),
+            "h.toml:2:9: unknown key \"spare\" in [defaults] (expected one of: user, port, "
+            "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
+            "bind_numa, contract)");
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"a\"\nspare = true\n"),
+            "h.toml:3:1: host \"a\" is listed twice");
+}
+
+TEST(HostfilePlain, SpareWord) {
+  Cluster c = parse_plain_hostfile("a slots=2\ns spare slots=2\nb\n", "hosts");
+  ASSERT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(c.hosts[1].address, "b");
+  ASSERT_EQ(c.spares.size(), 1u);
+  EXPECT_EQ(c.spares[0].address, "s");
+  EXPECT_EQ(c.spares[0].local_worker_num, 2);
+  EXPECT_EQ(plain_error("a spare\n"), "hosts: every host is a spare");
+}
+
+TEST(Hostfile, TakeSparesMovesTheLastHostsAfterTheMarkedOnes) {
+  Cluster c = parse_plain_hostfile("a\nm spare\nb\nc\nd\n", "hosts");
+  take_spares(c, 2);
+  ASSERT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(c.hosts[1].address, "b");
+  ASSERT_EQ(c.spares.size(), 3u);
+  EXPECT_EQ(c.spares[0].address, "m");
+  EXPECT_EQ(c.spares[1].address, "c");
+  EXPECT_EQ(c.spares[2].address, "d");
+  EXPECT_TRUE(c.spares[2].spare);
+  take_spares(c, 0);
+  EXPECT_EQ(c.hosts.size(), 2u);
+  EXPECT_EQ(error_of([&] { take_spares(c, 2); }),
+            "--spares=2 leaves no host to run the job (hosts has 2 hosts)");
+}
+
 // ---- plain format -----------------------------------------------------------------------------
 
 TEST(HostfilePlain, SlotsCommentsAndBlankLines) {
@@ -415,9 +471,9 @@ TEST(HostfilePlain, NoFinalNewline) {
 
 TEST(HostfilePlain, UnknownWord) {
   EXPECT_EQ(plain_error("a slots=1\nb cpus=4\n"),
-            "hosts:2: unknown word \"cpus=4\" (expected slots=N)");
+            "hosts:2: unknown word \"cpus=4\" (expected slots=N or spare)");
   EXPECT_EQ(plain_error("a slots=1\n\n# x\nb 4\n"),
-            "hosts:4: unknown word \"4\" (expected slots=N)");
+            "hosts:4: unknown word \"4\" (expected slots=N or spare)");
 }
 
 TEST(HostfilePlain, BadSlots) {

@@ -896,6 +896,189 @@ TEST_F(Runner, RestartRunsTheJobAgainAfterAFailure) {
   EXPECT_NE(console_out().find("[1@node1 a2] hello\n"), std::string::npos) << console_out();
 }
 
+// --- Spare hosts (HostRoster) between attempts --------------------------------------------------
+
+// Restarts with spares: a real plan (make_plan: scheduler on the master, MS_SCHED_HOST, ...) of
+// hosts node0.. and spares spare0.., 198.18.0.1.. and 198.18.0.101.., each attempt run by the
+// Runner on its own FakeTransport, the roster deciding the hosts between attempts as run_job does.
+class SpareRestart : public Runner {
+ protected:
+  void plan_hosts(const std::vector<int>& workers, int spares) {
+    ms::Cluster cluster;
+    cluster.path = "h.toml";
+    for (size_t h = 0; h < workers.size(); ++h)
+      cluster.hosts.push_back(ms::test::host("node" + std::to_string(h), workers[h]));
+    for (int s = 0; s < spares; ++s)
+      cluster.spares.push_back(ms::test::host("spare" + std::to_string(s), 1));
+    options_.task_script = "train.py";
+    options_.launcher_cwd = "/w";
+    plan_ = ms::make_plan(options_, cluster, [](const std::string& name) {
+      bool spare = name.rfind("spare", 0) == 0;
+      return fmt::format("198.18.0.{}", std::stoi(name.substr(spare ? 5 : 4)) + (spare ? 101 : 1));
+    });
+  }
+
+  // Runs up to options_.max_restarts + 1 attempts; `scripts(k)` scripts attempt k's hosts.
+  ms::RestartHistory go(const std::function<std::vector<HostScript>(int)>& scripts) {
+    roster_ = std::make_unique<ms::HostRoster>(
+        plan_, options_, [this](const std::string& m) { said_.push_back(m); });
+    ms::AttemptResult last;
+    auto attempt = [&](int k) {
+      std::string cannot = k > 1 ? roster_->after_attempt(last) : "";
+      if (!cannot.empty())
+        return last = ms::AttemptResult{ms::kExitHostFailure, false, true, cannot};
+      plan_ = roster_->plan();
+      Strings hosts;
+      for (const auto& h : plan_.hosts) hosts.push_back(h.host.address);
+      hosts_.push_back(hosts);
+      fakes_.push_back(std::make_unique<FakeTransport>(scripts(k)));
+      int code = run(*fakes_.back(), -1, -1, k);
+      rows_of_.push_back(rows_);
+      return last = ms::AttemptResult{code,
+                                      runner().interrupted(),
+                                      false,
+                                      runner().cause(),
+                                      runner().lost_hosts(),
+                                      runner().root_cause_host()};
+    };
+    return ms::run_with_restarts(
+        options_.max_restarts, 0, attempt, [](double) { return 0; }, [](const std::string&) {});
+  }
+
+  // The host that ran `process` ("rank 1", "scheduler") in attempt k.
+  std::string host_of(int k, const std::string& process) const {
+    for (const auto& r : rows_of_.at(static_cast<size_t>(k - 1)))
+      if (r.process == process) return r.host;
+    return "";
+  }
+
+  std::unique_ptr<ms::HostRoster> roster_;
+  std::vector<std::unique_ptr<FakeTransport>> fakes_;
+  std::vector<Strings> hosts_;  // per attempt, its hosts in node-rank order
+  std::vector<std::vector<ms::SummaryRow>> rows_of_;
+  Strings said_;
+};
+
+HostScript lost_at(double at, std::vector<ProcScript> processes) {
+  HostScript h = host(std::move(processes));
+  h.lost_at = at;
+  return h;
+}
+
+TEST_F(SpareRestart, ALostHostIsReplacedByTheSpareWithItsNodeRankAndRanks) {
+  options_.max_restarts = 1;
+  plan_hosts({1, 1}, 1);
+  ms::RestartHistory h = go([](int k) {
+    // node0: the scheduler and rank 0; node1: rank 1, cut off in attempt 1.
+    return k == 1 ? std::vector<HostScript>{host(), lost_at(0.5, {ProcScript{}})}
+                  : std::vector<HostScript>{host({exits(1), exits(1)}), host({exits(1)})};
+  });
+  ASSERT_EQ(h.attempts.size(), 2u);
+  EXPECT_EQ(h.attempts[0].status, ms::kExitHostFailure);
+  EXPECT_EQ(h.attempts[0].lost_hosts, Strings{"node1"});
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(hosts_[1], (Strings{"node0", "spare0"}));
+  EXPECT_EQ(host_of(2, "rank 1"), "spare0");
+  EXPECT_EQ(plan_.hosts[1].node_rank, 1);
+  EXPECT_EQ(*ms::test::env_of(plan_.hosts[1].processes[0], "RANK_ID"), "1");
+  EXPECT_EQ(*ms::test::env_of(plan_.hosts[1].processes[0], "MS_SCHED_HOST"), "198.18.0.1");
+  EXPECT_EQ(said_, Strings{"spare host spare0 replaces node1 as node rank 1 (lost during the "
+                           "attempt)"});  // the master did not move
+}
+
+TEST_F(SpareRestart, AHostIsExcludedAfterFailingKAttemptsAsTheRootCause) {
+  options_.max_restarts = 3;
+  plan_hosts({1, 1}, 1);
+  ms::RestartHistory h = go([](int k) {
+    // rank 1 exits 3 on node1 in attempts 1 and 2 (the root cause: node0's processes are only
+    // torn down, which fails no host); on the spare it succeeds.
+    return k < 3 ? std::vector<HostScript>{host(), host({exits(1, 3)})}
+                 : std::vector<HostScript>{host({exits(1), exits(1)}), host({exits(1)})};
+  });
+  ASSERT_EQ(h.attempts.size(), 3u);
+  EXPECT_EQ(h.attempts[0].root_cause_host, "node1");
+  EXPECT_EQ(hosts_[1], (Strings{"node0", "node1"}));  // one failure: node1 stays
+  EXPECT_EQ(hosts_[2], (Strings{"node0", "spare0"}));
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(said_, Strings{"spare host spare0 replaces node1 as node rank 1 (failed 2 attempts)"});
+}
+
+TEST_F(SpareRestart, KOfOneExcludesAtTheFirstFailure) {
+  options_.max_restarts = 1;
+  options_.host_failures_to_exclude = 1;
+  plan_hosts({1, 1}, 1);
+  go([](int k) {
+    return k == 1 ? std::vector<HostScript>{host({exits(1), exits(1, 2)}), host()}
+                  : std::vector<HostScript>{host({exits(1), exits(1)}), host({exits(1)})};
+  });
+  EXPECT_EQ(hosts_.at(1), (Strings{"spare0", "node1"}));
+}
+
+TEST_F(SpareRestart, ReplacingTheMasterMovesMsSchedHostAndSaysSo) {
+  options_.max_restarts = 1;
+  plan_hosts({1, 1}, 2);
+  ms::RestartHistory h = go([](int k) {
+    return k == 1 ? std::vector<HostScript>{lost_at(0.5, {ProcScript{}, ProcScript{}}), host()}
+                  : std::vector<HostScript>{host({exits(1), exits(1)}), host({exits(1)})};
+  });
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(hosts_.at(1), (Strings{"spare0", "node1"}));
+  EXPECT_EQ(host_of(2, "scheduler"), "spare0");
+  EXPECT_EQ(plan_.master_ip, "198.18.0.101");
+  for (const auto& host : plan_.hosts)
+    for (const auto& p : host.processes)
+      EXPECT_EQ(*ms::test::env_of(p, "MS_SCHED_HOST"), "198.18.0.101") << p.label();
+  EXPECT_EQ(said_, (Strings{"spare host spare0 replaces node0 as node rank 0 (lost during the "
+                            "attempt)",
+                            "the master moves from node0 to spare0: MS_SCHED_HOST is now "
+                            "198.18.0.101"}));
+  EXPECT_EQ(roster_->plan().spares.size(), 1u);  // spare1 is still free
+}
+
+TEST_F(SpareRestart, NoSpareLeftEndsTheJobWith255NamingTheHost) {
+  options_.max_restarts = 3;
+  plan_hosts({1, 1}, 1);
+  ms::RestartHistory h = go([](int) {
+    // node rank 1 is cut off in every attempt: node1 first, then the spare that replaced it.
+    return std::vector<HostScript>{host(), lost_at(0.5, {ProcScript{}})};
+  });
+  ASSERT_EQ(h.attempts.size(), 3u);  // the third never ran
+  EXPECT_EQ(hosts_.size(), 2u);
+  EXPECT_EQ(h.status, ms::kExitHostFailure);
+  EXPECT_TRUE(h.attempts[2].final);
+  EXPECT_EQ(h.attempts[2].cause,
+            "cannot restart: no spare host is left to replace spare0 (node rank 1, lost during "
+            "the attempt)");
+}
+
+TEST_F(SpareRestart, WithoutSparesTheHostsNeverChange) {
+  options_.max_restarts = 2;
+  options_.host_failures_to_exclude = 1;
+  plan_hosts({1, 1}, 0);
+  ms::RestartHistory h = go([](int k) {
+    return k < 3 ? std::vector<HostScript>{host(), lost_at(0.5, {ProcScript{}})}
+                 : std::vector<HostScript>{host({exits(1), exits(1)}), host({exits(1)})};
+  });
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(hosts_, (std::vector<Strings>(3, Strings{"node0", "node1"})));
+  EXPECT_TRUE(said_.empty());
+}
+
+TEST_F(SpareRestart, UnreachableHostsTakeTheNextSpareUntilNoneIsLeft) {
+  plan_hosts({1, 1}, 2);
+  ms::HostRoster roster(plan_, options_, [this](const std::string& m) { said_.push_back(m); });
+  EXPECT_EQ(roster.replace_unreachable({{"node1", "connection refused"}}), "");
+  EXPECT_EQ(roster.plan().hosts[1].host.address, "spare0");
+  EXPECT_EQ(roster.replace_unreachable({{"spare0", "timed out"}}), "");
+  EXPECT_EQ(roster.plan().hosts[1].host.address, "spare1");
+  EXPECT_EQ(roster.replace_unreachable({{"spare1", "timed out"}}),
+            "cannot restart: no spare host is left to replace spare1 (node rank 1, unreachable: "
+            "timed out)");
+  EXPECT_EQ(roster.plan().hosts[1].host.address, "spare1");  // unchanged by a failed decision
+  EXPECT_EQ(said_.back(),
+            "spare host spare1 replaces spare0 as node rank 1 (unreachable: timed out)");
+}
+
 // --- Time limits ---------------------------------------------------------------------------------
 
 const std::string kTimedOut = "killed by SIGTERM (timed out)";

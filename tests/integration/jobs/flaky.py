@@ -1,8 +1,8 @@
 """Test job for restarts. Rank FAIL_RANK exits FAIL_CODE in the attempts listed in FAIL_ATTEMPTS
-("1,3", or "all"); every other process runs RUN seconds and prints "done". First each process
+("1,3", or "all"); every other process runs RUN seconds and prints "done" (attempt 1 runs RUN_FIRST seconds when given). First each process
 prints how many processes of earlier attempts of the job are still alive on its host, found by
 their MSRUN_SSH_JOB marker (attempt k > 1 runs as job "<id>-k"). Usage:
-    flaky.py [--fail_rank R] [--fail_code C] [--fail_attempts LIST] [--run S]
+    flaky.py [--fail_rank R] [--fail_code C] [--fail_attempts LIST] [--run S] [--run_first S]
 """
 import argparse
 import os
@@ -14,6 +14,7 @@ ap.add_argument("--fail_rank", type=int, default=-1)
 ap.add_argument("--fail_code", type=int, default=3)
 ap.add_argument("--fail_attempts", default="1")
 ap.add_argument("--run", type=float, default=1.0)
+ap.add_argument("--run_first", type=float, default=None)
 a = ap.parse_args()
 
 attempt = int(os.environ.get("MSRUN_SSH_ATTEMPT", "0"))
@@ -36,5 +37,5 @@ if role == "MS_WORKER" and rank == a.fail_rank and failing:
     time.sleep(0.5)
     print(f"rank {rank} exits {a.fail_code} in attempt {attempt}", file=sys.stderr, flush=True)
     sys.exit(a.fail_code)
-time.sleep(a.run)
+time.sleep(a.run_first if attempt <= 1 and a.run_first is not None else a.run)
 print("done", flush=True)

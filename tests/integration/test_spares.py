@@ -1,0 +1,83 @@
+"""Spare hosts at a restart (issue #16): a host cut during attempt 1 is replaced by the spare of
+the host file, which runs the lost host's node rank and ranks in attempt 2; without a spare the
+restart fails with 255, naming the host."""
+import os
+import re
+
+from harness import (addresses, check, cluster, copy_hosts_file, job, launch, marked_processes,
+                     read, wait_clean, wait_for)
+
+VICTIM = 1  # node rank 1 (ranks 2 and 3 with the cluster's 2 workers per host)
+
+
+def _spare_hosts_file():
+    """The cluster's host file with its last host marked spare (the job runs on the others)."""
+    path = copy_hosts_file()
+    with open(path, "a") as f:
+        f.write("spare = true\n")  # the last [[hosts]] table
+    return path
+
+
+def _cut_during_attempt_1(hostfile, processes):
+    """Runs flaky.py (attempt 1 runs long, attempt 2 briefly), cuts VICTIM once attempt 1's
+    `processes` run, and returns (exit code, stdout, stderr, log dir)."""
+    p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"], hostfile=hostfile,
+                     extra=["--max_restarts", "1", "--restart_backoff", "0.5"])
+    try:
+        wait_for(lambda: len([x for x in marked_processes() if "flaky.py" in x[2]]) >= processes,
+                 20, "attempt 1's processes")
+        cluster("cut", VICTIM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        cluster("heal", VICTIM)
+        if p.poll() is None:
+            p.kill()
+    return p.returncode, out, err, logs
+
+
+def test_cut_host_is_replaced_by_the_spare():
+    addrs = addresses()
+    victim, spare = addrs[VICTIM], addrs[-1]
+    code, out, err, logs = _cut_during_attempt_1(_spare_hosts_file(), 1 + 2 * (len(addrs) - 1))
+    check(code == 0, f"exit {code}: {err.decode()[-2500:]}")
+    check(f"spare host {spare} replaces {victim} as node rank {VICTIM} (lost during the "
+          f"attempt)".encode() in err, f"the replacement is not said: {err.decode()[-2500:]}")
+    check(b"the master moves" not in err, "the master stays on node rank 0")
+    # Attempt 2 runs the lost host's ranks on the spare, with its node rank.
+    for rank in (2 * VICTIM, 2 * VICTIM + 1):
+        check(re.search(rf"^\[{rank}@{re.escape(spare)} a2\] attempt 2 MS_WORKER rank {rank} "
+                        .encode(), out, re.M), f"rank {rank} not on the spare: {out.decode()[-2000:]}")
+        text = read(os.path.join(logs, f"worker_{rank}.log"))
+        check(text.rstrip().endswith(b"done"), f"worker_{rank}.log incomplete: {text[-300:]}")
+    check(f"spare host {spare} replaces {victim}".encode() in read(os.path.join(logs, "msrun-ssh.log")),
+          "msrun-ssh.log names the replacement")
+    check(b"attempt 2: exit 0" in err, "the attempts are summed up")
+    wait_clean(5)
+
+
+def test_cut_host_without_a_spare_fails_the_restart_with_255():
+    addrs = addresses()
+    code, _, err, _ = _cut_during_attempt_1(copy_hosts_file(), 1 + 2 * len(addrs))
+    check(code == 255, f"exit {code}: {err.decode()[-2500:]}")
+    check(f"host {addrs[VICTIM]} lost".encode() in err, f"the loss is not named: {err.decode()[-2500:]}")
+    # Attempt 2 cannot reach the cut host: nothing starts, the host is named.
+    check(re.search(rf"msrun-ssh: {re.escape(addrs[VICTIM])}: .+".encode(), err),
+          f"the unreachable host is not named: {err.decode()[-2500:]}")
+    check(b"attempt 2: exit 255 (a host could not be reached)" in err, f"{err.decode()[-2500:]}")
+    wait_clean(5)
+
+
+def test_no_spare_left_names_the_host():
+    # The only spare is cut too: attempt 2 replaces the lost host with it, cannot reach it either,
+    # and has no spare left.
+    addrs = addresses()
+    spare = len(addrs) - 1
+    cluster("cut", spare)
+    try:
+        code, _, err, _ = _cut_during_attempt_1(_spare_hosts_file(), 1 + 2 * (len(addrs) - 1))
+    finally:
+        cluster("heal", spare)
+    check(code == 255, f"exit {code}: {err.decode()[-2500:]}")
+    check(f"cannot restart: no spare host is left to replace {addrs[spare]} (node rank {VICTIM}, "
+          f"unreachable: ".encode() in err, f"no clear reason: {err.decode()[-2500:]}")
+    wait_clean(5)
