@@ -4,34 +4,12 @@ output complete; a host without gdb still shows every process's /proc state."""
 import json
 import os
 import re
-import subprocess
 import tempfile
 
-from harness import (binary, check, cluster_dir, job, marked_processes, run, tmpdir, wait_clean,
-                     wait_for)
+from harness import check, cluster_dir, job, marked_processes, tmpdir, wait_clean, wait_for
+from test_jobs import _start, _state_env, _tool
 
 SECONDS = 25
-
-
-def _tool(env, *args, timeout=90):
-    return subprocess.run([binary(), *args], env=env, capture_output=True, timeout=timeout,
-                          cwd=tmpdir())
-
-
-def _start(env):
-    """Starts stackable.py detached, rank 2 stuck in wait_for_peer; returns its job id."""
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]  # run() passes os.environ on
-    try:
-        code, out, err, _ = run([job("stackable.py"), str(SECONDS), "--stuck", "2"],
-                                extra=["--join=False"], log_dir="msrun_stacks")
-    finally:
-        if old is None:
-            del os.environ["XDG_STATE_HOME"]
-        else:
-            os.environ["XDG_STATE_HOME"] = old
-    check(code == 0, f"detached start exit {code}: {err.decode()}")
-    return out.decode().strip()
 
 
 def _host_rc(i):
@@ -54,9 +32,10 @@ def _path_without_gdb():
 
 
 def test_stack_of_a_detached_job_shows_every_rank_and_the_job_goes_on():
-    env = dict(os.environ)
-    env["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
-    job_id = _start(env)
+    env = _state_env()
+    # Rank 2 stuck in wait_for_peer, the others in collective, each with a sleep child.
+    job_id = _start(env, task=[job("hang.py"), "--stuck", "2", "--seconds", str(SECONDS),
+                               "--child"])
     rc = _host_rc(1)
     saved = open(rc).read()
     try:

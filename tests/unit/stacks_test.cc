@@ -136,18 +136,21 @@ TEST(Stacks, ReportGroupsIdenticalStacksUnderTheirRankSet) {
       "#0  0x00007f22 in read ()\n");
 }
 
+// The report of job "j" from host "n" whose stack.sh printed `processes` (with gdb).
+std::string report_of(const std::string& processes) {
+  HostStacks h = parse_stacks("host n\ngdb yes\n" + processes + "end\n");
+  h.address = "n";
+  return format_stack_report("j", {h});
+}
+
 TEST(Stacks, NativeStacksGroupWithAddressesAndLwpsBlurred) {
-  HostStacks h = parse_stacks(
-      "host n\ngdb yes\n"
+  std::string report = report_of(
       "proc 7 0 S - sleep\nnative Thread 1 (Thread 0x7f01 (LWP 7) \"sleep\"):\n"
       "native #0  0x00007fa1 in nanosleep (req=0x7ffc10) at x.c:71\n"
       "proc 8 1 S - sleep\nnative Thread 1 (Thread 0x7f02 (LWP 8) \"sleep\"):\n"
       "native #0  0x00007fb2 in nanosleep (req=0x7ffd20) at x.c:71\n"
       "proc 9 2 S - sleep\nnative Thread 1 (Thread 0x7f03 (LWP 9) \"sleep\"):\n"
-      "native #0  0x00007fc3 in nanosleep (req=0x7ffe30) at x.c:72\n"
-      "end\n");
-  h.address = "n";
-  std::string report = format_stack_report("j", {h});
+      "native #0  0x00007fc3 in nanosleep (req=0x7ffe30) at x.c:72\n");
   EXPECT_THAT(report, HasSubstr("--- native stacks of ranks 0-1 (2 processes), e.g. rank 0 (pid 7) "
                                 "on n ---\n"));
   EXPECT_THAT(report, HasSubstr("--- native stacks of rank 2 (pid 9) on n ---\n"));
@@ -155,14 +158,10 @@ TEST(Stacks, NativeStacksGroupWithAddressesAndLwpsBlurred) {
 
 TEST(Stacks, ProcessesOfOneRankAndOnesWithoutARank) {
   // A rank's child (a data loader worker) has its rank; a process without one stands alone.
-  HostStacks h = parse_stacks(
-      "host n\ngdb yes\n"
+  std::string report = report_of(
       "proc 7 0 S - python3\npy   File \"a.py\", line 1 in f\n"
       "proc 8 0 S - python3\npy   File \"a.py\", line 1 in f\n"
-      "proc 9 - S - python3\npy   File \"a.py\", line 1 in f\n"
-      "end\n");
-  h.address = "n";
-  std::string report = format_stack_report("j", {h});
+      "proc 9 - S - python3\npy   File \"a.py\", line 1 in f\n");
   EXPECT_THAT(report, HasSubstr("  pid 9 S (sleeping) wchan - python3: Python stack\n"));
   EXPECT_THAT(report, HasSubstr("--- Python stacks of rank 0 (2 processes), e.g. rank 0 (pid 7) "
                                 "on n ---\n  File \"a.py\", line 1 in f\n"
