@@ -1,6 +1,6 @@
-// Stacks on demand (README, "Stacks"): `msrun-ssh stack --job ID` shows where every process of a
-// running job is — its Python stack, else its native stack, and its state and wait channel from
-// /proc — without stopping it, and groups identical stacks under their rank set.
+// Stacks on demand (README, "Stacks on demand"): `msrun-ssh stack --job ID` shows where every
+// process of a running job is — its Python stack, else its native stack, and its state and wait
+// channel from /proc — without stopping it, and groups identical stacks under their rank set.
 //
 // How a Python process can dump its stack and go on: every process of a job starts through
 // src/remote/stack_site.sh (process_command, command.h, when Process::stack_dumps), which installs

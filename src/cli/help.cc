@@ -453,11 +453,11 @@ const std::vector<CommandDoc>& command_docs() {
       {Command::kStack, "stack", "msrun-ssh stack [OPTIONS] [--hostfile FILE] --job ID",
        "Show where every process of a running job is, without stopping it: per host, each "
        "process's rank, pid, state and wait channel (/proc), then the Python stack of every thread "
-       "(its Python processes dump them on SIGUSR2, see README \"Stacks\"), else a native "
-       "backtrace where gdb is installed; identical stacks of many ranks are shown once under "
-       "their rank set. The report is also saved as <log_dir>/stacks-<time>.txt. Exit 0 when every "
-       "host answered, 255 when one did not. Without --hostfile, the hosts and SSH options come "
-       "from the job's record."},
+       "(its Python processes dump them on SIGUSR2, see README \"Stacks on demand\"), else a "
+       "native backtrace where gdb is installed; identical stacks of many ranks are shown once "
+       "under their rank set. The report is also saved as <log_dir>/stacks-<time>.txt. Exit 0 when "
+       "every host answered, 255 when one did not. Without --hostfile, the hosts and SSH options "
+       "come from the job's record."},
       {Command::kSync, "sync", "msrun-ssh sync [OPTIONS] --hostfile FILE DIR [DEST]",
        "Make DEST on every host of FILE identical to DIR here, sending only what differs (README, "
        "\"Sync\"). DEST: each host's workdir joined with DIR's path relative to the current "
