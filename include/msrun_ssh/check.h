@@ -53,6 +53,11 @@
 //                  paths differ. fail: cannot compare (no python3, DEST not a directory, ...).
 //   route          `ip route get MASTER_IP`: the interface (and source address) each host uses to
 //                  reach the master. fail: no route. warn: no `ip` command.
+//   stacks         what `msrun-ssh stack` gets there (stacks.h): Python stacks when the run's
+//                  interpreter works, native ones when gdb and timeout are installed and ptrace
+//                  lets this user attach (kernel.yama.ptrace_scope 0; 1 or 2 for root only).
+//                  pass: Python stacks (value "python+gdb" or "python"). warn: no Python stacks
+//                  (then native ones, or the /proc state only).
 //
 //   net, allreduce  with --net and --net=collective (see their sections below).
 //

@@ -11,7 +11,7 @@
 
 namespace msrun_ssh {
 
-enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs, kSync };
+enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs, kSync, kStack };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };

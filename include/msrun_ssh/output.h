@@ -308,8 +308,15 @@ std::string format_summary(const std::vector<SummaryRow>& rows);
 // Just the grouped Python stacks of format_summary ("" when no process printed any).
 std::string format_stacks(const std::vector<SummaryRow>& rows);
 
+// The rows that have stacks, grouped by them (identical once thread ids, "0x" addresses and LWP
+// numbers are blurred), each group once in the order its first row came: a line
+// "--- TITLE of LABEL ---" (LABEL as in the failure report: "rank 3 on HOST", or "ranks 0-2,4 (4
+// processes), e.g. rank 0 on HOST") and the first row's stack lines. "" when no row has any.
+std::string format_stack_groups(const std::vector<SummaryRow>& rows, std::string_view title);
+
 // Ranks in node-set-like notation: {0,1,2,4} -> "ranks 0-2,4 (4 processes)", {3} -> "rank 3";
-// the scheduler (-1) is named first.
+// the scheduler (-1) is named first; a rank given more than once (processes of one rank) is
+// named once and counted as often: {-1,-1,3,3} -> "scheduler, rank 3 (4 processes)".
 std::string describe_ranks(std::vector<int> ranks);
 
 }  // namespace msrun_ssh

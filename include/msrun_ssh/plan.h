@@ -31,6 +31,8 @@ struct Process {
   std::vector<int> cpus;          // bound CPUs; empty: not bound
   std::vector<int> numa_nodes;    // bound NUMA nodes; empty: not bound
   bool bind_pending = false;      // binding asked for, decided from the host's topology at start
+  bool stack_dumps = false;       // started through stack_site.sh: its Python processes dump
+                                  // their stacks on SIGUSR2 (stacks.h); make_plan sets it
 
   std::string label() const;  // "scheduler" or "rank 3"
 };

@@ -256,6 +256,11 @@ int run_job_quietly(const Options& options, Plan& plan, const std::string& conso
 // kExitHostFailure when a host could not be reached or did not finish.
 int stop_job(const Options& options, const Cluster& cluster);
 
+// Writes `stacks` (a grouped stack report) to <log_dir>/stacks-<UTC time>[-a<attempt>].txt (the
+// suffix from attempt 2 on) and says so on stderr; warns there when the file cannot be written.
+// Nothing happens when `stacks` is empty.
+void write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt);
+
 // `msrun-ssh sync`: connects every host of `cluster` and syncs options.sync_dir to each (sync.h),
 // printing one line per host. Returns 0, or kExitHostFailure when a host could not be reached or
 // its sync failed. Throws InputError for what is wrong before connecting (sync_where, symlinks).

@@ -13,6 +13,7 @@
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/stacks.h"
 #include "remote/programs.h"
 
 namespace msrun_ssh {
@@ -349,6 +350,31 @@ CheckResult script_check(const HostExpectation& e, const ProbeFacts& f,
               fmt::format("{}: sha256 {} differs from {}", where, sha.substr(0, 16), against));
 }
 
+// Why gdb cannot take a native backtrace of the job's processes on the host ("" when it can).
+std::string native_stack_trouble(const ProbeFacts& f) {
+  if (f.get("stack_gdb").empty()) return "gdb (with timeout) is not installed";
+  std::string scope = f.get("ptrace_scope");
+  if (scope == "3" || ((scope == "1" || scope == "2") && f.get("uid") != "0"))
+    return fmt::format("gdb may not attach (kernel.yama.ptrace_scope={})", scope);
+  return "";
+}
+
+// Whether `msrun-ssh stack` gets Python stacks (faulthandler, in the run's interpreter) and
+// native ones (gdb) on the host.
+CheckResult stacks_check(const HostExpectation& e, const ProbeFacts& f) {
+  if (!f.has("stack_gdb")) return missing("stacks", f);
+  std::string no_gdb = native_stack_trouble(f);
+  std::string gdb = no_gdb.empty() ? fmt::format("native stacks ({})", f.get("stack_gdb"))
+                                   : "no native stacks: " + no_gdb;
+  if (python_found(f))
+    return make("stacks", CheckStatus::kPass,
+                fmt::format("Python stacks (faulthandler on {}); {}", kStackSignalName, gdb),
+                no_gdb.empty() ? "python+gdb" : "python");
+  return make("stacks", CheckStatus::kWarn,
+              fmt::format("no Python stacks (no working {}); {}{}", e.python, gdb,
+                          no_gdb.empty() ? "" : "; stack shows the /proc state only"));
+}
+
 }  // namespace
 
 HostExpectation expectation_for(const Plan& plan, size_t h, const Options& o) {
@@ -457,6 +483,7 @@ std::vector<CheckResult> evaluate_probe(const HostExpectation& e, const ProbeFac
   out.push_back(clock_check(f, clock));
   out.push_back(disk_check(e, f));
   out.push_back(route_check(e, f));
+  out.push_back(stacks_check(e, f));
   return out;
 }
 

@@ -111,7 +111,7 @@ std::vector<std::string> check_names(const std::vector<std::string>& imports) {
   std::vector<std::string> names{"reachable", "authenticated", "host_key", "os",
                                  "cpus",      "numa",          "devices",  "python"};
   for (const auto& m : imports) names.push_back("import:" + m);
-  for (const char* n : {"script", "workdir", "clock", "disk", "master_port", "route"})
+  for (const char* n : {"script", "workdir", "clock", "disk", "master_port", "route", "stacks"})
     names.emplace_back(n);
   return names;
 }

@@ -20,6 +20,7 @@
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/stacks.h"
 
 namespace msrun_ssh {
 
@@ -53,9 +54,12 @@ int run_job_command(const Options& options) {
   if (options.command == Command::kList) return list_jobs(options);
   if (options.command == Command::kStatus) return show_job_status(options);
   if (options.command == Command::kLogs) return show_job_logs(options);
-  if (options.command != Command::kStop || !options.hostfile.empty()) return -1;
+  bool stack = options.command == Command::kStack;
+  if ((options.command != Command::kStop && !stack) || !options.hostfile.empty()) return -1;
   JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
-  return stop_job(options_from_record(options, record), cluster_of(record));
+  Options from_record = options_from_record(options, record);
+  return stack ? stack_job(from_record, cluster_of(record))
+               : stop_job(from_record, cluster_of(record));
 }
 
 }  // namespace
@@ -92,13 +96,16 @@ int run_app(const std::vector<std::string>& args) {
     options.launcher_cwd = getcwd(cwd, sizeof cwd) ? cwd : "/";
     options.command_line = {"msrun-ssh"};
     options.command_line.insert(options.command_line.end(), args.begin(), args.end());
-    options.job_id = options.command == Command::kStop ? options.job : new_job_id();
+    options.job_id = options.command == Command::kStop || options.command == Command::kStack
+                         ? options.job
+                         : new_job_id();
     if (int code = run_job_command(options); code >= 0) return code;
     Cluster cluster = load_hosts(
         options.hostfile, getenv,
         options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
     if (options.command == Command::kStop) return stop_job(options, cluster);
     if (options.command == Command::kSync) return sync_job(options, cluster);
+    if (options.command == Command::kStack) return stack_job(options, cluster);
     take_spares(cluster, options.spares);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
     // so that an alias never turns into a DNS query for a name that exists only in the config.

@@ -237,21 +237,24 @@ bool allowed(Command command, const std::string& name) {
   if (name == "--json")
     return command == Command::kCheck || command == Command::kList || command == Command::kStatus;
   if (name == "--job")
-    return command == Command::kStop || command == Command::kStatus || command == Command::kLogs;
+    return command == Command::kStop || command == Command::kStatus || command == Command::kLogs ||
+           command == Command::kStack;
   if (name == "--rank" || name == "--follow") return command == Command::kLogs;
   if (name == "--sync") return command == Command::kRun || command == Command::kCheck;
   if (name == "--sync_dest") return command == Command::kRun;
-  if (command == Command::kSync)
-    return name == "--sync_exclude" || name == "--hostfile" || name == "--ssh_config" ||
-           name == "--fanout" || name == "--connect_timeout" || name == "--ssh_debug" ||
-           name == "--strict_host_key_checking";
+  const bool reaching = name == "--hostfile" || name == "--ssh_config" || name == "--fanout" ||
+                        name == "--connect_timeout" || name == "--ssh_debug" ||
+                        name == "--strict_host_key_checking";
+  if (command == Command::kSync) return name == "--sync_exclude" || reaching;
+  if (command == Command::kStack) return name == "--log_dir" || reaching;
   return true;
 }
 
 // The subcommands, by the word that names them.
 constexpr std::pair<const char*, Command> kSubcommands[] = {
     {"check", Command::kCheck},   {"stop", Command::kStop}, {"list", Command::kList},
-    {"status", Command::kStatus}, {"logs", Command::kLogs}, {"sync", Command::kSync}};
+    {"status", Command::kStatus}, {"logs", Command::kLogs}, {"sync", Command::kSync},
+    {"stack", Command::kStack}};
 
 const char* command_name(Command c) {
   for (const auto& [word, command] : kSubcommands)
@@ -262,7 +265,8 @@ const char* command_name(Command c) {
 // The job subcommands (README, "Jobs") work from a job record: no host file needed.
 bool from_record(const Options& o) {
   return o.command == Command::kList || o.command == Command::kStatus ||
-         o.command == Command::kLogs || (o.command == Command::kStop && !o.job.empty());
+         o.command == Command::kLogs ||
+         ((o.command == Command::kStop || o.command == Command::kStack) && !o.job.empty());
 }
 
 }  // namespace
@@ -323,7 +327,7 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     throw InputError(
         "TASK_SCRIPT is required: msrun-ssh [OPTIONS] --hostfile FILE TASK_SCRIPT ...");
   if ((o.command == Command::kStop || o.command == Command::kStatus ||
-       o.command == Command::kLogs) &&
+       o.command == Command::kLogs || o.command == Command::kStack) &&
       o.job.empty())
     throw InputError(fmt::format("{}: --job ID is required", command_name(o.command)));
   if (o.command == Command::kSync && o.sync_dir.empty())

@@ -18,9 +18,10 @@ constexpr CommandSet kList = command_bit(Command::kList);
 constexpr CommandSet kStatus = command_bit(Command::kStatus);
 constexpr CommandSet kLogs = command_bit(Command::kLogs);
 constexpr CommandSet kSync = command_bit(Command::kSync);
+constexpr CommandSet kStack = command_bit(Command::kStack);
 constexpr CommandSet kRunCheck = kRun | kCheck;
 // Every command that reaches hosts with the SSH options of a run.
-constexpr CommandSet kConnecting = kRun | kCheck | kStop | kSync;
+constexpr CommandSet kConnecting = kRun | kCheck | kStop | kSync | kStack;
 constexpr CommandSet kEvery = kConnecting | kList | kStatus | kLogs;
 
 constexpr size_t kWidth = 100;      // columns of --help
@@ -296,8 +297,10 @@ const std::vector<OptionDoc>& option_docs() {
        "host that runs the scheduler, by address, name or IP (default: first)", kRunCheck,
        S::kMsrun},
       {"--master_port", "", "P", "scheduler port, 1024-65535 (default 8118)", kRunCheck, S::kMsrun},
-      {"--log_dir", "", "DIR", "where logs go on this machine, created 0700 (default .)", kRun,
-       S::kMsrun},
+      {"--log_dir", "", "DIR",
+       "where logs go on this machine, created 0700 (default .); for stack: where its report is "
+       "saved",
+       kRun | kStack, S::kMsrun},
       {"--join", "", "BOOL", "False: start detached, print a job id and return (default True)",
        kRun, S::kMsrun},
       {"--cluster_time_out", "", "S", "MS_TOPO_TIMEOUT; also bounds start-up (default 600)", kRun,
@@ -428,9 +431,9 @@ const std::vector<OptionDoc>& option_docs() {
       {"--json", "", "", "print the report as JSON instead of a table", kCheck | kList | kStatus,
        S::kOwn},
       {"--job", "", "ID",
-       "the job id a run printed (required; see msrun-ssh list); stop without --hostfile takes the "
-       "hosts from the job's record",
-       kStop | kStatus | kLogs, S::kOwn},
+       "the job id a run printed (required; see msrun-ssh list); stop and stack without --hostfile "
+       "take the hosts from the job's record",
+       kStop | kStatus | kLogs | kStack, S::kOwn},
       {"--rank", "", "R", "only the log of rank R (-1: the scheduler)", kLogs, S::kOwn},
       {"--follow", "", "", "keep printing new lines until the job has ended on every host", kLogs,
        S::kOwn},
@@ -471,6 +474,14 @@ const std::vector<CommandDoc>& command_docs() {
        "The per-rank logs of a detached job, from its hosts, each line prefixed as in an attached "
        "run ([3@host]). --follow keeps printing new lines until the job has ended on every host; "
        "Ctrl-C ends it."},
+      {Command::kStack, "stack", "msrun-ssh stack [OPTIONS] [--hostfile FILE] --job ID",
+       "Show where every process of a running job is, without stopping it: per host, each "
+       "process's rank, pid, state and wait channel (/proc), then the Python stack of every thread "
+       "(its Python processes dump them on SIGUSR2, see README \"Stacks on demand\"), else a "
+       "native backtrace where gdb is installed; identical stacks of many ranks are shown once "
+       "under their rank set. The report is also saved as <log_dir>/stacks-<time>.txt. Exit 0 when "
+       "every host answered, 255 when one did not. Without --hostfile, the hosts and SSH options "
+       "come from the job's record."},
       {Command::kSync, "sync", "msrun-ssh sync [OPTIONS] --hostfile FILE DIR [DEST]",
        "Make DEST on every host of FILE identical to DIR here, sending only what differs (README, "
        "\"Sync\"). DEST: each host's workdir joined with DIR's path relative to the current "

@@ -39,10 +39,14 @@ std::optional<std::string> shell_unquote(std::string_view quoted) {
   return word;
 }
 
-// `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted.
+// `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted; with stack dumps
+// (stacks.h), ARGV runs through stack_site.sh.
 std::string exec_env(const Process& process, const std::string& job_id) {
   std::vector<std::string> words{"env", "--", fmt::format("{}={}", kJobMarker, job_id)};
   for (const auto& [n, v] : process.env) words.push_back(fmt::format("{}={}", n, v));
+  if (process.stack_dumps)
+    words.insert(words.end(), {"sh", "-c", std::string(remote::kStackSiteSh), "msrun-ssh-stacks",
+                               std::string(remote::kStackSitePy)});
   // env takes every leading word with a '=' for an assignment, a program named "./a=b" too: such a
   // program is started through `sh -c 'exec "$@"'`, which passes its words on unchanged.
   if (!process.argv.empty() && process.argv[0].find('=') != std::string::npos)

@@ -420,33 +420,42 @@ void StackCatcher::feed(std::string_view line) {
   if (stack_.size() < TracebackCatcher::kMaxLines) stack_.emplace_back(line);
 }
 
-// Stacks of different processes differ in their thread ids only: blurred for grouping.
+// Stacks of different processes differ in their thread ids, addresses and LWP numbers only:
+// blurred for grouping ("0x" and the hex digits after it, the digits after "LWP ").
 static std::string stack_key(const std::vector<std::string>& stack) {
   std::string key;
   for (const auto& line : stack) {
-    size_t id = line.find("hread 0x");
-    if (id != std::string::npos) {
-      size_t end = line.find(' ', id + 7);
-      key += line.substr(0, id + 7) + "X" + (end == std::string::npos ? "" : line.substr(end));
-    } else {
-      key += line;
+    for (size_t i = 0; i < line.size(); ++i) {
+      key += line[i];
+      bool hex = line.compare(i, 2, "0x") == 0;
+      if (!hex && line.compare(i, 4, "LWP ") != 0) continue;
+      size_t from = i + (hex ? 2 : 4);
+      size_t end = line.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789", from);
+      key += hex ? "xX" : "WP X";
+      i = (end == std::string::npos ? line.size() : end) - 1;
     }
     key += '\n';
   }
   return key;
 }
 
-std::string format_stacks(const std::vector<SummaryRow>& rows) {
+std::string format_stack_groups(const std::vector<SummaryRow>& rows, std::string_view title) {
   std::vector<const SummaryRow*> with;
   for (const auto& r : rows)
     if (!r.stacks.empty()) with.push_back(&r);
-  if (with.empty()) return "";
-  size_t without = rows.size() - with.size();
   std::string out;
   for (const auto& g : group_rows(with, [](const SummaryRow& r) { return stack_key(r.stacks); })) {
-    out += fmt::format("--- Python stacks of {} ---\n", group_label(g));
+    out += fmt::format("--- {} of {} ---\n", title, group_label(g));
     for (const auto& l : g[0]->stacks) out += l + "\n";
   }
+  return out;
+}
+
+std::string format_stacks(const std::vector<SummaryRow>& rows) {
+  std::string out = format_stack_groups(rows, "Python stacks");
+  if (out.empty()) return "";
+  size_t without = 0;
+  for (const auto& r : rows) without += r.stacks.empty() ? 1 : 0;
   if (without > 0)
     out += fmt::format("--- no Python stack from {} process{} (not Python, or already ended) ---\n",
                        without, without == 1 ? "" : "es");
@@ -456,7 +465,10 @@ std::string format_stacks(const std::vector<SummaryRow>& rows) {
 std::string describe_ranks(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   bool scheduler = !ranks.empty() && ranks.front() < 0;
-  std::vector<int> workers(ranks.begin() + (scheduler ? 1 : 0), ranks.end());
+  // Several processes of one rank (a rank's children) name it once.
+  std::vector<int> workers;
+  for (int r : ranks)
+    if (r >= 0 && (workers.empty() || workers.back() != r)) workers.push_back(r);
   std::string out;
   if (scheduler) out = "scheduler";
   if (!workers.empty()) {

@@ -299,6 +299,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
       p.env = process_env(options, plan, hp, p);
       p.log_name = log_name_for(options, hp, p);
       p.workdir = hp.host.workdir;
+      p.stack_dumps = true;
     }
     apply_binding(hp, decide_binding(hp, options, nullptr), options);
   }

@@ -97,4 +97,10 @@ for c in ip /sbin/ip /usr/sbin/ip; do
 done
 if [ -n "$IP" ]; then echo "route=$(t 5 "$IP" route get "$M" 2>&1 | head -n 1 | one)"
 else echo "route_error=no ip command"; fi
+# What `msrun-ssh stack` can use here (stack.sh): gdb, with timeout to bound it, and whether
+# ptrace lets this user attach to the job's processes.
+g=$(command -v gdb 2>/dev/null) && command -v timeout >/dev/null 2>&1 || g=
+echo "stack_gdb=$g"
+echo "ptrace_scope=$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)"
+echo "uid=$(id -u 2>/dev/null)"
 echo "end=ok"

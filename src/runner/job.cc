@@ -335,6 +335,8 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
                  std::strerror(errno));
 }
 
+}  // namespace
+
 void write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
   if (stacks.empty()) return;
   std::time_t now = std::time(nullptr);
@@ -347,6 +349,8 @@ void write_stacks_file(const std::string& log_dir, const std::string& stacks, in
   if (write_file(path, stacks))
     std::fprintf(stderr, "msrun-ssh: the stacks are also in %s\n", path.c_str());
 }
+
+namespace {
 
 // Everything before a process starts, attached or detached: connect every host, bind from their
 // topologies, check the torch contract's master port, show the bindings when asked. Returns

@@ -47,9 +47,11 @@ bool valid_env_name(const std::string& name) {
 }
 
 void check_options(const std::vector<std::string>& args, const Options& o) {
-  // list, status, logs and `stop --job` work from a job record; everything else needs a host file.
-  bool from_record = o.command == Command::kList || o.command == Command::kStatus ||
-                     o.command == Command::kLogs || (o.command == Command::kStop && !o.job.empty());
+  // list, status, logs, `stop --job` and `stack --job` work from a job record; everything else
+  // needs a host file.
+  bool from_record =
+      o.command == Command::kList || o.command == Command::kStatus || o.command == Command::kLogs ||
+      ((o.command == Command::kStop || o.command == Command::kStack) && !o.job.empty());
   FUZZ_CHECK(from_record || !o.hostfile.empty(), "no --hostfile");
   if (o.command == Command::kRun) {
     FUZZ_CHECK(!o.task_script.empty(), "run without TASK_SCRIPT");
@@ -65,15 +67,15 @@ void check_options(const std::vector<std::string>& args, const Options& o) {
   } else {
     FUZZ_CHECK(o.task_args.empty(), "task args outside a run");
   }
-  bool job_command =
-      o.command == Command::kStop || o.command == Command::kStatus || o.command == Command::kLogs;
+  bool job_command = o.command == Command::kStop || o.command == Command::kStatus ||
+                     o.command == Command::kLogs || o.command == Command::kStack;
   if (job_command)
     FUZZ_CHECK(!o.job.empty() && o.task_script.empty(), "%s without --job or with a script",
                args.empty() ? "" : args[0].c_str());
   if (o.command != Command::kCheck) FUZZ_CHECK(o.imports.empty(), "--import outside check");
   if (o.command != Command::kCheck && o.command != Command::kList && o.command != Command::kStatus)
     FUZZ_CHECK(!o.json, "--json outside check, list and status");
-  if (!job_command) FUZZ_CHECK(o.job.empty(), "--job outside stop, status and logs");
+  if (!job_command) FUZZ_CHECK(o.job.empty(), "--job outside stop, status, logs and stack");
   for (char c : o.job)
     FUZZ_CHECK((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-', "job \"%s\"",
                o.job.c_str());

@@ -17,12 +17,12 @@ def _state_env():
     return env
 
 
-def _start(env, seconds=20):
-    """Starts ticker.py detached with `env`; returns its job id."""
+def _start(env, seconds=20, task=None):
+    """Starts `task` (default: ticker.py SECONDS) detached with `env`; returns its job id."""
     old = os.environ.get("XDG_STATE_HOME")
     os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]  # run() passes os.environ on
     try:
-        code, out, err, _ = run([job("ticker.py"), str(seconds)], extra=["--join=False"],
+        code, out, err, _ = run(task or [job("ticker.py"), str(seconds)], extra=["--join=False"],
                                 log_dir="msrun_jobs")
     finally:
         if old is None:

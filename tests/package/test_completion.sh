@@ -38,13 +38,14 @@ expect() {
   fi
 }
 
-expect " " "check list logs status stop"
-expect "st" "status stop"
+expect " " "check list logs stack status stop"
+expect "st" "stack status stop"
 expect "--host" "--hostfile"
 expect "--hostfile=h.toml --dry" "--dry_run"
 expect "stop --j" "--job"
 expect "stop --job " "20261129-154501-3fa9c2 20261130-080000-000001"
 expect "stop --job 2026113" "20261130-080000-000001"
+expect "stack --job " "20261129-154501-3fa9c2 20261130-080000-000001"
 expect "stop --hostfile h.toml --job = " "20261129-154501-3fa9c2 20261130-080000-000001"
 expect "--hostfile " "hosts.toml hosts.txt logs train.py"
 expect "--hostfile hosts.t" "hosts.toml hosts.txt"

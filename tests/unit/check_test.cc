@@ -67,6 +67,9 @@ const char* kHealthy =
     "python_path=/usr/bin/python3\n"
     "python_version=3.11.2\n"
     "route=198.18.1.10 dev eth0 src 198.18.1.11 uid 0\n"
+    "stack_gdb=/usr/bin/gdb\n"
+    "ptrace_scope=1\n"
+    "uid=0\n"
     "end=ok\n";
 
 const ClockSample kClock{1700000000.2, 1700000000.3};
@@ -290,8 +293,9 @@ TEST(Check, HealthyProbePassesEverything) {
   std::vector<std::string> names;
   for (const auto& c : evaluate_probe(e, parse_probe(with("import_ok", "import_ok=numpy")), kClock))
     names.push_back(c.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"os", "cpus", "numa", "devices", "python",
-                                             "import:numpy", "workdir", "clock", "disk", "route"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"os", "cpus", "numa", "devices", "python", "import:numpy",
+                                      "workdir", "clock", "disk", "route", "stacks"}));
   for (const auto& [name, c] : r)
     EXPECT_EQ(c.status, CheckStatus::kPass) << name << ": " << c.detail;
   const std::map<std::string, std::string> details = {
@@ -446,6 +450,42 @@ TEST(Check, RouteToTheMaster) {
             "no route to the master 198.18.1.10: RTNETLINK answers: Network is unreachable");
   r = evaluate(e, with("route", "route_error=no ip command"));
   EXPECT_EQ(r["route"].status, CheckStatus::kWarn);
+}
+
+TEST(Check, StacksSayWhatStackDumpsWillShow) {
+  HostExpectation e = expectation();
+  auto r = evaluate(e, kHealthy);
+  EXPECT_EQ(r["stacks"].status, CheckStatus::kPass);
+  EXPECT_EQ(r["stacks"].value, "python+gdb");
+  EXPECT_EQ(r["stacks"].detail,
+            "Python stacks (faulthandler on SIGUSR2); native stacks (/usr/bin/gdb)");
+  r = evaluate(e, with("stack_gdb", "stack_gdb="));
+  EXPECT_EQ(r["stacks"].status, CheckStatus::kPass);
+  EXPECT_EQ(r["stacks"].value, "python");
+  EXPECT_EQ(r["stacks"].detail,
+            "Python stacks (faulthandler on SIGUSR2); no native stacks: gdb (with timeout) is not "
+            "installed");
+  // Yama lets only root attach to processes that are not its children (scope 1, 2); nobody at 3.
+  r = evaluate(e, with("uid", "uid=1000"));
+  EXPECT_EQ(r["stacks"].value, "python");
+  EXPECT_THAT(r["stacks"].detail, HasSubstr("gdb may not attach (kernel.yama.ptrace_scope=1)"));
+  r = evaluate(e, with("ptrace_scope", "ptrace_scope=3"));
+  EXPECT_EQ(r["stacks"].value, "python");
+  r = evaluate(e, with("uid", "uid=1000", with("ptrace_scope", "ptrace_scope=")));
+  EXPECT_EQ(r["stacks"].value, "python+gdb");
+  // Without the interpreter: native stacks, else the /proc state only.
+  r = evaluate(e, with("python_version", "", with("python_path", "python_path=")));
+  EXPECT_EQ(r["stacks"].status, CheckStatus::kWarn);
+  EXPECT_EQ(r["stacks"].detail,
+            "no Python stacks (no working python3); native stacks (/usr/bin/gdb)");
+  r = evaluate(e, with("stack_gdb", "stack_gdb=", with("python_path", "python_path=")));
+  EXPECT_EQ(r["stacks"].status, CheckStatus::kWarn);
+  EXPECT_EQ(r["stacks"].detail,
+            "no Python stacks (no working python3); no native stacks: gdb (with timeout) is not "
+            "installed; stack shows the /proc state only");
+  // A probe cut off before these lines.
+  r = evaluate(e, with("stack_gdb", ""));
+  EXPECT_EQ(r["stacks"].status, CheckStatus::kFail);
 }
 
 TEST(Check, TruncatedProbeFailsWhatItCouldNotDecide) {
@@ -688,10 +728,11 @@ TEST(Check, ValidateImports) {
 }
 
 TEST(Check, CheckNamesInColumnOrder) {
-  EXPECT_EQ(check_names({"numpy"}),
-            (std::vector<std::string>{"reachable", "authenticated", "host_key", "os", "cpus",
-                                      "numa", "devices", "python", "import:numpy", "script",
-                                      "workdir", "clock", "disk", "master_port", "route"}));
+  EXPECT_EQ(
+      check_names({"numpy"}),
+      (std::vector<std::string>{"reachable", "authenticated", "host_key", "os", "cpus", "numa",
+                                "devices", "python", "import:numpy", "script", "workdir", "clock",
+                                "disk", "master_port", "route", "stacks"}));
 }
 
 // ---- rendering ----------------------------------------------------------------------------

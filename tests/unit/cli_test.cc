@@ -587,6 +587,24 @@ TEST(CliJobs, Subcommands) {
   EXPECT_EQ(parse({"stop", "--job", "j1", "--hostfile", "h"}).options.hostfile, "h");
 }
 
+TEST(CliJobs, StackTakesTheJobAndTheOptionsOfReachingHosts) {
+  Options o = parse({"stack", "--job", "j1"}).options;
+  EXPECT_EQ(o.command, Command::kStack);
+  EXPECT_EQ(o.job, "j1");
+  EXPECT_TRUE(o.hostfile.empty());
+  o = parse({"stack", "--hostfile", "h", "--job=j1", "--log_dir", "l", "--connect_timeout", "3"})
+          .options;
+  EXPECT_EQ(o.hostfile, "h");
+  EXPECT_EQ(o.log_dir, "l");
+  EXPECT_EQ(error_of({"stack"}), "stack: --hostfile is required");
+  EXPECT_EQ(error_of({"stack", "--hostfile", "h"}), "stack: --job ID is required");
+  EXPECT_EQ(error_of({"stack", "--job", "j", "--kill_grace", "1"}),
+            "unknown option \"--kill_grace\" for stack (see --help)");
+  EXPECT_EQ(error_of({"stack", "--job", "j", "t.py"}), "stack: unexpected argument \"t.py\"");
+  EXPECT_EQ(help_text(Command::kStack).rfind("usage: msrun-ssh stack", 0), 0u);
+  EXPECT_NE(help_text(Command::kStack).find("SIGUSR2"), std::string::npos);
+}
+
 TEST(CliJobs, Errors) {
   EXPECT_EQ(error_of({"status"}), "status: --job ID is required");
   EXPECT_EQ(error_of({"logs", "--follow"}), "logs: --job ID is required");

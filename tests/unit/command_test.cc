@@ -322,6 +322,20 @@ TEST(CommandQuote, ProgramWithAnEqualsSignGoesThroughExec) {
             "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'python3' 'a=b.py' < /dev/null");
 }
 
+TEST(CommandQuote, StackDumpsStartTheProgramThroughStackSite) {
+  Process p;
+  p.workdir = "/w";
+  p.argv = {"python3", "x.py"};
+  p.stack_dumps = true;
+  EXPECT_EQ(process_command(p, "j"),
+            "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' " +
+                shell_join({"sh", "-c", std::string(remote::kStackSiteSh), "msrun-ssh-stacks",
+                            std::string(remote::kStackSitePy)}) +
+                " 'python3' 'x.py' < /dev/null");
+  EXPECT_NE(detached_command(p, "j", "w.log").find(" 'MSRUN_SSH_JOB=j' 'sh' '-c' "),
+            std::string::npos);
+}
+
 TEST(CommandQuote, DetachedCommandExactly) {
   Process p;
   p.workdir = "/w";
@@ -624,10 +638,11 @@ class CommandRoundTrip : public CommandTest {
     EXPECT_EQ(env[kJobMarker], job_);
     for (const auto& [n, v] : process_.env) {
       ASSERT_TRUE(env.count(n)) << n;
-      EXPECT_EQ(env[n], v) << n;
+      EXPECT_EQ(env[n], changed_.count(n) ? changed_.at(n) : v) << n;
     }
+    for (const auto& [n, v] : changed_) EXPECT_EQ(env[n], v) << n;
     for (const auto& [n, v] : env) {
-      bool expected = n == kJobMarker || kShellVars.count(n) ||
+      bool expected = n == kJobMarker || kShellVars.count(n) || changed_.count(n) ||
                       std::any_of(process_.env.begin(), process_.env.end(),
                                   [&name = n](const auto& kv) { return kv.first == name; });
       EXPECT_TRUE(expected) << "unexpected variable " << n << "=" << v;
@@ -647,6 +662,8 @@ class CommandRoundTrip : public CommandTest {
   Words corpus_;
   Process process_;
   size_t recorder_words_ = 4;  // argv words before the recorded ones ("$@")
+  // Variables the process gets other than from process_.env, or with another value there.
+  std::map<std::string, std::string> changed_;
 };
 
 TEST_F(CommandRoundTrip, DashPassesEveryByte) {
@@ -678,6 +695,18 @@ TEST_F(CommandRoundTrip, ProgramWithAnEqualsSign) {
     check_run(shell);
     for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
   }
+}
+
+TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
+  process_.stack_dumps = true;
+  process_.env.emplace_back("PYTHONPATH", "/opt/lib");
+  std::string stack_dir = "/tmp/msrun-ssh-stacks-" + job_;  // the shell has no TMPDIR
+  changed_ = {{"MSRUN_SSH_STACK_DIR", stack_dir}, {"PYTHONPATH", stack_dir + ":/opt/lib"}};
+  check_run("/bin/bash");
+  check_nothing_ran();
+  EXPECT_EQ(slurp(stack_dir + "/sitecustomize.py"), remote::kStackSitePy);
+  EXPECT_EQ(fs::status(stack_dir).permissions(), fs::perms::owner_all);
+  fs::remove_all(stack_dir);
 }
 
 TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {

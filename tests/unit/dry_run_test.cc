@@ -8,6 +8,7 @@
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/plan.h"
+#include "remote/programs.h"
 
 namespace msrun_ssh {
 namespace {
@@ -52,6 +53,9 @@ TEST_F(DryRun, WholePlanExactly) {
       "    command: cd -- '/job' && exec 'env' '--' 'MSRUN_SSH_JOB=20261129-154501-3fa9c2' "
       "'GLOO_SOCKET_IFNAME=eth0' 'X=a b'\\''c' 'MS_SCHED_HOST=198.18.0.1' 'MS_SCHED_PORT=8118' "
       "'MS_TOPO_TIMEOUT=600' ";
+  // Every process starts through stack_site.sh (stack dumps on demand, stacks.h).
+  const std::string site = shell_join({"sh", "-c", std::string(remote::kStackSiteSh),
+                                       "msrun-ssh-stacks", std::string(remote::kStackSitePy)});
   EXPECT_EQ(text(),
             "job 20261129-154501-3fa9c2: 1 hosts, 1 workers, scheduler at 198.18.0.1:8118\n"
             "logs: logs\n"
@@ -67,7 +71,9 @@ TEST_F(DryRun, WholePlanExactly) {
                 "    PYTHONUNBUFFERED='1'\n" +
                 cmd_head +
                 "'MS_ROLE=MS_SCHED' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
-                "'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' '0.1' < /dev/null\n"
+                "'PYTHONUNBUFFERED=1' " +
+                site +
+                " 'python3' 'train.py' '--lr' '0.1' < /dev/null\n"
                 "  rank 0: DEVICE_ID=0 cpus - log worker_0.log\n" +
                 common +
                 "    MS_ROLE='MS_WORKER'\n"
@@ -80,8 +86,8 @@ TEST_F(DryRun, WholePlanExactly) {
                 "    PYTHONUNBUFFERED='1'\n" +
                 cmd_head +
                 "'MS_ROLE=MS_WORKER' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
-                "'MS_NODE_ID=0' 'DEVICE_ID=0' 'PYTHONUNBUFFERED=1' 'python3' 'train.py' '--lr' "
-                "'0.1' < /dev/null\n");
+                "'MS_NODE_ID=0' 'DEVICE_ID=0' 'PYTHONUNBUFFERED=1' " +
+                site + " 'python3' 'train.py' '--lr' '0.1' < /dev/null\n");
 }
 
 TEST_F(DryRun, SaysWhereAHostSourcesHostsCameFrom) {

@@ -83,7 +83,7 @@ TEST(Help, EveryOptionIsAcceptedByTheCommandsItIsDocumentedFor) {
 TEST(Help, EveryCommandIsDocumentedOnce) {
   Names names;
   for (const auto& c : command_docs()) EXPECT_TRUE(names.insert(c.name).second) << c.name;
-  EXPECT_EQ(names, (Names{"run", "check", "stop", "list", "status", "logs", "sync"}));
+  EXPECT_EQ(names, (Names{"run", "check", "stop", "list", "status", "logs", "sync", "stack"}));
   EXPECT_EQ(command_docs()[0].command, Command::kRun);
 }
 

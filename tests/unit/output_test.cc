@@ -497,6 +497,8 @@ TEST(Summary, RanksInNodeSetNotation) {
   EXPECT_EQ(ms::describe_ranks({3}), "rank 3");
   EXPECT_EQ(ms::describe_ranks({4, 0, 1, 2, 6, 7}), "ranks 0-2,4,6-7 (6 processes)");
   EXPECT_EQ(ms::describe_ranks({-1, 5}), "scheduler, rank 5 (2 processes)");
+  // Processes of one rank (its children) name it once and count each.
+  EXPECT_EQ(ms::describe_ranks({3, -1, 3, -1, 4}), "scheduler, ranks 3-4 (5 processes)");
 }
 
 ms::SummaryRow failed_row(int rank, const std::string& host, Lines tb, bool root = false) {

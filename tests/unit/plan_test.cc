@@ -186,6 +186,13 @@ TEST_F(MakePlan, SchedulerEnvironment) {
   EXPECT_EQ(env_of(s, "DEVICE_ID"), nullptr);
 }
 
+TEST_F(MakePlan, EveryProcessCanDumpItsStacks) {
+  Plan p = plan();
+  for (const auto& h : p.hosts)
+    for (const auto& proc : h.processes) EXPECT_TRUE(proc.stack_dumps) << proc.label();
+  EXPECT_FALSE(Process().stack_dumps);
+}
+
 TEST_F(MakePlan, WorkerEnvironmentExactly) {
   cluster.hosts[2].env = {{"A", "host"}, {"B", "host"}, {"MS_ROLE", "bogus"}};
   options.env = {{"B", "cli"}, {"C", "cli"}, {"RANK_ID", "99"}};

@@ -1,0 +1,70 @@
+// `msrun-ssh stack` over SSH: one batch of stack.sh on every host, the report (stacks.h).
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "msrun_ssh/batch.h"
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/runner.h"
+#include "msrun_ssh/ssh_settings.h"
+#include "msrun_ssh/stacks.h"
+
+namespace msrun_ssh {
+namespace {
+
+// How long stack.sh waits for the Python dumps, and bounds one gdb run (seconds); the batch's
+// bound leaves room for both and for gdb's own end (timeout -k 2).
+constexpr double kDumpWaitS = 2;
+constexpr double kGdbS = 10;
+constexpr double kStackBatchS = kDumpWaitS + kGdbS + 8;
+
+}  // namespace
+
+std::vector<HostStacks> stacks_on_hosts(Transport& transport,
+                                        const std::vector<std::string>& addresses,
+                                        const std::vector<std::string>& unreachable,
+                                        const std::string& job_id) {
+  std::vector<size_t> reached;
+  for (size_t h = 0; h < addresses.size(); ++h)
+    if (unreachable.at(h).empty()) reached.push_back(h);
+  auto results =
+      run_batch(transport, reached, stack_command(job_id, kDumpWaitS, kGdbS), kStackBatchS);
+  std::vector<HostStacks> hosts(addresses.size());
+  for (size_t h = 0; h < addresses.size(); ++h)
+    if (!unreachable[h].empty()) hosts[h].trouble = "unreachable: " + unreachable[h];
+  for (const BatchResult& r : results) {
+    HostStacks& h = hosts[r.host];
+    h = parse_stacks(r.out);
+    if (!h.complete)
+      h.trouble = batch_trouble(r, fmt::format("no complete answer within {:g} s", kStackBatchS));
+  }
+  for (size_t h = 0; h < addresses.size(); ++h) hosts[h].address = addresses[h];
+  return hosts;
+}
+
+int stack_job(const Options& options, const Cluster& cluster) {
+  std::vector<SshEndpoint> endpoints;
+  std::vector<std::string> addresses;
+  for (const auto& h : cluster.hosts) {
+    endpoints.push_back(endpoint_of(h));
+    addresses.push_back(h.address);
+  }
+  SshPool pool(std::move(endpoints), ssh_settings(options));
+  std::vector<std::string> unreachable;
+  for (const auto& failure : pool.connect_all(std::vector<int>(addresses.size(), 1)))
+    unreachable.push_back(failure ? failure->reason : std::string());
+  for (const auto& w : pool.warnings())
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", addresses[w.host].c_str(),
+                 w.message.c_str());
+  std::vector<HostStacks> hosts = stacks_on_hosts(pool, addresses, unreachable, options.job);
+  pool.disconnect_all();
+  std::string report = format_stack_report(options.job, hosts);
+  std::fputs(report.c_str(), stdout);
+  std::fflush(stdout);
+  write_stacks_file(options.log_dir, report, 1);
+  for (const auto& h : hosts)
+    if (!h.trouble.empty()) return kExitHostFailure;
+  return kExitOk;
+}
+
+}  // namespace msrun_ssh
