@@ -29,7 +29,9 @@ from common import log  # noqa: E402
 TOOLS = ["msrun-ssh", "pdsh", "clush", "mpirun"]
 # msrun-ssh with a console option, measured like msrun-ssh itself (--tools may name them).
 VARIANTS = {"msrun-ssh+gather": ["--output", "gather"], "msrun-ssh+timestamps": ["--timestamps"],
-            "msrun-ssh+log_timestamps": ["--log_timestamps"]}
+            "msrun-ssh+log_timestamps": ["--log_timestamps"],
+            # a channel (and a login rc) per process, as before the launch agent
+            "msrun-ssh+no_agent": ["--agent=False"]}
 
 
 def is_msrun(tool):

@@ -128,8 +128,7 @@ class AgentTransport : public Transport {
   void on_inner(const TransportEvent& e, const EventHandler& handler);
   void on_agent(size_t host, const TransportEvent& e, const EventHandler& handler);
   void on_frame(size_t host, AgentFrame&& f, const EventHandler& handler);
-  void on_ready(size_t host);
-  void go_direct(size_t host);
+  void release_queued(size_t host, Mode mode);
   void agent_ended(size_t host, const EventHandler& handler);
   void send_to_agent(size_t host, ChannelId id, const Chan& c);
   void finish(ChannelId id);
@@ -140,7 +139,7 @@ class AgentTransport : public Transport {
   Transport& inner_;
   std::string command_;
   std::vector<Host> hosts_;
-  std::vector<Chan> chans_;  // a channel's id is its index
+  std::vector<Chan> chans_;                   // a channel's id is its index
   std::map<ChannelId, size_t> agent_host_;    // agent channel -> host
   std::map<ChannelId, ChannelId> direct_of_;  // real channel -> ours, for direct hosts
   std::deque<Pending> pending_;

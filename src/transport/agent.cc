@@ -11,9 +11,9 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr size_t kHead = 9;                 // op, id, length
-constexpr size_t kNoiseKept = 64 * 1024;    // of what the login rc printed before the hello
-constexpr size_t kStderrKept = 2 * 1024;    // of the agent's own stderr, for error messages
+constexpr size_t kHead = 9;               // op, id, length
+constexpr size_t kNoiseKept = 64 * 1024;  // of what the login rc printed before the hello
+constexpr size_t kStderrKept = 2 * 1024;  // of the agent's own stderr, for error messages
 
 uint32_t get_u32(std::string_view s, size_t at) {
   auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(s[at + i])); };
@@ -259,7 +259,7 @@ void AgentTransport::on_agent(size_t host, const TransportEvent& e, const EventH
       h.reader.feed(
           e.data, [](std::string_view) {},
           [&](AgentFrame&& f) { on_frame(host, std::move(f), handler); });
-      if (h.mode == Mode::kStarting && h.reader.hello()) on_ready(host);
+      if (h.mode == Mode::kStarting && h.reader.hello()) release_queued(host, Mode::kReady);
       if (h.reader.broken()) {
         h.last_stderr = "its output is garbled";
         agent_ended(host, handler);
@@ -267,7 +267,8 @@ void AgentTransport::on_agent(size_t host, const TransportEvent& e, const EventH
       break;
     case TransportEvent::Kind::kExit:
       h.exit_status = e.status;
-      if (h.mode == Mode::kStarting && e.status == kAgentNoPython) go_direct(host);
+      if (h.mode == Mode::kStarting && e.status == kAgentNoPython)
+        release_queued(host, Mode::kDirect);
       break;
     case TransportEvent::Kind::kOpenFailed:
       h.last_stderr = std::string(e.data);
@@ -281,28 +282,23 @@ void AgentTransport::on_agent(size_t host, const TransportEvent& e, const EventH
   }
 }
 
-void AgentTransport::on_ready(size_t host) {
+// The commands that waited for the host's agent go to it (kReady), or each to a channel of its own
+// (kDirect: no python3 there), with the stdin they were given meanwhile.
+void AgentTransport::release_queued(size_t host, Mode mode) {
   Host& h = hosts_[host];
-  h.mode = Mode::kReady;
+  h.mode = mode;
   for (ChannelId id : h.queued) {
     Chan& c = chans_[static_cast<size_t>(id)];
-    c.state = State::kAgent;
-    send_to_agent(host, id, c);
-    c.stdin_buf.clear();
-  }
-  h.queued.clear();
-}
-
-void AgentTransport::go_direct(size_t host) {
-  Host& h = hosts_[host];
-  h.mode = Mode::kDirect;
-  for (ChannelId id : h.queued) {
-    Chan& c = chans_[static_cast<size_t>(id)];
-    c.state = State::kDirect;
-    c.real = inner_.exec(host, c.command);
-    direct_of_[c.real] = id;
-    if (!c.stdin_buf.empty()) inner_.write(c.real, c.stdin_buf);
-    if (c.eof) inner_.send_eof(c.real);
+    if (mode == Mode::kReady) {
+      c.state = State::kAgent;
+      send_to_agent(host, id, c);
+    } else {
+      c.state = State::kDirect;
+      c.real = inner_.exec(host, c.command);
+      direct_of_[c.real] = id;
+      if (!c.stdin_buf.empty()) inner_.write(c.real, c.stdin_buf);
+      if (c.eof) inner_.send_eof(c.real);
+    }
     c.stdin_buf.clear();
   }
   h.queued.clear();

@@ -51,10 +51,10 @@ def test_stack_of_a_detached_job_shows_every_rank_and_the_job_goes_on():
         # Rank 2 alone, with its function, file and line; the others once, under their rank set.
         check(re.search(r"--- Python stacks of rank 2 \(pid \d+\) on 198\.18\.1\.11 ---\n"
                         r"(Thread .*\n)?Current thread 0x[0-9a-f]+ \(most recent call first\):\n"
-                        r"  File \".*/stackable\.py\", line \d+ in wait_for_peer\n", out),
+                        r"  File \".*/hang\.py\", line \d+ in wait_for_peer\n", out),
               f"rank 2's stack: {out}")
         check(re.search(r"--- Python stacks of scheduler, ranks 0-1,3-5 \(6 processes\), e\.g\. "
-                        r"scheduler \(pid \d+\) on 198\.18\.1\.10 ---\n", out), f"the others: {out}")
+                        r"(scheduler|rank \d) \(pid \d+\) on 198\.18\.1\.1[02] ---\n", out), f"the others: {out}")
         check(out.count(" in collective\n") == 1, f"shown once: {out}")
         # Every rank is listed with its /proc state; the sleep children are not Python.
         for rank in range(6):

@@ -26,9 +26,9 @@ TEST(AgentFrame, RoundTripsThroughTheReaderCutAnywhereAfterTheRcNoise) {
     std::string noise;
     std::vector<AgentFrame> frames;
     for (size_t at = 0; at < stream.size(); at += step)
-      reader.feed(std::string_view(stream).substr(at, step),
-                  [&](std::string_view n) { noise += n; },
-                  [&](AgentFrame&& f) { frames.push_back(std::move(f)); });
+      reader.feed(
+          std::string_view(stream).substr(at, step), [&](std::string_view n) { noise += n; },
+          [&](AgentFrame&& f) { frames.push_back(std::move(f)); });
     SCOPED_TRACE(step);
     EXPECT_TRUE(reader.hello());
     EXPECT_FALSE(reader.broken());
@@ -47,8 +47,9 @@ TEST(AgentFrame, AnOverlongLengthBreaksTheReader) {
   std::string head = agent_frame('o', 1, "");
   head[5] = '\x7f';  // length 0x7f000000
   int frames = 0;
-  reader.feed(std::string(kAgentHello) + head + agent_frame('o', 1, "x"), [](std::string_view) {},
-              [&](AgentFrame&&) { ++frames; });
+  reader.feed(
+      std::string(kAgentHello) + head + agent_frame('o', 1, "x"), [](std::string_view) {},
+      [&](AgentFrame&&) { ++frames; });
   EXPECT_TRUE(reader.broken());
   EXPECT_EQ(frames, 0);
 }
@@ -56,10 +57,11 @@ TEST(AgentFrame, AnOverlongLengthBreaksTheReader) {
 TEST(AgentFrame, RcNoiseWithoutHelloIsBounded) {
   AgentReader reader;
   for (int i = 0; i < 100; ++i)
-    reader.feed(std::string(10000, 'n'), [](std::string_view) { FAIL(); },
-                [](AgentFrame&&) { FAIL(); });
+    reader.feed(
+        std::string(10000, 'n'), [](std::string_view) { FAIL(); }, [](AgentFrame&&) { FAIL(); });
   std::string noise;
-  reader.feed(kAgentHello, [&](std::string_view n) { noise = n; }, [](AgentFrame&&) {});
+  reader.feed(
+      kAgentHello, [&](std::string_view n) { noise = n; }, [](AgentFrame&&) {});
   EXPECT_TRUE(reader.hello());
   EXPECT_LE(noise.size(), 64u * 1024 + kAgentHello.size());
   EXPECT_GT(noise.size(), 60000u);
@@ -91,8 +93,7 @@ class AgentOverLocal : public ::testing::Test {
   // Polls until `done` or 10 s; records every event.
   void run_until(AgentTransport& t, const std::function<bool()>& done) {
     double end = local.now_ms() + 10000;
-    while (!done() && local.now_ms() < end)
-      t.poll(50, [&](const TransportEvent& e) { record(e); });
+    while (!done() && local.now_ms() < end) t.poll(50, [&](const TransportEvent& e) { record(e); });
     ASSERT_TRUE(done()) << "timed out";
   }
   void record(const TransportEvent& e) {
@@ -162,8 +163,8 @@ TEST_F(AgentOverLocal, KillSignalsTheCommandsProcessGroupAndStdinFollows) {
 }
 
 TEST_F(AgentOverLocal, LoginRcNoiseOnStdoutDoesNotDisturbTheFrames) {
-  AgentTransport t(local, 1, "echo 'Welcome!'; printf 'no newline'; echo warn >&2; " +
-                                 agent_command(30));
+  AgentTransport t(local, 1,
+                   "echo 'Welcome!'; printf 'no newline'; echo warn >&2; " + agent_command(30));
   ChannelId a = t.exec(0, "printf 'x%.0s' $(seq 1 100000)");
   run_until(t, closed({a}));
   EXPECT_EQ(seen[a].out, std::string(100000, 'x'));
