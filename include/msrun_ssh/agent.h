@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,14 @@ class AgentReader {
   size_t noise_dropped_ = 0;
 };
 
+// Whether a host with `processes` processes runs them through an agent: as --agent says (`option`),
+// else (auto) when it has at least kAgentAutoProcesses. With one process, its channel and the
+// watchdog's cost the host about what starting python3 for an agent does (docs/benchmarks.md).
+inline constexpr size_t kAgentAutoProcesses = 2;
+inline bool use_agent(std::optional<bool> option, size_t processes) {
+  return option ? *option : processes >= kAgentAutoProcesses;
+}
+
 // The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent AGENT_PY
 // IDLE`. With no command running and no byte from the launcher for `idle_s` seconds (a host cut
 // off before its watchdog started: nothing else would end the agent), the agent exits.
@@ -95,7 +104,12 @@ class AgentTransport : public Transport {
   void poll(int timeout_ms, const EventHandler& handler) override;
   double now_ms() const override { return inner_.now_ms(); }
 
-  // Hosts whose commands run on channels of their own (no python3 there).
+  // From now on, commands for `host` get channels of their own (no agent there). Before its first
+  // exec().
+  void run_directly(size_t host) {
+    if (hosts_[host].mode == Mode::kIdle) hosts_[host].mode = Mode::kDirect;
+  }
+  // Hosts whose commands run on channels of their own (run_directly, or no python3 there).
   std::vector<size_t> direct_hosts() const;
 
  private:

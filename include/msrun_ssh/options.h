@@ -60,7 +60,8 @@ struct Options {
   int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
   int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   bool report_bindings = false;
-  bool agent = true;            // --agent: one launch agent per host (agent.h), else a channel per command
+  // --agent: one launch agent per host (agent.h) or a channel per command; unset: auto (use_agent)
+  std::optional<bool> agent;
   bool quiet = false;           // --quiet: no start-up progress (nor status line) on the terminal
   bool status_line = false;     // --status_line: the running job's state on the terminal's last row
   bool output_gather = false;   // --output gather: identical lines of many ranks printed once

@@ -97,6 +97,7 @@ class Runner {
   };
 
   bool start_watchdogs();
+  bool all_waiting_hosts_ack() const;
   void start_processes();
   void handle(const TransportEvent& e);
   void handle_watchdog(size_t host, const TransportEvent& e);

@@ -199,7 +199,15 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
          o.sync_excludes.push_back(v);
        })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
-      {"--agent", value([](O& o, S n, S v) { o.agent = to_bool(n, v); })},
+      {"--agent", value([](O& o, S n, S v) {
+         bool on = false;
+         if (v == "auto")
+           o.agent.reset();
+         else if (parse_bool_word(v, on))
+           o.agent = on;
+         else
+           bad(n, v, "expects True, False or auto");
+       })},
       {"--quiet", flag([](O& o, S n, S v) { o.quiet = v.empty() || to_bool(n, v); })},
       {"--status_line", flag([](O& o, S n, S v) { o.status_line = v.empty() || to_bool(n, v); })},
       {"--net", flag([](O& o, S n, S v) {

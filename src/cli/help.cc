@@ -388,9 +388,10 @@ const std::vector<OptionDoc>& option_docs() {
        "set, or forward from here, a variable for every process (repeatable)", kRunCheck, S::kOwn},
       {"--python", "", "PATH", "interpreter for .py scripts (default: host file, else python3)",
        kRunCheck, S::kOwn},
-      {"--agent", "", "BOOL",
+      {"--agent", "", "BOOL|auto",
        "True: one launch agent per host starts its processes, so each host runs its login rc once; "
-       "False: one SSH channel per process (default True)",
+       "False: one SSH channel per process; auto: the agent on hosts with 2 or more processes "
+       "(default auto)",
        kRun, S::kOwn},
       {"--quiet", "", "",
        "no start-up progress on the terminal (it is only ever drawn on a terminal's stderr, never "

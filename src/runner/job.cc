@@ -464,8 +464,9 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     // An agent whose launcher is silent as long as a watchdog tolerates, with nothing running,
     // ends itself.
     AgentTransport agents(pool, plan.hosts.size(), agent_command(2 * options.heartbeat));
-    Transport& transport = options.agent ? static_cast<Transport&>(agents) : pool;
-    Runner runner(plan, options, transport, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
+    for (size_t h = 0; h < plan.hosts.size(); ++h)
+      if (!use_agent(options.agent, plan.hosts[h].processes.size())) agents.run_directly(h);
+    Runner runner(plan, options, agents, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
     runner.set_attempt(attempt);
     runner.set_events(events);
     runner.set_status(&view, options.status_line && row.enabled() ? &row : nullptr);

@@ -343,6 +343,10 @@ bool Runner::start_watchdogs() {
       ready = n;
       deadline = std::min(cap, std::max(deadline, t_.now_ms() + step));
     }
+    // No watchdog up yet, but every host still answers at the TCP level: they are all slow
+    // together (every login rc burning the same CPUs, a slow shared home), not dead.
+    if (ready == 0 && t_.now_ms() >= deadline && all_waiting_hosts_ack())
+      deadline = std::min(cap, t_.now_ms() + step);
   }
   if (ready == hosts_.size() && exit_code_ < 0) return true;
   for (size_t h = 0; h < hosts_.size(); ++h)
@@ -354,6 +358,14 @@ bool Runner::start_watchdogs() {
                                     "host that did ({} of {} ready)",
                                     host_name(h), options_.connect_timeout, ready, hosts_.size()));
   return false;
+}
+
+bool Runner::all_waiting_hosts_ack() const {
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (!hosts_[h].ready &&
+        t_.tcp_liveness(h, 2 * heartbeat_ms_) != Transport::Liveness::kAcking)
+      return false;
+  return true;
 }
 
 void Runner::start_processes() {

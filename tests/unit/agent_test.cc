@@ -188,6 +188,25 @@ TEST_F(AgentOverLocal, WithoutPythonEveryCommandGetsAChannelOfItsOwn) {
   EXPECT_EQ(seen[c].status, 4);
 }
 
+TEST_F(AgentOverLocal, AHostRunDirectlyGetsAChannelPerCommandAndNoAgent) {
+  AgentTransport t(local, 2, agent_command(30));
+  t.run_directly(1);
+  ChannelId a = t.exec(1, "echo one");
+  ChannelId b = t.exec(1, "echo two");
+  run_until(t, closed({a, b}));
+  EXPECT_EQ(local.execs, (std::vector<std::string>{"echo one", "echo two"}));
+  EXPECT_EQ(seen[b].out, "two\n");
+  EXPECT_EQ(t.direct_hosts(), std::vector<size_t>{1});
+}
+
+TEST(UseAgent, AutoTakesTheAgentFromTwoProcessesOnAndTheOptionDecidesOtherwise) {
+  EXPECT_FALSE(use_agent(std::nullopt, 1));
+  EXPECT_TRUE(use_agent(std::nullopt, 2));
+  EXPECT_TRUE(use_agent(std::nullopt, 9));
+  EXPECT_TRUE(use_agent(true, 1));
+  EXPECT_FALSE(use_agent(false, 9));
+}
+
 TEST_F(AgentOverLocal, AnAgentThatFailsToStartFailsItsCommandsWithItsReason) {
   AgentTransport t(local, 2, "echo 'bash: conda: command not found' >&2; exit 1");
   ChannelId a = t.exec(1, "echo never");

@@ -208,6 +208,14 @@ TEST(Cli, BooleanWords) {
   }
 }
 
+TEST(Cli, AgentIsAutoUnlessTrueOrFalse) {
+  EXPECT_EQ(run_with({}).agent, std::nullopt);
+  EXPECT_EQ(run_with({"--agent", "auto"}).agent, std::nullopt);
+  EXPECT_EQ(run_with({"--agent=True"}).agent, std::optional<bool>(true));
+  EXPECT_EQ(run_with({"--agent", "False"}).agent, std::optional<bool>(false));
+  EXPECT_EQ(run_error({"--agent=sometimes"}), "--agent=sometimes: expects True, False or auto");
+}
+
 TEST(Cli, BadBoolean) {
   EXPECT_EQ(run_error({"--join", "yes"}), "--join=yes: expects True or False");
   EXPECT_EQ(run_error({"--join=TRUE"}), "--join=TRUE: expects True or False");

@@ -540,6 +540,26 @@ TEST_F(Runner, TheStartIsBoundedByTheClusterTimeOut) {
   EXPECT_EQ(fake.control_times(0, 'k'), Times{12000});  // not 8 s + 10 s
 }
 
+TEST_F(Runner, HostsAllSlowTogetherButAnsweringTcpAreWaitedFor) {
+  plan_ = make_plan({1, 1});
+  HostScript a = host({exits(0)}), b = host({exits(0)});
+  a.ready_after = b.ready_after = 15;  // past --connect_timeout (10 s), none ready before
+  a.tcp_acks = b.tcp_acks = true;
+  FakeTransport fake({a, b});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(fake.process_execs(), 2u);
+}
+
+TEST_F(Runner, HostsAllSlowTogetherWithoutTcpAnswersFailAtTheConnectTimeout) {
+  plan_ = make_plan({1, 1});
+  HostScript a = host({exits(0)}), b = host({exits(0)});
+  a.ready_after = b.ready_after = 15;
+  a.tcp_acks = true;  // b's TCP says nothing
+  FakeTransport fake({a, b});
+  EXPECT_EQ(run(fake), 255);
+  EXPECT_EQ(fake.process_execs(), 0u);
+}
+
 TEST_F(Runner, WatchdogThatNeverSaysReadyFailsWithinTheConnectTimeout) {
   plan_ = make_plan({2, 2});
   HostScript mute = host();
