@@ -31,7 +31,9 @@ TOOLS = ["msrun-ssh", "pdsh", "clush", "mpirun"]
 VARIANTS = {"msrun-ssh+gather": ["--output", "gather"], "msrun-ssh+timestamps": ["--timestamps"],
             "msrun-ssh+log_timestamps": ["--log_timestamps"],
             # a channel (and a login rc) per process, as before the launch agent
-            "msrun-ssh+no_agent": ["--agent=False"]}
+            "msrun-ssh+no_agent": ["--agent=False"],
+            # the launch agent also on hosts with one process (auto, the default, skips those)
+            "msrun-ssh+agent": ["--agent=True"]}
 
 
 def is_msrun(tool):
