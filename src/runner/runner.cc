@@ -362,8 +362,7 @@ bool Runner::start_watchdogs() {
 
 bool Runner::all_waiting_hosts_ack() const {
   for (size_t h = 0; h < hosts_.size(); ++h)
-    if (!hosts_[h].ready &&
-        t_.tcp_liveness(h, 2 * heartbeat_ms_) != Transport::Liveness::kAcking)
+    if (!hosts_[h].ready && t_.tcp_liveness(h, 2 * heartbeat_ms_) != Transport::Liveness::kAcking)
       return false;
   return true;
 }

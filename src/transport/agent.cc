@@ -11,9 +11,9 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr size_t kHead = 9;               // op, id, length
-constexpr size_t kNoiseKept = 64 * 1024;  // of what the login rc printed before the hello
-constexpr size_t kStderrKept = 2 * 1024;  // of the agent's own stderr, for error messages
+constexpr size_t kHead = 9;                       // op, id, length
+constexpr size_t kNoiseKept = size_t{64} * 1024;  // of what the login rc printed before the hello
+constexpr size_t kStderrKept = size_t{2} * 1024;  // of the agent's own stderr, for error messages
 
 uint32_t get_u32(std::string_view s, size_t at) {
   auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(s[at + i])); };

@@ -63,7 +63,7 @@ TEST(AgentFrame, RcNoiseWithoutHelloIsBounded) {
   reader.feed(
       kAgentHello, [&](std::string_view n) { noise = n; }, [](AgentFrame&&) {});
   EXPECT_TRUE(reader.hello());
-  EXPECT_LE(noise.size(), 64u * 1024 + kAgentHello.size());
+  EXPECT_LE(noise.size(), size_t{64} * 1024 + kAgentHello.size());
   EXPECT_GT(noise.size(), 60000u);
 }
 
@@ -110,7 +110,7 @@ class AgentOverLocal : public ::testing::Test {
     if (e.kind == Kind::kOpenFailed) s.failed = std::string(e.data);
     if (e.kind == Kind::kClosed || e.kind == Kind::kOpenFailed) s.closed = true;
   }
-  std::function<bool()> closed(std::vector<ChannelId> ids) {
+  std::function<bool()> closed(const std::vector<ChannelId>& ids) {
     return [this, ids] {
       for (ChannelId id : ids)
         if (!seen[id].closed) return false;
