@@ -7,7 +7,7 @@
 #      it again), and so are the packages apt downloads (/var/cache/msrun-ssh-ci/archives/);
 #   2. in a chroot (with /proc): apt-get install ./the.deb man-db bash-completion, nothing else;
 #   3. msrun-ssh --version, `man msrun-ssh` shows its OPTIONS, and bash's completion, loaded the
-#      way bash-completion loads it, completes --host to --hostfile and --job to a recorded job.
+#      way bash-completion loads it, completes --hostf to --hostfile and --job to a recorded job.
 # Everything is unmounted and deleted on exit. Exits non-zero with a message on any failure.
 set -euo pipefail
 
@@ -110,15 +110,15 @@ completions=$(in_root '
   __load_completion msrun-ssh || exit 1
   read -r -a spec <<<"$(complete -p msrun-ssh)"
   fn=${spec[2]}
-  COMP_WORDS=(msrun-ssh --host); COMP_CWORD=1; "$fn" msrun-ssh --host msrun-ssh
+  COMP_WORDS=(msrun-ssh --hostf); COMP_CWORD=1; "$fn" msrun-ssh --hostf msrun-ssh
   echo "host: ${COMPREPLY[*]}"
   COMP_WORDS=(msrun-ssh stop --job ""); COMP_CWORD=3; "$fn" msrun-ssh "" --job
   echo "job: ${COMPREPLY[*]}"') || fail "the installed completion does not load: $completions"
 grep -qx "host: --hostfile" <<<"$completions" ||
-  fail "completion of \"msrun-ssh --host\" is not --hostfile: $completions"
+  fail "completion of \"msrun-ssh --hostf\" is not --hostfile: $completions"
 grep -qx "job: 20261129-154501-3fa9c2" <<<"$completions" ||
   fail "completion of \"msrun-ssh stop --job \" is not the recorded job: $completions"
-echo "test_deb: ok: completion (--host -> --hostfile, --job -> the recorded job)"
+echo "test_deb: ok: completion (--hostf -> --hostfile, --job -> the recorded job)"
 
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "test_deb: all passed in $((SECONDS - started)) s (Depends: $depends)"
