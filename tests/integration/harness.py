@@ -145,6 +145,11 @@ def marked_processes(ns_prefix="msrs-"):
             if b"MSRUN_SSH_JOB=" in env]
 
 
+def running(script):
+    """How many marked processes run `script` (a word of their command line, e.g. "sleeper.py")."""
+    return len([x for x in marked_processes() if script in x[2]])
+
+
 # A host's own processes, which are not the job's: its init, the init's timer, sshd (listener and
 # per-connection processes) and the `unshare` that started the init.
 _HOST_INFRA = re.compile(r"^(unshare |bash \S+/hostinit\.sh |sleep 3600$|sshd: |/usr/sbin/sshd )")

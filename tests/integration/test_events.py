@@ -5,8 +5,8 @@ import json
 import os
 import signal
 
-from harness import (addresses, check, cluster, interrupt, job, launch, marked_processes, run,
-                     tmpdir, wait_clean, wait_for)
+from harness import (addresses, check, cluster, interrupt, job, launch, run,
+                     tmpdir, wait_clean, wait_for, running)
 
 # docs/events.md: the fields every type carries.
 SCHEMA = {
@@ -82,7 +82,7 @@ def test_events_of_a_cut_host():
     victim = 1
     p, _ = launch([job("sleeper.py")], extra=["--events", path])
     try:
-        wait_for(lambda: len([x for x in marked_processes() if "sleeper.py" in x[2]]) >= PROCESSES,
+        wait_for(lambda: running("sleeper.py") >= PROCESSES,
                  15, "all processes")
         cluster("cut", victim)
         _, err = p.communicate(timeout=30)
@@ -105,7 +105,7 @@ def test_events_of_a_ctrl_c():
     path = os.path.join(tmpdir(), "int.jsonl")
     p, _ = launch([job("sleeper.py")], extra=["--events", path])
     interrupt(p, signal.SIGINT, 15, lambda: wait_for(
-        lambda: len([x for x in marked_processes() if "sleeper.py" in x[2]]) >= PROCESSES, 15,
+        lambda: running("sleeper.py") >= PROCESSES, 15,
         "all processes"))
     check(p.returncode == 130, f"exit {p.returncode}")
     events = events_of(path)

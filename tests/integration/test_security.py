@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from harness import (addresses, check, cluster_dir, copy_hosts_file, job, launch,
-                     marked_processes, read, run, tmpdir, wait_for)
+                     marked_processes, read, run, tmpdir, wait_for, running)
 
 
 def _known_hosts_copy(name, transform):
@@ -133,7 +133,7 @@ def test_env_values_not_in_remote_command_lines():
     secret = "s3cr3t-value-" + str(os.getpid())
     p, _ = launch([job("sleeper.py")], extra=["--env", f"HOSTILE_SECRET={secret}"])
     try:
-        wait_for(lambda: len([x for x in marked_processes() if "sleeper.py" in x[2]]) >= 7, 15,
+        wait_for(lambda: running("sleeper.py") >= 7, 15,
                  "processes")
         time.sleep(0.5)
         for ns, pid, cmd in marked_processes():

@@ -9,7 +9,7 @@ import signal
 import time
 
 from harness import (check, cluster, interrupt, job, launch, leftovers, marked_processes,
-                     wait_for, wait_no_leftovers)
+                     wait_for, wait_no_leftovers, running)
 
 HEARTBEAT = 1.0
 SLOW = 1      # the host with the slow rc
@@ -18,7 +18,7 @@ FAST = 5      # processes on the other two hosts: the scheduler and 2 workers on
 
 
 def _fast_running():
-    return len([p for p in marked_processes() if "sleeper.py" in p[2]]) >= FAST
+    return running("sleeper.py") >= FAST
 
 
 def _in_rc():
@@ -150,7 +150,7 @@ def test_agent_pays_the_rc_once_per_host():
         try:
             # Every process (3 + 2 + 2) runs one rc after the start, not two: with a channel per
             # process node1's would wait for its watchdog's rc and then their own.
-            wait_for(lambda: len([x for x in marked_processes() if "sleeper.py" in x[2]]) >= 7,
+            wait_for(lambda: running("sleeper.py") >= 7,
                      RC + 6, "every process")
             took = time.monotonic() - start
             check(took < 2 * RC, f"the processes ran {took:.1f} s after the start")

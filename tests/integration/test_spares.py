@@ -4,8 +4,8 @@ restart fails with 255, naming the host."""
 import os
 import re
 
-from harness import (addresses, check, cluster, copy_hosts_file, job, launch, marked_processes,
-                     read, wait_clean, wait_for)
+from harness import (addresses, check, cluster, copy_hosts_file, job, launch,
+                     read, wait_clean, wait_for, running)
 
 VICTIM = 1  # node rank 1 (ranks 2 and 3 with the cluster's 2 workers per host)
 
@@ -24,7 +24,7 @@ def _cut_during_attempt_1(hostfile, processes):
     p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"], hostfile=hostfile,
                      extra=["--max_restarts", "1", "--restart_backoff", "0.5"])
     try:
-        wait_for(lambda: len([x for x in marked_processes() if "flaky.py" in x[2]]) >= processes,
+        wait_for(lambda: running("flaky.py") >= processes,
                  20, "attempt 1's processes")
         cluster("cut", VICTIM)
         out, err = p.communicate(timeout=120)

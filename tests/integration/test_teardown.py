@@ -6,13 +6,13 @@ import subprocess
 import time
 
 from harness import (addresses, binary, check, cluster, hosts_file, interrupt, job, launch,
-                     marked_processes, run, tmpdir, wait_clean, wait_for)
+                     marked_processes, run, tmpdir, wait_clean, wait_for, running)
 
 HEARTBEAT = 1.0
 
 
 def _running(n):
-    return lambda: len([p for p in marked_processes() if "sleeper.py" in p[2]]) >= n
+    return lambda: running("sleeper.py") >= n
 
 
 def test_fail_fast_rank3_exit7():
@@ -94,7 +94,7 @@ def test_detached_job_and_stop():
     job_id = out.decode().strip()
     check(re.fullmatch(r"[0-9a-z-]+", job_id), f"job id {job_id!r}")
     time.sleep(2)
-    check(len([x for x in marked_processes() if "sleeper.py" in x[2]]) == 7, "7 processes running")
+    check(running("sleeper.py") == 7, "7 processes running")
     check(os.path.exists("/tmp/msrun_detached/worker_5.log"), "detached log on the host")
     stop = subprocess.run([binary(), "stop", "--hostfile", hosts_file(), "--job", job_id,
                            "--kill_grace", "2"], capture_output=True, timeout=60)
