@@ -4,7 +4,9 @@
 // Runner's: runner.h.) What is still open when the wait ends is killed.
 //
 // While a batch waits, the transport's events of channels that are not its own are handed to
-// nobody: run a batch when no other command is open on the transport.
+// nobody: run a batch when no other command is open on the transport. A batch may instead ride
+// on somebody else's poll (the Runner's stack dumps): offer() it every event, abandon() it at the
+// end, and never call wait().
 #pragma once
 
 #include <cstddef>
@@ -80,15 +82,21 @@ class Batch {
   // (Transport::kill with "KILL", the requests sent at once); nothing more is recorded for it.
   void wait(double deadline_ms, const std::function<bool()>& keep_waiting = nullptr);
 
+  // Records `event` when it concerns the batch: an event of one of its commands (then true), or a
+  // lost host (recorded for its commands; false, so that the owner of the poll sees it too).
+  bool offer(const TransportEvent& event);
+
+  // Gives up on every command still open, as wait() does at its end, without polling: the kills
+  // go out at the transport's next poll, whoever calls it.
+  void abandon();
+
   const std::vector<BatchResult>& results() const { return results_; }
   const BatchResult& result(size_t index) const { return results_.at(index); }
   // Commands started and neither closed nor given up yet.
   size_t open() const { return open_; }
 
  private:
-  void on_event(const TransportEvent& e);
   void host_lost(size_t host, std::string_view why);
-  void give_up_open();
 
   Transport& t_;
   EventHook on_event_;

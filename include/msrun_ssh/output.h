@@ -248,6 +248,10 @@ class Output {
   // A message of the launcher itself ("msrun-ssh: ..."), on the error console.
   void message(const std::string& text);
 
+  // A report of the launcher of several lines (stack dumps), as it is, on the error console and
+  // in the launcher's log.
+  void report(const std::string& text);
+
   // The last lines the process printed (both streams), oldest first.
   const std::deque<std::string>& last_lines(int proc) const;
 

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/events.h"
 #include "msrun_ssh/options.h"
@@ -22,15 +24,19 @@ namespace msrun_ssh {
 
 class Runner {
  public:
-  // `signal_fd`: a signalfd for SIGINT/SIGTERM/SIGHUP (or -1); `stdin_fd`: the launcher's stdin,
-  // forwarded to the ranks of --tail_worker_log when it names some (or -1).
+  // `signal_fd`: a signalfd for SIGINT/SIGTERM/SIGHUP and SIGQUIT (or -1); `stdin_fd`: the
+  // launcher's stdin, forwarded to the ranks of --tail_worker_log when it names some (or -1).
   Runner(const Plan& plan, const Options& options, Transport& transport, Output& output,
          int signal_fd = -1, int stdin_fd = -1);
 
   // Runs the attached job to its end; returns its exit status (error.h).
   int run();
 
-  // Reacts as if the launcher had received `signo` (what the signalfd delivers).
+  // Reacts as if the launcher had received `signo` (what the signalfd delivers). SIGQUIT (Ctrl-\\)
+  // asks for every process's stack while the job goes on (stacks.h): stack.sh runs on every host
+  // still in the job, on the job's own connections; when all have answered (at most
+  // kStackBatchSeconds) the report goes to the console and <log_dir>/stacks-<UTC time>.txt. One
+  // dump at a time; none once the job is ending.
   void on_signal(int signo);
 
   // Numbers the attempt (--max_restarts): from attempt 2 on, console prefixes read "3@host a2".
@@ -125,6 +131,8 @@ class Runner {
   const std::string& host_name(size_t host) const;
 
   void update_status(double now);
+  void request_stacks();
+  void check_stacks(double now);
 
   EventLog* events_ = nullptr;
   StartView* start_view_ = nullptr;
@@ -157,6 +165,8 @@ class Runner {
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
   double heartbeat_ms_;
+  std::unique_ptr<Batch> stacks_;  // the stack dump SIGQUIT asked for, while it runs
+  double stacks_deadline_ms_ = 0;
 };
 
 // --- Restarts (--max_restarts) ------------------------------------------------------------------
@@ -238,9 +248,10 @@ class HostRoster {
   std::map<std::string, int> failures_;  // address -> attempts it failed
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP (SIGPIPE ignored) and returns a non-blocking signalfd that
-// delivers them to an event loop.
-int signal_fd();
+// Blocks SIGINT, SIGTERM and SIGHUP, and SIGQUIT when `with_sigquit` (Ctrl-\\: the attached
+// run's stack dump), ignores SIGPIPE, and returns a non-blocking signalfd that delivers them to
+// an event loop.
+int signal_fd(bool with_sigquit = false);
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
 // status (error.h; README, "Exit status").
@@ -258,9 +269,9 @@ int run_job_quietly(const Options& options, Plan& plan, const std::string& conso
 int stop_job(const Options& options, const Cluster& cluster);
 
 // Writes `stacks` (a grouped stack report) to <log_dir>/stacks-<UTC time>[-a<attempt>].txt (the
-// suffix from attempt 2 on) and says so on stderr; warns there when the file cannot be written.
-// Nothing happens when `stacks` is empty.
-void write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt);
+// suffix from attempt 2 on); returns its path. Warns on stderr, naming the file, when it cannot be
+// written, and returns "" then or when `stacks` is empty (nothing is written).
+std::string write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt);
 
 // `msrun-ssh sync`: connects every host of `cluster` and syncs options.sync_dir to each (sync.h),
 // printing one line per host. Returns 0, or kExitHostFailure when a host could not be reached or

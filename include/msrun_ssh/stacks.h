@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "msrun_ssh/batch.h"
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/options.h"
 #include "msrun_ssh/transport.h"
@@ -86,9 +87,22 @@ HostStacks parse_stacks(std::string_view output);
 // "stacks of job ID: no process of the job on these hosts".
 std::string format_stack_report(const std::string& job_id, const std::vector<HostStacks>& hosts);
 
-// Runs stack_command (wait 2 s, gdb 10 s) on every host of `transport` whose `unreachable` entry
-// is "" (one batch, bounded by 20 s); one HostStacks per host, in order, `trouble` set for the
-// unreachable ones and those that gave no complete answer.
+// How long a batch of stack commands may take (stack_command waits 2 s for the Python dumps and
+// bounds each gdb run by 10 s; the rest is room for gdb's own end and the round trips).
+inline constexpr double kStackBatchSeconds = 20;
+
+// Starts stack_command (wait 2 s, gdb 10 s) of job `job_id` in `batch` on each of `hosts`.
+void start_stacks(Batch& batch, const std::vector<size_t>& hosts, const std::string& job_id);
+
+// The answers of a batch of start_stacks, once it is over: one HostStacks per entry of
+// `addresses` (in order), `trouble` set for the hosts whose `unreachable` entry is not "" and
+// those that gave no complete answer.
+std::vector<HostStacks> collect_stacks(const std::vector<BatchResult>& results,
+                                       const std::vector<std::string>& addresses,
+                                       const std::vector<std::string>& unreachable);
+
+// Runs stack_command on every host of `transport` whose `unreachable` entry is "" (one batch,
+// bounded by kStackBatchSeconds); the answers as collect_stacks gives them.
 std::vector<HostStacks> stacks_on_hosts(Transport& transport,
                                         const std::vector<std::string>& addresses,
                                         const std::vector<std::string>& unreachable,

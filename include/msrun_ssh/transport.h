@@ -52,8 +52,9 @@ class Transport {
   // what the rc started, too. Both are no-ops on a closed channel.
   virtual void cancel(ChannelId channel) = 0;
   virtual void kill(ChannelId channel, const char* signal) = 0;
-  // Promises that no channel will be opened any more: channels that end from now on need no
-  // close handshake of their own, the disconnect at the end closes them all.
+  // Promises that the job's start is over: channels that end from now on need no close handshake
+  // of their own, the disconnect at the end closes them all. Short commands may still be opened
+  // after it (a stack dump while the job runs); they end the same way.
   virtual void no_more_channels() = 0;
   // Reports kFdReady for `fd` whenever it is readable (until unwatch_fd).
   virtual void watch_fd(int fd) = 0;

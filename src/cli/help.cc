@@ -482,7 +482,8 @@ const std::vector<CommandDoc>& command_docs() {
        "native backtrace where gdb is installed; identical stacks of many ranks are shown once "
        "under their rank set. The report is also saved as <log_dir>/stacks-<time>.txt. Exit 0 when "
        "every host answered, 255 when one did not. Without --hostfile, the hosts and SSH options "
-       "come from the job's record."},
+       "come from the job's record. In an attached run, Ctrl-\\ (SIGQUIT) prints the same report "
+       "and the job goes on."},
       {Command::kSync, "sync", "msrun-ssh sync [OPTIONS] --hostfile FILE DIR [DEST]",
        "Make DEST on every host of FILE identical to DIR here, sending only what differs (README, "
        "\"Sync\"). DEST: each host's workdir joined with DIR's path relative to the current "

@@ -265,6 +265,12 @@ void Output::message(const std::string& text) {
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
 
+void Output::report(const std::string& text) {
+  drain();
+  console_write(config_.console_err, text);
+  if (config_.launcher_log) config_.launcher_log->info("{}", text);
+}
+
 const std::deque<std::string>& Output::last_lines(int proc) const {
   const Proc& p = *procs_.at(static_cast<size_t>(proc));
   p.last.clear();

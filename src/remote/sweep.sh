@@ -57,3 +57,9 @@ teardown() {
   done
   signal_all KILL || true
 }
+# Removes the job's stack-dump directory on this host (stack_site.sh) once its processes are
+# gone; a link in its place is not followed.
+forget_stacks() {
+  d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
+  if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
+}

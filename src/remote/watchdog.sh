@@ -26,10 +26,10 @@ while :; do
     c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
   case "$c" in
     h) echo h ;;
-    q|k) teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
-    a) abort_pythons; teardown "$G"; echo "msrun-ssh-watchdog: done"; exit 0 ;;
-    K) signal_all KILL; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    q|k) teardown "$G"; forget_stacks; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    a) abort_pythons; teardown "$G"; forget_stacks; echo "msrun-ssh-watchdog: done"; exit 0 ;;
+    K) signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"
-       for _ in 1 2 3 4; do sleep 0.25; signal_all KILL; done; exit 0 ;;
+       for _ in 1 2 3 4; do sleep 0.25; signal_all KILL; done; forget_stacks; exit 0 ;;
   esac
 done

@@ -254,14 +254,17 @@ double monotonic_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-// Waits out a restart back-off on the signalfd: 0, or the exit status of the signal that came.
+// Waits out a restart back-off on the signalfd: 0, or the exit status of the signal that came
+// (SIGQUIT, a stack dump, has nothing to dump then and is passed over).
 int wait_for_signal(int sfd, double seconds) {
   double deadline = monotonic_seconds() + seconds;
   for (double left = seconds; left > 0; left = deadline - monotonic_seconds()) {
     pollfd p{sfd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(std::ceil(left * 1000))) <= 0) continue;
     signalfd_siginfo info{};
-    if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) continue;
+    if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info) ||
+        info.ssi_signo == SIGQUIT)
+      continue;
     return exit_status_of_signal(static_cast<int>(info.ssi_signo));
   }
   return 0;
@@ -337,8 +340,8 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
 
 }  // namespace
 
-void write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
-  if (stacks.empty()) return;
+std::string write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
+  if (stacks.empty()) return "";
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
@@ -346,8 +349,7 @@ void write_stacks_file(const std::string& log_dir, const std::string& stacks, in
       fmt::format("{}/stacks-{:04}{:02}{:02}-{:02}{:02}{:02}{}.txt", log_dir, tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                   attempt > 1 ? fmt::format("-a{}", attempt) : "");
-  if (write_file(path, stacks))
-    std::fprintf(stderr, "msrun-ssh: the stacks are also in %s\n", path.c_str());
+  return write_file(path, stacks) ? path : "";
 }
 
 namespace {
@@ -486,7 +488,9 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   if (options.max_restarts > 0) summary = fmt::format("attempt {}:\n{}", attempt, summary);
   std::fputs(summary.c_str(), stderr);
   log->info("summary:\n{}exit status {}", summary, result.status);
-  write_stacks_file(options.log_dir, format_stacks(rows), attempt);
+  if (std::string path = write_stacks_file(options.log_dir, format_stacks(rows), attempt);
+      !path.empty())
+    std::fprintf(stderr, "msrun-ssh: the stacks are also in %s\n", path.c_str());
   write_summary(options.log_dir, rows, result, attempt, events);
   pool.disconnect_all();
   return result;
@@ -515,12 +519,13 @@ void record_attached_end(JobRecord& record, const Options& options, int status,
 
 }  // namespace
 
-int signal_fd() {
+int signal_fd(bool with_sigquit) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
+  if (with_sigquit) sigaddset(&set, SIGQUIT);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -553,7 +558,7 @@ int run_job(const Options& options, Plan& plan) {
               {"master", fmt::format("{}:{}", plan.master_ip, plan.master_port)},
               {"log_dir", options.log_dir},
               {"max_restarts", options.max_restarts}});
-  int sfd = signal_fd();
+  int sfd = signal_fd(true);
   JobRecord record = record_attached_start(options, plan);
   std::vector<std::string> logs;
   auto say = [&](const std::string& m) {

@@ -13,6 +13,7 @@
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/stacks.h"
 
 namespace msrun_ssh {
 namespace {
@@ -172,6 +173,7 @@ void Runner::finish_process(Proc& p, const std::string& note) {
 }
 
 void Runner::on_signal(int signo) {
+  if (signo == SIGQUIT) return request_stacks();
   int code = exit_status_of_signal(signo);
   interrupted_ = true;
   if (tearing_down_ && signo == SIGINT && !killed_now_) {
@@ -181,6 +183,43 @@ void Runner::on_signal(int signo) {
     return;
   }
   fail(code, fmt::format("received SIG{}", sigabbrev_np(signo)));
+}
+
+void Runner::request_stacks() {
+  if (tearing_down_ || quit_sent_ || started_ms_ < 0) {
+    out_.message("stacks: not now, the job is not running");
+    return;
+  }
+  if (stacks_) {
+    out_.message("stacks: a dump is already under way");
+    return;
+  }
+  std::vector<size_t> live;
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (!hosts_[h].lost) live.push_back(h);
+  out_.message(fmt::format("stacks: asking {} hosts for every process's stack; the job goes on",
+                           live.size()));
+  stacks_ = std::make_unique<Batch>(t_);
+  start_stacks(*stacks_, live, plan_.job_id);
+  stacks_deadline_ms_ = t_.now_ms() + kStackBatchSeconds * 1000;
+}
+
+// A stack dump that is over (every host answered, its bound passed, or the job ends: `now` < 0)
+// is reported and written to its file.
+void Runner::check_stacks(double now) {
+  if (!stacks_ || (now >= 0 && stacks_->open() > 0 && now < stacks_deadline_ms_)) return;
+  stacks_->abandon();
+  std::vector<std::string> addresses;
+  for (size_t h = 0; h < hosts_.size(); ++h) addresses.push_back(host_name(h));
+  std::vector<HostStacks> answers =
+      collect_stacks(stacks_->results(), addresses, std::vector<std::string>(hosts_.size()));
+  std::vector<HostStacks> asked;
+  for (const BatchResult& r : stacks_->results()) asked.push_back(answers[r.host]);
+  stacks_.reset();
+  std::string report = format_stack_report(plan_.job_id, asked);
+  out_.report(report);
+  if (std::string path = write_stacks_file(options_.log_dir, report, attempt_); !path.empty())
+    out_.message(fmt::format("the stacks are also in {}", path));
 }
 
 void Runner::read_signals() {
@@ -299,6 +338,7 @@ void Runner::handle(const TransportEvent& e) {
       read_stdin();
     return;
   }
+  if (stacks_ && stacks_->offer(e)) return;
   if (e.kind == TransportEvent::Kind::kHostLost) return lose_host(e.host, std::string(e.data));
   int proc = get(proc_of_channel_, e.channel);
   if (proc >= 0) return handle_process(static_cast<size_t>(proc), e);
@@ -460,6 +500,7 @@ int Runner::timeout_ms(double now) const {
   if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
     until = std::min(until, started_ms_ + kStartedShownMs);
   if (running_line_) until = std::min(until, now + 1000);
+  if (stacks_) until = std::min(until, stacks_deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
   for (size_t i = 0; i < hosts_.size(); ++i) {
     const HostState& h = hosts_[i];
@@ -488,6 +529,7 @@ int Runner::run() {
     // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
     check_heartbeats(now);
     check_time_limits(now);
+    check_stacks(now);
     if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;
@@ -512,6 +554,7 @@ int Runner::run() {
     t_.poll(timeout_ms(now), handler);
     out_.flush();
   }
+  check_stacks(-1);
   if (start_view_) start_view_->finish();
   if (running_line_) running_line_->hide();
   out_.drain();

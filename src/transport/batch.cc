@@ -85,10 +85,13 @@ std::vector<size_t> Batch::open_hosts() const {
   return hosts;
 }
 
-void Batch::on_event(const TransportEvent& e) {
-  if (e.kind == TransportEvent::Kind::kHostLost) return host_lost(e.host, e.data);
+bool Batch::offer(const TransportEvent& e) {
+  if (e.kind == TransportEvent::Kind::kHostLost) {
+    host_lost(e.host, e.data);
+    return false;
+  }
   auto it = index_of_.find(e.channel);
-  if (it == index_of_.end()) return;
+  if (it == index_of_.end()) return false;
   size_t index = it->second;
   BatchResult& r = results_[index];
   switch (e.kind) {
@@ -113,19 +116,23 @@ void Batch::on_event(const TransportEvent& e) {
       break;
   }
   if (on_event_) on_event_(index, e);
+  return true;
 }
 
 void Batch::wait(double deadline_ms, const std::function<bool()>& keep_waiting) {
-  EventHandler handler = [this](const TransportEvent& e) { on_event(e); };
+  EventHandler handler = [this](const TransportEvent& e) { offer(e); };
   while (open_ > 0 && t_.now_ms() < deadline_ms) {
     double left = std::ceil(deadline_ms - t_.now_ms());
     t_.poll(static_cast<int>(std::clamp(left, 1.0, kMaxWaitMs)), handler);
     if (keep_waiting && !keep_waiting()) break;
   }
-  give_up_open();
+  if (open_ == 0) return;
+  abandon();
+  // The transport sends what was asked of it when it next polls: now, without waiting.
+  t_.poll(0, [](const TransportEvent&) {});
 }
 
-void Batch::give_up_open() {
+void Batch::abandon() {
   if (open_ == 0) return;
   for (size_t i = 0; i < results_.size(); ++i) {
     BatchResult& r = results_[i];
@@ -134,8 +141,6 @@ void Batch::give_up_open() {
     t_.kill(channels_[i], "KILL");
   }
   open_ = 0;
-  // The transport sends what was asked of it when it next polls: now, without waiting.
-  t_.poll(0, [](const TransportEvent&) {});
 }
 
 std::vector<BatchResult> run_batch(Transport& transport, const std::vector<BatchCommand>& commands,

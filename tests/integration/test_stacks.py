@@ -1,12 +1,15 @@
-"""Stacks on demand (#17): `msrun-ssh stack --job ID` on a running detached job prints every
-rank's stack, grouped, without ending anything: the job goes on to finish with status 0 and its
-output complete; a host without gdb still shows every process's /proc state."""
+"""Stacks on demand (#17): `msrun-ssh stack --job ID` on a running detached job, and Ctrl-\\
+(SIGQUIT) on an attached one, print every rank's stack, grouped, without ending anything: the job
+goes on to finish with status 0 and its output complete; a host without gdb still shows every
+process's /proc state."""
 import json
 import os
 import re
+import signal
 import tempfile
 
-from harness import check, cluster_dir, job, marked_processes, tmpdir, wait_clean, wait_for
+from harness import (check, cluster_dir, job, launch, marked_processes, tmpdir, wait_clean,
+                     wait_for)
 from test_jobs import _start, _state_env, _tool
 
 SECONDS = 25
@@ -89,3 +92,42 @@ def test_stack_of_a_detached_job_shows_every_rank_and_the_job_goes_on():
             f.write(saved)
         _tool(env, "stop", "--job", job_id, "--kill_grace", "1")
         wait_clean(5)
+
+
+def test_ctrl_backslash_on_an_attached_job_dumps_every_rank_and_the_job_goes_on():
+    seconds = 12
+    p, log_dir = launch([job("hang.py"), "--stuck", "2", "--seconds", str(seconds)])
+    try:
+        # The scheduler and 6 workers are up: each printed its first line, so it waits where the
+        # dump should find it.
+        logs = ["scheduler.log"] + [f"worker_{rank}.log" for rank in range(6)]
+
+        def up(name):
+            path = os.path.join(log_dir, name)
+            return os.path.exists(path) and " up\n" in open(path).read()
+        wait_for(lambda: all(up(n) for n in logs), 20, "the job's 7 processes up")
+        p.send_signal(signal.SIGQUIT)
+        out, err = p.communicate(timeout=seconds + 30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out, err = out.decode(), err.decode()
+    check(p.returncode == 0, f"exit {p.returncode}: {err}")
+    check("msrun-ssh: stacks: asking 3 hosts for every process's stack; the job goes on\n" in err,
+          err)
+    check(re.search(r"stacks of job \S+: 7 processes on 3 hosts\n", err), err)
+    check(re.search(r"--- Python stacks of rank 2 \(pid \d+\) on 198\.18\.1\.11 ---\n"
+                    r"(Thread .*\n)?Current thread 0x[0-9a-f]+ \(most recent call first\):\n"
+                    r"  File \".*/hang\.py\", line \d+ in wait_for_peer\n", err),
+          f"rank 2's stack: {err}")
+    check(re.search(r"--- Python stacks of scheduler, ranks 0-1,3-5 \(6 processes\)", err),
+          f"the others once: {err}")
+    saved = [n for n in os.listdir(log_dir) if re.fullmatch(r"stacks-\d{8}-\d{6}\.txt", n)]
+    check(len(saved) == 1 and f"the stacks are also in {log_dir}/{saved[0]}" in err,
+          f"stacks file in {log_dir}: {err}")
+    # The dump ended nothing: every rank went on to its last line, its log complete.
+    for rank in range(6):
+        check(f"rank {rank} done" in out, f"rank {rank}'s end: {out}")
+        log = open(os.path.join(log_dir, f"worker_{rank}.log")).read()
+        check(log == f"rank {rank} up\nrank {rank} done\n", f"worker_{rank}.log: {log!r}")
+    wait_clean(5)

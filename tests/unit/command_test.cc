@@ -993,6 +993,32 @@ TEST_F(WatchdogCommand, QuitWithNothingLeft) {
   EXPECT_EQ(out_, std::string(kWatchdogDone) + "\n");
 }
 
+TEST_F(WatchdogCommand, TheEndRemovesTheJobsStackDirectoryOnly) {
+  // stack_site.sh's directory of this job goes; another job's stays, and so does what a link in
+  // its place points to.
+  std::string tmp = dir_ + "/tmp";
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0700), 0);
+  std::string mine = tmp + "/msrun-ssh-stacks-" + job_;
+  std::string other = tmp + "/msrun-ssh-stacks-job-2";
+  ASSERT_EQ(::mkdir(mine.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
+  write("tmp/msrun-ssh-stacks-" + job_ + "/sitecustomize.py", "x = 1\n");
+  Words env = kShellEnv;
+  env.push_back("TMPDIR=" + tmp);
+  start(30, 5, env);
+  send(kQuit);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_NE(::access(mine.c_str(), F_OK), 0) << "the job's directory is still there";
+  EXPECT_EQ(::access(other.c_str(), F_OK), 0);
+  // A link in the job's place is not followed.
+  ASSERT_EQ(::symlink(other.c_str(), mine.c_str()), 0);
+  out_.clear();
+  start(30, 5, env);
+  send(kKillNow);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(::access(other.c_str(), F_OK), 0);
+}
+
 TEST_F(WatchdogCommand, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 0.4);

@@ -68,6 +68,9 @@ struct HostScript {
   bool honours_signals = true;           // sshd delivers SSH "signal" requests (OpenSSH >= 7.9)
   std::string name;                      // the host's own name in the ready line (may be "")
   std::vector<ProcScript> processes;
+  // Commands that are not the job's processes (a stack dump's): an exec whose command contains
+  // the key is played by its script and is not counted among `processes`.
+  std::vector<std::pair<std::string, ProcScript>> other_commands;
 };
 
 class FakeTransport : public Transport, public FakeClock {
@@ -83,7 +86,8 @@ class FakeTransport : public Transport, public FakeClock {
     ChannelId id = -1;
     size_t host = 0;
     bool watchdog = false;
-    int index = -1;  // process index on its host (-1: the watchdog)
+    int index = -1;  // process index on its host (-1: the watchdog or another command)
+    const ProcScript* other = nullptr;  // the script of one of HostScript::other_commands
     std::string command;
     double opened_ms = 0;
     std::vector<Write> writes;
@@ -111,8 +115,6 @@ class FakeTransport : public Transport, public FakeClock {
 
   ChannelId exec(size_t host, const std::string& command) override {
     if (host >= hosts_.size()) throw std::logic_error("FakeTransport: exec on unknown host");
-    if (!no_more_channels_at.empty())
-      throw std::logic_error("FakeTransport: exec after no_more_channels");
     Channel c;
     c.id = static_cast<ChannelId>(channels_.size());
     c.host = host;
@@ -121,13 +123,17 @@ class FakeTransport : public Transport, public FakeClock {
     std::optional<WatchdogArgs> args = watchdog_args_of(command);
     c.watchdog = args.has_value();
     if (args) c.args = std::move(*args);
+    for (const auto& [key, proc] : script(host).other_commands)
+      if (!c.other && command.find(key) != std::string::npos) c.other = &proc;
+    if (!no_more_channels_at.empty() && !c.other)
+      throw std::logic_error("FakeTransport: a process's exec after no_more_channels");
     int before = 0;
     for (const Channel& o : channels_)
-      if (o.host == host && !o.watchdog) ++before;
+      if (o.host == host && !o.watchdog && !o.other) ++before;
     bool has_watchdog = watchdog(host) >= 0;
     if (c.watchdog == has_watchdog)
       throw std::logic_error("FakeTransport: the watchdog must be the first exec on a host");
-    c.index = c.watchdog ? -1 : before;
+    c.index = c.watchdog || c.other ? -1 : before;
     channels_.push_back(std::move(c));
     Channel& ch = channels_.back();
     if (ch.watchdog)
@@ -318,8 +324,10 @@ class FakeTransport : public Transport, public FakeClock {
   void start_process(Channel& c) {
     static const ProcScript kForever;
     const HostScript& hs = script(c.host);
-    const ProcScript& s =
-        static_cast<size_t>(c.index) < hs.processes.size() ? hs.processes[c.index] : kForever;
+    const ProcScript& s = c.other ? *c.other
+                          : static_cast<size_t>(c.index) < hs.processes.size()
+                              ? hs.processes[c.index]
+                              : kForever;
     ChannelId id = c.id;
     if (!s.open_error.empty()) {
       c.closed = true;
@@ -403,7 +411,7 @@ class FakeTransport : public Transport, public FakeClock {
   // whose innermost frame names the process's index ("in wait_3").
   void print_stacks(size_t host) {
     for (Channel& c : channels_) {
-      if (c.host != host || c.watchdog || !c.running) continue;
+      if (c.host != host || c.watchdog || c.other || !c.running) continue;
       emit_data(c,
                 fmt::format("Fatal Python error: Aborted\n\nCurrent thread 0x{:x} (most recent "
                             "call first):\n  File \"t.py\", line 7 in wait_{}\n",
@@ -433,7 +441,7 @@ class FakeTransport : public Transport, public FakeClock {
   bool kill_all(size_t host, bool hard) {
     bool survivors = false;
     for (Channel& c : channels_) {
-      if (c.host != host || c.watchdog || !c.running) continue;
+      if (c.host != host || c.watchdog || c.other || !c.running) continue;
       const HostScript& hs = script(host);
       bool scripted = static_cast<size_t>(c.index) < hs.processes.size();
       if (scripted && !hs.processes[c.index].seen_by_sweep) continue;

@@ -23,6 +23,7 @@
 
 #include "fake_transport.h"
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/stacks.h"
 #include "test_util.h"
 
 namespace {
@@ -1174,6 +1175,109 @@ TEST_F(Runner, HangReportOnlyReportsAndTheJobGoesOn) {
             "msrun-ssh: hang: no process printed anything for 2 s (--on_hang=report: the job goes "
             "on)\n");
   EXPECT_EQ(statuses(), Strings{"exit 0"});
+}
+
+// --- Stacks on demand (SIGQUIT, Ctrl-\)
+// ------------------------------------------------------------
+
+// What the fake plays for stack.sh (stack_command): a host's answer `after` seconds after its exec.
+const std::string kStackKey = "echo \"gdb $g\"";
+
+ProcScript stack_answer(const std::string& host, double after, const std::string& function) {
+  ProcScript p = exits(after + 0.01);
+  p.output = {{after, "host " + host +
+                          "\ngdb no\nproc 100 0 S do_wait python3\n"
+                          "py Current thread 0x7f01 (most recent call first):\n"
+                          "py   File \"train.py\", line 9 in " +
+                          function + "\nend\n"}};
+  return p;
+}
+
+HostScript host_answering_stacks(std::vector<ProcScript> processes, ProcScript answer) {
+  HostScript h = host(std::move(processes));
+  h.other_commands = {{kStackKey, std::move(answer)}};
+  return h;
+}
+
+// The stack commands the fake ran, as (host, time of exec).
+std::vector<std::pair<size_t, double>> stack_execs(const FakeTransport& fake) {
+  std::vector<std::pair<size_t, double>> out;
+  for (const auto& c : fake.channels())
+    if (c.other) out.emplace_back(c.host, c.opened_ms);
+  return out;
+}
+
+TEST_F(Runner, SigquitDumpsEveryHostsStacksAndTheJobGoesOn) {
+  ASSERT_NE(ms::stack_command("job-1", 2, 10).find(kStackKey), std::string::npos);
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host_answering_stacks({exits(5)}, stack_answer("n0", 0.5, "wait_for_peer")),
+                      host_answering_stacks({exits(5)}, stack_answer("n1", 0.7, "allreduce"))});
+  fake.at(1, [&] { runner().on_signal(SIGQUIT); });
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));  // the job went on to its own end
+  EXPECT_EQ(fake.control(0).find('k'), std::string::npos);
+  using Exec = std::pair<size_t, double>;
+  EXPECT_EQ(stack_execs(fake), (std::vector<Exec>{{0, 1000}, {1, 1000}}));
+  std::string err = console_err();
+  // The report comes once every host has answered (at 1.71 s), while the job still runs.
+  EXPECT_NE(err.find("stacks: asking 2 hosts for every process's stack; the job goes on\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("stacks of job job-1: 2 processes on 2 hosts\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("line 9 in wait_for_peer"), std::string::npos) << err;
+  EXPECT_NE(err.find("line 9 in allreduce"), std::string::npos) << err;
+  std::vector<std::string> files;
+  for (const auto& f : fs::directory_iterator(options_.log_dir))
+    if (f.path().filename().string().rfind("stacks-", 0) == 0) files.push_back(f.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(slurp(files[0]).find("line 9 in wait_for_peer"), std::string::npos);
+  EXPECT_NE(err.find("msrun-ssh: the stacks are also in " + files[0] + "\n"), std::string::npos);
+}
+
+TEST_F(Runner, OneDumpAtATimeAndNoneOnceTheJobEnds) {
+  plan_ = make_plan({1});
+  FakeTransport fake({host_answering_stacks({exits(5)}, stack_answer("n0", 1, "f"))});
+  fake.at(1, [&] { runner().on_signal(SIGQUIT); });
+  fake.at(1.5, [&] { runner().on_signal(SIGQUIT); });  // the first is still under way
+  fake.at(3, [&] { runner().on_signal(SIGINT); });
+  fake.at(3.01, [&] { runner().on_signal(SIGQUIT); });  // the job is ending
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(stack_execs(fake).size(), 1u);
+  std::string err = console_err();
+  EXPECT_NE(err.find("msrun-ssh: stacks: a dump is already under way\n"), std::string::npos);
+  EXPECT_NE(err.find("msrun-ssh: stacks: not now, the job is not running\n"), std::string::npos);
+}
+
+TEST_F(Runner, AHostThatDoesNotAnswerTheDumpIsNamedAfterTheBound) {
+  plan_ = make_plan({1, 1});
+  ProcScript silent;  // never answers, never ends
+  FakeTransport fake({host_answering_stacks({exits(60)}, stack_answer("n0", 0.5, "f")),
+                      host_answering_stacks({exits(60)}, silent)});
+  fake.at(1, [&] { runner().on_signal(SIGQUIT); });
+  EXPECT_EQ(run(fake), 0);
+  std::string err = console_err();
+  EXPECT_NE(err.find("host node1: no complete answer within 20 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("line 9 in f"), std::string::npos) << err;
+  // The unanswered command was killed at the bound (1 s + 20 s); the job was not touched.
+  ms::ChannelId unanswered = -1;
+  for (const auto& c : fake.channels())
+    if (c.other && c.host == 1) unanswered = c.id;
+  std::vector<double> kills;
+  for (const auto& k : fake.kills)
+    if (k.channel == unanswered) kills.push_back(k.at_ms);
+  EXPECT_EQ(kills, Times{21000});
+  EXPECT_EQ(fake.control(1).find('k'), std::string::npos);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));
+}
+
+TEST_F(Runner, AJobThatEndsDuringADumpEndsOnTimeWithWhatCame) {
+  plan_ = make_plan({1});
+  FakeTransport fake({host_answering_stacks({exits(2)}, ProcScript{})});
+  fake.at(1, [&] { runner().on_signal(SIGQUIT); });
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_LT(ended_ms_, 3000);  // not at the dump's bound (21 s)
+  EXPECT_NE(console_err().find("host node0: no complete answer within 20 s"), std::string::npos)
+      << console_err();
 }
 
 // --- Events (--events) ---------------------------------------------------------------------------
