@@ -40,6 +40,9 @@
 #   burnrc I CPU_SECONDS                host I's login rc burns CPU_SECONDS of CPU in a python3
 #                                       start-up (as `conda init` does); 0: clean again
 #   status                              one line per namespace
+#   slurm-up --dir DIR | slurm-down --dir DIR
+#                                       a real Slurm on the cluster's hosts (slurmd per host,
+#                                       slurmctld and munged here): tests/cluster/slurm.sh
 # I is a host index (0..N-1) or the word "farm".
 #
 # Files written into DIR by `up`:
@@ -264,6 +267,7 @@ cmd_down() {
   require_root_and_tools
   if [[ -n $dir ]]; then dir=$(canonical_dir "$dir"); fi # a usage error must change nothing
   take_lock
+  if [[ -n $dir && -d $dir/slurm ]]; then bash "$(dirname "${BASH_SOURCE[0]}")/slurm.sh" down "$dir" || true; fi
   teardown_network
   if [[ -n $dir ]]; then empty_dir "$dir"; fi
   local left
@@ -849,6 +853,17 @@ cmd_status() {
   ((any)) || echo "no cluster is up"
 }
 
+# slurm-up / slurm-down --dir DIR: tests/cluster/slurm.sh up|down DIR.
+cmd_slurm() {
+  local what=$1
+  shift
+  if (($# != 2)) || [[ $1 != --dir ]]; then
+    usage >&2
+    die "slurm-$what: want --dir DIR"
+  fi
+  exec bash "$(dirname "${BASH_SOURCE[0]}")/slurm.sh" "$what" "$(canonical_dir "$2")"
+}
+
 main() {
   local cmd=${1:-}
   (($#)) && shift
@@ -864,6 +879,7 @@ main() {
     status) cmd_status "$@" ;;
     slowrc) cmd_slowrc "$@" ;;
     burnrc) RC_KIND=burn cmd_slowrc "$@" ;;
+    slurm-up | slurm-down) cmd_slurm "${cmd#slurm-}" "$@" ;;
     -h | --help | help) usage ;;
     *)
       usage >&2
