@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Format (clang-format, .clang-format) and static analysis (clang-tidy, .clang-tidy) of the C++
 # sources, and shellcheck of the programs run on remote hosts (src/remote/*.sh), of the bash
-# completion and of the package tests; fails on any difference or finding. Needs a configured build/ (compile_commands.json).
+# completion, of the package tests and of the test cluster; fails on any difference or finding. Needs a configured build/ (compile_commands.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts=(src/remote/*.sh)
 echo "lint: shellcheck -s sh on ${#scripts[@]} files"
 shellcheck -s sh "${scripts[@]}"
-bash_scripts=(completions/msrun-ssh.bash tests/package/*.sh)
+bash_scripts=(completions/msrun-ssh.bash tests/package/*.sh tests/cluster/*.sh)
 echo "lint: shellcheck on ${#bash_scripts[@]} bash files"
 shellcheck "${bash_scripts[@]}"
 mapfile -t files < <(git ls-files 'src/*.cc' 'include/*.h' 'tests/*.cc' 'tests/*.h')
