@@ -357,8 +357,9 @@ namespace {
 // nothing when ready, else the exit status and why (every step prints its own details);
 // `unreachable` (when given) gets the hosts that could not be connected, with why.
 std::optional<std::pair<int, std::string>> prepare_hosts(
-    HostTransport& pool, Plan& plan, const JobHosts& jh, const Options& options, bool report_bindings,
-    StatusLine* status = nullptr, std::map<std::string, std::string>* unreachable = nullptr) {
+    HostTransport& pool, Plan& plan, const JobHosts& jh, const Options& options,
+    bool report_bindings, StatusLine* status = nullptr,
+    std::map<std::string, std::string>* unreachable = nullptr) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {

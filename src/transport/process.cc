@@ -1,4 +1,6 @@
 // ProcessTransport (process.h): channels that are child processes, driven by one poll(2).
+#include "msrun_ssh/process.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,13 +14,11 @@
 #include <chrono>
 #include <cstring>
 
-#include "msrun_ssh/process.h"
-
 namespace msrun_ssh {
 namespace {
 
 // Stderr held back until a command has started: its last line says why it did not.
-constexpr size_t kHeldErrMax = 64 * 1024;
+constexpr size_t kHeldErrMax = size_t{64} * 1024;
 // Without a pidfd, the longest a child's end may go unnoticed while its output stays open.
 constexpr int kReapWithoutPidfdMs = 100;
 constexpr int kDisconnectWaitMs = 2000;
@@ -53,12 +53,12 @@ struct ProcessTransport::Chan {
   int in = -1, out = -1, err = -1, pidfd = -1;
   std::string pending;  // for stdin
   bool eof = false;
-  bool started = false;   // its start marker came (or none is expected)
-  std::string head;       // stdout while it may still be the start marker
-  std::string held_err;   // stderr before the start
-  std::string why;        // why it could not be started (kOpenFailed)
+  bool started = false;  // its start marker came (or none is expected)
+  std::string head;      // stdout while it may still be the start marker
+  std::string held_err;  // stderr before the start
+  std::string why;       // why it could not be started (kOpenFailed)
   bool reaped = false;
-  bool closed = false;    // reported closed (or dropped): nothing more is reported
+  bool closed = false;  // reported closed (or dropped): nothing more is reported
   int kills = 0;
   int raw = 0;
 };
@@ -118,6 +118,7 @@ void ProcessTransport::spawn(Chan& c, const std::vector<std::string>& args) {
     return;
   }
   std::vector<char*> cargs;
+  cargs.reserve(args.size() + 1);
   for (const auto& a : args) cargs.push_back(const_cast<char*>(a.c_str()));
   cargs.push_back(nullptr);
   std::string cannot = "msrun-ssh: cannot run " + args[0] + ": ";
@@ -220,8 +221,10 @@ void ProcessTransport::flush(Chan& c) {
 enum class ProcessTransport::Polled { kStdout, kStderr, kEnd, kStdin, kWatched };
 
 // The descriptors to wait on: each open channel's output, its end (pidfd) and its stdin while
-// bytes wait for it; the watched ones. `unnoticed_end`: a child's end would only be seen by polling.
-void ProcessTransport::collect(std::vector<pollfd>& fds, std::vector<std::pair<ChannelId, Polled>>& whose,
+// bytes wait for it; the watched ones. `unnoticed_end`: a child's end would only be seen by
+// polling.
+void ProcessTransport::collect(std::vector<pollfd>& fds,
+                               std::vector<std::pair<ChannelId, Polled>>& whose,
                                bool& unnoticed_end) const {
   for (const auto& [id, c] : chans_) {
     if (c->closed) continue;

@@ -31,8 +31,9 @@ std::vector<std::string> srun_argv(const std::string& program, const std::string
 
 ConnectError classify_srun_error(std::string_view message) {
   for (std::string_view unreachable :
-       {"Invalid node name", "not in the allocation", "Requested node configuration is not available",
-        "Node count specification invalid", "Unable to contact", "is down", "not responding"})
+       {"Invalid node name", "not in the allocation",
+        "Requested node configuration is not available", "Node count specification invalid",
+        "Unable to contact", "is down", "not responding"})
     if (message.find(unreachable) != std::string_view::npos) return ConnectError::kUnreachable;
   return ConnectError::kOther;
 }

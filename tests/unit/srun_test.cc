@@ -1,7 +1,8 @@
-// The srun transport (process.h) on real local processes: SrunTransport runs tests/unit/fake_srun.sh
-// in place of Slurm's srun (it checks the options, records its argv and runs the step here), so
-// the framing, exit statuses, stdin, signals, start failures, phase one and the runner's watchdog
-// protocol are all exercised for real; `--transport srun`'s usage errors through the parser.
+// The srun transport (process.h) on real local processes: SrunTransport runs
+// tests/unit/fake_srun.sh in place of Slurm's srun (it checks the options, records its argv and
+// runs the step here), so the framing, exit statuses, stdin, signals, start failures, phase one and
+// the runner's watchdog protocol are all exercised for real; `--transport srun`'s usage errors
+// through the parser.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -136,13 +137,12 @@ TEST_F(SrunOverFake, KillEndsTheWholeStepThroughSrun) {
   EXPECT_LT(t.now_ms() - asked, 5000) << "the sleep went with it: its output closed";
   EXPECT_EQ(seen[a].status, 137);
   EXPECT_EQ(seen[a].signal, "KILL");
-  EXPECT_EQ(last_argv(), (std::vector<std::string>{kFakeSrun, "--nodes=1", "--ntasks=1",
-                                                   "--ntasks-per-node=1", "--nodelist=node1",
-                                                   "--overlap", "--cpu-bind=none",
-                                                   "--kill-on-bad-exit=1", "--unbuffered",
-                                                   "--quiet", "/bin/sh", "-c",
-                                                   "printf 'msrun-ssh-srun: started\\n'\necho up; "
-                                                   "sleep 30 & wait"}));
+  EXPECT_EQ(last_argv(), (std::vector<std::string>{
+                             kFakeSrun, "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+                             "--nodelist=node1", "--overlap", "--cpu-bind=none",
+                             "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "/bin/sh", "-c",
+                             "printf 'msrun-ssh-srun: started\\n'\necho up; "
+                             "sleep 30 & wait"}));
 }
 
 TEST_F(SrunOverFake, OtherSignalsAreForwardedToTheStep) {
@@ -282,8 +282,8 @@ TEST_F(SrunOverFake, TheLaunchAgentRunsAsOneStepPerHost) {
 TEST(SrunUsage, NeedsAnAllocationAndSrunOnPath) {
   test::TempDir tmp;
   std::string bin = tmp.path() + "/bin";
-  ASSERT_EQ(std::system(("mkdir -p " + bin + " && ln -s " + kFakeSrun + " " + bin + "/srun").c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(("mkdir -p " + bin + " && ln -s " + kFakeSrun + " " + bin + "/srun").c_str()), 0);
   auto parse = [](std::map<std::string, std::string> env) {
     return test::error_of([&] {
       parse_args({"--hostfile", "slurm", "--transport", "srun", "train.py"},
