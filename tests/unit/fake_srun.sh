@@ -30,10 +30,7 @@ case $node in
     echo "srun: error: Unable to create step for job $SLURM_JOB_ID: Invalid node name specified" >&2
     exit 1 ;;
   slow*)
-    sleep 30 &
-    trap 'kill $!; exit 1' TERM
-    wait $!
-    exit 1 ;;
+    exec sleep 30 ;;
 esac
 pid='' got=''
 trap 'got=1; [ -n "$pid" ] && kill -KILL -"$pid" 2>/dev/null' TERM HUP QUIT
