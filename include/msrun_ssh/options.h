@@ -18,6 +18,8 @@ enum class Contract { kMsrun, kTorch };
 // Which pairs `check --net` tests (check.h): all pairs, a ring, or all up to 8 hosts and a ring
 // above.
 enum class NetPairs { kAuto, kAll, kRing };
+// How commands reach the hosts (--transport): SSH, or job steps of the Slurm allocation (srun).
+enum class TransportKind { kSsh, kSrun };
 
 struct Options {
   Command command = Command::kRun;
@@ -69,6 +71,7 @@ struct Options {
   bool log_timestamps = false;  // --log_timestamps: so do the lines of the per-rank logs
   std::string events;           // --events FILE: the job's life as JSON Lines ("-": stdout)
   std::optional<HostKeyPolicy> strict_host_key_checking;  // (ssh.h) unset: ssh config, else yes
+  TransportKind transport = TransportKind::kSsh;          // --transport ssh|srun
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;
 

@@ -130,7 +130,21 @@ class KnownHostsIndex {
   std::vector<Hashed> hashed_;
 };
 
-class SshPool : public Transport {
+// What a start needs from the transport that reaches the hosts: phase one, its warnings, and the
+// end. SshPool over SSH; inside a Slurm allocation SrunTransport (process.h).
+class HostTransport : public Transport {
+ public:
+  // Reaches every host (`connections[i]`: how many connections host i needs, where that means
+  // something). One entry per host: nullopt when it is ready, else why not; the others stay ready.
+  virtual std::vector<std::optional<ConnectFailure>> connect_all(
+      const std::vector<int>& connections) = 0;
+  // What connect_all warned about, in the order it came.
+  virtual const std::vector<ConnectWarning>& warnings() const = 0;
+  // Ends every channel and connection.
+  virtual void disconnect_all() = 0;
+};
+
+class SshPool : public HostTransport {
  public:
   SshPool(std::vector<SshEndpoint> hosts, SshSettings settings);
   ~SshPool() override;
@@ -141,10 +155,11 @@ class SshPool : public Transport {
   // Returns one entry per host: nullopt when all its sessions are ready, else why not; a failed
   // host's sessions are closed, the other hosts stay connected (a caller that needs every host,
   // as the two-phase start does, disconnects them).
-  std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& connections);
+  std::vector<std::optional<ConnectFailure>> connect_all(
+      const std::vector<int>& connections) override;
 
   // Warnings collected during connect_all (e.g. StrictHostKeyChecking=no), in the order they came.
-  const std::vector<ConnectWarning>& warnings() const;
+  const std::vector<ConnectWarning>& warnings() const override;
 
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;
@@ -161,7 +176,7 @@ class SshPool : public Transport {
   double now_ms() const override;
 
   // Closes every channel and session.
-  void disconnect_all();
+  void disconnect_all() override;
 
  private:
   struct Impl;

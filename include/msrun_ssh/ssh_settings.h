@@ -1,11 +1,16 @@
 // How the command line and the host file set up the SSH pool: the one conversion from Options and
 // host entries to the pool's own settings (ssh.h), for every command that connects (run and stop:
-// src/runner/job.cc; check: src/check/check.cc), so that they all reach hosts the same way. The
-// ssh room itself knows neither Options nor the host file.
+// src/runner/job.cc; check: src/check/check.cc), so that they all reach hosts the same way; and
+// which transport --transport picks. The ssh room itself knows neither Options nor the host file.
 #pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "msrun_ssh/hostfile.h"
 #include "msrun_ssh/options.h"
+#include "msrun_ssh/process.h"
 #include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
@@ -22,6 +27,20 @@ inline SshSettings ssh_settings(const Options& o) {
 // How to reach a host of the host file.
 inline SshEndpoint endpoint_of(const Host& h) {
   return SshEndpoint{h.address, h.user, h.port, h.identity_file, h.known_hosts};
+}
+
+// The transport --transport asks for, to the hosts `endpoints` name: the SSH pool with `settings`,
+// or srun (each host's address its Slurm node name; settings' connect timeout and progress).
+inline std::unique_ptr<HostTransport> host_transport(const Options& o,
+                                                     std::vector<SshEndpoint> endpoints,
+                                                     SshSettings settings) {
+  if (o.transport == TransportKind::kSsh)
+    return std::make_unique<SshPool>(std::move(endpoints), std::move(settings));
+  SrunSettings s;
+  for (const auto& e : endpoints) s.nodes.push_back(e.address);
+  s.connect_timeout_s = settings.connect_timeout_s;
+  s.on_connect_progress = std::move(settings.on_connect_progress);
+  return std::make_unique<SrunTransport>(std::move(s));
 }
 
 }  // namespace msrun_ssh

@@ -31,6 +31,9 @@ struct TransportEvent {
   int fd = -1;
 };
 
+// The number of the signal TransportEvent::signal names ("TERM": 15); 0 for none.
+int signal_number(const char* name);
+
 using EventHandler = std::function<void(const TransportEvent&)>;
 
 class Transport {

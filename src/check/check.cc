@@ -309,7 +309,8 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan, const JobL
 
   std::vector<SshEndpoint> endpoints;
   for (const auto& h : plan.hosts) endpoints.push_back(endpoint_of(h.host));
-  SshPool pool(std::move(endpoints), ssh_settings(options));
+  auto transport = host_transport(options, std::move(endpoints), ssh_settings(options));
+  HostTransport& pool = *transport;
   auto failures = pool.connect_all(std::vector<int>(plan.hosts.size(), 1));
   std::vector<size_t> connected;
   std::vector<const ProbeFacts*> facts_of(plan.hosts.size(), nullptr);

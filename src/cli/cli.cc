@@ -7,6 +7,7 @@
 #include <map>
 
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/process.h"
 
 namespace msrun_ssh {
 namespace {
@@ -166,6 +167,14 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
          else
            bad(n, v, "expects yes, accept-new or no");
        })},
+      {"--transport", value([](O& o, S n, S v) {
+         if (v == "ssh")
+           o.transport = TransportKind::kSsh;
+         else if (v == "srun")
+           o.transport = TransportKind::kSrun;
+         else
+           bad(n, v, "expects ssh or srun");
+       })},
       {"--env", value([getenv](O& o, S n, S v) {
          size_t eq = v.find('=');
          std::string name = v.substr(0, eq);
@@ -252,7 +261,7 @@ bool allowed(Command command, const std::string& name) {
   if (name == "--sync_dest") return command == Command::kRun;
   const bool reaching = name == "--hostfile" || name == "--ssh_config" || name == "--fanout" ||
                         name == "--connect_timeout" || name == "--ssh_debug" ||
-                        name == "--strict_host_key_checking";
+                        name == "--strict_host_key_checking" || name == "--transport";
   if (command == Command::kSync) return name == "--sync_exclude" || reaching;
   if (command == Command::kStack) return name == "--log_dir" || reaching;
   return true;
@@ -342,6 +351,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     throw InputError("sync: DIR is required: msrun-ssh sync --hostfile FILE DIR [DEST]");
   if (o.command == Command::kCheck && o.sync && o.sync_dir.empty() && o.task_script.empty())
     throw InputError("check --sync: give TASK_SCRIPT (its directory is synced) or --sync=DIR");
+  if (o.transport == TransportKind::kSrun)
+    if (std::string why = srun_unavailable(getenv); !why.empty()) throw InputError(why);
   // A detached job has no launcher left to restart it or to watch its clock.
   if (!o.join && (o.max_restarts > 0 || o.timeout > 0 || o.hang_timeout > 0))
     throw InputError(

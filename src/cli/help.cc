@@ -384,6 +384,11 @@ const std::vector<OptionDoc>& option_docs() {
        kRun, S::kOwn},
       {"--strict_host_key_checking", "", "yes|accept-new|no", "(default: ssh config, else yes)",
        kConnecting, S::kOwn},
+      {"--transport", "", "ssh|srun",
+       "how commands reach the hosts: ssh (default), or srun inside a Slurm allocation: every "
+       "command a job step on its host (the host's address is its node name; needs SLURM_JOB_ID "
+       "and srun on PATH)",
+       kConnecting, S::kOwn},
       {"--env", "", "NAME[=VALUE]",
        "set, or forward from here, a variable for every process (repeatable)", kRunCheck, S::kOwn},
       {"--python", "", "PATH", "interpreter for .py scripts (default: host file, else python3)",

@@ -21,7 +21,7 @@ namespace {
 
 // The hosts of a record, connected as far as they could be.
 struct Reached {
-  std::unique_ptr<SshPool> pool;
+  std::unique_ptr<HostTransport> pool;
   std::vector<std::string> unreachable;  // per host: why it could not be connected ("" when it was)
   bool all() const {
     for (const auto& why : unreachable)
@@ -40,7 +40,7 @@ Reached reach(const JobRecord& record, const Options& options) {
     for (const auto& p : record.processes) procs += p.host == h;
     connections.push_back(static_cast<int>(std::max<size_t>(1, (procs + 9) / 10)));
   }
-  Reached r{std::make_unique<SshPool>(std::move(endpoints), ssh_settings(o)), {}};
+  Reached r{host_transport(o, std::move(endpoints), ssh_settings(o)), {}};
   auto failures = r.pool->connect_all(connections);
   for (const auto& w : r.pool->warnings())
     std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n",

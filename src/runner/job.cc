@@ -44,7 +44,7 @@ namespace {
 // Phase one. Prints every failed host and returns false when any failed: then every host is
 // disconnected (two-phase start: nothing runs anywhere unless every host is ready), and `failed`
 // (when given) maps each failed host's address to why.
-bool connect(SshPool& pool, const std::vector<const Host*>& hosts,
+bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections, StatusLine* status = nullptr,
              std::map<std::string, std::string>* failed_hosts = nullptr) {
   auto results = pool.connect_all(connections);
@@ -90,7 +90,7 @@ bool needs_topology(const HostPlan& h) {
 // numactl the bound commands start with.
 // Returns false (after printing why) when a host could not be probed; bad binding input throws
 // InputError naming the host.
-bool bind_from_topologies(SshPool& pool, Plan& plan, const Options& options) {
+bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options) {
   std::vector<size_t> hosts;
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     if (needs_topology(plan.hosts[h])) hosts.push_back(h);
@@ -359,8 +359,9 @@ namespace {
 // nothing when ready, else the exit status and why (every step prints its own details);
 // `unreachable` (when given) gets the hosts that could not be connected, with why.
 std::optional<std::pair<int, std::string>> prepare_hosts(
-    SshPool& pool, Plan& plan, const JobHosts& jh, const Options& options, bool report_bindings,
-    StatusLine* status = nullptr, std::map<std::string, std::string>* unreachable = nullptr) {
+    HostTransport& pool, Plan& plan, const JobHosts& jh, const Options& options,
+    bool report_bindings, StatusLine* status = nullptr,
+    std::map<std::string, std::string>* unreachable = nullptr) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {
@@ -397,7 +398,7 @@ StartView start_view(StatusLine& row, const Plan& plan) {
 struct ReadyHosts {
   Plan plan;
   std::optional<StartView> view;
-  std::unique_ptr<SshPool> pool;
+  std::unique_ptr<HostTransport> pool;
 };
 
 // Connects and prepares the hosts of attempt `attempt` (prepare_hosts). At a restart with spares,
@@ -418,7 +419,7 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
         view->host_done(h, ok);
     };
     JobHosts jh = job_hosts(ready.plan);
-    ready.pool = std::make_unique<SshPool>(jh.endpoints, settings);
+    ready.pool = host_transport(options, jh.endpoints, settings);
     std::map<std::string, std::string> unreachable;
     auto failed = prepare_hosts(*ready.pool, ready.plan, jh, options,
                                 options.report_bindings && attempt == 1, &row, &unreachable);
@@ -447,7 +448,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     return *failed;
   }
   const Plan& plan = ready.plan;
-  SshPool& pool = *ready.pool;
+  HostTransport& pool = *ready.pool;
   StartView& view = *ready.view;
   for (const auto& h : plan.hosts) emit_event(events, "host_connected", {{"host", h.host.address}});
   OutputConfig oc;
@@ -535,10 +536,10 @@ int run_job(const Options& options, Plan& plan) {
   umask(077);
   if (!options.join) {
     JobHosts jh = job_hosts(plan);
-    SshPool pool(jh.endpoints, ssh_settings(options));
-    if (auto failed = prepare_hosts(pool, plan, jh, options, options.report_bindings))
+    auto pool = host_transport(options, jh.endpoints, ssh_settings(options));
+    if (auto failed = prepare_hosts(*pool, plan, jh, options, options.report_bindings))
       return failed->first;
-    return run_detached(options, plan, pool);
+    return run_detached(options, plan, *pool);
   }
   Output::make_log_dir(options.log_dir);
   std::shared_ptr<spdlog::logger> log = launcher_log(options.log_dir);
@@ -672,9 +673,9 @@ int stop_job(const Options& options, const Cluster& cluster) {
     endpoints.push_back(endpoint_of(h));
     addresses.push_back(h.address);
   }
-  SshPool pool(std::move(endpoints), ssh_settings(options));
-  if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
-  return stop_on_hosts(pool, addresses, options, stdout, stderr);
+  auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
+  if (!connect(*pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
+  return stop_on_hosts(*pool, addresses, options, stdout, stderr);
 }
 
 int sync_job(const Options& options, const Cluster& cluster) {
@@ -688,10 +689,10 @@ int sync_job(const Options& options, const Cluster& cluster) {
     workdirs.push_back(h.workdir.empty() ? options.launcher_cwd : h.workdir);
   }
   SyncSource source = make_sync_source(options, workdirs);
-  SshPool pool(std::move(endpoints), ssh_settings(options));
-  if (!connect(pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
-  bool ok = sync_and_report(pool, source, addresses, stdout);
-  pool.disconnect_all();
+  auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
+  if (!connect(*pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
+  bool ok = sync_and_report(*pool, source, addresses, stdout);
+  pool->disconnect_all();
   return ok ? kExitOk : kExitHostFailure;
 }
 

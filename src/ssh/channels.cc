@@ -14,18 +14,6 @@
 #include "pool.h"
 
 namespace msrun_ssh {
-namespace {
-
-int signal_number(const char* name) {
-  for (int i = 1; i < 65; ++i) {
-    const char* abbrev = sigabbrev_np(i);
-    if (abbrev && strcmp(abbrev, name) == 0) return i;
-  }
-  return 0;
-}
-
-}  // namespace
-
 void SshPool::Impl::emit(const TransportEvent& e) {
   if (handler) (*handler)(e);
 }
