@@ -16,6 +16,10 @@
 # hierarchies cpuset, memory, freezer and name=systemd at the host's /sys/fs/cgroup (in the
 # host's own mount namespace; the root namespace does not see it).
 #
+# Slurm's node names (node<i>) must resolve on every node, as on a real cluster: `up` bind-mounts
+# DIR/slurm/hosts (this machine's /etc/hosts plus "198.18.1.(10+i) node<i>") over each host's
+# /etc/hosts, in the host's mount namespace.
+#
 # Use it from the root namespace with SLURM_CONF=DIR/slurm/slurm.conf (DIR/slurm/slurm.env sets
 # it): `salloc -N 3 ...`, `srun ...`, `sinfo`. `down` ends every Slurm daemon it started (and any
 # job step left) and empties DIR/slurm; `cluster.sh down` ends the slurmds with their hosts.
@@ -102,6 +106,11 @@ NodeName=node[0-$((n - 1))] NodeAddr=198.18.1.[10-$((9 + n))] CPUs=$cpus State=U
 PartitionName=test Nodes=node[0-$((n - 1))] Default=YES MaxTime=INFINITE State=UP
 EOF
   printf 'export SLURM_CONF=%s\n' "$S/slurm.conf" >"$S/slurm.env"
+  {
+    cat /etc/hosts
+    for ((i = 0; i < n; i++)); do echo "198.18.1.$((10 + i)) node$i"; done
+  } >"$S/hosts"
+  chmod 644 "$S/hosts"
 }
 
 start_munge() {
@@ -125,6 +134,8 @@ start_slurmd() {
       mkdir -p /sys/fs/cgroup/systemd &&
         mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
     fi
+    if mountpoint -q /etc/hosts; then umount /etc/hosts; fi
+    mount --bind $S/hosts /etc/hosts
     mkdir -p $S/spool/node$i && exec /usr/sbin/slurmd -f $S/slurm.conf" ||
     die "slurmd did not start on node$i (see $S/log/slurmd-node$i.log)"
 }
