@@ -18,6 +18,9 @@ enum class Contract { kMsrun, kTorch };
 // Which pairs `check --net` tests (check.h): all pairs, a ring, or all up to 8 hosts and a ring
 // above.
 enum class NetPairs { kAuto, kAll, kRing };
+// What a failure restarts (--restart_policy; runner.h): the whole job, or the failed worker alone
+// in place while the others keep running.
+enum class RestartPolicy { kJob, kProcess };
 
 struct Options {
   Command command = Command::kRun;
@@ -57,6 +60,10 @@ struct Options {
   bool hang_kills = true;   // --on_hang=kill (default) or report
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
+  RestartPolicy restart_policy = RestartPolicy::kJob;
+  // --recovery_path: MS_RECOVERY_PATH's base directory under --restart_policy process (relative
+  // to each host's workdir); every job gets its own directory in it.
+  std::string recovery_path = "msrun-ssh-recovery";
   int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
   int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   bool report_bindings = false;
