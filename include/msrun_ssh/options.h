@@ -60,12 +60,12 @@ struct Options {
   bool hang_kills = true;   // --on_hang=kill (default) or report
   int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
   double restart_backoff = 1;  // seconds before the first restart, doubling
+  int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
+  int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   RestartPolicy restart_policy = RestartPolicy::kJob;
   // --recovery_path: MS_RECOVERY_PATH's base directory under --restart_policy process (relative
   // to each host's workdir); every job gets its own directory in it.
   std::string recovery_path = "msrun-ssh-recovery";
-  int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
-  int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   bool report_bindings = false;
   // --agent: one launch agent per host (agent.h) or a channel per command; unset: auto (use_agent)
   std::optional<bool> agent;

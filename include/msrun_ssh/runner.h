@@ -105,9 +105,9 @@ class Runner {
     std::string signal;
     double start_ms = 0;
     double end_ms = 0;
-    std::string note;      // how it ended when not by itself
+    std::string note;           // how it ended when not by itself
     std::string restart_cause;  // not empty: it failed and starts again once its channel closed
-    std::string log_name;  // its log file, {hostname} resolved (empty: never started)
+    std::string log_name;       // its log file, {hostname} resolved (empty: never started)
   };
   struct HostState {
     ChannelId watchdog = -1;
@@ -181,7 +181,7 @@ class Runner {
   std::string teardown_note_ = "ended by teardown";  // how the summary names a torn-down end
   std::string cause_;  // the open process channels got an SSH "signal" KILL
   bool quit_sent_ = false;
-  bool no_more_channels_ = false;        // Transport::no_more_channels was called
+  bool no_more_channels_ = false;         // Transport::no_more_channels was called
   std::vector<ProcessRestart> restarts_;  // the in-place restarts (--restart_policy process)
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;

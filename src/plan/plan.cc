@@ -164,9 +164,9 @@ EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp
   if (options.restart_policy == RestartPolicy::kProcess) {
     if (!has_env(env, kRecoveryVariable)) set_env(env, kRecoveryVariable, "1");
     if (!has_env(env, kRecoveryPathVariable))
-      set_env(env, kRecoveryPathVariable,
-              absolute_path(fmt::format("{}/{}", options.recovery_path, plan.job_id),
-                            hp.host.workdir));
+      set_env(
+          env, kRecoveryPathVariable,
+          absolute_path(fmt::format("{}/{}", options.recovery_path, plan.job_id), hp.host.workdir));
   }
   if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))
     set_env(env, "PYTHONFAULTHANDLER", "1");

@@ -715,11 +715,10 @@ int job_restarts(const Options& options) {
   return options.restart_policy == RestartPolicy::kJob ? options.max_restarts : 0;
 }
 
-std::string format_process_restarts(const std::vector<ProcessRestart>& restarts,
-                                    int max_restarts) {
+std::string format_process_restarts(const std::vector<ProcessRestart>& restarts, int max_restarts) {
   if (restarts.empty()) return "";
-  std::string out = fmt::format("process restarts ({} of --max_restarts={}):\n", restarts.size(),
-                                max_restarts);
+  std::string out =
+      fmt::format("process restarts ({} of --max_restarts={}):\n", restarts.size(), max_restarts);
   for (const ProcessRestart& r : restarts)
     out += fmt::format("  restart {}: {}\n", r.number, r.cause);
   return out;

@@ -150,6 +150,16 @@ TEST_F(App, UsageErrorsExitTwo) {
                "unknown option \"--bogus\" for run (see --help)");
 }
 
+TEST_F(App, RestartPolicyProcessInTheDryRunAndItsUsageErrors) {
+  Captured c = run({"--dry_run", "--restart_policy", "process", "--max_restarts=2", "--hostfile",
+                    hostfile_, "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(count(c.out, "    MS_ENABLE_RECOVERY='1'\n"), 4u) << c.out;
+  EXPECT_EQ(count(c.out, "    MS_RECOVERY_PATH='" + cwd() + "/msrun-ssh-recovery/"), 4u);
+  expect_error({"--hostfile", hostfile_, "--restart_policy", "rank", "train.py"},
+               "--restart_policy=rank: expects job or process");
+}
+
 TEST_F(App, HostFileErrorsExitTwo) {
   expect_error({"--dry_run", "--hostfile", dir_ + "/none.toml", "train.py"},
                dir_ + "/none.toml: cannot read host file");
