@@ -49,11 +49,7 @@ Captured run(const std::vector<std::string>& args) {
   return c;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
+using test::count;
 
 std::string cwd() { return std::filesystem::current_path().string(); }
 
