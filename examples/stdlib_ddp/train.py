@@ -20,7 +20,16 @@ UTF-8 JSON, one object per message with a "type" field:
     scheduler -> worker   avg {step, grad, loss}         | finished {...} | error {message}
 
 Every round is "gather one message from each rank, then broadcast one reply", so a worker that
-dies, hangs or disagrees is noticed within one step. Socket operations carry deadlines derived
+dies, hangs or disagrees is noticed within one step.
+
+Recovery (MS_ENABLE_RECOVERY=1, as msrun-ssh --restart_policy process sets it): the scheduler
+keeps listening, and keeps the parameters itself (it applies every averaged gradient as the
+workers do). When it loses a worker's connection, the survivors wait (they are in the middle of
+the round) while the scheduler waits for that rank to register again, until the round's
+MS_TOPO_TIMEOUT deadline. The rank started again with the same environment registers as before and
+gets a "start" that also carries {step, params, loss}: it takes the scheduler's parameters and
+goes on from the step after `step`, so every rank ends with identical weights. Without
+MS_ENABLE_RECOVERY a lost worker ends the job, as before. Socket operations carry deadlines derived
 from MS_TOPO_TIMEOUT; the scheduler's deadline for a round always ends before the workers', so
 when something goes wrong it is the scheduler that names the culprit and tells everybody.
 
@@ -92,6 +101,7 @@ class MsrunEnv:
     node_rank: Optional[int]  # MS_NODE_RANK
     device_id: Optional[int]  # DEVICE_ID (workers only)
     cpu_list: Optional[str]   # MSRUN_CPU_LIST, when the launcher bound the process
+    recovery: bool = False    # MS_ENABLE_RECOVERY=1: a lost worker may rejoin (see above)
 
     @property
     def is_scheduler(self) -> bool:
@@ -167,6 +177,7 @@ def read_env(environ: Dict[str, str]) -> MsrunEnv:
         node_rank=_env_int(environ, "MS_NODE_RANK", 0, required=is_worker),
         device_id=_env_int(environ, "DEVICE_ID", 0, required=is_worker),
         cpu_list=environ.get("MSRUN_CPU_LIST") or None,
+        recovery=environ.get("MS_ENABLE_RECOVERY", "").strip() == "1",
     )
 
 
@@ -358,37 +369,95 @@ def abort_workers(workers: Dict[int, socket.socket], reason: str) -> None:
         sock.close()
 
 
-def gather(workers: Dict[int, socket.socket], round_no: int,
-           timeout: float) -> Tuple[Dict[int, dict], float]:
+def gather(workers: Dict[int, socket.socket], round_no: int, timeout: float,
+           recovery: Optional["Recovery"] = None) -> Tuple[Dict[int, dict], float]:
     """Receive one message from every rank for this round, all within timeout seconds.
 
     Returns the messages by rank and the round's deadline; JobError names the first culprit.
+    With recovery, a rank whose connection is lost is waited for to rejoin, then read again.
     """
     deadline = time.monotonic() + timeout
     messages: Dict[int, dict] = {}
     for rank in sorted(workers):
-        try:
-            message = recv_message(workers[rank], deadline)
-        except socket.timeout:
-            raise JobError(f"rank {rank} sent nothing for step {round_no} within "
-                           f"MS_TOPO_TIMEOUT ({timeout:g} s): hung or too slow") from None
-        except (OSError, ValueError) as error:
-            raise JobError(f"rank {rank} {describe_socket_error(error)} "
-                           f"during step {round_no}") from None
+        while True:
+            try:
+                message = recv_message(workers[rank], deadline)
+                break
+            except socket.timeout:
+                raise JobError(f"rank {rank} sent nothing for step {round_no} within "
+                               f"MS_TOPO_TIMEOUT ({timeout:g} s): hung or too slow") from None
+            except (OSError, ValueError) as error:
+                what = f"rank {rank} {describe_socket_error(error)} during step {round_no}"
+                if recovery is None:
+                    raise JobError(what) from None
+                recovery.rejoin(workers, rank, what, deadline)
         if message["type"] not in ("grad", "done"):
             raise JobError(f"rank {rank} sent unexpected {message['type']!r} in step {round_no}")
         messages[rank] = message
     return messages, deadline
 
 
-def broadcast(workers: Dict[int, socket.socket], message: dict, deadline: float) -> None:
-    """Send the same message to every rank; JobError names the first rank that cannot take it."""
+def broadcast(workers: Dict[int, socket.socket], message: dict, deadline: float,
+              recovery: Optional["Recovery"] = None) -> None:
+    """Send the same message to every rank; JobError names the first rank that cannot take it.
+
+    With recovery, a rank that cannot take it is waited for to rejoin (it then gets the
+    parameters this message leads to, so it is not sent again).
+    """
     for rank in sorted(workers):
         try:
             send_message(workers[rank], message, deadline)
         except OSError as error:
-            raise JobError(f"rank {rank} {describe_socket_error(error)} "
-                           f"while receiving {message['type']!r}") from None
+            what = (f"rank {rank} {describe_socket_error(error)} "
+                    f"while receiving {message['type']!r}")
+            if recovery is None:
+                raise JobError(what) from None
+            recovery.rejoin(workers, rank, what, deadline)
+
+
+class Recovery:
+    """MS_ENABLE_RECOVERY=1 on the scheduler: the state a rejoining worker resumes from.
+
+    The scheduler applies every averaged gradient to its own copy of the parameters exactly as
+    the workers do (same start, same learning rate, same float operations), so after each round
+    it holds what every worker holds.
+    """
+
+    def __init__(self, listener: socket.socket, env: MsrunEnv, lr: float) -> None:
+        self.listener = listener
+        self.env = env
+        self.lr = lr
+        self.params = [0.0] * (NUM_FEATURES + 1)
+        self.step = 0
+        self.loss = float("nan")
+
+    def update(self, step: int, average: List[float], loss: float) -> None:
+        """Apply the averaged gradient of round `step`."""
+        self.params = sgd_update(self.params, average, self.lr)
+        self.step = step
+        self.loss = loss
+
+    def rejoin(self, workers: Dict[int, socket.socket], rank: int, what: str,
+               deadline: float) -> None:
+        """Replace rank's lost connection by its re-registration; JobError when none comes."""
+        log_error(f"scheduler: {what}; waiting for rank {rank} to rejoin (MS_ENABLE_RECOVERY)")
+        workers.pop(rank).close()
+        while rank not in workers:
+            try:
+                self.listener.settimeout(_remaining(deadline))
+                conn, address = self.listener.accept()
+            except socket.timeout:
+                raise JobError(f"{what}, and it did not rejoin within MS_TOPO_TIMEOUT "
+                               f"({self.env.topo_timeout:g} s)") from None
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            register_one(conn, f"{address[0]}:{address[1]}", self.env, workers, deadline)
+        try:
+            send_message(workers[rank], {"type": "start", "world_size": self.env.worker_num,
+                                         "step": self.step, "params": self.params,
+                                         "loss": self.loss}, deadline)
+        except OSError as error:
+            raise JobError(f"rank {rank} {describe_socket_error(error)} while rejoining") from None
+        log(f"scheduler: rank {rank} rejoined; it resumes after step {self.step}")
 
 
 def average_gradients(messages: Dict[int, dict], round_no: int) -> Tuple[List[float], float]:
@@ -423,12 +492,12 @@ def finish(messages: Dict[int, dict], rounds: int) -> float:
     return sum(float(m["loss"]) for m in messages.values()) / len(messages)
 
 
-def serve_rounds(workers: Dict[int, socket.socket], env: MsrunEnv,
-                 steps_per_epoch: int) -> Tuple[int, float]:
+def serve_rounds(workers: Dict[int, socket.socket], env: MsrunEnv, steps_per_epoch: int,
+                 recovery: Optional[Recovery] = None) -> Tuple[int, float]:
     """Run allreduce rounds until every worker says "done". Returns (rounds, final loss)."""
     rounds = 0
     while True:
-        messages, deadline = gather(workers, rounds + 1, env.topo_timeout)
+        messages, deadline = gather(workers, rounds + 1, env.topo_timeout, recovery)
         kinds = {m["type"] for m in messages.values()}
         if kinds == {"done"}:
             mean_loss = finish(messages, rounds)
@@ -440,8 +509,10 @@ def serve_rounds(workers: Dict[int, socket.socket], env: MsrunEnv,
                            f"(step {rounds + 1})")
         rounds += 1
         average, mean_loss = average_gradients(messages, rounds)
+        if recovery is not None:
+            recovery.update(rounds, average, mean_loss)
         broadcast(workers, {"type": "avg", "step": rounds, "grad": average, "loss": mean_loss},
-                  deadline)
+                  deadline, recovery)
         if rounds % steps_per_epoch == 0:
             log(f"scheduler: epoch {rounds // steps_per_epoch} done ({rounds} allreduce rounds), "
                 f"mean loss {mean_loss:.6f}")
@@ -454,13 +525,16 @@ def run_scheduler(env: MsrunEnv, args: argparse.Namespace) -> int:
     log(f"scheduler: listening on 0.0.0.0:{env.sched_port} (MS_SCHED_HOST={env.sched_host}), "
         f"waiting for {env.worker_num} workers, timeout {env.topo_timeout:g} s, pid {os.getpid()}")
     workers: Dict[int, socket.socket] = {}
+    recovery = Recovery(listener, env, args.lr) if env.recovery else None
     try:
         wait_for_workers(listener, env, workers)
-        listener.close()
+        if recovery is None:
+            listener.close()
         broadcast(workers, {"type": "start", "world_size": env.worker_num},
                   time.monotonic() + env.topo_timeout)
-        log(f"scheduler: all {env.worker_num} workers registered, training started")
-        rounds, final_loss = serve_rounds(workers, env, args.steps)
+        log(f"scheduler: all {env.worker_num} workers registered, training started"
+            + (" (MS_ENABLE_RECOVERY: a lost worker may rejoin)" if recovery else ""))
+        rounds, final_loss = serve_rounds(workers, env, args.steps, recovery)
     except JobError as error:
         log_error(f"scheduler: error: {error}")
         abort_workers(workers, str(error))
@@ -579,9 +653,10 @@ def exchange(sock: socket.socket, env: MsrunEnv, message: dict, wanted: str,
     return expect_reply(sock, wanted, deadline, doing)
 
 
-def register(sock: socket.socket, env: MsrunEnv) -> None:
-    """Register this rank and wait until the scheduler starts the job."""
-    exchange(sock, env, {
+def register(sock: socket.socket, env: MsrunEnv) -> dict:
+    """Register this rank and wait until the scheduler starts the job; returns its "start"
+    (with "step", "params" and "loss" when this rank rejoins a running job)."""
+    return exchange(sock, env, {
         "type": "register", "rank": env.rank, "world_size": env.worker_num,
         "node_rank": env.node_rank, "device_id": env.device_id,
         "host": socket.gethostname(), "pid": os.getpid(),
@@ -602,25 +677,35 @@ def allreduce(sock: socket.socket, env: MsrunEnv, step: int, grad: List[float],
 # Worker: training loop
 # ---------------------------------------------------------------------------------------------
 
-def train(sock: socket.socket, env: MsrunEnv,
-          args: argparse.Namespace) -> Tuple[int, float, List[float]]:
-    """The SGD loop. Returns (global steps, last loss, params).
+def train(sock: socket.socket, env: MsrunEnv, args: argparse.Namespace,
+          start: dict) -> Tuple[int, float, List[float]]:
+    """The SGD loop from the scheduler's "start". Returns (global steps, last loss, params).
 
-    With --fail_rank equal to this rank, exits the process with --fail_code after epoch 1.
+    A rank that rejoins (start has "params") takes the scheduler's parameters and goes on after
+    start["step"]. With --fail_rank equal to this rank, exits the process with --fail_code after
+    epoch 1 (unless it rejoined after that epoch).
     """
     shard = make_shard(env.rank, args.steps * args.batch)
     params = [0.0] * (NUM_FEATURES + 1)
-    global_step = 0
+    resumed = 0
     loss = float("nan")
+    if "params" in start:
+        params = [float(p) for p in start["params"]]
+        resumed = int(start["step"])
+        loss = float(start["loss"])
+        log(f"rank {env.rank}: rejoined the job; resuming after step {resumed}")
+    global_step = 0
     for epoch in range(1, args.epochs + 1):
         for step, batch in enumerate(epoch_batches(shard, env.rank, epoch, args.batch), start=1):
             global_step += 1
+            if global_step <= resumed:
+                continue
             loss, grad = loss_and_gradient(params, batch)
             params = sgd_update(params, allreduce(sock, env, global_step, grad, loss), args.lr)
             log(f"epoch: {epoch}, step: {step}, loss is {loss:.6f}")
             if args.sleep > 0:
                 time.sleep(args.sleep)
-        if epoch == 1 and args.fail_rank == env.rank:
+        if epoch == 1 and args.fail_rank == env.rank and global_step > resumed:
             log_error(f"rank {env.rank}: --fail_rank test hook: exiting with code "
                       f"{args.fail_code} after epoch 1")
             sys.exit(args.fail_code)   # the caller's "with" closes the socket on the way out
@@ -635,14 +720,14 @@ def run_worker(env: MsrunEnv, args: argparse.Namespace) -> int:
         + f", scheduler {env.sched_host}:{env.sched_port}, world size {env.worker_num}")
     try:
         with connect_to_scheduler(env) as sock:
-            register(sock, env)
-            steps, loss, params = train(sock, env, args)
+            steps, loss, params = train(sock, env, args, register(sock, env))
             exchange(sock, env, {"type": "done", "steps": steps, "loss": loss,
                                  "weights": params}, "finished", "finishing")
     except JobError as error:
         log_error(f"rank {env.rank}: error: {error}")
         return EXIT_FAILURE
     log(f"rank {env.rank} finished, final loss {loss:.6f}")
+    log(f"rank {env.rank}: final weights {json.dumps(params)}")
     return EXIT_OK
 
 

@@ -20,6 +20,9 @@ enum class Contract { kMsrun, kTorch };
 enum class NetPairs { kAuto, kAll, kRing };
 // How commands reach the hosts (--transport): SSH, or job steps of the Slurm allocation (srun).
 enum class TransportKind { kSsh, kSrun };
+// What a failure restarts (--restart_policy; runner.h): the whole job, or the failed worker alone
+// in place while the others keep running.
+enum class RestartPolicy { kJob, kProcess };
 
 struct Options {
   Command command = Command::kRun;
@@ -61,6 +64,10 @@ struct Options {
   double restart_backoff = 1;  // seconds before the first restart, doubling
   int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
   int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
+  RestartPolicy restart_policy = RestartPolicy::kJob;
+  // --recovery_path: MS_RECOVERY_PATH's base directory under --restart_policy process (relative
+  // to each host's workdir); every job gets its own directory in it.
+  std::string recovery_path = "msrun-ssh-recovery";
   bool report_bindings = false;
   // --agent: one launch agent per host (agent.h) or a channel per command; unset: auto (use_agent)
   std::optional<bool> agent;

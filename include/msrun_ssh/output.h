@@ -235,6 +235,10 @@ class Output {
   // The process's streams ended: hands out partial last lines.
   void finish(int proc);
 
+  // The process is started again and its output goes on in the same log: finish(), then the line
+  // `text` in its log file only (with --log_timestamps, stamped as the others).
+  void separate(int proc, std::string_view text);
+
   // Writes what is buffered to the console and the log files; gathered lines go out once their
   // window has passed, redraws of progress bars at most every redraw_interval_s.
   void flush();

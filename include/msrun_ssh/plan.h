@@ -41,6 +41,12 @@ struct Process {
 // script can resume from its checkpoint.
 inline constexpr const char* kAttemptVariable = "MSRUN_SSH_ATTEMPT";
 
+// With --restart_policy process (MindSpore's recovery contract), every process gets
+// MS_ENABLE_RECOVERY=1 and MS_RECOVERY_PATH=<workdir>/<--recovery_path>/<job id> (an absolute
+// --recovery_path is taken as is), unless the host file or --env already set them.
+inline constexpr const char* kRecoveryVariable = "MS_ENABLE_RECOVERY";
+inline constexpr const char* kRecoveryPathVariable = "MS_RECOVERY_PATH";
+
 // The token of --worker_log_name that stands for the host's own name (msrun: socket.gethostname()
 // on that node), which the launcher learns only from the host at start-up.
 inline constexpr std::string_view kHostnameToken = "{hostname}";

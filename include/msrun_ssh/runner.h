@@ -22,6 +22,19 @@
 
 namespace msrun_ssh {
 
+// One in-place restart of a worker (--restart_policy process): the n-th of the job, and why.
+struct ProcessRestart {
+  int number = 0;       // 1, 2, ... within the job (counted against --max_restarts)
+  std::string host;     // its host's address
+  std::string process;  // "rank 3"
+  int rank = -1;
+  std::string cause;  // "rank 3 on node1 failed: exit 3"
+};
+
+// The lines of the end-of-job summary that list the in-place restarts ("" when there was none):
+// "process restarts (2 of --max_restarts=3):" and one line per restart with its cause.
+std::string format_process_restarts(const std::vector<ProcessRestart>& restarts, int max_restarts);
+
 class Runner {
  public:
   // `signal_fd`: a signalfd for SIGINT/SIGTERM/SIGHUP and SIGQUIT (or -1); `stdin_fd`: the
@@ -77,6 +90,15 @@ class Runner {
   // One row per process, in plan order; valid after run().
   std::vector<SummaryRow> summary() const;
 
+  // --restart_policy process (README, "Restarts"): a worker that exits non-zero or by a signal
+  // while nothing else ends the job, and while --max_restarts allows another restart, is not a
+  // failure of the job: once its channel has closed, its command (the same, with the same
+  // environment) runs again on its host, its output goes on in the same log after a separator
+  // line, and every other process runs on untouched. The scheduler's failure, a lost host, a
+  // process that cannot be started again, a worker failing with no restart left, a signal to the
+  // launcher or a time limit end the job as under the job policy. The restarts so far, in order:
+  const std::vector<ProcessRestart>& process_restarts() const { return restarts_; }
+
  private:
   struct Proc {
     size_t host = 0;
@@ -89,8 +111,9 @@ class Runner {
     std::string signal;
     double start_ms = 0;
     double end_ms = 0;
-    std::string note;      // how it ended when not by itself
-    std::string log_name;  // its log file, {hostname} resolved (empty: never started)
+    std::string note;           // how it ended when not by itself
+    std::string restart_cause;  // not empty: it failed and starts again once its channel closed
+    std::string log_name;       // its log file, {hostname} resolved (empty: never started)
   };
   struct HostState {
     ChannelId watchdog = -1;
@@ -105,6 +128,10 @@ class Runner {
   bool start_watchdogs();
   bool all_waiting_hosts_ack() const;
   void start_processes();
+  void exec_process(size_t index);
+  bool restarts_in_place(const Proc& p);
+  void restart_process(size_t index);
+  void promise_no_more_channels();
   void handle(const TransportEvent& e);
   void handle_watchdog(size_t host, const TransportEvent& e);
   void watchdog_line(size_t host, std::string_view line);
@@ -162,6 +189,8 @@ class Runner {
   std::string teardown_note_ = "ended by teardown";  // how the summary names a torn-down end
   std::string cause_;  // the open process channels got an SSH "signal" KILL
   bool quit_sent_ = false;
+  bool no_more_channels_ = false;         // Transport::no_more_channels was called
+  std::vector<ProcessRestart> restarts_;  // the in-place restarts (--restart_policy process)
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
   double heartbeat_ms_;
@@ -184,7 +213,13 @@ struct AttemptResult {
   std::string cause;         // what ended it, "" for success
   std::vector<std::string> lost_hosts;  // the hosts lost during the attempt (Runner::lost_hosts)
   std::string root_cause_host;          // Runner::root_cause_host
+  std::vector<ProcessRestart> process_restarts;  // Runner::process_restarts
 };
+
+// The whole-job restarts --max_restarts allows: all of them under --restart_policy job, none under
+// process (there the budget is spent on in-place restarts; whatever cannot be recovered in place
+// ends the job).
+int job_restarts(const Options& options);
 
 struct RestartHistory {
   std::vector<AttemptResult> attempts;

@@ -136,6 +136,16 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
        value([](O& o, S n, S v) { o.max_restarts = static_cast<int>(to_int(n, v, 0, 1000)); })},
       {"--restart_backoff",
        value([](O& o, S n, S v) { o.restart_backoff = to_seconds(n, v, 0, 3600); })},
+      {"--restart_policy", value([](O& o, S n, S v) {
+         if (v == "job" || v == "process")
+           o.restart_policy = v == "job" ? RestartPolicy::kJob : RestartPolicy::kProcess;
+         else
+           bad(n, v, "expects job or process");
+       })},
+      {"--recovery_path", value([](O& o, S n, S v) {
+         if (v.empty()) bad(n, v, "expects a directory");
+         o.recovery_path = v;
+       })},
       {"--spares",
        value([](O& o, S n, S v) { o.spares = static_cast<int>(to_int(n, v, 0, 16384)); })},
       {"--host_failures_to_exclude", value([](O& o, S n, S v) {
@@ -357,6 +367,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
   if (!o.join && (o.max_restarts > 0 || o.timeout > 0 || o.hang_timeout > 0))
     throw InputError(
         "--max_restarts, --timeout and --hang_timeout need an attached run (--join=True)");
+  if (!o.join && o.restart_policy == RestartPolicy::kProcess)
+    throw InputError("--restart_policy process needs an attached run (--join=True)");
   return result;
 }
 

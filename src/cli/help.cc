@@ -358,6 +358,15 @@ const std::vector<OptionDoc>& option_docs() {
        kRun, S::kOwn},
       {"--restart_backoff", "", "S",
        "wait before the first restart, doubled for each next (default 1)", kRun, S::kOwn},
+      {"--restart_policy", "", "job|process",
+       "job (the default): a failure restarts the whole job; process: a failed worker alone is "
+       "started again in place while the others run on (each restart counts against "
+       "--max_restarts); every process gets MS_ENABLE_RECOVERY=1 and MS_RECOVERY_PATH",
+       kRun, S::kOwn},
+      {"--recovery_path", "", "DIR",
+       "with --restart_policy process: MS_RECOVERY_PATH is DIR/JOB_ID, DIR relative to each "
+       "host's workdir (default msrun-ssh-recovery)",
+       kRun, S::kOwn},
       {"--spares", "", "N",
        "the host file's last N hosts are spares (as hosts marked spare = true): they start "
        "nothing; at a restart the first free one replaces a host lost, unreachable or failed "

@@ -200,6 +200,18 @@ void Output::finish(int proc) {
   for (int s = 0; s < 2; ++s) p.framers[s].finish([&](std::string_view l) { line(p, s == 1, l); });
 }
 
+void Output::separate(int proc, std::string_view text) {
+  finish(proc);
+  Proc& p = *procs_.at(static_cast<size_t>(proc));
+  if (p.fd < 0) return;
+  if (config_.log_timestamps) {
+    now_ms_ = now_ms();
+    p.log_buf += stamp();
+  }
+  p.log_buf.append(text);
+  p.log_buf += '\n';
+}
+
 // A progress bar redrawn with '\r' has no newline until it ends: its newest complete redraw is
 // shown as a console line, at most every redraw_interval_s, when it changed.
 void Output::show_redraws() {

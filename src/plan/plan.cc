@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/jobs.h"
 
 namespace msrun_ssh {
 namespace {
@@ -160,6 +161,13 @@ EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp
     set_msrun_env(env, options, plan, hp, p);
   if (!has_env(env, "PYTHONUNBUFFERED")) set_env(env, "PYTHONUNBUFFERED", "1");
   if (options.max_restarts > 0) set_env(env, kAttemptVariable, "1");  // the runner numbers it
+  if (options.restart_policy == RestartPolicy::kProcess) {
+    if (!has_env(env, kRecoveryVariable)) set_env(env, kRecoveryVariable, "1");
+    if (!has_env(env, kRecoveryPathVariable))
+      set_env(
+          env, kRecoveryPathVariable,
+          absolute_path(fmt::format("{}/{}", options.recovery_path, plan.job_id), hp.host.workdir));
+  }
   if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))
     set_env(env, "PYTHONFAULTHANDLER", "1");
   return env;

@@ -329,6 +329,16 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
   summary["exit_status"] = result.status;
   summary["cause"] = result.cause;
   summary["interrupted"] = result.interrupted;
+  if (!result.process_restarts.empty()) {
+    nlohmann::json restarts = nlohmann::json::array();
+    for (const ProcessRestart& r : result.process_restarts)
+      restarts.push_back({{"restart", r.number},
+                          {"host", r.host},
+                          {"process", r.process},
+                          {"rank", rank_json(r.rank)},
+                          {"cause", r.cause}});
+    summary["process_restarts"] = restarts;
+  }
   emit_event(events, "summary", summary);
   summary["version"] = EventLog::kVersion;
   std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
@@ -478,6 +488,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.cause = runner.cause();
     result.lost_hosts = runner.lost_hosts();
     result.root_cause_host = runner.root_cause_host();
+    result.process_restarts = runner.process_restarts();
     rows = runner.summary();
     logs = runner.log_names();
   } catch (const std::runtime_error& e) {
@@ -485,8 +496,9 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result = {kExitHostFailure, false, true, e.what()};
   }
   out.flush();
-  std::string summary = format_summary(rows);
-  if (options.max_restarts > 0) summary = fmt::format("attempt {}:\n{}", attempt, summary);
+  std::string summary =
+      format_summary(rows) + format_process_restarts(result.process_restarts, options.max_restarts);
+  if (job_restarts(options) > 0) summary = fmt::format("attempt {}:\n{}", attempt, summary);
   std::fputs(summary.c_str(), stderr);
   log->info("summary:\n{}exit status {}", summary, result.status);
   if (std::string path = write_stacks_file(options.log_dir, format_stacks(rows), attempt);
@@ -578,7 +590,7 @@ int run_job(const Options& options, Plan& plan) {
     return last = run_attempt(options, roster, k, sfd, log, logs, events.get());
   };
   RestartHistory history = run_with_restarts(
-      options.max_restarts, options.restart_backoff, attempt,
+      job_restarts(options), options.restart_backoff, attempt,
       [sfd](double s) { return wait_for_signal(sfd, s); }, say);
   emit_event(events.get(), "end",
              {{"exit_status", history.status}, {"attempts", history.attempts.size()}});

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
@@ -100,6 +101,7 @@ void Runner::teardown(char how) {
     deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
   }
   tearing_down_ = true;
+  promise_no_more_channels();
   // Commands not sent yet never start; the watchdogs end the others (SIGTERM, grace, SIGKILL).
   for (const Proc& p : procs_)
     if (!p.done && p.channel >= 0) t_.cancel(p.channel);
@@ -295,7 +297,6 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       last_output_ms_ = t_.now_ms();
       break;
     case TransportEvent::Kind::kExit:
-      p.exited = true;
       p.end_ms = t_.now_ms();
       p.status = e.status;
       p.signal = e.signal;
@@ -305,6 +306,12 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
            {"process", p.spec->label()},
            {"exit_status", e.status},
            {"signal", e.signal.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.signal)}});
+      if (e.status != 0 && !tearing_down_ && restarts_in_place(p)) {
+        p.restart_cause = fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
+                                      describe_status(e.status, e.signal));
+        break;
+      }
+      p.exited = true;
       if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);
       if (e.status != 0 && !tearing_down_)
         fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
@@ -320,6 +327,10 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
            fmt::format("cannot start {} on {}: {}", p.spec->label(), host_name(p.host), e.data));
       break;
     case TransportEvent::Kind::kClosed:
+      if (!p.restart_cause.empty()) {
+        if (!tearing_down_) return restart_process(index);
+        p.exited = true;  // the teardown came first: the failed run's status stands
+      }
       if (!p.exited && !tearing_down_)
         fail(kExitHostFailure, fmt::format("{} on {} ended without an exit status", p.spec->label(),
                                            host_name(p.host)));
@@ -407,6 +418,57 @@ bool Runner::all_waiting_hosts_ack() const {
   return true;
 }
 
+// The process's command on its host's transport (again, at an in-place restart): the same
+// command, environment and log; the new channel takes the old one's place for stdin.
+void Runner::exec_process(size_t index) {
+  Proc& p = procs_[index];
+  bool gets_stdin = stdin_from_launcher(options_, *p.spec) && stdin_fd_ >= 0;
+  std::erase(stdin_targets_, p.channel);
+  p.channel = t_.exec(p.host, process_command(*p.spec, plan_.job_id, gets_stdin));
+  put(proc_of_channel_, p.channel, static_cast<int>(index));
+  if (gets_stdin) stdin_targets_.push_back(p.channel);
+}
+
+// Whether the failure of `p` (an exit status not 0 just came) is met by an in-place restart.
+bool Runner::restarts_in_place(const Proc& p) {
+  if (options_.restart_policy != RestartPolicy::kProcess || p.spec->role != Role::kWorker)
+    return false;
+  if (restarts_.size() < static_cast<size_t>(options_.max_restarts)) return true;
+  out_.message(fmt::format("no process restart left (--max_restarts={})", options_.max_restarts));
+  return false;
+}
+
+void Runner::restart_process(size_t index) {
+  Proc& p = procs_[index];
+  const Process& s = *p.spec;
+  int rank = s.role == Role::kWorker ? s.rank : -1;
+  restarts_.push_back(ProcessRestart{static_cast<int>(restarts_.size()) + 1, host_name(p.host),
+                                     s.label(), rank, std::exchange(p.restart_cause, {})});
+  const ProcessRestart& r = restarts_.back();
+  std::string what = fmt::format("process restart {} of {}: {}; started again in place", r.number,
+                                 options_.max_restarts, r.cause);
+  out_.separate(p.out, fmt::format("----- msrun-ssh: {} -----", what));
+  out_.message(what);
+  emit_event(events_, "process_restarted",
+             {{"host", r.host},
+              {"process", r.process},
+              {"rank", rank_json(rank)},
+              {"restart", r.number},
+              {"max_restarts", options_.max_restarts},
+              {"cause", r.cause},
+              {"exit_status", p.status},
+              {"signal", p.signal.empty() ? nlohmann::json(nullptr) : nlohmann::json(p.signal)},
+              {"log", p.log_name}});
+  p.status = 0;
+  p.signal.clear();
+  exec_process(index);
+}
+
+void Runner::promise_no_more_channels() {
+  if (std::exchange(no_more_channels_, true)) return;
+  t_.no_more_channels();
+}
+
 void Runner::start_processes() {
   for (size_t i = 0; i < procs_.size(); ++i) {
     Proc& p = procs_[i];
@@ -421,18 +483,17 @@ void Runner::start_processes() {
     p.out = out_.add_process(prefix, p.log_name, on_console, is_worker ? s.rank : -1,
                              host_name(p.host));
     // The others read /dev/null (set in their command): no EOF to send.
-    bool gets_stdin = tailed && stdin_fd_ >= 0;
-    p.channel = t_.exec(p.host, process_command(s, plan_.job_id, gets_stdin));
+    exec_process(i);
     emit_event(events_, "process_started",
                {{"host", host_name(p.host)},
                 {"process", s.label()},
                 {"rank", rank_json(is_worker ? s.rank : -1)},
                 {"log", p.log_name}});
     p.start_ms = t_.now_ms();
-    put(proc_of_channel_, p.channel, static_cast<int>(i));
-    if (gets_stdin) stdin_targets_.push_back(p.channel);
   }
-  t_.no_more_channels();
+  // An in-place restart opens a channel later: the promise waits for the end of the job then.
+  if (options_.restart_policy != RestartPolicy::kProcess || options_.max_restarts == 0)
+    promise_no_more_channels();
   if (start_view_) start_view_->processes_started(procs_.size());
   started_ms_ = last_output_ms_ = t_.now_ms();
   if (!stdin_targets_.empty())
@@ -533,6 +594,7 @@ int Runner::run() {
     if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;
+      promise_no_more_channels();
       if (!tearing_down_) {
         send_all(kQuit);
         deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
@@ -690,6 +752,19 @@ std::string HostRoster::replace(const std::map<std::string, std::string>& unusab
                        plan_.master_ip));
   }
   return "";
+}
+
+int job_restarts(const Options& options) {
+  return options.restart_policy == RestartPolicy::kJob ? options.max_restarts : 0;
+}
+
+std::string format_process_restarts(const std::vector<ProcessRestart>& restarts, int max_restarts) {
+  if (restarts.empty()) return "";
+  std::string out =
+      fmt::format("process restarts ({} of --max_restarts={}):\n", restarts.size(), max_restarts);
+  for (const ProcessRestart& r : restarts)
+    out += fmt::format("  restart {}: {}\n", r.number, r.cause);
+  return out;
 }
 
 std::string format_attempts(const RestartHistory& history) {

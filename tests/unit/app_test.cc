@@ -49,11 +49,7 @@ Captured run(const std::vector<std::string>& args) {
   return c;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
+using test::count;
 
 std::string cwd() { return std::filesystem::current_path().string(); }
 
@@ -148,6 +144,16 @@ TEST_F(App, UsageErrorsExitTwo) {
       "--node_rank=1: node ranks come from the order of the host file; remove --node_rank");
   expect_error({"--hostfile", hostfile_, "--bogus", "train.py"},
                "unknown option \"--bogus\" for run (see --help)");
+}
+
+TEST_F(App, RestartPolicyProcessInTheDryRunAndItsUsageErrors) {
+  Captured c = run({"--dry_run", "--restart_policy", "process", "--max_restarts=2", "--hostfile",
+                    hostfile_, "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(count(c.out, "    MS_ENABLE_RECOVERY='1'\n"), 4u) << c.out;
+  EXPECT_EQ(count(c.out, "    MS_RECOVERY_PATH='" + cwd() + "/msrun-ssh-recovery/"), 4u);
+  expect_error({"--hostfile", hostfile_, "--restart_policy", "rank", "train.py"},
+               "--restart_policy=rank: expects job or process");
 }
 
 TEST_F(App, HostFileErrorsExitTwo) {

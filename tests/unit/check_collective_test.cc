@@ -32,20 +32,8 @@ using ::testing::StartsWith;
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-bool have_python3() { return std::system("command -v python3 >/dev/null 2>&1") == 0; }
-
-// A port of 127.0.0.1 that was free a moment ago.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using test::free_port;
+using test::have_python3;
 
 // Runs the embedded program once per entry of `envs` (each "NAME=VALUE ..."), all at once, with
 // a limit of `limit` seconds; returns each one's stdout followed by "exit=N".

@@ -261,6 +261,20 @@ TEST(Cli, ContractRestartsAndSshDebugValues) {
             "--max_restarts, --timeout and --hang_timeout need an attached run (--join=True)");
 }
 
+TEST(Cli, RestartPolicyAndRecoveryPath) {
+  EXPECT_EQ(run_with({}).restart_policy, RestartPolicy::kJob);
+  EXPECT_EQ(run_with({"--restart_policy", "process"}).restart_policy, RestartPolicy::kProcess);
+  EXPECT_EQ(run_with({"--restart_policy=job"}).restart_policy, RestartPolicy::kJob);
+  EXPECT_EQ(run_error({"--restart_policy", "rank"}),
+            "--restart_policy=rank: expects job or process");
+  EXPECT_EQ(run_error({"--restart_policy="}), "--restart_policy=: expects job or process");
+  EXPECT_EQ(run_with({}).recovery_path, "msrun-ssh-recovery");
+  EXPECT_EQ(run_with({"--recovery_path", "/scratch/r"}).recovery_path, "/scratch/r");
+  EXPECT_EQ(run_error({"--recovery_path="}), "--recovery_path=: expects a directory");
+  EXPECT_EQ(run_error({"--join=False", "--restart_policy", "process"}),
+            "--restart_policy process needs an attached run (--join=True)");
+}
+
 TEST(Cli, RemainderBelongsToTheTask) {
   CliResult r = parse({"--hostfile", "h.toml", "--master_port=9000", "train.py", "--lr", "0.1",
                        "--hostfile", "x", "--master_port=1", "-h", "-v", "--node_rank", "3", "--"});

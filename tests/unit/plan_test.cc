@@ -233,6 +233,32 @@ TEST_F(MakePlan, UserPythonUnbufferedIsKept) {
   EXPECT_EQ(*env_of(p.hosts[1].processes[0], "PYTHONUNBUFFERED"), "1");
 }
 
+TEST_F(MakePlan, ProcessRestartPolicyExportsMindSporesRecoveryVariables) {
+  Plan p = plan();  // the job policy: neither variable
+  EXPECT_EQ(env_of(p.hosts[0].processes[0], "MS_ENABLE_RECOVERY"), nullptr);
+  EXPECT_EQ(env_of(p.hosts[0].processes[1], "MS_RECOVERY_PATH"), nullptr);
+  options.restart_policy = RestartPolicy::kProcess;
+  cluster.hosts[1].workdir = "/data/job";
+  p = plan();
+  for (const auto& h : p.hosts)
+    for (const auto& proc : h.processes) EXPECT_EQ(*env_of(proc, "MS_ENABLE_RECOVERY"), "1");
+  // The scheduler too; each host's own workdir (the launcher's cwd when the host file says none).
+  EXPECT_EQ(*env_of(p.hosts[0].processes[0], "MS_RECOVERY_PATH"),
+            "/home/u/job/msrun-ssh-recovery/20261129-154501-3fa9c2");
+  EXPECT_EQ(*env_of(p.hosts[1].processes[0], "MS_RECOVERY_PATH"),
+            "/data/job/msrun-ssh-recovery/20261129-154501-3fa9c2");
+  options.recovery_path = "/scratch/rec";
+  EXPECT_EQ(*env_of(plan().hosts[1].processes[0], "MS_RECOVERY_PATH"),
+            "/scratch/rec/20261129-154501-3fa9c2");
+  // The user's own values win.
+  cluster.hosts[2].env = {{"MS_RECOVERY_PATH", "/mine"}};
+  options.env = {{"MS_ENABLE_RECOVERY", "0"}};
+  p = plan();
+  EXPECT_EQ(*env_of(p.hosts[2].processes[0], "MS_RECOVERY_PATH"), "/mine");
+  EXPECT_EQ(*env_of(p.hosts[2].processes[0], "MS_ENABLE_RECOVERY"), "0");
+  EXPECT_EQ(*env_of(p.hosts[0].processes[1], "MS_ENABLE_RECOVERY"), "0");
+}
+
 TEST_F(MakePlan, LocalWorkerNumFillsHostsThatDoNotSay) {
   cluster.hosts[1].local_worker_num.reset();
   options.local_worker_num = 2;

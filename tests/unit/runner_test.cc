@@ -1396,4 +1396,163 @@ TEST(SummaryJson, CarriesEveryProcessAndTheRootCause) {
   EXPECT_EQ(j.at("torn_down"), 1);
 }
 
+// --- In-place process recovery (--restart_policy process) ---------------------------------------
+// A scheduler and rank 0 on node0, ranks 1 and 2 on node1. On the fake, a process started again is
+// the next exec on its host: node1's processes[2] scripts the second run of rank 1.
+
+class ProcessRecovery : public Runner {
+ protected:
+  void SetUp() override {
+    Runner::SetUp();
+    plan_ = make_plan({1, 2}, /*scheduler=*/true);
+    options_.restart_policy = ms::RestartPolicy::kProcess;
+    options_.max_restarts = 2;
+  }
+  // Every channel the runner opened for a process (the watchdogs left out).
+  static size_t process_channels(const FakeTransport& fake) { return fake.process_execs(); }
+};
+
+TEST_F(ProcessRecovery, AFailedWorkerAloneIsStartedAgainOnItsHostAndTheJobEndsWell) {
+  with_events();
+  ProcScript rank1 = exits(1, 3);
+  rank1.output = {{0.5, "step 1\n"}};
+  ProcScript rank1_again = exits(2);
+  rank1_again.output = {{0.5, "resumed\n"}};
+  FakeTransport fake({host({exits(10), exits(10)}), host({rank1, exits(10), rank1_again})});
+  EXPECT_EQ(run(fake), 0);
+  // Exactly one new exec, on node1, with the very same command (same env, same job marker).
+  ASSERT_EQ(process_channels(fake), 5u);
+  const auto& first = fake.channel(fake.process(1, 0));
+  const auto& again = fake.channel(fake.process(1, 2));
+  EXPECT_EQ(again.host, 1u);
+  EXPECT_EQ(again.command, first.command);
+  EXPECT_EQ(again.opened_ms, 1010);  // as soon as the failed run's channel closed
+  // Nothing else was touched: no cancel, no kill, no teardown byte; a normal end at 10 s.
+  EXPECT_TRUE(fake.cancels.empty());
+  EXPECT_TRUE(fake.kills.empty());
+  EXPECT_EQ(fake.control(0).find('k'), std::string::npos);
+  EXPECT_EQ(fake.control(1).find('k'), std::string::npos);
+  EXPECT_EQ(fake.control_times(0, 'q'), Times{10010});
+  EXPECT_EQ(statuses(), Strings(4, "exit 0"));
+  EXPECT_EQ(runner().cause(), "");
+  ASSERT_EQ(runner().process_restarts().size(), 1u);
+  const ms::ProcessRestart& r = runner().process_restarts()[0];
+  EXPECT_EQ(r.number, 1);
+  EXPECT_EQ(r.host, "node1");
+  EXPECT_EQ(r.process, "rank 1");
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.cause, "rank 1 on node1 failed: exit 3");
+  // One log, the restart named between the two runs; the console and the launcher say it too.
+  const std::string line =
+      "process restart 1 of 2: rank 1 on node1 failed: exit 3; started again in place";
+  EXPECT_EQ(log("worker_1.log"), "step 1\n----- msrun-ssh: " + line + " -----\nresumed\n");
+  EXPECT_EQ(console_err(), "msrun-ssh: " + line + "\n");
+  EXPECT_EQ(ms::format_process_restarts(runner().process_restarts(), 2),
+            "process restarts (1 of --max_restarts=2):\n"
+            "  restart 1: rank 1 on node1 failed: exit 3\n");
+  // The events: the failure's exit, then process_restarted; no teardown.
+  Strings types = event_types();
+  EXPECT_EQ(std::count(types.begin(), types.end(), "teardown"), 0);
+  auto at = std::find(types.begin(), types.end(), "process_restarted");
+  ASSERT_NE(at, types.end());
+  EXPECT_EQ(*(at - 1), "process_exited");
+  nlohmann::json e = events()[static_cast<size_t>(at - types.begin())];
+  EXPECT_EQ(e.at("host"), "node1");
+  EXPECT_EQ(e.at("process"), "rank 1");
+  EXPECT_EQ(e.at("rank"), 1);
+  EXPECT_EQ(e.at("restart"), 1);
+  EXPECT_EQ(e.at("max_restarts"), 2);
+  EXPECT_EQ(e.at("cause"), "rank 1 on node1 failed: exit 3");
+  EXPECT_EQ(e.at("exit_status"), 3);
+  EXPECT_EQ(e.at("log"), "worker_1.log");
+  // The transport learns that no channel comes any more only at the end of the job.
+  EXPECT_EQ(fake.no_more_channels_at, Times{10010});
+}
+
+TEST_F(ProcessRecovery, AWorkerFailingBeyondTheBudgetEndsTheJobWithItsStatus) {
+  options_.max_restarts = 1;
+  ProcScript killed = exits(1, 137);
+  killed.signal = "KILL";
+  FakeTransport fake(
+      {host({ProcScript{}, ProcScript{}}), host({exits(1, 3), ProcScript{}, killed})});
+  EXPECT_EQ(run(fake), 137);
+  ASSERT_EQ(process_channels(fake), 5u);  // one restart, no second one
+  EXPECT_EQ(fake.channel(fake.process(1, 2)).opened_ms, 1010);
+  // The usual teardown, from the second failure (1 s after the restart at 1010 ms).
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{2010});
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{2010});
+  EXPECT_EQ(runner().cause(), "rank 1 on node1 failed: killed by SIGKILL");
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "killed by SIGKILL", kTerm}));
+  EXPECT_EQ(runner().process_restarts().size(), 1u);
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: process restart 1 of 1: rank 1 on node1 failed: exit 3; started again in "
+            "place\n"
+            "msrun-ssh: no process restart left (--max_restarts=1)\n"
+            "msrun-ssh: rank 1 on node1 failed: killed by SIGKILL; stopping the job on every "
+            "host\n");
+}
+
+TEST_F(ProcessRecovery, ASchedulerFailureTearsDownAtOnce) {
+  FakeTransport fake({host({exits(1, 4), ProcScript{}}), host({ProcScript{}, ProcScript{}})});
+  EXPECT_EQ(run(fake), 4);
+  EXPECT_EQ(process_channels(fake), 4u);  // nothing started again
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{1010});
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{1010});
+  EXPECT_TRUE(runner().process_restarts().empty());
+  EXPECT_EQ(runner().cause(), "scheduler on node0 failed: exit 4");
+}
+
+TEST_F(ProcessRecovery, AWorkerThatCannotBeStartedAgainEndsTheJob) {
+  ProcScript refused;
+  refused.open_error = "channel open refused";
+  FakeTransport fake(
+      {host({ProcScript{}, ProcScript{}}), host({exits(1, 3), ProcScript{}, refused})});
+  EXPECT_EQ(run(fake), ms::kExitHostFailure);
+  EXPECT_EQ(process_channels(fake), 5u);
+  EXPECT_EQ(runner().cause(), "cannot start rank 1 on node1: channel open refused");
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{1011});  // the refusal comes 1 ms after the exec
+}
+
+TEST_F(ProcessRecovery, CtrlCAsAWorkerFailsRestartsNothing) {
+  FakeTransport fake(
+      {host({ProcScript{}, ProcScript{}}), host({exits(1, 3), ProcScript{}, exits(1)})});
+  // The signal comes in the same instant, before the runner has seen the failure.
+  fake.at(1.01, [&] { runner().on_signal(SIGINT); });
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(process_channels(fake), 4u);
+  EXPECT_TRUE(runner().process_restarts().empty());
+  EXPECT_TRUE(runner().interrupted());
+  // As any process that ends during a teardown.
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "exit 3 (ended by teardown)", kTerm}));
+}
+
+TEST_F(ProcessRecovery, CtrlCWhileTheRestartedWorkerRunsEndsWith130AndNoFurtherRestart) {
+  FakeTransport fake({host({ProcScript{}, ProcScript{}}),
+                      host({exits(1, 3), ProcScript{}, ProcScript{}, exits(1)})});
+  fake.at(3, [&] { runner().on_signal(SIGINT); });
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(process_channels(fake), 5u);  // the restart at 1010 ms, none after the teardown
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{3000});
+  EXPECT_EQ(runner().process_restarts().size(), 1u);
+  EXPECT_EQ(statuses(), Strings(4, kTerm));  // the restarted rank 1 too
+  EXPECT_EQ(ended_ms_, 3100);
+}
+
+TEST_F(ProcessRecovery, UnderTheJobPolicyAFailedWorkerTearsDownAsAlways) {
+  options_.restart_policy = ms::RestartPolicy::kJob;
+  FakeTransport fake(
+      {host({ProcScript{}, ProcScript{}}), host({exits(1, 3), ProcScript{}, exits(1)})});
+  EXPECT_EQ(run(fake), 3);
+  EXPECT_EQ(process_channels(fake), 4u);
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{1010});
+  EXPECT_EQ(fake.no_more_channels_at, Times{10});  // right after the start, as always
+  EXPECT_TRUE(runner().process_restarts().empty());
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: rank 1 on node1 failed: exit 3; stopping the job on every host\n");
+  EXPECT_EQ(ms::job_restarts(options_), 2);
+  options_.restart_policy = ms::RestartPolicy::kProcess;
+  EXPECT_EQ(ms::job_restarts(options_), 0);  // the budget is the in-place restarts'
+  EXPECT_EQ(ms::format_process_restarts({}, 2), "");
+}
+
 }  // namespace

@@ -49,6 +49,15 @@ std::string read_all(std::FILE* f);
 // status there. The test fails when it cannot be started.
 std::string shell_output(const std::string& command, int* status = nullptr);
 
+// Whether python3 is on the PATH (tests that run Python programs skip without it).
+bool have_python3();
+
+// A port of 127.0.0.1 that was free a moment ago.
+int free_port();
+
+// How many times `what` occurs in `text` (overlapping occurrences counted).
+size_t count(const std::string& text, const std::string& what);
+
 // `n` copies of `word`, separated by commas.
 std::string comma_list(const std::string& word, int n);
 
