@@ -12,7 +12,9 @@
 //   cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=RelWithDebInfo
 //   cmake --build build-rel --target relay_micro      # not part of `all`
 //   build-rel/bench/relay_micro [--reps 9] [--lines 200000] [--modes plain,gather,timestamps]
-//                               [--us_per_chunk 350] [--no_logs]
+//                               [--us_per_chunk 350] [--no_logs] [--distinct]
+// --distinct: line i of every rank reads "step i xxx...", so lines are identical across ranks but
+// not from one line to the next (the relay's lines are all the same).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -43,6 +45,7 @@ struct Settings {
   std::vector<std::string> modes{"plain", "gather", "timestamps"};
   double us_per_chunk = 65536 / 188.4;
   bool logs = true;
+  bool distinct = false;  // line i says "step i": identical across ranks, new from line to line
 };
 
 double thread_cpu_s() {
@@ -126,6 +129,8 @@ Settings parse(int argc, char** argv) {
       s.us_per_chunk = std::stod(value());
     else if (a == "--no_logs")
       s.logs = false;
+    else if (a == "--distinct")
+      s.distinct = true;
     else
       throw std::invalid_argument("unknown option " + a);
   }
@@ -151,11 +156,12 @@ void report(const Settings& s, const std::map<std::string, std::vector<double>>&
 
 int main(int argc, char** argv) try {
   Settings s = parse(argc, argv);
-  std::string line(99, 'x');
-  line += '\n';
   std::string data;
-  data.reserve(line.size() * s.lines);
-  for (size_t i = 0; i < s.lines; ++i) data += line;
+  data.reserve(100 * s.lines);
+  for (size_t i = 0; i < s.lines; ++i) {
+    std::string line = s.distinct ? fmt::format("step {:>10} ", i) : "";
+    data += line + std::string(99 - line.size(), 'x') + '\n';
+  }
   std::string tmpl = (std::filesystem::temp_directory_path() / "relay_micro.XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error(std::strerror(errno));
   std::map<std::string, std::vector<double>> cpu;
@@ -165,8 +171,9 @@ int main(int argc, char** argv) try {
       cpu[mode].push_back(run_once(s, mode, data, tmpl));
     }
   std::filesystem::remove_all(tmpl);
-  fmt::print("{} ranks x {} lines of 100 bytes, {} KiB chunks, {} reps, median thread CPU{}\n",
-             kRanks, s.lines, kChunk / 1024, s.reps, s.logs ? ", logs written" : ", no logs");
+  fmt::print("{} ranks x {} {} lines of 100 bytes, {} KiB chunks, {} reps, median thread CPU{}\n",
+             kRanks, s.lines, s.distinct ? "distinct" : "identical", kChunk / 1024, s.reps,
+             s.logs ? ", logs written" : ", no logs");
   report(s, cpu);
   return 0;
 } catch (const std::exception& e) {
