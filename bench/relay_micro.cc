@@ -15,6 +15,7 @@
 //                               [--us_per_chunk 350] [--no_logs] [--distinct]
 // --distinct: line i of every rank reads "step i xxx...", so lines are identical across ranks but
 // not from one line to the next (the relay's lines are all the same).
+// Two builds before and after a change: bench/relay_micro_ab.sh.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <stdlib.h>
