@@ -140,11 +140,19 @@ std::string_view latest_redraw(std::string_view partial);
 // printed them (a line joins an earlier group only if the stream has nothing pending after it;
 // stdout and stderr go to different consoles and are ordered separately). At most kMaxPending
 // lines wait; past that the oldest goes out early.
+//
+// Cost: each line is hashed once (`hash`; lines with equal hashes are still compared whole, so a
+// collision never merges different lines). Nothing is allocated per line once the gatherer has
+// held as many lines and texts as it ever holds at once: lines that went out leave their storage
+// to the next ones, up to kKeptTextBytes of text each (longer texts give theirs back).
 class Gatherer {
  public:
   static constexpr size_t kMaxPending = 4096;
+  static constexpr size_t kKeptTextBytes = 4096;
+  using Hash = size_t (*)(std::string_view);
 
-  Gatherer(double window_ms, bool color) : window_ms_(window_ms), color_(color) {}
+  Gatherer(double window_ms, bool color, Hash hash = &hash_text)
+      : window_ms_(window_ms), color_(color), hash_(hash) {}
 
   // A process: `rank` (-1: the scheduler), its host, what follows the host in its prefix (" a2"),
   // and its own prefixes for stdout and stderr lines. Returns its source number.
@@ -160,32 +168,71 @@ class Gatherer {
   // '\n', oldest first, to `out` (stdout lines) or `err` (stderr lines).
   void take(double now_ms, bool all, std::string& out, std::string& err);
 
-  size_t pending() const { return pending_.size(); }
+  size_t pending() const { return count_; }
   // When the oldest pending line is due, in the clock of add() (< 0: nothing pending).
-  double due_ms() const { return pending_.empty() ? -1 : pending_.front().first_ms + window_ms_; }
+  double due_ms() const { return count_ == 0 ? -1 : entry(0).first_ms + window_ms_; }
+  // Texts held with their storage: pending ones and ones kept for reuse.
+  size_t texts_held() const { return open_[0].size() + open_[1].size() + spare_.size(); }
+
+  // The default `hash`: std::hash of the text.
+  static size_t hash_text(std::string_view text) { return std::hash<std::string_view>{}(text); }
 
  private:
   struct Source {
     int rank;
     std::string host, suffix, own[2];
   };
+  // A text with pending lines in one stream: the text, and the seqs of those lines, oldest first
+  // (the ones from `head` on; the ones before it went out). seqs[i] is the text's line number
+  // base + i.
+  struct Open {
+    std::string text;
+    size_t hash = 0;
+    std::vector<uint64_t> seqs;
+    size_t head = 0;
+    uint64_t base = 0;
+  };
+  // A map key: views the text of its Open (map nodes stay in place), compared whole.
+  struct Key {
+    std::string_view text;
+    size_t hash;
+    bool operator==(const Key& o) const { return hash == o.hash && text == o.text; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return k.hash; }
+  };
+  using OpenMap = std::unordered_map<Key, Open, KeyHash>;
   struct Entry {
     uint64_t seq;
     bool is_stderr;
-    std::string text, stamp;
+    Open* open;    // its text
+    uint64_t pos;  // its line number among the lines of that text (Open::base)
+    std::string stamp;
     double first_ms;
     std::vector<int> sources;
   };
+  Entry& entry(size_t i) { return ring_[(head_ + i) & (ring_.size() - 1)]; }
+  const Entry& entry(size_t i) const { return ring_[(head_ + i) & (ring_.size() - 1)]; }
+  size_t first_after(const Open& open, const Entry* last) const;
+  bool join(Open& open, int source, size_t slot, const Entry* last, double now_ms);
+  Open* find_text(int stream, std::string_view text, const Entry* last, size_t& hash);
+  Open& open_text(int stream, std::string_view text, size_t hash);
+  Entry& push_entry();
+  void pop_entry();
   void append_line(const Entry& e, std::string& to);
   const std::string& label_of(const Entry& e);
   double window_ms_;
   bool color_;
+  Hash hash_;
   std::vector<Source> sources_;
   std::vector<uint64_t> last_seq_;  // per source and stream: its newest pending line (0: none)
-  std::deque<Entry> pending_;       // in order of arrival; pending_[i].seq == front seq + i
-  // Per stream: text -> the seqs of the pending lines with that text, oldest first. The key views
-  // the text of the oldest of them (deque elements stay in place while others come and go).
-  std::unordered_map<std::string_view, std::deque<uint64_t>> open_[2];
+  // The pending lines in order of arrival, a ring of a power-of-two size: entry(i) has seq
+  // front seq + i. The entries of lines gone out keep their storage for the next ones.
+  std::vector<Entry> ring_;
+  size_t head_ = 0;
+  size_t count_ = 0;
+  OpenMap open_[2];                        // per stream: the texts with pending lines
+  std::vector<OpenMap::node_type> spare_;  // texts no line has any more, for reuse
   // "[ranks@hosts]" of each set of sources a group had, for stdout and stderr lines.
   std::map<std::vector<int>, std::string> labels_[2];
   uint64_t next_seq_ = 1;

@@ -56,33 +56,98 @@ int Gatherer::add_source(int rank, std::string host, std::string suffix, std::st
   return static_cast<int>(sources_.size() - 1);
 }
 
+// Where the search for a group to join starts among the seqs of `open`: after the stream's newest
+// pending line `last` (null: the stream has none pending).
+size_t Gatherer::first_after(const Open& open, const Entry* last) const {
+  if (last == nullptr) return open.head;
+  if (last->open == &open) return static_cast<size_t>(last->pos - open.base) + 1;
+  auto from = open.seqs.begin() + static_cast<std::ptrdiff_t>(open.head);
+  return static_cast<size_t>(std::upper_bound(from, open.seqs.end(), last->seq) -
+                             open.seqs.begin());
+}
+
+// Joins `source` to the oldest open group of `open` after everything the stream has pending; groups
+// whose window has passed take no one else (take() has not printed them yet).
+bool Gatherer::join(Open& open, int source, size_t slot, const Entry* last, double now_ms) {
+  const uint64_t front = entry(0).seq;
+  for (size_t i = first_after(open, last); i < open.seqs.size(); ++i) {
+    Entry& e = entry(static_cast<size_t>(open.seqs[i] - front));
+    if (e.first_ms + window_ms_ <= now_ms) continue;
+    e.sources.push_back(source);
+    last_seq_[slot] = e.seq;
+    return true;
+  }
+  return false;
+}
+
+// The Open of a text no line of the stream has pending: a spare one when there is one.
+Gatherer::Open& Gatherer::open_text(int stream, std::string_view text, size_t hash) {
+  if (spare_.empty()) {
+    auto made = open_[stream].try_emplace(Key{text, hash}).first;
+    spare_.push_back(open_[stream].extract(made));
+  }
+  OpenMap::node_type node = std::move(spare_.back());
+  spare_.pop_back();
+  Open& open = node.mapped();
+  open.text.assign(text);
+  open.hash = hash;
+  open.seqs.clear();
+  open.head = 0;
+  open.base = 0;
+  node.key() = Key{open.text, hash};
+  open_[stream].insert(std::move(node));
+  return open;
+}
+
+// A new entry at the back of the ring (twice as large when full), with the storage of the one that
+// was there before.
+Gatherer::Entry& Gatherer::push_entry() {
+  if (count_ == ring_.size()) {
+    std::vector<Entry> larger(std::max<size_t>(16, ring_.size() * 2));
+    for (size_t i = 0; i < count_; ++i) larger[i] = std::move(entry(i));
+    ring_ = std::move(larger);
+    head_ = 0;
+  }
+  return entry(count_++);
+}
+
+// The Open of a line's text (null: no pending line of the stream has it). Without a hash when the
+// stream repeats its newest pending line `last`, or prints the text of the line after it (sources
+// printing the same lines); else the map's.
+Gatherer::Open* Gatherer::find_text(int stream, std::string_view text, const Entry* last,
+                                    size_t& hash) {
+  if (last != nullptr) {
+    if (last->open->text == text) return last->open;
+    const size_t next = static_cast<size_t>(last->seq - entry(0).seq) + 1;
+    if (next < count_ && entry(next).is_stderr == last->is_stderr && entry(next).open->text == text)
+      return entry(next).open;
+  }
+  hash = hash_(text);
+  auto found = open_[stream].find(Key{text, hash});
+  return found == open_[stream].end() ? nullptr : &found->second;
+}
+
 void Gatherer::add(int source, bool is_stderr, std::string_view text, double now_ms,
                    const std::string& stamp) {
   // Order matters within a stream: stdout and stderr lines go to different consoles.
   const int stream = is_stderr ? 1 : 0;
   const size_t slot = static_cast<size_t>(source) * 2 + static_cast<size_t>(stream);
   const uint64_t after = last_seq_.at(slot);
-  auto open = open_[stream].find(text);
-  if (open != open_[stream].end()) {
-    // The oldest open group of this text after everything the source has pending; groups whose
-    // window has passed take no one else (take() has not printed them yet).
-    auto& seqs = open->second;
-    for (auto it = std::upper_bound(seqs.begin(), seqs.end(), after); it != seqs.end(); ++it) {
-      Entry& e = pending_[static_cast<size_t>(*it - pending_.front().seq)];
-      if (e.first_ms + window_ms_ <= now_ms) continue;
-      e.sources.push_back(source);
-      last_seq_[slot] = *it;
-      return;
-    }
-  }
-  const uint64_t seq = next_seq_++;
-  Entry& e =
-      pending_.emplace_back(Entry{seq, is_stderr, std::string(text), stamp, now_ms, {source}});
-  if (open == open_[stream].end())
-    open_[stream].emplace(std::string_view(e.text), std::deque<uint64_t>{seq});
-  else
-    open->second.push_back(seq);
-  last_seq_[slot] = seq;
+  const Entry* last = count_ > 0 && after >= entry(0).seq ? &entry(after - entry(0).seq) : nullptr;
+  size_t hash = 0;
+  Open* open = find_text(stream, text, last, hash);
+  if (open != nullptr && join(*open, source, slot, last, now_ms)) return;
+  if (open == nullptr) open = &open_text(stream, text, hash);
+  Entry& e = push_entry();
+  e.seq = next_seq_++;
+  e.is_stderr = is_stderr;
+  e.open = open;
+  e.pos = open->base + open->seqs.size();
+  e.stamp.assign(stamp);
+  e.first_ms = now_ms;
+  e.sources.assign(1, source);
+  open->seqs.push_back(e.seq);
+  last_seq_[slot] = e.seq;
 }
 
 // "[0-7@node[01-02]]" for the sources of a group, worked out once per set of sources.
@@ -119,28 +184,35 @@ void Gatherer::append_line(const Entry& e, std::string& to) {
   const int s = e.is_stderr ? 1 : 0;
   to += e.stamp;
   to += e.sources.size() == 1 ? sources_[static_cast<size_t>(e.sources[0])].own[s] : label_of(e);
-  to += e.text;
+  to += e.open->text;
   to += '\n';
 }
 
-void Gatherer::take(double now_ms, bool all, std::string& out, std::string& err) {
-  while (!pending_.empty() && (all || pending_.size() > kMaxPending ||
-                               pending_.front().first_ms + window_ms_ <= now_ms)) {
-    Entry& e = pending_.front();
-    append_line(e, e.is_stderr ? err : out);
-    auto& open = open_[e.is_stderr ? 1 : 0];
-    auto it = open.find(std::string_view(e.text));
-    // The front is the oldest pending line of all, so the first of its text, and the key views
-    // its text: the key moves to the next line of the same text, if there is one.
-    it->second.pop_front();
-    if (it->second.empty()) {
-      open.erase(it);
-    } else {
-      auto node = open.extract(it);
-      node.key() = pending_[static_cast<size_t>(node.mapped().front() - e.seq)].text;
-      open.insert(std::move(node));
+// The oldest entry leaves the ring; its text leaves the map when no other line has it, and is
+// kept for reuse unless it is long.
+void Gatherer::pop_entry() {
+  Entry& e = entry(0);
+  Open& open = *e.open;
+  if (++open.head < open.seqs.size()) {
+    if (open.head * 2 >= open.seqs.size()) {  // the seqs gone out go, in amortized O(1)
+      open.base += open.head;
+      open.seqs.erase(open.seqs.begin(),
+                      open.seqs.begin() + static_cast<std::ptrdiff_t>(open.head));
+      open.head = 0;
     }
-    pending_.pop_front();
+  } else {
+    OpenMap::node_type node = open_[e.is_stderr ? 1 : 0].extract(Key{open.text, open.hash});
+    if (open.text.capacity() <= kKeptTextBytes) spare_.push_back(std::move(node));
+  }
+  head_ = (head_ + 1) & (ring_.size() - 1);
+  --count_;
+}
+
+void Gatherer::take(double now_ms, bool all, std::string& out, std::string& err) {
+  while (count_ > 0 && (all || count_ > kMaxPending || entry(0).first_ms + window_ms_ <= now_ms)) {
+    const Entry& e = entry(0);
+    append_line(e, e.is_stderr ? err : out);
+    pop_entry();
   }
 }
 

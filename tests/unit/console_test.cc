@@ -228,6 +228,73 @@ TEST(Gatherer, BoundsWhatWaits) {
   EXPECT_EQ(g.pending(), ms::Gatherer::kMaxPending);
 }
 
+// Every line of `g` now, stdout lines only.
+std::string taken(ms::Gatherer& g) {
+  std::string out, err;
+  g.take(0, true, out, err);
+  return out;
+}
+
+size_t colliding_hash(std::string_view) { return 42; }
+
+// Lines of two sources that print the same lines, repeat one, or skip one, gathered alike whether
+// the texts' hashes differ or all collide: equal hashes never merge different lines.
+TEST(Gatherer, GroupsByTheWholeTextEvenWhenHashesCollide) {
+  for (ms::Gatherer::Hash hash : {&ms::Gatherer::hash_text, &colliding_hash}) {
+    ms::Gatherer g(1000, false, hash);
+    int a = g.add_source(0, "h", "", "[0@h] ", "[0@h err] ");
+    int b = g.add_source(1, "h", "", "[1@h] ", "[1@h err] ");
+    for (const char* text : {"same", "same", "same", "p", "q", "r", "x", "xx"})
+      g.add(a, false, text, 0, "");
+    for (const char* text : {"same", "same", "same", "p", "r", "xx", "x"})
+      g.add(b, false, text, 0, "");
+    EXPECT_EQ(taken(g),
+              "[0-1@h] same\n[0-1@h] same\n[0-1@h] same\n[0-1@h] p\n[0@h] q\n[0-1@h] r\n"
+              "[0@h] x\n[0-1@h] xx\n[1@h] x\n");
+    EXPECT_EQ(g.pending(), 0U);
+  }
+}
+
+// The pending lines live in a ring that grows as it must, also when it has wrapped around.
+TEST(Gatherer, KeepsTheOrderWhenItsStorageGrows) {
+  ms::Gatherer g(10, false);
+  int a = g.add_source(0, "h", "", "[0@h] ", "[0@h err] ");
+  int b = g.add_source(1, "h", "", "[1@h] ", "[1@h err] ");
+  std::string want;
+  for (int i = 0; i < 12; ++i) {
+    g.add(a, false, fmt::format("early {}", i), 0, "");
+    want += fmt::format("[0@h] early {}\n", i);
+  }
+  std::string out, err;
+  g.take(10, false, out, err);
+  EXPECT_EQ(out, want);
+  want.clear();
+  for (int i = 0; i < 40; ++i) {
+    g.add(a, false, fmt::format("line {}", i % 30), 20, "");
+    want += fmt::format("[0-1@h] line {}\n", i % 30);
+  }
+  for (int i = 0; i < 40; ++i) g.add(b, false, fmt::format("line {}", i % 30), 25, "");
+  EXPECT_EQ(g.pending(), 40U);
+  EXPECT_EQ(taken(g), want);
+}
+
+// A text whose lines have all gone out keeps its storage for the next text, unless it is long.
+TEST(Gatherer, KeepsTheStorageOfShortTextsOnly) {
+  ms::Gatherer g(1000, false);
+  int a = g.add_source(0, "h", "", "[0@h] ", "[0@h err] ");
+  for (const char* text : {"one", "two", "three"}) g.add(a, false, text, 0, "");
+  EXPECT_EQ(taken(g), "[0@h] one\n[0@h] two\n[0@h] three\n");
+  EXPECT_EQ(g.texts_held(), 3U);
+  for (const char* text : {"four", "five"}) g.add(a, false, text, 0, "");
+  g.add(a, true, "six", 0, "");
+  EXPECT_EQ(g.texts_held(), 3U);  // reused
+  const std::string long_text(ms::Gatherer::kKeptTextBytes + 1, 'x');
+  g.add(a, false, long_text, 0, "");
+  EXPECT_EQ(g.texts_held(), 4U);
+  EXPECT_EQ(taken(g), "[0@h] four\n[0@h] five\n[0@h] " + long_text + "\n");
+  EXPECT_EQ(g.texts_held(), 3U);  // the long one's storage went
+}
+
 ms::Options parsed(Strings args) {
   args.insert(args.end(), {"--hostfile", "h.toml", "train.py"});
   return ms::parse_args(args, [](const char*) -> const char* { return nullptr; }).options;
