@@ -151,8 +151,10 @@ def running(script):
 
 
 # A host's own processes, which are not the job's: its init, the init's timer, sshd (listener and
-# per-connection processes) and the `unshare` that started the init.
-_HOST_INFRA = re.compile(r"^(unshare |bash \S+/hostinit\.sh |sleep 3600$|sshd: |/usr/sbin/sshd )")
+# per-connection processes), the `unshare` that started the init, and slurmd while the test Slurm
+# is up (test_slurm.py).
+_HOST_INFRA = re.compile(
+    r"^(unshare |bash \S+/hostinit\.sh |sleep 3600$|sshd: |/usr/sbin/sshd |/usr/sbin/slurmd )")
 
 
 def leftovers(ns_prefix="msrs-node"):

@@ -1,10 +1,16 @@
-"""Whole-job restarts (--max_restarts): attempts, their logs, their processes, and signals."""
+"""Whole-job restarts (--max_restarts): attempts, their logs, their processes, and signals; and
+in-place process recovery (--restart_policy process): a killed worker started again alone."""
 import glob
+import json
 import os
 import re
 import signal
+import subprocess
 
-from harness import check, interrupt, job, launch, read, run, wait_for, wait_no_leftovers
+from harness import (SOURCE_DIR, check, cluster_dir, interrupt, job, launch, marked_processes,
+                     read, run, tmpdir, wait_for, wait_no_leftovers)
+
+EXAMPLE = os.path.join(SOURCE_DIR, "examples", "stdlib_ddp", "train.py")
 
 
 def _logs(log_dir, pattern):
@@ -57,4 +63,57 @@ def test_ctrl_c_during_the_backoff_ends_at_once():
     check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
     check(took < 2, f"took {took:.1f} s")
     check(b"interrupted during the restart back-off" in err, "said")
+    wait_no_leftovers(2)
+
+
+def _pythons():
+    """The root-namespace pids of the job's Python processes (the example's), on every host."""
+    return {pid for _, pid, cmd in marked_processes() if "train.py" in cmd and "python" in cmd}
+
+
+def test_process_policy_starts_a_killed_worker_again_alone_and_the_weights_agree():
+    events = os.path.join(tmpdir(), "recovery-events.jsonl")
+    p, logs = launch([EXAMPLE, "--epochs", "3", "--steps", "20", "--sleep", "0.2"],
+                     extra=["--restart_policy", "process", "--max_restarts", "1",
+                            "--cluster_time_out", "60", "--events", events])
+    try:
+        log4 = os.path.join(logs, "worker_4.log")
+        wait_for(lambda: os.path.exists(log4) and b"epoch: 1, step: 5," in read(log4), 60,
+                 "rank 4 at epoch 1, step 5")
+        before = _pythons()
+        check(len(before) == 7, f"the scheduler and 6 workers: {before}")
+        # Rank 4 (on node2) dies of SIGKILL: its pid in its host's pid namespace is in its log.
+        pid = re.search(rb"^rank 4: node \d+, device \d+, pid (\d+),", read(log4), re.M).group(1)
+        subprocess.run(["ssh", "-F", os.path.join(cluster_dir(), "ssh_config"), "node2", "kill",
+                        "-KILL", pid.decode()], check=True, timeout=20)
+        wait_for(lambda: b"rank 4: rejoined the job; resuming after step" in read(log4), 60,
+                 "rank 4's rejoin")
+        # Every other process is the one that started: none was restarted.
+        after = _pythons()
+        check(len(after) == 7 and len(before & after) == 6, f"before {before}, after {after}")
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = err.decode(errors="replace")
+    check(p.returncode == 0, f"exit {p.returncode}: {err[-2000:]}")
+    restarted = [e for e in map(json.loads, open(events)) if e["type"] == "process_restarted"]
+    check(len(restarted) == 1 and restarted[0]["rank"] == 4 and
+          restarted[0]["signal"] == "KILL", f"events: {restarted}")
+    check(not [e for e in map(json.loads, open(events)) if e["type"] == "teardown"], "teardown")
+    text = read(log4).decode()
+    check("----- msrun-ssh: process restart 1 of 1: rank 4 on 198.18.1.12 failed: killed by "
+          "SIGKILL; started again in place -----" in text, text[-2000:])
+    check(re.search(r"process restarts \(1 of --max_restarts=1\):\n  restart 1: rank 4 on "
+                    r"198\.18\.1\.12 failed: killed by SIGKILL", err), err[-2000:])
+    # The survivors started once; every rank ends with the same weights.
+    weights = set()
+    for rank in range(6):
+        text = read(os.path.join(logs, f"worker_{rank}.log")).decode()
+        starts = len(re.findall(r"^rank \d+: node \d+, device \d+, pid ", text, re.M))
+        check(starts == (2 if rank == 4 else 1), f"worker_{rank}.log starts {starts} times")
+        weights.update(re.findall(r"^rank \d+: final weights (.*)$", text, re.M))
+    check(len(weights) == 1, f"the ranks' final weights differ: {weights}")
+    check(read(os.path.join(logs, "scheduler.log")).rstrip().endswith(
+        b"weights identical on all ranks"), "the scheduler's verdict")
     wait_no_leftovers(2)

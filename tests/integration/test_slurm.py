@@ -1,8 +1,10 @@
 """Inside a Slurm allocation (#20), on a real Slurm (tests/cluster/slurm.sh: slurmctld and munged
 here, one slurmd per namespace host): `--hostfile slurm` takes the hosts and the workers per host
 from the allocation, in its order, and the job keeps the contract of a host file's: exit status,
-logs, teardown on a failure, on Ctrl-C and on `scancel` of the allocation (salloc -K). Each test
-brings Slurm up and takes it down; it skips loudly where Slurm is not installed."""
+logs, teardown on a failure, on Ctrl-C and on `scancel` of the allocation (salloc -K), over SSH
+and over `--transport srun` (job steps); with srun, `--bind_core` binds inside the CPUs Slurm gave
+the job. Each test brings Slurm up and takes it down; it skips loudly where Slurm is not
+installed."""
 import contextlib
 import os
 import re
@@ -32,12 +34,15 @@ def slurm():
                        capture_output=True, timeout=60)
 
 
-def _salloc(env, args, nodes=3, per_node=2, log_dir=None, extra=()):
-    """Starts `salloc -N nodes --ntasks-per-node per_node -K msrun-ssh --hostfile slurm ...` in a
-    session of its own (as a terminal's foreground job is). Returns (Popen, log_dir)."""
+def _salloc(env, args, nodes=3, per_node=2, log_dir=None, extra=(), transport="ssh",
+            salloc=()):
+    """Starts `salloc -N nodes --ntasks-per-node per_node -K msrun-ssh --hostfile slurm
+    --transport TRANSPORT ...` in a session of its own (as a terminal's foreground job is).
+    Returns (Popen, log_dir)."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="logs-", dir=tmpdir())
-    cmd = ["salloc", "-N", str(nodes), f"--ntasks-per-node={per_node}", "-K",
-           binary(), "--hostfile", "slurm", "--ssh_config", os.path.join(cluster_dir(), "ssh_config"),
+    cmd = ["salloc", "-N", str(nodes), f"--ntasks-per-node={per_node}", "-K", *salloc,
+           binary(), "--hostfile", "slurm", "--transport", transport,
+           "--ssh_config", os.path.join(cluster_dir(), "ssh_config"),
            "--log_dir", log_dir, "--heartbeat", "1", "--kill_grace", "2", *extra, *args]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          cwd=tmpdir(), start_new_session=True)
@@ -58,9 +63,9 @@ def _squeue(env):
                           text=True).stdout.split()
 
 
-def test_allocation_runs_the_example_over_ssh_in_allocation_order():
+def _runs_the_example_in_allocation_order(transport):
     with slurm() as env:
-        p, log_dir = _salloc(env, [EXAMPLE])
+        p, log_dir = _salloc(env, [EXAMPLE], transport=transport)
         out, err = _finish(p, 120)
         check(p.returncode == 0, f"exit {p.returncode}: {err}")
         logs = sorted(os.listdir(log_dir))
@@ -89,10 +94,10 @@ def test_dry_run_names_the_allocation_as_the_hosts_source():
         check(not marked_processes(), "a dry run started something")
 
 
-def test_a_failing_worker_ends_every_process_on_every_node():
+def _a_failing_worker_ends_every_process_on_every_node(transport):
     with slurm() as env:
         p, _ = _salloc(env, [job("sleeper.py"), "--fail_rank", "3", "--fail_code", "7",
-                             "--delay", "3"])
+                             "--delay", "3"], transport=transport)
         out, err = _finish(p, 60)
         check(p.returncode == 7, f"exit {p.returncode}: {err}")
         check(re.search(r"rank 3 on node1 failed: exit 7", err), err)
@@ -100,8 +105,8 @@ def test_a_failing_worker_ends_every_process_on_every_node():
         wait_for(lambda: not _squeue(env), 10, "the allocation's end")
 
 
-def _start_and_wait_running(env):
-    p, log_dir = _salloc(env, [job("sleeper.py"), "--sleep", "60"])
+def _start_and_wait_running(env, transport):
+    p, log_dir = _salloc(env, [job("sleeper.py"), "--sleep", "60"], transport=transport)
     # The scheduler and 6 workers, each with its grandchild.
     wait_for(lambda: len(marked_processes()) >= 14 or p.poll() is not None, 30,
              "the job's processes")
@@ -117,9 +122,9 @@ def _launcher_pid(salloc):
     return int(pids[0])
 
 
-def test_ctrl_c_ends_every_process_on_every_node():
+def _ctrl_c_ends_every_process_on_every_node(transport):
     with slurm() as env:
-        p, _ = _start_and_wait_running(env)
+        p, _ = _start_and_wait_running(env, transport)
         start = time.monotonic()
         # On a terminal, salloc makes its command the foreground process group: Ctrl-C reaches
         # the launcher, not salloc.
@@ -130,9 +135,9 @@ def test_ctrl_c_ends_every_process_on_every_node():
         wait_clean(5)
 
 
-def test_scancel_of_the_allocation_ends_every_process_on_every_node():
+def _scancel_of_the_allocation_ends_every_process_on_every_node(transport):
     with slurm() as env:
-        p, _ = _start_and_wait_running(env)
+        p, _ = _start_and_wait_running(env, transport)
         ids = _squeue(env)
         check(len(ids) == 1, f"allocations: {ids}")
         subprocess.run(["scancel", ids[0]], env=env, check=True, timeout=30)
@@ -140,4 +145,63 @@ def test_scancel_of_the_allocation_ends_every_process_on_every_node():
         # salloc -K sends SIGTERM to the launcher when the allocation is revoked.
         check(p.returncode == 143, f"exit {p.returncode}: {err}")
         check("received SIGTERM" in err, err)
+        wait_clean(5)
+
+
+def test_over_ssh_the_example_runs_in_allocation_order():
+    _runs_the_example_in_allocation_order("ssh")
+
+
+def test_over_srun_the_example_runs_in_allocation_order():
+    _runs_the_example_in_allocation_order("srun")
+
+
+def test_over_ssh_a_failing_worker_ends_every_process_on_every_node():
+    _a_failing_worker_ends_every_process_on_every_node("ssh")
+
+
+def test_over_srun_a_failing_worker_ends_every_process_on_every_node():
+    _a_failing_worker_ends_every_process_on_every_node("srun")
+
+
+def test_over_ssh_ctrl_c_ends_every_process_on_every_node():
+    _ctrl_c_ends_every_process_on_every_node("ssh")
+
+
+def test_over_srun_ctrl_c_ends_every_process_on_every_node():
+    _ctrl_c_ends_every_process_on_every_node("srun")
+
+
+def test_over_ssh_scancel_of_the_allocation_ends_every_process_on_every_node():
+    _scancel_of_the_allocation_ends_every_process_on_every_node("ssh")
+
+
+def test_over_srun_scancel_of_the_allocation_ends_every_process_on_every_node():
+    _scancel_of_the_allocation_ends_every_process_on_every_node("srun")
+
+
+def test_over_srun_bind_core_binds_inside_the_cpus_slurm_gave_the_job():
+    with slurm() as env:
+        # Another allocation takes one core of node1 first: the job gets the other one there.
+        other = subprocess.Popen(["salloc", "-N", "1", "-w", "node1", "--ntasks=1",
+                                  "--cpus-per-task=1", "sleep", "120"], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+        try:
+            wait_for(lambda: len(_squeue(env)) == 1, 20, "the other allocation")
+            p, log_dir = _salloc(env, [job("cpus.py")], per_node=1, transport="srun",
+                                 salloc=["--cpus-per-task=1"], extra=["--bind_core=True"])
+            out, err = _finish(p, 60)
+        finally:
+            os.killpg(other.pid, signal.SIGKILL)
+            other.wait()
+        check(p.returncode == 0, f"exit {p.returncode}: {err}")
+        # node1's core for the job is the one the other allocation left: CPU 1; elsewhere CPU 0.
+        for rank, node in ((0, 0), (1, 1), (2, 2)):
+            want = "1" if node == 1 else "0"
+            m = re.search(rf"^\[{rank}@node{node}\] cpus {rank} allowed=(\S+) msrun=(\S+)$", out,
+                          re.M)
+            check(m and m.group(1) == want and m.group(2) == f"[{want}]",
+                  f"rank {rank} on node{node} should run on CPU {want}: {out}")
+        check(re.search(r"^\[sched@node0\] cpus sched allowed=0 ", out, re.M), out)
         wait_clean(5)
