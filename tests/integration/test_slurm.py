@@ -35,13 +35,13 @@ def slurm():
 
 
 def _salloc(env, args, nodes=3, per_node=2, log_dir=None, extra=(), transport="ssh",
-            salloc=()):
+            salloc=(), command=()):
     """Starts `salloc -N nodes --ntasks-per-node per_node -K msrun-ssh --hostfile slurm
     --transport TRANSPORT ...` in a session of its own (as a terminal's foreground job is).
     Returns (Popen, log_dir)."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="logs-", dir=tmpdir())
     cmd = ["salloc", "-N", str(nodes), f"--ntasks-per-node={per_node}", "-K", *salloc,
-           binary(), "--hostfile", "slurm", "--transport", transport,
+           binary(), *command, "--hostfile", "slurm", "--transport", transport,
            "--ssh_config", os.path.join(cluster_dir(), "ssh_config"),
            "--log_dir", log_dir, "--heartbeat", "1", "--kill_grace", "2", *extra, *args]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -178,6 +178,17 @@ def test_over_ssh_scancel_of_the_allocation_ends_every_process_on_every_node():
 
 def test_over_srun_scancel_of_the_allocation_ends_every_process_on_every_node():
     _scancel_of_the_allocation_ends_every_process_on_every_node("srun")
+
+
+def test_over_srun_check_passes_on_every_node():
+    with slurm() as env:
+        p, _ = _salloc(env, [EXAMPLE], transport="srun", command=["check"])
+        out, err = _finish(p, 60)
+        check(p.returncode == 0, f"exit {p.returncode}: {out}{err}")
+        for node in range(3):
+            check(re.search(rf"^\S* *node{node} ", out, re.M), f"node{node}'s row: {out}")
+        check("* master, scheduler at 198.18.1.10:8118" in out, out)
+        wait_clean(5)
 
 
 def test_over_srun_bind_core_binds_inside_the_cpus_slurm_gave_the_job():
