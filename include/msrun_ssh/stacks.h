@@ -62,7 +62,7 @@ struct HostStacks {
   std::string address;  // as the host file names it
   std::string name;     // what the host calls itself; "" when it did not say
   bool gdb = false;
-  std::vector<StackProcess> processes;  // in pid order
+  std::vector<StackProcess> processes;  // as the host listed them (stack.sh: by pid)
   bool complete = false;                // the "end" line came
   std::string trouble;  // why there is no complete answer (unreachable, timed out, ...); "" if none
 };

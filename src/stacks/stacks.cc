@@ -18,7 +18,7 @@ std::optional<StackProcess> parse_proc(std::string_view rest) {
   StackProcess p;
   std::string rank;
   std::istringstream in{std::string(rest)};
-  if (!(in >> p.pid >> rank >> p.state >> p.wchan)) return std::nullopt;
+  if (!(in >> p.pid >> rank >> p.state >> p.wchan) || p.pid <= 0) return std::nullopt;
   std::getline(in >> std::ws, p.command);
   int r = 0;
   auto [end, ec] = std::from_chars(rank.data(), rank.data() + rank.size(), r);

@@ -122,7 +122,9 @@ std::optional<Entry> remote_entry(const nlohmann::json& j) {
   return e;
 }
 
-// Calls `fn` with every line of `text` that is a JSON object.
+// Calls `fn` with every line of `text` that is a JSON object. A line whose fields have the wrong
+// types (fn throws nlohmann's type_error: {"t": 3}) is ignored from there on, as a line that is
+// not JSON is.
 template <typename Fn>
 void json_lines(std::string_view text, Fn fn) {
   size_t pos = 0;
@@ -132,7 +134,11 @@ void json_lines(std::string_view text, Fn fn) {
     pos = nl + 1;
     if (line.empty() || line[0] != '{') continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object()) fn(j);
+    if (!j.is_object()) continue;
+    try {
+      fn(j);
+    } catch (const nlohmann::json::exception&) {
+    }
   }
 }
 

@@ -86,10 +86,26 @@ TEST(Stacks, AnswerWithoutItsEndIsIncomplete) {
   // An unreadable process line starts no process: its lines are not given to the one before.
   h = parse_stacks("host n\nproc x 1 S - a\npy line\nend\n");
   EXPECT_TRUE(h.processes.empty());
+  // Nor does one whose pid is not a process's (0, negative: host_answers_fuzz).
+  h = parse_stacks("host n\nproc 0 1 S - a\npy line\nproc -3 1 S - a\nend\n");
+  EXPECT_TRUE(h.processes.empty());
   h = parse_stacks("host n\nproc 5 - S - a\npy \nend\n");
   ASSERT_EQ(h.processes.size(), 1u);
   EXPECT_EQ(h.processes[0].rank, std::nullopt);
   EXPECT_EQ(h.processes[0].python, (std::vector<std::string>{""}));
+}
+
+TEST(Stacks, ProcessesStayInTheHostsOrderWithTheirOwnLines) {
+  // An answer out of pid order (host_answers_fuzz): each process keeps its own stack.
+  HostStacks h = parse_stacks(
+      "host n\nproc 90 1 S - python3\npy b\nproc 7 0 S - python3\npy a\nproc 90 2 S - x\nend\n");
+  ASSERT_EQ(h.processes.size(), 3u);
+  EXPECT_EQ(h.processes[0].pid, 90);
+  EXPECT_EQ(h.processes[0].python, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(h.processes[1].pid, 7);
+  EXPECT_EQ(h.processes[1].python, (std::vector<std::string>{"a"}));
+  EXPECT_EQ(h.processes[2].rank, 2);
+  EXPECT_TRUE(h.processes[2].python.empty());
 }
 
 TEST(Stacks, ReportGroupsIdenticalStacksUnderTheirRankSet) {

@@ -224,6 +224,24 @@ TEST(SyncDiff, SameSizeOtherMtimeIsDecidedByContent) {
 
 // ---- the record stream and the programs on the host ---------------------------------------------
 
+TEST(SyncManifest, LinesWithFieldsOfTheWrongTypeAreIgnored) {
+  // A host's answer with {"t": 3} made the parser throw out of the launcher (host_answers_fuzz).
+  std::string out =
+      "{\"marker\": \"tok\"}\n"
+      "{\"t\": 3, \"n\": 1, \"p\": \"bad.py\"}\n"
+      "{\"t\": \"f\", \"m\": \"rw\", \"s\": 1, \"n\": 1, \"p\": \"bad2.py\"}\n"
+      "{\"t\": \"f\", \"m\": 420, \"s\": 3, \"n\": 1, \"p\": \"good.py\"}\n"
+      "{\"end\": 1}\n";
+  RemoteManifest r = parse_remote_manifest(out, IgnoreRules());
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(r.marker, "tok");
+  ASSERT_EQ(r.entries.size(), 1u);
+  EXPECT_EQ(r.entries.at("good.py").size, 3u);
+  RemoteAnswer a = parse_remote_answer("{\"h\": 5, \"p\": \"x\"}\n{\"end\": 1}\n");
+  EXPECT_TRUE(a.complete);
+  EXPECT_TRUE(a.hashes.empty());
+}
+
 TEST(SyncStream, HeaderLayout) {
   std::string h = encode_record_header(RecordType::kFile, 0755, 0x0102030405060708, 5, "ab");
   ASSERT_EQ(h.size(), kRecordHeaderSize + 2);

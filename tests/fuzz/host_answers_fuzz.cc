@@ -1,0 +1,117 @@
+// Fuzzes the parsers of what the hosts answer: their output is whatever a login script, a broken
+// or hostile host, or a cut connection makes of it.
+//
+// Input layout: byte 0 picks the parser (b % 9), the rest is the host's output:
+//   0 parse_stacks (stack.sh; stacks.h), then format_stack_report of the result
+//   1 parse_probe (check's probe; check.h)
+//   2 parse_remote_time (`date +%s.%N`; check.h)
+//   3 parse_net_client (check --net's client; check.h)
+//   4 parse_job_state (job_state.sh; jobs.h)
+//   5 parse_remote_manifest (sync's manifest program; sync.h), with __pycache__/ excluded
+//   6 parse_remote_answer (sync's hash answer; sync.h)
+//   7 parse_apply_summary (sync's apply program; sync.h)
+//   8 parse_cpu_list (a CPU list from a host file or a host; binding.h)
+//
+// Properties: no crash, no sanitizer report, and the contracts of the headers:
+//  - stacks: complete only when an "end" line came; each process's pid > 0;
+//  - remote time: a finite value >= 0 when one is read;
+//  - net client: the two links of the pair (client -> server, server -> client), each rate
+//    finite and >= 0;
+//  - manifest: no entry that the rules exclude;
+//  - CPU list: sorted, unique ids in 0..65535, or InputError.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fuzz_check.h"
+#include "msrun_ssh/binding.h"
+#include "msrun_ssh/check.h"
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/jobs.h"
+#include "msrun_ssh/stacks.h"
+#include "msrun_ssh/sync.h"
+
+namespace ms = msrun_ssh;
+
+namespace {
+
+void stacks(std::string_view out) {
+  ms::HostStacks h = ms::parse_stacks(out);
+  FUZZ_CHECK(!h.complete || out.find("end") != std::string_view::npos, "complete without end");
+  for (const auto& p : h.processes) FUZZ_CHECK(p.pid > 0, "pid %ld", p.pid);
+  h.address = "host";
+  (void)ms::format_stack_report("job-1", {h});
+}
+
+void remote_time(std::string_view out) {
+  bool whole = false;
+  if (auto t = ms::parse_remote_time(out, &whole))
+    FUZZ_CHECK(std::isfinite(*t) && *t >= 0, "time %f", *t);
+}
+
+void net_client(std::string_view out) {
+  auto links = ms::parse_net_client(0, 1, std::string(out), "");
+  FUZZ_CHECK(links.size() == 2, "%zu links", links.size());
+  FUZZ_CHECK(links[0].from == 1 && links[0].to == 0 && links[1].from == 0 && links[1].to == 1,
+             "the pair's links");
+  for (const auto& l : links)
+    if (l.gbps) FUZZ_CHECK(std::isfinite(*l.gbps) && *l.gbps >= 0, "rate %f", *l.gbps);
+}
+
+void manifest(std::string_view out) {
+  ms::IgnoreRules rules;
+  rules.add("__pycache__/");
+  ms::RemoteManifest m = ms::parse_remote_manifest(out, rules);
+  for (const auto& [path, entry] : m.entries)
+    FUZZ_CHECK(!rules.excluded(path, entry.type == ms::EntryType::kDir), "excluded %s",
+               path.c_str());
+}
+
+void cpu_list(std::string_view out) {
+  try {
+    std::vector<int> cpus = ms::parse_cpu_list(out, "fuzz");
+    for (size_t i = 0; i < cpus.size(); ++i) {
+      FUZZ_CHECK(cpus[i] >= 0 && cpus[i] <= 65535, "cpu %d", cpus[i]);
+      FUZZ_CHECK(i == 0 || cpus[i - 1] < cpus[i], "not sorted and unique");
+    }
+  } catch (const ms::InputError&) {
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  std::string_view out(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 9) {
+    case 0:
+      stacks(out);
+      break;
+    case 1:
+      (void)ms::parse_probe(out);
+      break;
+    case 2:
+      remote_time(out);
+      break;
+    case 3:
+      net_client(out);
+      break;
+    case 4:
+      (void)ms::parse_job_state(out);
+      break;
+    case 5:
+      manifest(out);
+      break;
+    case 6:
+      (void)ms::parse_remote_answer(out);
+      break;
+    case 7:
+      (void)ms::parse_apply_summary(out);
+      break;
+    default:
+      cpu_list(out);
+      break;
+  }
+  return 0;
+}
