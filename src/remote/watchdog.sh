@@ -19,6 +19,12 @@ t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
 T1=$((t1 / 1000)).$(printf %03d $((t1 % 1000)))
 T2=$((t2 / 1000)).$(printf %03d $((t2 % 1000)))
 trap '' PIPE HUP
+# SIGTERM to the watchdog itself (a batch system ending the job step it runs in, as Slurm does at
+# `scancel` under --transport srun, then SIGKILL after KillWait; a host shutting down): nobody
+# will watch this host's processes any more, so they are killed at once, grandchildren that left
+# the step's process tree too. (sh runs the trap once the read in progress returns: its `timeout`
+# and `dd` get the same SIGTERM from a step's end.)
+trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exit 0' TERM
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
 echo "msrun-ssh-watchdog: ready $$ $n"
 while :; do

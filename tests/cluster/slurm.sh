@@ -100,7 +100,6 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=2
 MinJobAge=5
 NodeName=node[0-$((n - 1))] NodeAddr=198.18.1.[10-$((9 + n))] CPUs=$cpus State=UNKNOWN
 PartitionName=test Nodes=node[0-$((n - 1))] Default=YES MaxTime=INFINITE State=UP

@@ -1019,6 +1019,33 @@ TEST_F(WatchdogCommand, TheEndRemovesTheJobsStackDirectoryOnly) {
   EXPECT_EQ(::access(other.c_str(), F_OK), 0);
 }
 
+// Sends `sig` to `pid` and to every process below it (as a batch system ends a job step).
+void signal_tree(pid_t pid, int sig) {
+  std::string children = test::slurp(fmt::format("/proc/{}/task/{}/children", pid, pid));
+  ::kill(pid, sig);
+  std::istringstream in(children);
+  for (pid_t child = 0; in >> child;) signal_tree(child, sig);
+}
+
+TEST_F(WatchdogCommand, SigtermToTheWatchdogKillsTheJobAtOnce) {
+  // A batch system ending the watchdog's job step (scancel under --transport srun) sends SIGTERM
+  // to the step's processes: what the job runs here, a grandchild in a session of its own too,
+  // is killed.
+  pid_t sleeper = start_marked(job_, {"/bin/sh", "-c", "setsid sleep 31 & exec sleep 30"}, "sleep");
+  start(30, 5);
+  // The step's end finds the watchdog waiting in its read (timeout + dd).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto t0 = Clock::now();
+  signal_tree(dog_.pid, SIGTERM);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_THAT(out_, HasSubstr("msrun-ssh-watchdog: terminated\n"));
+  ASSERT_TRUE(killed_by(sleeper, SIGKILL, 1)) << "not killed at the SIGTERM: " << out_;
+  EXPECT_LT(since(t0), 4);
+  for (auto t1 = Clock::now(); !marked(job_).empty() && since(t1) < 2;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(marked(job_).empty()) << "the grandchild in its own session survived";
+}
+
 TEST_F(WatchdogCommand, ClosedStdinTearsDownWithoutWaitingForTheTimeout) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 0.4);
