@@ -52,16 +52,20 @@ require() {
 }
 
 # The live pids of the daemons of this Slurm: munged and slurmctld from their pid files, every
-# slurmd reading this slurm.conf, every slurmstepd (zombies, not yet reaped by a host's init, are
-# left out).
+# slurmd reading this slurm.conf, every slurmstepd in one of the cluster's hosts (none of the
+# machine's own); zombies, not yet reaped by a host's init, are left out.
 daemon_pids() {
-  local f pid state
+  local f pid state ns
   {
     for f in "$S/munged.pid" "$S/slurmctld.pid"; do
       if [[ -s $f ]]; then cat "$f"; fi
     done
     pgrep -f "^/usr/sbin/slurmd -f $S/slurm.conf" || true
-    pgrep -x slurmstepd || true
+    for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^msrs-node/ { print $1 }'); do
+      for pid in $(ip netns pids "$ns" 2>/dev/null); do
+        if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == slurmstepd ]]; then echo "$pid"; fi
+      done
+    done
   } | while read -r pid; do
     state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || continue
     if [[ -n $state && $state != Z ]]; then echo "$pid"; fi
