@@ -113,6 +113,10 @@ std::optional<Entry> remote_entry(const nlohmann::json& j) {
   std::string t = j.value("t", "");
   if (t.size() != 1 || std::string_view("fdl").find(t[0]) == std::string_view::npos)
     return std::nullopt;
+  // Mode, size and mtime are integers: a number with a fraction or an exponent (4.2e+36) is no
+  // entry (converting it would be undefined behaviour).
+  for (const char* key : {"m", "s", "n"})
+    if (j.contains(key) && !j[key].is_number_integer()) return std::nullopt;
   Entry e;
   e.type = static_cast<EntryType>(t[0]);
   e.mode = j.value("m", 0u) & 07777;

@@ -230,6 +230,8 @@ TEST(SyncManifest, LinesWithFieldsOfTheWrongTypeAreIgnored) {
       "{\"marker\": \"tok\"}\n"
       "{\"t\": 3, \"n\": 1, \"p\": \"bad.py\"}\n"
       "{\"t\": \"f\", \"m\": \"rw\", \"s\": 1, \"n\": 1, \"p\": \"bad2.py\"}\n"
+      "{\"t\": \"f\", \"m\": 4.2e+36, \"s\": 1, \"n\": 1, \"p\": \"bad3.py\"}\n"
+      "{\"t\": \"f\", \"m\": 420, \"s\": 1.5, \"n\": 1, \"p\": \"bad4.py\"}\n"
       "{\"t\": \"f\", \"m\": 420, \"s\": 3, \"n\": 1, \"p\": \"good.py\"}\n"
       "{\"end\": 1}\n";
   RemoteManifest r = parse_remote_manifest(out, IgnoreRules());
