@@ -1,7 +1,7 @@
 // The relay benchmark's output side without a cluster: the real Output (framing, per-rank logs, the
 // console, --output gather, --timestamps) fed the relay suite's input (bench/bench.py, relay: a
 // scheduler that prints nothing and 4 ranks that each print the same 100-byte lines), in the
-// 64 KiB chunks the launch agent reads (src/remote/agent.py, CHUNK), one chunk per rank per turn
+// 64 KiB chunks the launch agent reads (src/remote/agent.pl, CHUNK), one chunk per rank per turn
 // of the event loop, then flush() as the runner's loop does. The console goes to /dev/null (as in
 // the relay), the logs to a temporary directory. The clock is a fake one that advances by
 // --us_per_chunk per chunk (default: 64 KiB at the relay's 188 MB/s), so what the gatherer holds

@@ -1,5 +1,5 @@
 # The programs msrun-ssh runs on remote hosts live as files in src/remote/ (*.sh: POSIX sh, checked
-# by shellcheck in .ci/lint.sh; *.py: Python). msrun_ssh_embed_remote() writes them into one
+# by shellcheck in .ci/lint.sh; *.py: Python; *.pl: Perl). msrun_ssh_embed_remote() writes them into one
 # generated header, at configure time, so that the build and clang-tidy find it after a bare
 # `cmake -S . -B build`; cmake runs again by itself when a file there changes, appears or goes.
 #
@@ -25,7 +25,7 @@ function(msrun_ssh_embed_name file out_var)
 endfunction()
 
 function(msrun_ssh_embed_remote source_dir output)
-  file(GLOB files CONFIGURE_DEPENDS "${source_dir}/*.sh" "${source_dir}/*.py")
+  file(GLOB files CONFIGURE_DEPENDS "${source_dir}/*.sh" "${source_dir}/*.py" "${source_dir}/*.pl")
   list(SORT files)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${files})
   set(delim "${MSRUN_SSH_EMBED_DELIMITER}")

@@ -2,13 +2,13 @@
 //
 // Over plain SSH each command is a channel of its own, and sshd runs each through the user's
 // login shell, so a host with P processes pays its login rc (conda init, module load, ...) P+1
-// times. AgentTransport starts one agent per host instead (src/remote/agent.sh + agent.py: the
-// login rc once, then python3), and the agent starts the commands it is given with /bin/sh -c, each
+// times. AgentTransport starts one agent per host instead (src/remote/agent.sh + agent.pl: the
+// login rc once, then perl), and the agent starts the commands it is given with /bin/sh -c, each
 // in a session of its own as sshd would, and carries their stdin, output, exit status and end as
 // frames over its channel. The runner does not see the difference: AgentTransport is a Transport
 // whose channels are the agent's commands.
 //
-// A host without python3 (the agent exits 97 before its hello) gets a channel per command, as
+// A host without perl (the agent exits 97 before its hello) gets a channel per command, as
 // without the agent. An agent that ends while commands of its host still run makes the host
 // lost (kHostLost): its watchdog went with it (its stdin ended), which tears the job down there.
 #pragma once
@@ -30,8 +30,8 @@ namespace msrun_ssh {
 // What the agent writes before its first frame, on a line of its own: the bytes before it are
 // whatever the login rc printed.
 inline constexpr std::string_view kAgentHello = "\nmsrun-ssh-agent 1\n";
-// The agent's exit status when the host has no python3.
-inline constexpr int kAgentNoPython = 97;
+// The agent's exit status when the host has no perl.
+inline constexpr int kAgentNoPerl = 97;
 // A frame's payload is at most this long; a longer length means a garbled stream.
 inline constexpr uint32_t kAgentMaxPayload = 1u << 24;
 
@@ -109,7 +109,7 @@ class AgentTransport : public Transport {
   void run_directly(size_t host) {
     if (hosts_[host].mode == Mode::kIdle) hosts_[host].mode = Mode::kDirect;
   }
-  // Hosts whose commands run on channels of their own (run_directly, or no python3 there).
+  // Hosts whose commands run on channels of their own (run_directly, or no perl there).
   std::vector<size_t> direct_hosts() const;
 
  private:

@@ -1,9 +1,14 @@
 #!/bin/sh
-# Starts the launch agent (agent.py, given as $1; $2 its idle limit in seconds) with python3, isolated from the user's Python
-# settings (-I: no PYTHON* variables, no user site; -S: no site module, a faster start). The
-# agent's commands still get the whole environment the login shell made. Without python3 it
-# exits 97 before writing anything: the launcher then runs this host's commands on channels of
+# Starts the launch agent (agent.pl, given as $1; $2 its idle limit in seconds) with perl, away
+# from the user's Perl module settings: PERL5LIB, PERL5OPT and PERLLIB are unset for perl and
+# handed to it as arguments ("" when unset, else "=" and the value), and the agent sets them again
+# for the commands it starts, which get the whole environment the login shell made. Without perl
+# it exits 97 before writing anything: the launcher then runs this host's commands on channels of
 # their own.
-if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$1" "$2"; fi
-echo "msrun-ssh-agent: no python3 on this host" >&2
+if command -v perl >/dev/null 2>&1; then
+  A=${PERL5LIB+=$PERL5LIB} B=${PERL5OPT+=$PERL5OPT} C=${PERLLIB+=$PERLLIB}
+  unset PERL5LIB PERL5OPT PERLLIB
+  exec perl -e "$1" "$2" "$A" "$B" "$C"
+fi
+echo "msrun-ssh-agent: no perl on this host" >&2
 exit 97

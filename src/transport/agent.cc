@@ -84,7 +84,7 @@ void AgentReader::frames(const FrameHandler& on_frame) {
 
 std::string agent_command(double idle_s) {
   return fmt::format("exec sh -c {} msrun-ssh-agent {} {:.3f}", shell_quote(remote::kAgentSh),
-                     shell_quote(remote::kAgentPy), idle_s);
+                     shell_quote(remote::kAgentPl), idle_s);
 }
 
 bool parse_agent_exit(std::string_view payload, int& status, std::string& signal) {
@@ -267,7 +267,7 @@ void AgentTransport::on_agent(size_t host, const TransportEvent& e, const EventH
       break;
     case TransportEvent::Kind::kExit:
       h.exit_status = e.status;
-      if (h.mode == Mode::kStarting && e.status == kAgentNoPython)
+      if (h.mode == Mode::kStarting && e.status == kAgentNoPerl)
         release_queued(host, Mode::kDirect);
       break;
     case TransportEvent::Kind::kOpenFailed:
@@ -283,7 +283,7 @@ void AgentTransport::on_agent(size_t host, const TransportEvent& e, const EventH
 }
 
 // The commands that waited for the host's agent go to it (kReady), or each to a channel of its own
-// (kDirect: no python3 there), with the stdin they were given meanwhile.
+// (kDirect: no perl there), with the stdin they were given meanwhile.
 void AgentTransport::release_queued(size_t host, Mode mode) {
   Host& h = hosts_[host];
   h.mode = mode;

@@ -1,5 +1,5 @@
 // The launch agent (agent.h): its frames and reader, and AgentTransport over real local processes
-// (local_transport.h) running the real agent (src/remote/agent.sh + agent.py) or stand-ins.
+// (local_transport.h) running the real agent (src/remote/agent.sh + agent.pl) or stand-ins.
 #include "msrun_ssh/agent.h"
 
 #include <gtest/gtest.h>
@@ -162,6 +162,30 @@ TEST_F(AgentOverLocal, KillSignalsTheCommandsProcessGroupAndStdinFollows) {
   EXPECT_EQ(seen[b].status, 0);
 }
 
+TEST_F(AgentOverLocal, EachCommandLeadsASessionOfItsOwn) {
+  AgentTransport t(local, 1, agent_command(30));
+  // Field 6 of /proc/PID/stat is the session id; the agent's own is its login shell's.
+  ChannelId a = t.exec(0, "s=$(cut -d' ' -f6 /proc/$$/stat); [ \"$s\" = $$ ] && echo leader");
+  ChannelId b = t.exec(0, "s=$(cut -d' ' -f6 /proc/$$/stat); [ \"$s\" = $$ ] && echo leader");
+  run_until(t, closed({a, b}));
+  EXPECT_EQ(seen[a].out, "leader\n");
+  EXPECT_EQ(seen[b].out, "leader\n");
+}
+
+// The user's Perl settings neither break the agent nor are lost for the commands, and its frames
+// stay bytes whatever PERL_UNICODE says.
+TEST_F(AgentOverLocal, TheUsersPerlSettingsReachTheCommandsUnchanged) {
+  AgentTransport t(local, 1,
+                   "export PERL5OPT=-MNo::Such::Module PERL5LIB='/a b/lib' PERL_UNICODE=SDA; "
+                   "unset PERLLIB; " +
+                       agent_command(30));
+  ChannelId a = t.exec(0, "echo \"$PERL5OPT|$PERL5LIB|${PERLLIB-unset}\"; printf '\\377\\376'");
+  run_until(t, closed({a}));
+  EXPECT_EQ(seen[a].out, "-MNo::Such::Module|/a b/lib|unset\n\xff\xfe");
+  EXPECT_EQ(seen[a].status, 0);
+  EXPECT_EQ(local.execs.size(), 1u) << "the agent itself ran the command";
+}
+
 TEST_F(AgentOverLocal, LoginRcNoiseOnStdoutDoesNotDisturbTheFrames) {
   AgentTransport t(local, 1,
                    "echo 'Welcome!'; printf 'no newline'; echo warn >&2; " + agent_command(30));
@@ -171,8 +195,8 @@ TEST_F(AgentOverLocal, LoginRcNoiseOnStdoutDoesNotDisturbTheFrames) {
   EXPECT_EQ(seen[a].status, 0);
 }
 
-TEST_F(AgentOverLocal, WithoutPythonEveryCommandGetsAChannelOfItsOwn) {
-  AgentTransport t(local, 1, "echo 'msrun-ssh-agent: no python3 on this host' >&2; exit 97");
+TEST_F(AgentOverLocal, WithoutPerlEveryCommandGetsAChannelOfItsOwn) {
+  AgentTransport t(local, 1, "echo 'msrun-ssh-agent: no perl on this host' >&2; exit 97");
   ChannelId a = t.exec(0, "echo one");
   ChannelId b = t.exec(0, "cat");
   t.write(b, "two\n");

@@ -459,7 +459,7 @@ TEST(RemotePrograms, EmbeddedAreTheFilesOfSrcRemoteWithoutCommentLines) {
   std::string dir = std::string(MSRUN_SSH_SOURCE_DIR) + "/src/remote/";
   std::set<std::string> on_disk, embedded;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (std::string name = entry.path().filename(); name.ends_with(".sh") || name.ends_with(".py"))
+    if (std::string name = entry.path().filename(); name.ends_with(".sh") || name.ends_with(".py") || name.ends_with(".pl"))
       on_disk.insert(name);
   for (const auto& file : remote::kFiles) {
     embedded.insert(std::string(file.name));
@@ -493,6 +493,18 @@ TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
     EXPECT_EQ(r.status, 0) << file.name << "\n" << r.output;
     EXPECT_EQ(r.output, "") << file.name;
   }
+}
+
+TEST_F(CommandSyntax, EveryEmbeddedPerlProgramCompilesUnderStrictWithoutWarnings) {
+  int checked = 0;
+  for (const auto& file : remote::kFiles) {
+    if (!file.name.ends_with(".pl")) continue;
+    Result r = run_shell("/bin/sh", "exec perl -w -c -e " + shell_quote(file.text) + " 2>&1", dir_);
+    EXPECT_EQ(r.status, 0) << file.name << "\n" << r.output;
+    EXPECT_EQ(r.output, "-e syntax OK\n") << file.name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // ---- byte-exact round trip

@@ -1,0 +1,240 @@
+# The launch agent of one job on one host (include/msrun_ssh/agent.h): started once per host
+# through the user's login shell (agent.sh), it starts the job's commands there itself, each with
+# /bin/sh -c in a session of its own (through setsid(1), else in a process group of its own), and
+# carries their stdin, stdout, stderr and ends over its own stdin and stdout. So a host pays its
+# login rc once per job, not once per process. Perl, because it is on nearly every host (Debian's
+# and Ubuntu's perl-base is essential) and starts in a few milliseconds, where python3 takes
+# ~100 ms of CPU.
+#
+# Frames, both ways: one op byte, the channel id and the payload length (unsigned 32-bit, big
+# endian), the payload. Launcher to agent: S spawn (payload: the command), I stdin bytes, E end
+# of stdin, K signal its process group (payload: the signal's name without SIG). Agent to
+# launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
+# it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
+# (payload: why). Before the first frame the agent writes the line HELLO, so that whatever the
+# login rc printed can be told from the frames.
+#
+# Its first argument is the idle limit in seconds: with no command running and no byte from the
+# launcher for that long (a host cut off from it, whose connection never ends), the agent exits.
+# The next three are the user's PERL5LIB, PERL5OPT and PERLLIB as agent.sh hands them over, set
+# again for the commands. Its own handles are raw whatever PERLIO or PERL_UNICODE say.
+#
+# The launcher's bytes are always read, also while the launcher reads slowly: the agent buffers
+# at most MAX_OUT bytes for it and stops reading the commands' outputs meanwhile (they block, as
+# over a channel of their own), never the heartbeats meant for a watchdog. The end of the
+# agent's stdin (the launcher or the connection gone) ends the agent at once: its commands see
+# their stdin end, which a watchdog takes for a lost launcher.
+#
+# A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
+# reap and select is seen at the next turn, at most REAP_S later.
+use strict;
+use Config;
+use Errno qw(EAGAIN EINTR);
+use Fcntl qw(F_GETFL F_SETFL O_NONBLOCK);
+
+my $HELLO = "\nmsrun-ssh-agent 1\n";
+my $MAX_OUT = 1 << 20;
+my $CHUNK = 65536;
+my $REAP_S = 0.25;
+my $IDLE_S = length($ARGV[0] // '') ? $ARGV[0] + 0 : undef;
+my @KEPT = qw(PERL5LIB PERL5OPT PERLLIB);
+for my $i (0 .. $#KEPT) {
+  my $value = $ARGV[$i + 1] // '';
+  $ENV{$KEPT[$i]} = substr($value, 1) if length $value;
+}
+my @SIG_NAME = split ' ', $Config{sig_name};
+my ($SETSID) = grep { -x } map { "$_/setsid" } split /:/, ($ENV{PATH} // '') . ':/usr/bin:/bin';
+
+my %children;    # channel id -> child: {cid, pid, fin, pending, eof, outs => {fd => [handle, op]}, status}
+my %by_fd;       # output fd -> child
+my %by_pid;      # pid -> child
+my $out = $HELLO;
+my $inbuf = '';
+
+$SIG{CHLD} = sub { };
+$SIG{PIPE} = 'IGNORE';
+binmode STDIN;
+binmode STDOUT;
+nonblocking(\*STDOUT);
+
+sub nonblocking {
+  my ($fh) = @_;
+  my $flags = fcntl($fh, F_GETFL, 0);
+  fcntl($fh, F_SETFL, $flags | O_NONBLOCK) if defined $flags;
+}
+
+sub send_frame {
+  my ($op, $cid, $payload) = @_;
+  $payload //= '';
+  $out .= pack('a N N', $op, $cid, length $payload) . $payload;
+}
+
+sub start_child {
+  my ($command) = @_;
+  $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD);
+  my @argv = ('/bin/sh', '-c', $command);
+  exec {$SETSID} 'setsid', @argv if $SETSID;
+  setpgrp(0, 0);
+  exec {'/bin/sh'} 'sh', @argv[1, 2]
+    or syswrite(STDERR, "msrun-ssh-agent: cannot start /bin/sh: $!\n");
+  exit 127;
+}
+
+sub spawn {
+  my ($cid, $command) = @_;
+  my @pipes;
+  for (0 .. 2) {
+    my ($r, $w);
+    if (!pipe($r, $w)) {
+      my $why = "$!";
+      close $_ for map { @$_ } @pipes;
+      return send_frame('f', $cid, $why);
+    }
+    binmode $r;
+    binmode $w;
+    push @pipes, [$r, $w];
+  }
+  my $pid = fork;
+  if (!defined $pid) {
+    my $why = "$!";
+    close $_ for map { @$_ } @pipes;
+    return send_frame('f', $cid, $why);
+  }
+  if ($pid == 0) {
+    open(STDIN, '<&', $pipes[0][0]) && open(STDOUT, '>&', $pipes[1][1])
+      && open(STDERR, '>&', $pipes[2][1]) && start_child($command);
+    exit 127;
+  }
+  close $pipes[0][0];
+  close $pipes[1][1];
+  close $pipes[2][1];
+  my $child = {cid => $cid, pid => $pid, fin => $pipes[0][1], pending => '', eof => 0, outs => {}};
+  for ([$pipes[1][0], 'o'], [$pipes[2][0], 'e']) {
+    nonblocking($_->[0]);
+    $child->{outs}{fileno $_->[0]} = $_;
+    $by_fd{fileno $_->[0]} = $child;
+  }
+  nonblocking($child->{fin});
+  $children{$cid} = $child;
+  $by_pid{$pid} = $child;
+}
+
+sub control {
+  my ($op, $cid, $payload) = @_;
+  return spawn($cid, $payload) if $op eq 'S';
+  my $child = $children{$cid} or return;
+  if ($op eq 'I' && $child->{fin}) {
+    $child->{pending} .= $payload;
+  } elsif ($op eq 'E') {
+    $child->{eof} = 1;
+  } elsif ($op eq 'K' && $payload =~ /^[A-Z0-9]+$/) {
+    # Before its setsid the command is not a group yet: then it alone, so it never starts.
+    kill("-$payload", $child->{pid}) or kill($payload, $child->{pid});
+  }
+  feed_stdin($child);
+}
+
+sub close_stdin {
+  my ($child) = @_;
+  close $child->{fin};
+  $child->{fin} = undef;
+  $child->{pending} = '';
+}
+
+sub feed_stdin {
+  my ($child) = @_;
+  return unless $child->{fin};
+  while (length $child->{pending}) {
+    my $n = syswrite($child->{fin}, $child->{pending});
+    if (!defined $n) {
+      return if $! == EAGAIN || $! == EINTR;
+      return close_stdin($child);
+    }
+    substr($child->{pending}, 0, $n, '');
+  }
+  close_stdin($child) if $child->{eof};
+}
+
+sub read_control {
+  my $n = sysread(STDIN, my $data, $CHUNK);
+  return if !defined $n && ($! == EAGAIN || $! == EINTR);
+  exit 0 if !$n;
+  $inbuf .= $data;
+  while (length $inbuf >= 9) {
+    my ($op, $cid, $size) = unpack('a N N', $inbuf);
+    last if length $inbuf < 9 + $size;
+    my $payload = substr($inbuf, 9, $size);
+    substr($inbuf, 0, 9 + $size, '');
+    control($op, $cid, $payload);
+  }
+}
+
+sub read_output {
+  my ($fd) = @_;
+  my $child = $by_fd{$fd};
+  my ($fh, $op) = @{$child->{outs}{$fd}};
+  my $n = sysread($fh, my $data, $CHUNK);
+  return if !defined $n && ($! == EAGAIN || $! == EINTR);
+  return send_frame($op, $child->{cid}, $data) if $n;
+  close $fh;
+  delete $by_fd{$fd};
+  delete $child->{outs}{$fd};
+  maybe_closed($child);
+}
+
+sub reap {
+  while (%by_pid) {
+    my $pid = waitpid(-1, 1);    # WNOHANG
+    return if $pid <= 0;
+    my $child = delete $by_pid{$pid} or next;
+    my $raw = $?;
+    if ($raw & 127) {
+      my $n = $raw & 127;
+      $child->{status} = sprintf('%d %s', 128 + $n, $SIG_NAME[$n] // $n);
+    } else {
+      $child->{status} = $raw >> 8;
+    }
+    send_frame('x', $child->{cid}, $child->{status});
+    maybe_closed($child);
+  }
+}
+
+sub maybe_closed {
+  my ($child) = @_;
+  return if !defined $child->{status} || %{$child->{outs}};
+  close_stdin($child) if $child->{fin};
+  send_frame('c', $child->{cid});
+  delete $children{$child->{cid}};
+}
+
+sub flush {
+  while (length $out) {
+    my $n = syswrite(STDOUT, $out);
+    return if !defined $n;
+    substr($out, 0, $n, '');
+  }
+}
+
+while (1) {
+  flush();
+  my ($rin, $win) = ('', '');
+  vec($rin, 0, 1) = 1;
+  vec($win, 1, 1) = 1 if length $out;
+  if (length $out < $MAX_OUT) {
+    vec($rin, $_, 1) = 1 for keys %by_fd;
+  }
+  for my $child (values %children) {
+    vec($win, fileno $child->{fin}, 1) = 1 if $child->{fin} && length $child->{pending};
+  }
+  my $timeout = %children ? $REAP_S : $IDLE_S;
+  my $ready = select(my $rout = $rin, my $wout = $win, undef, $timeout);
+  exit 0 if $ready == 0 && !%children && defined $IDLE_S;
+  if ($ready > 0) {
+    read_control() if vec($rout, 0, 1);
+    for my $fd (keys %by_fd) {
+      read_output($fd) if vec($rout, $fd, 1) && $by_fd{$fd};
+    }
+  }
+  feed_stdin($_) for values %children;
+  reap();
+}
