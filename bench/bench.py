@@ -324,7 +324,7 @@ def launch_tables(results, key="launch"):
         lines.append(f"\n{title}: median (min–max)\n")
         lines.append("| tool | " + " | ".join(f"{n} hosts" for n in sizes) + " |")
         lines.append("|---|" + "---|" * len(sizes))
-        for tool in TOOLS:
+        for tool in TOOLS + list(VARIANTS):
             if tool not in runs:
                 continue
             cells = size_cells(runs, tool, sizes, fn, scale, digits)
@@ -347,7 +347,7 @@ def login_table(results):
              "processes per host: wall s / machine-wide CPU s, median (min–max)\n",
              "| tool | " + " | ".join(f"{c.split('x')[0]} hosts x {c.split('x')[1]}" for c in configs)
              + " |", "|---|" + "---|" * len(configs)]
-    for tool in TOOLS:
+    for tool in TOOLS + list(VARIANTS):
         if tool not in runs:
             continue
         cells = []

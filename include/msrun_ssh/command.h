@@ -32,6 +32,11 @@ std::string shell_quote(std::string_view word);
 // Joins words, each quoted, with single spaces.
 std::string shell_join(const std::vector<std::string>& words);
 
+// The shell program that starts each process of a job when it dumps its stacks on demand
+// (stacks.h): stack_dir.sh's function, then stack_site.sh. Its arguments: stack_site.py's text,
+// then the command.
+std::string stack_site_script();
+
 // Whether `process` reads the launcher's stdin: the workers that --tail_worker_log names (pdb).
 bool stdin_from_launcher(const Options& options, const Process& process);
 

@@ -16,8 +16,10 @@ int grace_steps(double s) {
 }
 
 // Everything of a watchdog command before its arguments: `exec sh -c SCRIPT msrun-ssh-watchdog `.
+// SCRIPT makes the job's stack-dump directory (S: stack_site.py's text) before the ready line.
 std::string watchdog_head() {
-  std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kWatchdogSh);
+  std::string script = fmt::format("{}{}S={}\n{}", remote::kSweepSh, remote::kStackDirSh,
+                                   shell_quote(remote::kStackSitePy), remote::kWatchdogSh);
   return fmt::format("exec sh -c {} msrun-ssh-watchdog ", shell_quote(script));
 }
 
@@ -45,7 +47,7 @@ std::string exec_env(const Process& process, const std::string& job_id) {
   std::vector<std::string> words{"env", "--", fmt::format("{}={}", kJobMarker, job_id)};
   for (const auto& [n, v] : process.env) words.push_back(fmt::format("{}={}", n, v));
   if (process.stack_dumps)
-    words.insert(words.end(), {"sh", "-c", std::string(remote::kStackSiteSh), "msrun-ssh-stacks",
+    words.insert(words.end(), {"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
                                std::string(remote::kStackSitePy)});
   // env takes every leading word with a '=' for an assignment, a program named "./a=b" too: such a
   // program is started through `sh -c 'exec "$@"'`, which passes its words on unchanged.
@@ -56,6 +58,10 @@ std::string exec_env(const Process& process, const std::string& job_id) {
 }
 
 }  // namespace
+
+std::string stack_site_script() {
+  return fmt::format("{}{}", remote::kStackDirSh, remote::kStackSiteSh);
+}
 
 std::string shell_quote(std::string_view word) {
   std::string out = "'";

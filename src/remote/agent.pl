@@ -1,6 +1,6 @@
 # The launch agent of one job on one host (include/msrun_ssh/agent.h): started once per host
 # through the user's login shell (agent.sh), it starts the job's commands there itself, each with
-# /bin/sh -c in a session of its own (through setsid(1), else in a process group of its own), and
+# /bin/sh -c in a session of its own (else in a process group of its own), and
 # carries their stdin, stdout, stderr and ends over its own stdin and stdout. So a host pays its
 # login rc once per job, not once per process. Perl, because it is on nearly every host (Debian's
 # and Ubuntu's perl-base is essential) and starts in a few milliseconds, where python3 takes
@@ -43,6 +43,10 @@ for my $i (0 .. $#KEPT) {
   $ENV{$KEPT[$i]} = substr($value, 1) if length $value;
 }
 my @SIG_NAME = split ' ', $Config{sig_name};
+# setsid(2) by its number where it is known (perl has no call of its own without POSIX.pm, whose
+# loading costs more than the whole agent), else setsid(1), else a process group of its own.
+my %SETSID_NR = (x86_64 => 112, aarch64 => 157);
+my $SETSID_NR = $^O eq 'linux' ? $SETSID_NR{(split /-/, $Config{archname})[0]} : undef;
 my ($SETSID) = grep { -x } map { "$_/setsid" } split /:/, ($ENV{PATH} // '') . ':/usr/bin:/bin';
 
 my %children;    # channel id -> child: {cid, pid, fin, pending, eof, outs => {fd => [handle, op]}, status}
@@ -72,10 +76,11 @@ sub send_frame {
 sub start_child {
   my ($command) = @_;
   $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD);
-  my @argv = ('/bin/sh', '-c', $command);
-  exec {$SETSID} 'setsid', @argv if $SETSID;
-  setpgrp(0, 0);
-  exec {'/bin/sh'} 'sh', @argv[1, 2]
+  if (!(defined $SETSID_NR && syscall($SETSID_NR) >= 0)) {
+    exec {$SETSID} 'setsid', '/bin/sh', '-c', $command if $SETSID;
+    setpgrp(0, 0);
+  }
+  exec {'/bin/sh'} 'sh', '-c', $command
     or syswrite(STDERR, "msrun-ssh-agent: cannot start /bin/sh: $!\n");
   exit 127;
 }

@@ -4,6 +4,8 @@
 # (seconds) after which the launcher counts as gone; G and L: grace steps of 0.2 s for a
 # requested teardown and for a teardown after losing the launcher.
 # SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
+# Before the ready line it makes the job's stack-dump directory (stack_dir.sh; $S, set in front of
+# this script, is stack_site.py's text), so that the processes find it made.
 # The ready line carries the host's own name (uname -n, read without a fork) for {hostname}.
 # After losing the launcher nobody else can end a command whose exec request sshd took just
 # before the connection died (its shell may appear after the first sweep): the watchdog sweeps
@@ -26,6 +28,7 @@ trap '' PIPE HUP
 # and `dd` get the same SIGTERM from a step's end.)
 trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exit 0' TERM
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
+stack_site "$J" "$S" || :
 echo "msrun-ssh-watchdog: ready $$ $n"
 while :; do
   c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||

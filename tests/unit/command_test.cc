@@ -329,7 +329,7 @@ TEST(CommandQuote, StackDumpsStartTheProgramThroughStackSite) {
   p.stack_dumps = true;
   EXPECT_EQ(process_command(p, "j"),
             "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' " +
-                shell_join({"sh", "-c", std::string(remote::kStackSiteSh), "msrun-ssh-stacks",
+                shell_join({"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
                             std::string(remote::kStackSitePy)}) +
                 " 'python3' 'x.py' < /dev/null");
   EXPECT_NE(detached_command(p, "j", "w.log").find(" 'MSRUN_SSH_JOB=j' 'sh' '-c' "),
@@ -1029,6 +1029,28 @@ TEST_F(WatchdogCommand, TheEndRemovesTheJobsStackDirectoryOnly) {
   send(kKillNow);
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(::access(other.c_str(), F_OK), 0);
+}
+
+TEST_F(WatchdogCommand, MakesTheJobsStackDirectoryBeforeItIsReadySoProcessesForkNothingForIt) {
+  std::string tmp = dir_ + "/tmp";
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0700), 0);
+  std::string mine = tmp + "/msrun-ssh-stacks-" + job_;
+  Words env = kShellEnv;
+  env.push_back("TMPDIR=" + tmp);
+  start(30, 5, env);
+  EXPECT_EQ(slurp(mine + "/sitecustomize.py"), remote::kStackSitePy);
+  EXPECT_EQ(fs::status(mine).permissions(), fs::perms::owner_all);
+  // A process's stack_site.sh finds it made: with no mkdir or mv to run, it still gets it.
+  std::string empty = dir_ + "/empty";
+  ASSERT_EQ(::mkdir(empty.c_str(), 0700), 0);
+  EXPECT_EQ(test::shell_output(shell_join(
+                {"env", "-i", "PATH=" + empty, "TMPDIR=" + tmp, "MSRUN_SSH_JOB=" + job_, "/bin/sh",
+                 "-c", stack_site_script(), "msrun-ssh-stacks", std::string(remote::kStackSitePy),
+                 "/usr/bin/printenv", "MSRUN_SSH_STACK_DIR"})),
+            mine + "\n");
+  send(kQuit);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_NE(::access(mine.c_str(), F_OK), 0);
 }
 
 // Sends `sig` to `pid` and to every process below it (as a batch system ends a job step).

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Shared by stack_site.sh (every process of a job) and the watchdog (once per host, before the
+# processes start, so that they find it made): stack_site JOB TEXT makes the job's stack-dump
+# directory on this host, ${TMPDIR:-/tmp}/msrun-ssh-stacks-JOB (in $d), 0700, with TEXT as its
+# sitecustomize.py; status 0 when both are there. A directory that exists already must be this
+# user's and not a link (nobody else can then have put a sitecustomize.py there): when it holds
+# the file, only shell builtins ran. sitecustomize.py is written under a name of its own and
+# renamed, so that processes starting at the same time never read half of it.
+stack_site() {
+  d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$1
+  { [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -f "$d/sitecustomize.py" ]; } ||
+    { { mkdir -m 700 "$d" 2>/dev/null || { [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ]; }; } &&
+      printf '%s' "$2" > "$d/.sitecustomize.$$" 2>/dev/null &&
+      mv -f "$d/.sitecustomize.$$" "$d/sitecustomize.py" 2>/dev/null; }
+}
