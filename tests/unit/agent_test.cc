@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "channel_recorder.h"
 #include "local_transport.h"
 
 namespace msrun_ssh {
@@ -80,47 +81,9 @@ TEST(AgentFrame, ExitPayloads) {
     EXPECT_FALSE(parse_agent_exit(bad, status, signal)) << bad;
 }
 
-// What a channel of AgentTransport saw.
-struct Seen {
-  std::string out, err;
-  int status = -1;
-  std::string signal, failed;
-  bool closed = false;
-};
-
-class AgentOverLocal : public ::testing::Test {
+class AgentOverLocal : public ::testing::Test, public test::ChannelRecorder {
  protected:
-  // Polls until `done` or 10 s; records every event.
-  void run_until(AgentTransport& t, const std::function<bool()>& done) {
-    double end = local.now_ms() + 10000;
-    while (!done() && local.now_ms() < end) t.poll(50, [&](const TransportEvent& e) { record(e); });
-    ASSERT_TRUE(done()) << "timed out";
-  }
-  void record(const TransportEvent& e) {
-    if (e.kind == Kind::kHostLost) {
-      lost[e.host] = std::string(e.data);
-      return;
-    }
-    Seen& s = seen[e.channel];
-    if (e.kind == Kind::kData) (e.is_stderr ? s.err : s.out) += e.data;
-    if (e.kind == Kind::kExit) {
-      s.status = e.status;
-      s.signal = e.signal;
-    }
-    if (e.kind == Kind::kOpenFailed) s.failed = std::string(e.data);
-    if (e.kind == Kind::kClosed || e.kind == Kind::kOpenFailed) s.closed = true;
-  }
-  std::function<bool()> closed(const std::vector<ChannelId>& ids) {
-    return [this, ids] {
-      for (ChannelId id : ids)
-        if (!seen[id].closed) return false;
-      return true;
-    };
-  }
-
   local::LocalTransport local;
-  std::map<ChannelId, Seen> seen;
-  std::map<size_t, std::string> lost;
 };
 
 TEST_F(AgentOverLocal, RunsEveryCommandOfAHostThroughOneAgent) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "channel_recorder.h"
 #include "msrun_ssh/agent.h"
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/command.h"
@@ -51,14 +52,8 @@ TEST(SrunErrors, NodesOutsideTheAllocationOrDownAreUnreachable) {
 }
 
 // What a channel saw.
-struct Seen {
-  std::string out, err, failed;
-  int status = -1;
-  std::string signal;
-  bool closed = false;
-};
 
-class SrunOverFake : public test::TempDirTest {
+class SrunOverFake : public test::TempDirTest, public test::ChannelRecorder {
  protected:
   void SetUp() override {
     setenv("SLURM_JOB_ID", "42", 1);
@@ -75,28 +70,6 @@ class SrunOverFake : public test::TempDirTest {
     s.connect_timeout_s = 2;
     return s;
   }
-  void run_until(Transport& t, const std::function<bool()>& done, double limit_ms = 10000) {
-    double end = t.now_ms() + limit_ms;
-    while (!done() && t.now_ms() < end) t.poll(50, [&](const TransportEvent& e) { record(e); });
-    ASSERT_TRUE(done()) << "timed out";
-  }
-  void record(const TransportEvent& e) {
-    Seen& s = seen[e.channel];
-    if (e.kind == Kind::kData) (e.is_stderr ? s.err : s.out) += e.data;
-    if (e.kind == Kind::kExit) {
-      s.status = e.status;
-      s.signal = e.signal;
-    }
-    if (e.kind == Kind::kOpenFailed) s.failed = std::string(e.data);
-    if (e.kind == Kind::kClosed || e.kind == Kind::kOpenFailed) s.closed = true;
-  }
-  std::function<bool()> closed(const std::vector<ChannelId>& ids) {
-    return [this, ids] {
-      for (ChannelId id : ids)
-        if (!seen[id].closed) return false;
-      return true;
-    };
-  }
   // The argv of the last srun started, as it recorded it.
   std::vector<std::string> last_argv() const {
     std::string text = slurp(dir_ + "/argv");
@@ -105,8 +78,6 @@ class SrunOverFake : public test::TempDirTest {
       args.push_back(text.substr(at, nul - at));
     return args;
   }
-
-  std::map<ChannelId, Seen> seen;
 };
 
 TEST_F(SrunOverFake, OutputExitStatusAndStdinAsOverSsh) {
