@@ -502,8 +502,8 @@ class SyncHosts : public SyncTree {
     return out;
   }
 
-  // One channel per host, host h's the h-th, running the one program on its DEST; every stdin
-  // closed at the end.
+  // One channel per host, host h's the h-th, running the one program (python3 -I -S) on its DEST;
+  // every stdin closed at the end.
   void expect_one_channel_per_host() const {
     ASSERT_EQ(t_.execs.size(), source_.dests.size());
     for (size_t h = 0; h < t_.execs.size(); ++h) {
@@ -511,6 +511,7 @@ class SyncHosts : public SyncTree {
       EXPECT_EQ(e.host, h);
       EXPECT_NE(e.command.find(kManifestWord), std::string::npos);
       EXPECT_NE(e.command.find(kApplyWord), std::string::npos);
+      EXPECT_NE(e.command.find("python3 -I -S -c"), std::string::npos);  // isolated, fast start
       EXPECT_NE(e.command.find(source_.dests[h]), std::string::npos);
       EXPECT_GE(t_.channel(static_cast<ChannelId>(h)).eof_ms, 0) << h;
     }
