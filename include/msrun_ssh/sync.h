@@ -1,15 +1,18 @@
 // Sync: make a directory tree on every host identical to the launcher's before a job starts
 // (`--sync`, `msrun-ssh sync`, `check --sync`; README, "Sync").
 //
-// Per host, over the job's own channels (Transport::exec), never SFTP:
-//  1. the manifest channel (src/remote/sync.sh + sync_manifest.py): the host walks DEST and prints
-//     one JSON line per entry, the marker token it found in DEST/.msrun-sync-id and, when asked
-//     to, writes a fresh token of its own there; then it waits on stdin for one request: read the
-//     marker again (for the shared-directory test) and hash the paths the launcher lists, and
-//     answers in one go. Two exchanges at most, on one channel.
-//  2. the apply channel (sync.sh + sync_apply.py), one per group of hosts that share DEST: a
-//     stream of records (encode_record) on its stdin; every file is written to a temporary name
-//     in its directory and renamed over the target; a final line tells what was done.
+// Per host, over the job's own channels (Transport::exec), never SFTP: one channel, one program
+// (src/remote/sync.sh + sync.py), up to three steps on it:
+//  1. the manifest: the host walks DEST and prints one JSON line per entry, the marker token it
+//     found in DEST/.msrun-sync-id and, when asked to, writes a fresh token of its own there;
+//  2. once every host has listed its tree, a request when needed (sync_hosts): read the marker
+//     again (for the shared-directory test) and hash the paths the launcher lists; the host
+//     answers in one go;
+//  3. once every host has answered, on the channel of one host per group of hosts that share
+//     DEST, and only where something differs: a stream of records (encode_record) that the
+//     program applies; every file is written to a temporary name in its directory and renamed
+//     over the target; a final line tells what was done. Every other host gets EOF instead, and
+//     its program ends.
 //
 // Shared directories: every host writes its own fresh random token into the marker during step 1
 // (atomically, by rename); once every host has done so, each reads the marker back. Hosts that
@@ -98,7 +101,7 @@ using Manifest = std::map<std::string, Entry>;
 Manifest local_manifest(const std::string& dir, const IgnoreRules& rules,
                         std::vector<std::string>* skipped = nullptr);
 
-// What a host's manifest program printed.
+// What a host's program printed in step 1.
 struct RemoteManifest {
   Manifest entries;       // minus sync's own files and what the rules exclude
   std::string marker;     // the token found in DEST/.msrun-sync-id ("" when none)
@@ -106,14 +109,13 @@ struct RemoteManifest {
   bool complete = false;  // the "end" line came
 };
 
-// Parses the manifest program's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per
-// entry, {"marker"},
-// {"error"}, {"end"}); lines that are not JSON objects are ignored (a login script may print),
-// entries with a path that is not relative and inside DEST are dropped, and so is what `rules`
-// exclude.
+// Parses step 1's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per entry,
+// {"marker"}, {"error"}, {"end"}); lines that are not JSON objects are ignored (a login script
+// may print), entries with a path that is not relative and inside DEST are dropped, and so is
+// what `rules` exclude.
 RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules);
 
-// The answer to the second request: {"marker": TOKEN} and {"h": SHA-256 hex, "p": PATH} lines.
+// The answer to the request (step 2): {"marker": TOKEN} and {"h": SHA-256 hex, "p": PATH} lines.
 struct RemoteAnswer {
   std::string marker;
   std::map<std::string, std::string> hashes;  // path -> hex ("": the host could not read it)
@@ -198,7 +200,7 @@ class RecordStream {
   size_t files_ = 0;
 };
 
-// The apply program's last line: "msrun-sync: done FILES BYTES DELETED".
+// The last line of step 3: "msrun-sync: done FILES BYTES DELETED".
 struct ApplySummary {
   size_t files = 0;
   uint64_t bytes = 0;
@@ -208,13 +210,12 @@ std::optional<ApplySummary> parse_apply_summary(std::string_view output);
 
 // ---- the commands -------------------------------------------------------------------------------
 
-// The manifest program on DEST. `token`: written to the marker after the walk ("" : nothing is
-// written, as `check` does).
-std::string manifest_command(const std::string& dest, const std::string& token);
-// The request that follows it: read the marker again, hash `paths`; one JSON line per path.
+// The program on DEST (created when missing once something is written there). `token`: written to
+// the marker after the walk ("" : nothing is written, as `check` does).
+std::string sync_command(const std::string& dest, const std::string& token);
+// The request (step 2): read the marker again, hash `paths`; one JSON line per path. The program
+// tells it from a stream by its first byte, '{'.
 std::string manifest_request(const std::vector<std::string>& paths);
-// The apply program on DEST (created when missing).
-std::string apply_command(const std::string& dest);
 
 // A fresh random token (hex).
 std::string new_sync_token();

@@ -35,8 +35,8 @@ fs::path absolute_in(const std::string& cwd, const std::string& path) {
 
 }  // namespace
 
-std::string manifest_command(const std::string& dest, const std::string& token) {
-  return sync_program(remote::kSyncManifestPy, {dest, token});
+std::string sync_command(const std::string& dest, const std::string& token) {
+  return sync_program(remote::kSyncPy, {dest, token});
 }
 
 std::string manifest_request(const std::vector<std::string>& paths) {
@@ -44,10 +44,6 @@ std::string manifest_request(const std::vector<std::string>& paths) {
   for (size_t i = 0; i < paths.size(); ++i)
     out += fmt::format("{}\"{}\"", i ? ", " : "", hex(paths[i]));
   return out + "]}\n";
-}
-
-std::string apply_command(const std::string& dest) {
-  return sync_program(remote::kSyncApplyPy, {dest});
 }
 
 std::string new_sync_token() {

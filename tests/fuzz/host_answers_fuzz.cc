@@ -7,9 +7,9 @@
 //   2 parse_remote_time (`date +%s.%N`; check.h)
 //   3 parse_net_client (check --net's client; check.h)
 //   4 parse_job_state (job_state.sh; jobs.h)
-//   5 parse_remote_manifest (sync's manifest program; sync.h), with __pycache__/ excluded
+//   5 parse_remote_manifest (sync's manifest step; sync.h), with __pycache__/ excluded
 //   6 parse_remote_answer (sync's hash answer; sync.h)
-//   7 parse_apply_summary (sync's apply program; sync.h)
+//   7 parse_apply_summary (sync's apply step; sync.h)
 //   8 parse_cpu_list (a CPU list from a host file or a host; binding.h)
 //
 // Properties: no crash, no sanitizer report, and the contracts of the headers:

@@ -204,7 +204,7 @@ def test_a_cut_host_keeps_no_partial_file_and_the_next_sync_completes_it():
     check(p.returncode == 255, f"exit {p.returncode}: {out}{err}")
     check(addresses()[2] in out + err, f"the cut host is not named: {out}{err}")
     dest = f"{workdirs[2]}/s3/proj"
-    # The cut host's apply program ends by itself: its stdin has been silent for 30 s.
+    # The cut host's sync program ends by itself: its stdin has been silent for 30 s.
     wait_for(lambda: not on_host(2, "pgrep -f 'msrun-sync[.]tmp' || true").strip(), 60,
              "the cut host's sync program to end")
     tree = remote_tree(2, dest)

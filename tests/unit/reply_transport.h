@@ -23,7 +23,7 @@
 namespace msrun_ssh::fake {
 
 // How one command behaves. Times: seconds after its exec (or after its stdin's EOF for
-// `after_eof`).
+// `after_eof`, after the write that completed its stdin's first line for `after_line`).
 struct Reply {
   std::vector<std::pair<double, std::string>> output;  // stdout chunks
   std::vector<std::pair<double, std::string>> errors;  // stderr chunks
@@ -32,6 +32,7 @@ struct Reply {
   bool until_eof = false;  // it runs until its stdin's EOF, prints `after_eof`, then ends
   std::vector<std::pair<double, std::string>> after_eof;  // stdout chunks after the EOF
   std::string open_error;  // not empty: the channel fails to open (kOpenFailed) with this reason
+  std::vector<std::pair<double, std::string>> after_line;  // stdout chunks after a first line
 };
 
 class ReplyTransport : public Transport, public FakeClock {
@@ -86,7 +87,13 @@ class ReplyTransport : public Transport, public FakeClock {
     return id;
   }
 
-  void write(ChannelId id, std::string_view data) override { chan(id).written += data; }
+  void write(ChannelId id, std::string_view data) override {
+    Channel& c = chan(id);
+    bool had_line = c.written.find('\n') != std::string::npos;
+    c.written += data;
+    if (c.running && !had_line && data.find('\n') != std::string_view::npos)
+      play(id, c.reply.after_line, {}, -1);
+  }
 
   void send_eof(ChannelId id) override {
     Channel& c = chan(id);

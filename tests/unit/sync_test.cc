@@ -1,7 +1,8 @@
-// Sync (src/sync/, src/remote/sync_*.py): the gitignore matcher, the launcher's manifest, the
-// difference, the record stream — applied by the real sync_apply.py with the local python3 into
-// temporary directories, and read back by the real sync_manifest.py —, where a sync goes, and the
-// orchestration over ReplyTransport (shared directories written once).
+// Sync (src/sync/, src/remote/sync.py): the gitignore matcher, the launcher's manifest, the
+// difference, the record stream — applied by the real sync.py with the local python3 (run as the
+// launcher runs it: sync.sh, python3 -I -S) into temporary directories, and read back by it —,
+// where a sync goes, and the orchestration over ReplyTransport (shared directories written once,
+// one channel per host) and over local processes running the real program.
 #include "msrun_ssh/sync.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "local_transport.h"
 #include "msrun_ssh/check.h"
 #include "reply_transport.h"
 #include "test_util.h"
@@ -106,20 +108,27 @@ class SyncTree : public test::TempDirTest {
 
   Manifest local() const { return local_manifest(src_, sync_rules(src_, {"*.pt"})); }
 
-  // Runs the real apply program on dest_ with `stream` on its stdin; its stdout, and the exit
-  // status in `status`.
-  std::string apply(const std::string& stream, int* status) const {
-    std::string in = dir_ + "/stream";
-    std::ofstream(in, std::ios::binary) << stream;
-    return test::shell_output(fmt::format("({}) < '{}'", apply_command(dest_), in), status);
+  // Runs the real program on dest_ (token: written to the marker) with `in` on its stdin; its
+  // stdout, and the exit status in `status`.
+  std::string run(const std::string& token, const std::string& in, int* status = nullptr) const {
+    std::string file = dir_ + "/stdin";
+    std::ofstream(file, std::ios::binary) << in;
+    return test::shell_output(fmt::format("({}) < '{}'", sync_command(dest_, token), file), status);
   }
 
-  // The real manifest program on dest_ (token: written to the marker), asked for `hashes`.
-  std::string manifest(const std::string& token, const std::vector<std::string>& hashes) const {
-    std::string in = dir_ + "/request";
-    std::ofstream(in) << manifest_request(hashes);
-    return test::shell_output(fmt::format("({}) < '{}'", manifest_command(dest_, token), in));
+  // The real program on dest_ given `stream` right after its manifest (as a single host gets
+  // it): what it printed after the manifest, and the exit status in `status`.
+  std::string apply(const std::string& stream, int* status) const {
+    std::string out = run("", stream, status);
+    return out.substr(out.find(kEnd) + kEnd.size());
   }
+
+  // The real program on dest_ (token: written to the marker), asked for `hashes`, then EOF.
+  std::string manifest(const std::string& token, const std::vector<std::string>& hashes) const {
+    return run(token, manifest_request(hashes));
+  }
+
+  static constexpr std::string_view kEnd = "{\"end\": true}\n";
 
   // Everything a sync of the launcher's tree to dest_ sends: the stream of the difference.
   std::string stream_for(const Manifest& local, const Manifest& remote) const {
@@ -271,7 +280,7 @@ TEST_F(SyncTree, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   EXPECT_EQ(st.st_mode & 07777, 0755u);
   EXPECT_FALSE(fs::exists(dest_ + "/ckpt.pt"));
 
-  // Read back by the manifest program: nothing differs any more, and the marker is written.
+  // Read back by the program: nothing differs any more, and the marker is written.
   RemoteManifest r =
       parse_remote_manifest(manifest("tok1", {"train.py"}), sync_rules(src_, {"*.pt"}));
   EXPECT_TRUE(r.complete);
@@ -353,6 +362,34 @@ TEST_F(SyncTree, AStaleTemporaryFileIsRemovedByTheNextManifest) {
   EXPECT_FALSE(fs::exists(dest_ + "/d/.msrun-sync.tmp.0123"));
 }
 
+TEST_F(SyncTree, OneProgramListsAnswersThenApplies) {
+  Manifest l = local();
+  std::string request = manifest_request({"train.py"});
+  int status = -1;
+  std::string out = run("tok", request + stream_for(l, {}), &status);
+  EXPECT_EQ(status, 0) << out;
+  // The manifest (DEST is new: no entry, no marker), the answer, then the apply step's line.
+  size_t first = out.find(kEnd), second = out.find(kEnd, first + kEnd.size());
+  ASSERT_NE(second, std::string::npos) << out;
+  EXPECT_EQ(out.substr(0, first + kEnd.size()), "{\"marker\": \"\"}\n{\"end\": true}\n");
+  RemoteAnswer a = parse_remote_answer(out.substr(first + kEnd.size(), second - first));
+  EXPECT_TRUE(a.complete);
+  EXPECT_EQ(a.marker, "tok");
+  EXPECT_EQ(a.hashes.at("train.py"), "");  // not there yet
+  EXPECT_EQ(out.substr(second + kEnd.size()), "msrun-sync: done 5 300024 0\n");
+  EXPECT_EQ(test::slurp(dest_ + "/train.py"), "print('hi')\n");
+  for (const auto& e : fs::recursive_directory_iterator(dest_))
+    EXPECT_EQ(e.path().filename().string().find(kTempPrefix), std::string::npos) << e.path();
+  // EOF where the request or the stream could begin: it ends at once, quietly, writing nothing.
+  fs::remove(dest_ + "/train.py");
+  for (const std::string& in : {std::string(), request}) {
+    out = run("", in, &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_TRUE(out.ends_with(kEnd)) << out;
+    EXPECT_FALSE(fs::exists(dest_ + "/train.py"));
+  }
+}
+
 // ---- where --------------------------------------------------------------------------------------
 
 TEST(SyncWhere, DestinationFollowsTheWorkdir) {
@@ -391,7 +428,7 @@ TEST(SyncWhere, AmbiguousCasesAreRefused) {
 using fake::Reply;
 using fake::ReplyTransport;
 
-// Words only the manifest / the apply program holds.
+// Words of the program on the hosts: of its manifest step and of its apply step.
 constexpr const char* kManifestWord = "def walk(";
 constexpr const char* kApplyWord = "def record(";
 
@@ -401,10 +438,11 @@ std::string line_of(const std::string& path, const Entry& e) {
       static_cast<char>(e.type), e.mode, e.size, e.mtime_ns, path, e.target);
 }
 
-// A manifest program that lists `entries` and the marker `old`, then answers the request with
-// the marker `now` and `hashes`.
-Reply manifest_reply(const Manifest& entries, const std::string& old, const std::string& now,
-                     const Hashes& hashes = {}) {
+// The program on a host: it lists `entries` and the marker `old`, answers a request with the
+// marker `now` and `hashes`, and prints `last` after its stdin's EOF (the apply step's line, for
+// a host that gets a stream).
+Reply host_reply(const Manifest& entries, const std::string& old, const std::string& now,
+                 const Hashes& hashes = {}, const std::string& last = "") {
   std::string out = "motd from a login script\n";
   for (const auto& [p, e] : entries) out += line_of(p, e);
   out += fmt::format("{{\"marker\": \"{}\"}}\n{{\"end\": true}}\n", old);
@@ -412,11 +450,9 @@ Reply manifest_reply(const Manifest& entries, const std::string& old, const std:
   for (const auto& [p, h] : hashes)
     answer += fmt::format("{{\"h\": \"{}\", \"p\": \"{}\"}}\n", h, p);
   answer += "{\"end\": true}\n";
-  return Reply{.output = {{0.001, out}}, .until_eof = true, .after_eof = {{0.001, answer}}};
-}
-
-Reply apply_reply(const std::string& done) {
-  return Reply{.until_eof = true, .after_eof = {{0.001, done + "\n"}}};
+  Reply r{.output = {{0.001, out}}, .until_eof = true, .after_line = {{0.001, answer}}};
+  if (!last.empty()) r.after_eof = {{0.001, last + "\n"}};
+  return r;
 }
 
 // The records of a stream: "TYPE:PATH" each.
@@ -437,6 +473,18 @@ std::vector<std::string> records(const std::string& stream) {
   return out;
 }
 
+// What was written to a host's stdin: the request line (a first line that begins with '{'), and
+// the record stream that follows.
+struct Written {
+  std::string request;
+  std::string stream;
+};
+Written split(const std::string& written) {
+  if (!written.starts_with("{")) return {"", written};
+  size_t end = written.find('\n') + 1;
+  return {written.substr(0, end), written.substr(end)};
+}
+
 class SyncHosts : public SyncTree {
  protected:
   void SetUp() override {
@@ -454,6 +502,25 @@ class SyncHosts : public SyncTree {
     return out;
   }
 
+  // One channel per host, host h's the h-th, running the one program (python3 -I -S) on its DEST;
+  // every stdin closed at the end.
+  void expect_one_channel_per_host() const {
+    ASSERT_EQ(t_.execs.size(), source_.dests.size());
+    for (size_t h = 0; h < t_.execs.size(); ++h) {
+      const auto& e = t_.execs[h];
+      EXPECT_EQ(e.host, h);
+      EXPECT_NE(e.command.find(kManifestWord), std::string::npos);
+      EXPECT_NE(e.command.find(kApplyWord), std::string::npos);
+      EXPECT_NE(e.command.find("python3 -I -S -c"), std::string::npos);  // isolated, fast start
+      EXPECT_NE(e.command.find(source_.dests[h]), std::string::npos);
+      EXPECT_GE(t_.channel(static_cast<ChannelId>(h)).eof_ms, 0) << h;
+    }
+  }
+
+  Written written(size_t host) const {
+    return split(t_.channel(static_cast<ChannelId>(host)).written);
+  }
+
   ReplyTransport t_;
   SyncSource source_;
   std::vector<std::string> addresses_{"h0", "h1", "h2"};
@@ -463,29 +530,24 @@ TEST_F(SyncHosts, SharedDirectoriesAreWrittenOnceAndEachHostGetsOnlyItsDifferenc
   Manifest all = source_.local;
   Manifest one_changed = all;
   one_changed["train.py"].size = 1;
-  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 0);
-  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);  // reads h1's token back: shares with h0
-  t_.on(kManifestWord, manifest_reply(one_changed, "old", "T2"), 2);
-  t_.on(kApplyWord, apply_reply("msrun-sync: done 4 24 0"), 0);
-  t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
+  t_.on(kManifestWord, host_reply({}, "", "T1", {}, "msrun-sync: done 4 24 0"), 0);
+  // Reads h1's token back: shares with h0. It would say what it wrote, were it sent anything.
+  t_.on(kManifestWord, host_reply({}, "", "T1", {}, "msrun-sync: done 4 24 0"), 1);
+  t_.on(kManifestWord, host_reply(one_changed, "old", "T2", {}, "msrun-sync: done 1 12 0"), 2);
   auto results = sync_hosts(t_, source_, SyncSettings{});
   EXPECT_EQ(lines(results),
             (std::vector<std::string>{
                 "sync: h0: 4 files, 24 bytes sent, 0 deleted (shared with h1)",
                 "sync: h1: shared with h0", "sync: h2: 1 files, 12 bytes sent, 0 deleted"}));
-  ASSERT_EQ(t_.find(kApplyWord, 2), -1);  // two apply channels, none for h1
-  ChannelId a0 = t_.find(kApplyWord, 0), a2 = t_.find(kApplyWord, 1);
-  EXPECT_EQ(t_.execs[a0].host, 0u);
-  EXPECT_EQ(t_.execs[a2].host, 2u);
-  EXPECT_NE(t_.execs[a0].command.find("/d0"), std::string::npos);
-  EXPECT_EQ(records(t_.channel(a0).written),
+  expect_one_channel_per_host();  // no second channel for the streams
+  EXPECT_EQ(records(written(0).stream),
             (std::vector<std::string>{"L:link.py", "F:run.sh", "F:train.py", "E:"}));
-  EXPECT_EQ(records(t_.channel(a2).written), (std::vector<std::string>{"F:train.py", "E:"}));
-  // Every manifest asked for a marker read-back, and wrote a token of its own.
+  EXPECT_EQ(written(1).stream, "");  // h1 writes nothing: EOF after its answer
+  EXPECT_EQ(records(written(2).stream), (std::vector<std::string>{"F:train.py", "E:"}));
+  // Every host was asked for a marker read-back, and wrote a token of its own.
   for (size_t h = 0; h < 3; ++h) {
-    ChannelId m = t_.find(kManifestWord, static_cast<int>(h));
-    EXPECT_EQ(t_.channel(m).written, "{\"hash\": []}\n");
-    EXPECT_GE(t_.channel(m).eof_ms, 0);
+    EXPECT_EQ(written(h).request, "{\"hash\": []}\n");
+    EXPECT_FALSE(t_.execs[h].command.ends_with(" ''"));
   }
 }
 
@@ -493,21 +555,24 @@ TEST_F(SyncHosts, UpToDateAndContentComparedByHash) {
   Manifest touched = source_.local;
   touched["train.py"].mtime_ns += 5;  // same size, other mtime: compared by content
   Manifest edited = touched;
-  t_.on(kManifestWord, manifest_reply(source_.local, "a", "A"), 0);
+  t_.on(kManifestWord, host_reply(source_.local, "a", "A"), 0);
   t_.on(kManifestWord,
-        manifest_reply(touched, "b", "B", {{"train.py", sha256_hex("print('hi')\n")}}), 1);
-  t_.on(kManifestWord, manifest_reply(edited, "c", "C", {{"train.py", sha256_hex("other\n")}}), 2);
-  t_.on(kApplyWord, apply_reply("msrun-sync: done 0 0 0"), 1);
-  t_.on(kApplyWord, apply_reply("msrun-sync: done 1 12 0"), 2);
+        host_reply(touched, "b", "B", {{"train.py", sha256_hex("print('hi')\n")}},
+                   "msrun-sync: done 0 0 0"),
+        1);
+  t_.on(kManifestWord,
+        host_reply(edited, "c", "C", {{"train.py", sha256_hex("other\n")}},
+                   "msrun-sync: done 1 12 0"),
+        2);
   auto results = sync_hosts(t_, source_, SyncSettings{});
   EXPECT_EQ(lines(results)[0], "sync: h0: up to date");
   EXPECT_EQ(lines(results)[2], "sync: h2: 1 files, 12 bytes sent, 0 deleted");
-  EXPECT_EQ(t_.channel(t_.find(kManifestWord, 1)).written,
+  expect_one_channel_per_host();
+  EXPECT_EQ(written(0).stream, "");  // up to date: nothing to apply
+  EXPECT_EQ(written(1).request,
             fmt::format("{{\"hash\": [\"{}\"]}}\n", "747261696e2e7079"));  // "train.py" in hex
-  EXPECT_EQ(records(t_.channel(t_.find(kApplyWord, 0)).written),
-            (std::vector<std::string>{"A:train.py", "E:"}));
-  EXPECT_EQ(records(t_.channel(t_.find(kApplyWord, 1)).written),
-            (std::vector<std::string>{"F:train.py", "E:"}));
+  EXPECT_EQ(records(written(1).stream), (std::vector<std::string>{"A:train.py", "E:"}));
+  EXPECT_EQ(records(written(2).stream), (std::vector<std::string>{"F:train.py", "E:"}));
 }
 
 TEST_F(SyncHosts, FailuresNameTheHost) {
@@ -516,10 +581,12 @@ TEST_F(SyncHosts, FailuresNameTheHost) {
       Reply{.output = {{0.001, "{\"error\": \"python3 not found on the host (sync needs it)\"}\n"}},
             .status = 127},
       0);
-  t_.on(kManifestWord, manifest_reply({}, "", "T1"), 1);
-  t_.on(kApplyWord, apply_reply("msrun-sync: error: refused path 'x'"), 1);
-  t_.on(kManifestWord, manifest_reply({}, "", "T2"), 2);
-  t_.on(kApplyWord, Reply{.exit_at = -1}, 2);  // hangs: given up after the timeout
+  Reply refused = host_reply({}, "", "T1", {}, "msrun-sync: error: refused path 'x'");
+  refused.status = 2;
+  t_.on(kManifestWord, refused, 1);
+  Reply hangs = host_reply({}, "", "T2");
+  hangs.exit_at = -1;  // never ends, not even after its EOF: given up after the timeout
+  t_.on(kManifestWord, hangs, 2);
   t_.lose(2, 0.5, "Socket error: Connection reset by peer");
   auto results = sync_hosts(t_, source_, SyncSettings{});
   EXPECT_EQ(lines(results),
@@ -527,22 +594,103 @@ TEST_F(SyncHosts, FailuresNameTheHost) {
                 "sync: h0: failed: python3 not found on the host (sync needs it)",
                 "sync: h1: failed: refused path 'x'",
                 "sync: h2: failed: connection lost: Socket error: Connection reset by peer"}));
+  EXPECT_EQ(t_.execs.size(), 3u);
+}
+
+TEST_F(SyncHosts, AHostWhoseManifestFailedGetsEofAtOnce) {
+  // The program lists what it can, says why it failed, and waits for its stdin like any other.
+  Reply unreadable = host_reply({}, "", "T0");
+  unreadable.output = {{0.001,
+                        "{\"error\": \"cannot list /d0/x: Permission denied\"}\n"
+                        "{\"marker\": \"\"}\n{\"end\": true}\n"}};
+  t_.on(kManifestWord, unreadable, 0);
+  t_.on(kManifestWord, host_reply(source_.local, "", "T1"), 1);
+  t_.on(kManifestWord, host_reply(source_.local, "", "T2"), 2);
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results),
+            (std::vector<std::string>{"sync: h0: failed: cannot list /d0/x: Permission denied",
+                                      "sync: h1: up to date", "sync: h2: up to date"}));
+  EXPECT_EQ(t_.channel(0).written, "");
+  EXPECT_GE(t_.channel(0).eof_ms, 0);
+  EXPECT_LT(t_.now_ms(), 1000);  // not the 120 s of the timeout
+  EXPECT_TRUE(t_.kills.empty());
+}
+
+TEST_F(SyncHosts, ASingleHostIsAskedNothingAndGetsItsStreamAtOnce) {
+  source_.dests = {"/d0"};
+  t_.on(kManifestWord, host_reply({}, "", "T0", {}, "msrun-sync: done 4 24 0"), 0);
+  auto results = sync_hosts(t_, source_, SyncSettings{});
+  EXPECT_EQ(lines(results)[0], "sync: h0: 4 files, 24 bytes sent, 0 deleted");
+  expect_one_channel_per_host();
+  EXPECT_EQ(written(0).request, "");  // no marker read-back for a host alone, no hash to ask
+  EXPECT_EQ(records(written(0).stream),
+            (std::vector<std::string>{"L:link.py", "F:run.sh", "F:train.py", "E:"}));
 }
 
 TEST_F(SyncHosts, CheckComparesAndWritesNothing) {
   Manifest one_changed = source_.local;
   one_changed["train.py"].size = 1;
-  t_.on(kManifestWord, manifest_reply(source_.local, "", "x"), 0);
-  t_.on(kManifestWord, manifest_reply(one_changed, "", "x"), 1);
-  t_.on(kManifestWord, manifest_reply({}, "", "x"), 2);
+  t_.on(kManifestWord, host_reply(source_.local, "", "x"), 0);
+  t_.on(kManifestWord, host_reply(one_changed, "", "x"), 1);
+  t_.on(kManifestWord, host_reply({}, "", "x"), 2);
   SyncSettings settings;
   settings.apply = false;
   auto results = sync_hosts(t_, source_, settings);
   EXPECT_EQ(results[0].differ, 0u);
   EXPECT_EQ(results[1].differ, 1u);
   EXPECT_EQ(results[2].differ, source_.local.size());
-  EXPECT_EQ(t_.find(kApplyWord), -1);
+  expect_one_channel_per_host();
+  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).stream, "") << h;    // no record anywhere
   for (const auto& e : t_.execs) EXPECT_TRUE(e.command.ends_with(" ''"));  // no token to write
+}
+
+// ---- on local processes running the real program
+// -------------------------------------------------
+
+// LocalTransport that keeps what was written to each channel's stdin.
+class WritesKept : public local::LocalTransport {
+ public:
+  void write(ChannelId channel, std::string_view data) override {
+    written[channel] += data;
+    LocalTransport::write(channel, data);
+  }
+  std::map<ChannelId, std::string> written;
+};
+
+TEST_F(SyncTree, RealProgramOneChannelPerHostASharedDirectoryWrittenOnce) {
+  SyncSource source;
+  source.dir = src_;
+  source.rules = sync_rules(src_, {"*.pt"});
+  source.dests = {dest_, dest_, dir_ + "/other"};  // hosts 0 and 1 share dest_
+  auto sync = [&](WritesKept& t) {
+    source.local = local_manifest(src_, source.rules);
+    return sync_hosts(t, source, SyncSettings{});
+  };
+  WritesKept first;
+  auto r = sync(first);
+  EXPECT_EQ(first.execs.size(), 3u);  // no second channel
+  for (size_t h : {0, 2}) {
+    EXPECT_EQ(r[h].error, "") << h;
+    EXPECT_EQ(r[h].files, 5u) << h;
+  }
+  EXPECT_EQ(r[0].sharers, (std::vector<size_t>{1}));
+  EXPECT_EQ(r[1].shared_with, 0u);
+  EXPECT_EQ(first.written[1], "{\"hash\": []}\n");  // host 1 was sent no record
+  EXPECT_EQ(test::slurp(dir_ + "/other/sub dir/ünï/data.bin").size(), 300000u);
+
+  put("train.py", "print('changed')\n");
+  WritesKept again;
+  r = sync(again);
+  EXPECT_EQ(again.execs.size(), 3u);
+  for (size_t h : {0, 2}) {
+    EXPECT_EQ(r[h].error, "") << h;
+    EXPECT_EQ(r[h].files, 1u) << h;
+    EXPECT_EQ(r[h].bytes, 17u) << h;
+  }
+  EXPECT_EQ(r[1].shared_with, 0u);
+  EXPECT_EQ(again.written[1], "{\"hash\": []}\n");
+  EXPECT_EQ(test::slurp(dest_ + "/train.py"), "print('changed')\n");
+  EXPECT_EQ(test::slurp(dir_ + "/other/train.py"), "print('changed')\n");
 }
 
 }  // namespace
