@@ -459,7 +459,8 @@ TEST(RemotePrograms, EmbeddedAreTheFilesOfSrcRemoteWithoutCommentLines) {
   std::string dir = std::string(MSRUN_SSH_SOURCE_DIR) + "/src/remote/";
   std::set<std::string> on_disk, embedded;
   for (const auto& entry : fs::directory_iterator(dir))
-    if (std::string name = entry.path().filename(); name.ends_with(".sh") || name.ends_with(".py") || name.ends_with(".pl"))
+    if (std::string name = entry.path().filename();
+        name.ends_with(".sh") || name.ends_with(".py") || name.ends_with(".pl"))
       on_disk.insert(name);
   for (const auto& file : remote::kFiles) {
     embedded.insert(std::string(file.name));

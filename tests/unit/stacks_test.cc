@@ -262,8 +262,8 @@ class StackPrograms : public test::TempDirTest {
   // Starts `argv` in the background through stack_site.sh; its output goes to dir_/NAME.out.
   int start(const std::string& rank, const std::vector<std::string>& argv,
             const std::string& name) {
-    std::vector<std::string> words{"sh", "-c", stack_site_script(),
-                                   "msrun-ssh-stacks", std::string(remote::kStackSitePy)};
+    std::vector<std::string> words{"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
+                                   std::string(remote::kStackSitePy)};
     words.insert(words.end(), argv.begin(), argv.end());
     std::string pid =
         test::shell_output(fmt::format("{} {} > {} 2>&1 < /dev/null & echo $!", env_words(rank),
