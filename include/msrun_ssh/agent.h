@@ -66,8 +66,8 @@ class AgentReader {
 };
 
 // Whether a host with `processes` processes runs them through an agent: as --agent says (`option`),
-// else (auto) when it has at least kAgentAutoProcesses. With one process, its channel and the
-// watchdog's cost the host about what starting python3 for an agent does (docs/benchmarks.md).
+// else (auto) when it has at least kAgentAutoProcesses. With one process and a clean login rc, its
+// channel and the watchdog's cost the host less than the agent does (docs/benchmarks.md).
 inline constexpr size_t kAgentAutoProcesses = 2;
 inline bool use_agent(std::optional<bool> option, size_t processes) {
   return option ? *option : processes >= kAgentAutoProcesses;

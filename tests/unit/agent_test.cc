@@ -211,7 +211,7 @@ TEST_F(AgentOverLocal, AnAgentThatDiesWhileCommandsRunLosesTheHost) {
   AgentTransport t(local, 1, agent_command(30));
   ChannelId a = t.exec(0, "echo started; cat >/dev/null");  // ends when its stdin does
   run_until(t, [&] { return seen[a].out == "started\n"; });
-  ::kill(local.pid_of(0), SIGKILL);  // the agent (sh exec'd python3: same pid)
+  ::kill(local.pid_of(0), SIGKILL);  // the agent (sh exec'd perl: same pid)
   run_until(t, [&] { return !lost.empty(); });
   EXPECT_EQ(lost[0].rfind("the launch agent ended", 0), 0u) << lost[0];
   // The runner drops a lost host; without that the agent's commands report their channels closed.
