@@ -2,7 +2,8 @@
 // (`--sync`, `msrun-ssh sync`, `check --sync`; README, "Sync").
 //
 // Per host, over the job's own channels (Transport::exec), never SFTP: one channel, one program
-// (src/remote/sync.sh + sync.py), up to three steps on it:
+// (src/remote/sync.sh, then sync.pl with perl, or sync.py with python3 on a host without perl), up
+// to three steps on it:
 //  1. the manifest: the host walks DEST and prints one JSON line per entry, the marker token it
 //     found in DEST/.msrun-sync-id and, when asked to, writes a fresh token of its own there;
 //  2. once every host has listed its tree, a request when needed (sync_hosts): read the marker
@@ -211,8 +212,11 @@ std::optional<ApplySummary> parse_apply_summary(std::string_view output);
 // ---- the commands -------------------------------------------------------------------------------
 
 // The program on DEST (created when missing once something is written there). `token`: written to
-// the marker after the walk ("" : nothing is written, as `check` does).
-std::string sync_command(const std::string& dest, const std::string& token);
+// the marker after the walk ("" : nothing is written, as `check` does). The host runs sync.pl with
+// perl when it has perl, else sync.py with python3 (`program` limits the choice, for tests).
+enum class SyncProgram { kPerlOrPython, kPerl, kPython };
+std::string sync_command(const std::string& dest, const std::string& token,
+                         SyncProgram program = SyncProgram::kPerlOrPython);
 // The request (step 2): read the marker again, hash `paths`; one JSON line per path. The program
 // tells it from a stream by its first byte, '{'.
 std::string manifest_request(const std::vector<std::string>& paths);

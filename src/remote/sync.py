@@ -1,4 +1,5 @@
-# Sync on a host (run by sync.sh): one program, up to three steps on one channel. DEST is argv[1].
+# Sync on a host (run by sync.sh on a host without perl; sync.pl is the same program in Perl): one
+# program, up to three steps on one channel. DEST is argv[1].
 # 1. The manifest: lists DEST as JSON lines, one per entry: {"t": f|d|l, "m": mode, "s": size,
 #    "n": mtime_ns, "p": path, "l": symlink text}; a path or text that is not UTF-8 comes as "px" /
 #    "lx" in hex. Then {"marker": TOKEN} (what DEST/.msrun-sync-id held, "" if nothing) and

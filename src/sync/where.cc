@@ -14,13 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string sync_program(std::string_view program, const std::vector<std::string>& args) {
-  std::vector<std::string> words{"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync",
-                                 std::string(program)};
-  words.insert(words.end(), args.begin(), args.end());
-  return "exec " + shell_join(words);
-}
-
 std::string hex(std::string_view raw) {
   std::string out;
   for (unsigned char c : raw) out += fmt::format("{:02x}", c);
@@ -35,8 +28,11 @@ fs::path absolute_in(const std::string& cwd, const std::string& path) {
 
 }  // namespace
 
-std::string sync_command(const std::string& dest, const std::string& token) {
-  return sync_program(remote::kSyncPy, {dest, token});
+std::string sync_command(const std::string& dest, const std::string& token, SyncProgram program) {
+  std::string perl(program == SyncProgram::kPython ? "" : remote::kSyncPl);
+  std::string python(program == SyncProgram::kPerl ? "" : remote::kSyncPy);
+  return "exec " + shell_join({"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync",
+                               perl, python, dest, token});
 }
 
 std::string manifest_request(const std::vector<std::string>& paths) {

@@ -1,13 +1,15 @@
-// Sync (src/sync/, src/remote/sync.py): the gitignore matcher, the launcher's manifest, the
-// difference, the record stream — applied by the real sync.py with the local python3 (run as the
-// launcher runs it: sync.sh, python3 -I -S) into temporary directories, and read back by it —,
-// where a sync goes, and the orchestration over ReplyTransport (shared directories written once,
-// one channel per host) and over local processes running the real program.
+// Sync (src/sync/, src/remote/sync.pl and sync.py): the gitignore matcher, the launcher's manifest,
+// the difference, the record stream — applied by each real host program (sync.pl with the local
+// perl, sync.py with the local python3, run as the launcher runs them: through sync.sh) into
+// temporary directories, and read back by it —, where a sync goes, and the orchestration over
+// ReplyTransport (shared directories written once, one channel per host) and over local processes
+// running the real program.
 #include "msrun_ssh/sync.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -113,7 +115,8 @@ class SyncTree : public test::TempDirTest {
   std::string run(const std::string& token, const std::string& in, int* status = nullptr) const {
     std::string file = dir_ + "/stdin";
     std::ofstream(file, std::ios::binary) << in;
-    return test::shell_output(fmt::format("({}) < '{}'", sync_command(dest_, token), file), status);
+    return test::shell_output(
+        fmt::format("({}) < '{}'", sync_command(dest_, token, program_), file), status);
   }
 
   // The real program on dest_ given `stream` right after its manifest (as a single host gets
@@ -129,6 +132,7 @@ class SyncTree : public test::TempDirTest {
   }
 
   static constexpr std::string_view kEnd = "{\"end\": true}\n";
+  SyncProgram program_ = SyncProgram::kPerlOrPython;
 
   // Everything a sync of the launcher's tree to dest_ sends: the stream of the difference.
   std::string stream_for(const Manifest& local, const Manifest& remote) const {
@@ -138,6 +142,18 @@ class SyncTree : public test::TempDirTest {
     return out;
   }
 };
+
+// The tests that run a host program, once with sync.pl (perl) and once with sync.py (python3).
+class SyncProgramTest : public SyncTree, public testing::WithParamInterface<SyncProgram> {
+ protected:
+  SyncProgramTest() { program_ = GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Both, SyncProgramTest,
+                         testing::Values(SyncProgram::kPerl, SyncProgram::kPython),
+                         [](const testing::TestParamInfo<SyncProgram>& info) {
+                           return info.param == SyncProgram::kPerl ? "Perl" : "Python";
+                         });
 
 TEST_F(SyncTree, LocalManifestKeepsSymlinksAndLeavesOutExcludes) {
   Manifest m = local();
@@ -264,7 +280,7 @@ TEST(SyncStream, HeaderLayout) {
                                       6));
 }
 
-TEST_F(SyncTree, ApplyWritesTheTreeAndTheManifestReadsItBack) {
+TEST_P(SyncProgramTest, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   Manifest l = local();
   int status = -1;
   std::string out = apply(stream_for(l, {}), &status);
@@ -295,7 +311,7 @@ TEST_F(SyncTree, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   EXPECT_EQ(a.hashes.at("train.py"), sha256_hex("print('hi')\n"));
 }
 
-TEST_F(SyncTree, ApplyDeletesButKeepsWhatIsExcluded) {
+TEST_P(SyncProgramTest, ApplyDeletesButKeepsWhatIsExcluded) {
   fs::create_directories(dest_ + "/old/ckpt");
   std::ofstream(dest_ + "/old/ckpt/w.pt") << "w";
   std::ofstream(dest_ + "/stale.py") << "s";
@@ -310,7 +326,7 @@ TEST_F(SyncTree, ApplyDeletesButKeepsWhatIsExcluded) {
   EXPECT_TRUE(fs::exists(dest_ + "/old/ckpt/w.pt"));
 }
 
-TEST_F(SyncTree, ApplyRefusesPathsThatLeaveTheDirectory) {
+TEST_P(SyncProgramTest, ApplyRefusesPathsThatLeaveTheDirectory) {
   for (const std::string& path :
        std::vector<std::string>{"../evil", "/abs", "a/../../evil", "./x", std::string("a\0b", 3)}) {
     std::string stream = encode_record_header(RecordType::kFile, 0644, 0, 1, path) + "x" +
@@ -333,7 +349,7 @@ TEST_F(SyncTree, ApplyRefusesPathsThatLeaveTheDirectory) {
   EXPECT_NE(out.find("refused symlink"), std::string::npos) << out;
 }
 
-TEST_F(SyncTree, AnInterruptedStreamLeavesNoPartialFileAndTheNextRunCompletes) {
+TEST_P(SyncProgramTest, AnInterruptedStreamLeavesNoPartialFileAndTheNextRunCompletes) {
   Manifest l = local();
   std::string stream = stream_for(l, {});
   size_t cut = stream.find(std::string(1000, 'x'));  // inside data.bin
@@ -353,7 +369,7 @@ TEST_F(SyncTree, AnInterruptedStreamLeavesNoPartialFileAndTheNextRunCompletes) {
   EXPECT_TRUE(diff_manifests(l, r.entries).up_to_date());
 }
 
-TEST_F(SyncTree, AStaleTemporaryFileIsRemovedByTheNextManifest) {
+TEST_P(SyncProgramTest, AStaleTemporaryFileIsRemovedByTheNextManifest) {
   fs::create_directories(dest_ + "/d");
   std::ofstream(dest_ + "/d/.msrun-sync.tmp.0123") << "half";
   manifest("", {});
@@ -362,7 +378,7 @@ TEST_F(SyncTree, AStaleTemporaryFileIsRemovedByTheNextManifest) {
   EXPECT_FALSE(fs::exists(dest_ + "/d/.msrun-sync.tmp.0123"));
 }
 
-TEST_F(SyncTree, OneProgramListsAnswersThenApplies) {
+TEST_P(SyncProgramTest, OneProgramListsAnswersThenApplies) {
   Manifest l = local();
   std::string request = manifest_request({"train.py"});
   int status = -1;
@@ -388,6 +404,90 @@ TEST_F(SyncTree, OneProgramListsAnswersThenApplies) {
     EXPECT_TRUE(out.ends_with(kEnd)) << out;
     EXPECT_FALSE(fs::exists(dest_ + "/train.py"));
   }
+}
+
+// Odd names (not UTF-8; a newline, a quote and a backslash) and mtimes to the nanosecond, before
+// 1970 too, go there and come back exactly as sent: the launcher compares mtimes to the ns.
+TEST_P(SyncProgramTest, NamesAndNanosecondMtimesComeBackExactly) {
+  const std::string odd = "\xff\xfe name", quoted = "a\n\"\\b";
+  const int64_t late = 1700000000123456789, early = -1500000001;
+  std::string stream = encode_record_header(RecordType::kDir, 0750, 0, 0, "d") +
+                       encode_record_header(RecordType::kFile, 0640, late, 3, "d/" + odd) + "abc" +
+                       encode_record_header(RecordType::kFile, 0600, early, 1, quoted) + "q" +
+                       encode_record_header(RecordType::kSymlink, 0, 0, 3, "d/l") + "t\xff\xfe" +
+                       encode_record_header(RecordType::kEnd, 0, 0, 0, "");
+  int status = -1;
+  std::string out = apply(stream, &status);
+  EXPECT_EQ(out, "msrun-sync: done 3 4 0\n");
+  EXPECT_EQ(status, 0);
+  RemoteManifest r = parse_remote_manifest(manifest("", {"d/" + odd}), IgnoreRules());
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(r.error, "");
+  ASSERT_EQ(r.entries.size(), 4u) << out;
+  EXPECT_EQ(r.entries["d"].type, EntryType::kDir);
+  EXPECT_EQ(r.entries["d"].mode, 0750u);
+  EXPECT_EQ(r.entries["d/" + odd], (Entry{EntryType::kFile, 0640, 3, late, ""}));
+  EXPECT_EQ(r.entries[quoted], (Entry{EntryType::kFile, 0600, 1, early, ""}));
+  EXPECT_EQ(r.entries["d/l"].type, EntryType::kSymlink);
+  EXPECT_EQ(r.entries["d/l"].target, "t\xff\xfe");
+  std::string again = manifest("", {"d/" + odd});
+  RemoteAnswer a = parse_remote_answer(again.substr(again.find(kEnd) + kEnd.size()));
+  EXPECT_EQ(a.hashes.at("d/" + odd), sha256_hex("abc"));
+}
+
+// Both programs list one tree alike, entry by entry.
+TEST_F(SyncTree, PerlAndPythonListTheSameTree) {
+  int status = -1;
+  std::string out = apply(stream_for(local(), {}), &status);
+  ASSERT_EQ(status, 0) << out;
+  std::ofstream(dest_ + "/\xff odd \"name\"", std::ios::binary) << "x";
+  fs::create_symlink("sub dir/\xfe", dest_ + "/link \\ \n");
+  RemoteManifest both[2];
+  for (int i : {0, 1}) {
+    program_ = i ? SyncProgram::kPython : SyncProgram::kPerl;
+    both[i] = parse_remote_manifest(manifest("", {}), IgnoreRules());
+    EXPECT_TRUE(both[i].complete) << i;
+  }
+  EXPECT_EQ(both[0].entries.size(), 9u);  // the 7 sent (no __pycache__, no *.pt) and 2 more
+  EXPECT_EQ(both[0].entries, both[1].entries);
+}
+
+// A host runs sync.pl with perl when it has perl, else sync.py with python3, else says it has
+// neither (exit 127, and the JSON error line the launcher shows).
+TEST_F(SyncTree, AHostRunsPerlElsePython3ElseSaysItHasNeither) {
+  // The programs themselves, not a wrapper on PATH that needs more of PATH (a pyenv shim).
+  std::string perl = test::shell_output("perl -e 'print $^X'");
+  std::string python = test::shell_output(
+      "python3 -c 'import os, sys; print(os.path.realpath(sys.executable), end=\"\")'");
+  ASSERT_FALSE(perl.empty());
+  ASSERT_FALSE(python.empty());
+  std::string bin = dir_ + "/bin", ran = dir_ + "/perl-ran";
+  fs::create_directories(bin);
+  std::ofstream(bin + "/perl") << "#!/bin/sh\necho ran >> '" << ran << "'\nexec " << perl
+                               << " \"$@\"\n";
+  fs::permissions(bin + "/perl", fs::perms::owner_all);
+  fs::create_symlink(python, bin + "/python3");
+  auto run_with_path = [&](const std::string& path, int* status) {
+    return test::shell_output(
+        fmt::format("PATH='{}'; export PATH; {} </dev/null", path, sync_command(dest_, "t")),
+        status);
+  };
+  int status = -1;
+  std::string out = run_with_path(bin, &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(out, "{\"marker\": \"\"}\n{\"end\": true}\n");
+  EXPECT_EQ(test::slurp(ran), "ran\n");  // perl first
+  fs::remove(bin + "/perl");
+  fs::remove(dest_ + "/.msrun-sync-id");
+  out = run_with_path(bin, &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(out, "{\"marker\": \"\"}\n{\"end\": true}\n");  // python3, as well
+  EXPECT_EQ(test::slurp(dest_ + "/.msrun-sync-id"), "t\n");
+  fs::remove(bin + "/python3");
+  out = run_with_path(bin, &status);
+  EXPECT_EQ(WEXITSTATUS(status), 127);
+  EXPECT_EQ(parse_remote_manifest(out, IgnoreRules()).error,
+            "neither perl nor python3 found on the host (sync needs one)");
 }
 
 // ---- where --------------------------------------------------------------------------------------
@@ -502,8 +602,8 @@ class SyncHosts : public SyncTree {
     return out;
   }
 
-  // One channel per host, host h's the h-th, running the one program (python3 -I -S) on its DEST;
-  // every stdin closed at the end.
+  // One channel per host, host h's the h-th, running the one program (with perl, else python3 -I
+  // -S) on its DEST; every stdin closed at the end.
   void expect_one_channel_per_host() const {
     ASSERT_EQ(t_.execs.size(), source_.dests.size());
     for (size_t h = 0; h < t_.execs.size(); ++h) {
@@ -511,6 +611,8 @@ class SyncHosts : public SyncTree {
       EXPECT_EQ(e.host, h);
       EXPECT_NE(e.command.find(kManifestWord), std::string::npos);
       EXPECT_NE(e.command.find(kApplyWord), std::string::npos);
+      EXPECT_NE(e.command.find("exec perl -e"), std::string::npos);
+      EXPECT_NE(e.command.find("sub record {"), std::string::npos);      // sync.pl, and sync.py
       EXPECT_NE(e.command.find("python3 -I -S -c"), std::string::npos);  // isolated, fast start
       EXPECT_NE(e.command.find(source_.dests[h]), std::string::npos);
       EXPECT_GE(t_.channel(static_cast<ChannelId>(h)).eof_ms, 0) << h;

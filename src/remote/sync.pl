@@ -1,0 +1,416 @@
+# Sync on a host (run by sync.sh): the same program as sync.py, in Perl, which starts in a few
+# milliseconds where python3 takes ~100 ms of CPU. sync.sh runs it when the host has perl, else
+# sync.py. One program, up to three steps on one channel; DEST is $ARGV[0], the token $ARGV[1].
+# 1. The manifest: lists DEST as JSON lines, one per entry: {"t": f|d|l, "m": mode, "s": size,
+#    "n": mtime_ns, "p": path, "l": symlink text}; a path or text that is not UTF-8 comes as "px" /
+#    "lx" in hex. Then {"marker": TOKEN} (what DEST/.msrun-sync-id held, "" if nothing) and
+#    {"end": true}. With a token, it removes the temporary files an interrupted sync left and
+#    writes the token to the marker (atomically, DEST created when missing).
+# 2. When stdin then brings a request (a line that begins with "{"), {"hash": [hex paths]}: it
+#    answers {"marker": TOKEN now}, {"p"|"px": path, "h": sha256 hex} per path ("" when
+#    unreadable) and {"end": true}.
+# 3. When stdin then brings anything else: the record stream, applied to DEST (see sync.py for the
+#    records, the refusals and the result lines, which are the same).
+# EOF where step 2 or 3 could begin ends the program (exit 0); WAIT seconds of silence there, or
+# IDLE seconds within the stream, count as EOF (a launcher gone without sshd noticing).
+#
+# Mtimes are exact to the nanosecond, as the launcher compares them: on x86_64 and aarch64 Linux
+# through the newfstatat and utimensat system calls (Perl's own stat has whole seconds, and
+# Time::HiRes's floating seconds lose the last digits). Elsewhere through Time::HiRes: correct
+# copies still, but a file whose mtime came out a few nanoseconds off is compared by its hash.
+use strict;
+use Config;
+use Digest::SHA ();
+use Errno ();
+use Fcntl qw(O_WRONLY O_CREAT O_EXCL O_NOFOLLOW S_ISDIR S_ISLNK S_ISREG);
+
+my ($DEST, $TOKEN) = (@ARGV, '', '');
+my ($MARK, $TMP) = ('.msrun-sync-id', '.msrun-sync.tmp.');
+my ($WAIT, $IDLE) = (600, 30);
+my ($AT_FDCWD, $AT_SYMLINK_NOFOLLOW) = (-100, 0x100);
+# newfstatat, utimensat, and where struct stat holds st_mode (st_size at 48, st_mtime at 88 and
+# its nanoseconds at 96 in both layouts).
+my %CALLS_OF_ARCH = (x86_64 => [262, 280, 24], aarch64 => [79, 88, 16]);
+my $CALLS = $^O eq 'linux' ? $CALLS_OF_ARCH{(split /-/, $Config{archname})[0]} : undef;
+require Time::HiRes unless $CALLS;
+
+my ($IN, $OUT) = ('', '');
+my %state = (tmp => undef, files => 0, bytes => 0, deleted => 0);
+my %checked;
+binmode STDIN;
+binmode STDOUT;
+
+# (mode, size, mtime in ns) of PATH itself (a symlink is not followed); () with $! set on failure.
+sub lst {
+  my ($path) = @_;
+  if ($CALLS) {
+    my $buf = "\0" x 256;
+    return () if syscall($CALLS->[0], $AT_FDCWD, "$path", $buf, $AT_SYMLINK_NOFOLLOW) != 0;
+    my $mode = unpack 'L', substr($buf, $CALLS->[2], 4);
+    my ($size, $sec, $nsec) = (unpack('q', substr($buf, 48, 8)), unpack('q2', substr($buf, 88, 16)));
+    return ($mode, $size, $sec * 1_000_000_000 + $nsec);
+  }
+  my @st = Time::HiRes::lstat($path) or return ();
+  my $whole = (CORE::lstat($path))[9] // int($st[9]);
+  return ($st[2], $st[7], $whole * 1_000_000_000 + int(($st[9] - $whole) * 1e9 + 0.5));
+}
+
+sub set_mtime {
+  my ($path, $ns) = @_;
+  my ($sec, $nsec);
+  {
+    use integer;
+    ($sec, $nsec) = ($ns / 1_000_000_000, $ns % 1_000_000_000);
+  }
+  ($sec, $nsec) = ($sec - 1, $nsec + 1_000_000_000) if $nsec < 0;
+  if ($CALLS) {
+    my $times = pack 'q4', $sec, $nsec, $sec, $nsec;
+    syscall($CALLS->[1], $AT_FDCWD, "$path", $times, 0) == 0 or die "$path: $!\n";
+  } else {
+    Time::HiRes::utime($sec + $nsec / 1e9, $sec + $nsec / 1e9, $path) or die "$path: $!\n";
+  }
+}
+
+sub quote {
+  my ($s) = @_;
+  $s =~ s/(["\\])/\\$1/g;
+  $s =~ s/([\x00-\x1f])/sprintf('\\u%04x', ord $1)/ge;
+  return qq("$s");
+}
+
+sub is_utf8 {
+  return $_[0] =~ /\A(?:[\x00-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]
+      |[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}
+      |[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})*\z/x;
+}
+
+# A JSON line from [key, value, ...]: numbers as they are, "p" and "l" as a string when UTF-8,
+# else as "px" / "lx" in hex, every other value a string (non-UTF-8 bytes there become "?").
+sub emit {
+  my @parts;
+  while (my ($k, $v) = splice @_, 0, 2) {
+    if ($k eq 'm' || $k eq 's' || $k eq 'n') {
+      push @parts, qq("$k": $v);
+    } elsif ($k eq 'end') {
+      push @parts, qq("$k": true);
+    } elsif (($k eq 'p' || $k eq 'l') && !is_utf8($v)) {
+      push @parts, qq("${k}x": ") . unpack('H*', $v) . '"';
+    } else {
+      $v =~ s/[\x80-\xff]/?/g unless is_utf8($v);
+      push @parts, qq("$k": ) . quote($v);
+    }
+  }
+  $OUT .= '{' . join(', ', @parts) . "}\n";
+}
+
+sub flush_out {
+  while (length $OUT) {
+    my $n = syswrite STDOUT, $OUT;
+    if (!defined $n) {
+      next if $!{EINTR};
+      exit 2;
+    }
+    substr($OUT, 0, $n, '');
+  }
+}
+
+sub random_hex { return unpack 'H*', pack('N3', map { int rand 4294967296 } 1 .. 3) }
+
+sub random_name { return $TMP . random_hex() }
+
+sub walk {
+  my ($top, $rel) = @_;
+  my $dh;
+  if (!opendir $dh, $top) {
+    emit(error => "cannot list $top: $!");
+    return;
+  }
+  my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+  closedir $dh;
+  for my $name (@names) {
+    my $path = "$top/$name";
+    my $r = length $rel ? "$rel/$name" : $name;
+    if (length $TOKEN && index($name, $TMP) == 0) {
+      unlink $path;
+      next;
+    }
+    my ($mode, $size, $mtime) = lst($path) or die "$path: $!\n";
+    my $t = S_ISDIR($mode) ? 'd' : S_ISLNK($mode) ? 'l' : S_ISREG($mode) ? 'f' : next;
+    my @link;
+    if ($t eq 'l') {
+      my $target = readlink $path;
+      die "$path: $!\n" unless defined $target;
+      @link = (l => $target);
+    }
+    emit(t => $t, m => $mode & 07777, s => $size, n => $mtime, p => $r, @link);
+    walk($path, $r) if $t eq 'd';
+  }
+}
+
+sub marker {
+  open my $f, '<:raw', "$DEST/$MARK" or return '';
+  read $f, my $text, 200;
+  $text //= '';
+  $text =~ s/\A\s+|\s+\z//g;
+  $text =~ s/[^\x20-\x7e]/?/g;
+  return $text;
+}
+
+sub make_dirs {
+  my ($dir) = @_;
+  return if -d $dir;
+  (my $parent = $dir) =~ s{/+[^/]*/*\z}{};
+  make_dirs($parent) if length $parent && $parent ne $dir;
+  mkdir $dir or $!{EEXIST} or die "$dir: $!\n";
+}
+
+sub write_marker {
+  make_dirs($DEST);
+  my $tmp = "$DEST/$MARK.tmp." . random_hex();
+  open my $f, '>', $tmp or die "$tmp: $!\n";
+  print {$f} "$TOKEN\n" or die "$tmp: $!\n";
+  close $f or die "$tmp: $!\n";
+  rename $tmp, "$DEST/$MARK" or die "$DEST/$MARK: $!\n";
+}
+
+sub manifest {
+  my $ok = eval {
+    if (-d $DEST) {
+      walk($DEST, '');
+    } elsif (-e $DEST || -l $DEST) {
+      emit(error => "$DEST is not a directory");
+    }
+    emit(marker => marker());
+    write_marker() if length $TOKEN;
+    1;
+  };
+  if (!$ok) {
+    chomp(my $why = $@);
+    emit(error => $why);
+  }
+  emit(end => 1);
+  flush_out();
+}
+
+sub sha256 {
+  my ($path) = @_;
+  open my $f, '<:raw', "$DEST/$path" or return '';
+  my $h = Digest::SHA->new(256);
+  eval { $h->addfile($f); 1 } or return '';
+  return $h->hexdigest;
+}
+
+sub answer {
+  my ($request) = @_;
+  emit(marker => marker());
+  my ($list) = $request =~ /\[(.*)\]/s;
+  for my $hex (($list // '') =~ /"([0-9a-fA-F]*)"/g) {
+    my $raw = pack 'H*', $hex;
+    emit(p => $raw, h => sha256($raw));
+  }
+  emit(end => 1);
+  flush_out();
+}
+
+# Reads more of stdin into $IN, waiting at most SECS; false at EOF or after SECS of silence.
+sub fill {
+  my ($secs) = @_;
+  my $n;
+  my $ok = eval {
+    local $SIG{ALRM} = sub { die "silent\n" };
+    alarm $secs;
+    do { $n = sysread STDIN, $IN, 1 << 20, length $IN } until defined $n || !$!{EINTR};
+    alarm 0;
+    1;
+  };
+  alarm 0;
+  return $ok && $n;
+}
+
+# The first byte of what comes next on stdin, left there; '' for EOF.
+sub next_step {
+  fill($WAIT) if !length $IN;
+  return substr $IN, 0, 1;
+}
+
+sub read_line {
+  while (index($IN, "\n") < 0) { last unless fill($WAIT) }
+  my $end = index $IN, "\n";
+  return substr $IN, 0, $end < 0 ? length $IN : $end + 1, '';
+}
+
+sub readn {
+  my ($n) = @_;
+  while (length $IN < $n) { fill($IDLE) or die "eof\n" }
+  return substr $IN, 0, $n, '';
+}
+
+sub refuse { die "refused: $_[0]\n" }
+
+sub safe {
+  my ($path) = @_;
+  my @parts = split m{/}, $path, -1;
+  if (!length $path || $path =~ m{\A/|\0} || grep { $_ eq '' || $_ eq '.' || $_ eq '..' } @parts) {
+    refuse("refused path '$path': not a plain relative path");
+  }
+  my $parent = $DEST;
+  for my $p (@parts[0 .. $#parts - 1]) {
+    $parent .= "/$p";
+    next if $checked{$parent};
+    my ($mode) = lst($parent) or die "$parent: $!\n";
+    refuse("refused path '$path': '$p' is not a directory") unless S_ISDIR($mode);
+    $checked{$parent} = 1;
+  }
+  return "$DEST/$path";
+}
+
+sub delete_entry {
+  my ($full) = @_;
+  %checked = ();
+  my ($mode) = lst($full);
+  if (!defined $mode) {
+    return if $!{ENOENT};
+    die "$full: $!\n";
+  }
+  if (S_ISDIR($mode)) {
+    rmdir $full or return;  # a directory that still holds excluded files stays
+  } else {
+    unlink $full or $!{ENOENT} or die "$full: $!\n";
+  }
+  $state{deleted}++;
+}
+
+sub directory {
+  my ($full, $mode) = @_;
+  my ($have) = lst($full);
+  if (defined $have) {
+    refuse("cannot make directory '$full': something else is there") unless S_ISDIR($have);
+  } else {
+    die "$full: $!\n" unless $!{ENOENT};
+    mkdir $full, 0700 or die "$full: $!\n";
+  }
+  chmod $mode, $full or die "$full: $!\n";
+}
+
+sub dir_of { (my $d = $_[0]) =~ s{/[^/]*\z}{}; return $d }
+
+sub write_file {
+  my ($full, $mode, $mtime, $size) = @_;
+  my $tmp = dir_of($full) . '/' . random_name();
+  $state{tmp} = $tmp;
+  sysopen my $fh, $tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600 or die "$tmp: $!\n";
+  binmode $fh;
+  my $left = $size;
+  while ($left > 0) {
+    fill($IDLE) or die "eof\n" if !length $IN;
+    my $take = length $IN;
+    $take = $left if $left < $take;
+    my $chunk = substr $IN, 0, $take, '';
+    for (my $off = 0; $off < length $chunk;) {
+      my $n = syswrite $fh, $chunk, length($chunk) - $off, $off;
+      die "$tmp: $!\n" unless defined $n || $!{EINTR};
+      $off += $n // 0;
+    }
+    $left -= length $chunk;
+  }
+  chmod $mode, $fh or die "$tmp: $!\n";
+  close $fh or die "$tmp: $!\n";
+  set_mtime($tmp, $mtime);
+  rename $tmp, $full or die "$full: $!\n";
+  $state{tmp} = undef;
+  $state{files}++;
+  $state{bytes} += $size;
+}
+
+# Whether TARGET, a symlink's text at PATH, leads out of DEST.
+sub leaves {
+  my ($path, $target) = @_;
+  return 1 if $target =~ m{\A/};
+  my @up;
+  for my $p (split(m{/}, dir_of("/$path")), split(m{/}, $target)) {
+    next if $p eq '' || $p eq '.';
+    if ($p ne '..') {
+      push @up, $p;
+    } elsif (@up && $up[-1] ne '..') {
+      pop @up;
+    } else {
+      push @up, '..';
+    }
+  }
+  return @up && $up[0] eq '..';
+}
+
+sub symlink_entry {
+  my ($path, $full, $target) = @_;
+  refuse("refused symlink '$path' -> '$target': it leads out of the directory")
+    if leaves($path, $target);
+  my $tmp = dir_of($full) . '/' . random_name();
+  $state{tmp} = $tmp;
+  symlink $target, $tmp or die "$tmp: $!\n";
+  rename $tmp, $full or die "$full: $!\n";
+  $state{tmp} = undef;
+  $state{files}++;
+}
+
+sub attrs {
+  my ($full, $mode, $mtime) = @_;
+  my ($have) = lst($full);
+  refuse("cannot set the mode of '$full': not a file") unless defined $have && S_ISREG($have);
+  chmod $mode, $full or die "$full: $!\n";
+  set_mtime($full, $mtime);
+}
+
+sub record {
+  my ($kind, $mode, $mtime, $size, $n) = unpack 'a N q> Q> N', readn(25);
+  return 0 if $kind eq 'E';
+  my $path = readn($n);
+  my $full = safe($path);
+  $mode &= 07777;
+  if ($kind eq 'X') {
+    delete_entry($full);
+  } elsif ($kind eq 'D') {
+    directory($full, $mode);
+  } elsif ($kind eq 'F') {
+    write_file($full, $mode, $mtime, $size);
+  } elsif ($kind eq 'L') {
+    symlink_entry($path, $full, readn($size));
+  } elsif ($kind eq 'A') {
+    attrs($full, $mode, $mtime);
+  } else {
+    refuse("unknown record type '$kind'");
+  }
+  return 1;
+}
+
+sub apply {
+  my $ok = eval {
+    make_dirs($DEST);
+    1 while record();
+    1;
+  };
+  if ($ok) {
+    $OUT .= "msrun-sync: done $state{files} $state{bytes} $state{deleted}\n";
+    flush_out();
+    return 0;
+  }
+  my $why = $@;
+  unlink $state{tmp} if defined $state{tmp};
+  if ($why eq "eof\n") {
+    $OUT .= "msrun-sync: interrupted\n";
+    flush_out();
+    return 1;
+  }
+  $why =~ s/\Arefused: //;
+  $OUT .= "msrun-sync: error: $why";
+  flush_out();
+  return 2;
+}
+
+$SIG{PIPE} = 'IGNORE';
+manifest();
+my $step = next_step();
+if ($step eq '{') {
+  answer(read_line());
+  $step = next_step();
+}
+exit(length $step ? apply() : 0);
