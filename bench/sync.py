@@ -5,12 +5,16 @@ tmpfs (/srv/msrs-private, see tests/cluster/cluster.sh), so that every host real
 Two scenarios per size, each tool measured `--reps` times, the tools' order rotated every rep:
   first    a first copy of a tree of 1,000 files, 50 MB in all, into an empty destination
   resync   the same tree again after one file changed (every tool had a full copy before)
+and one for msrun-ssh alone, after its re-sync in every rep, `--pairs` times:
+  launch   a launch of /bin/true on every host with `--sync` after one file changed, paired with
+           the same launch without `--sync` (the order alternating): what `--sync` adds to a job's
+           start, where the sync rides the job's own connections
 Every run is checked: the changed file's content and the file count on the first and last host.
 Reported: wall time, the launcher's CPU (with its children) and the machine's busy CPU (/proc/stat:
 the hosts' sshd and receivers share this machine).
 
     python3 bench/sync.py --msrun build-rel/msrun-ssh --sizes 16,64 --reps 3 --out /tmp/sync-bench
-Needs root, pdsh, clush, rsync (bench/run.sh --sync installs them).
+`--tools` limits the tools (msrun-ssh,pdcp,clush,rsync). Needs root, pdsh, clush, rsync (bench/run.sh --sync installs them).
 """
 import argparse
 import os
@@ -84,6 +88,32 @@ def run_tool(tool, args, cluster, addrs, toml, tree):
                                timeout_s=600)
 
 
+def launch_argv(args, toml, tree, with_sync):
+    sync = [f"--sync={tree}", "--sync_dest", DEST] if with_sync else []
+    return [args.msrun, "--hostfile", toml, "--fanout", str(FANOUT), "--log_dir",
+            os.path.join(args.out, "launch-logs"), *sync, "/bin/true"]
+
+
+def bench_launch(args, cluster, addrs, toml, tree, rep, results):
+    """`--pairs` launches with --sync after one changed file, each paired with one without."""
+    n = str(len(addrs))
+    for i in range(args.pairs):
+        pair = {}
+        for with_sync in ((True, False) if i % 2 == 0 else (False, True)):
+            if with_sync:
+                rel, text = change_one(tree, 1000 + rep * args.pairs + i)
+            r = common.run_measured(launch_argv(args, toml, tree, with_sync), timeout_s=600)
+            r["bad"] = "rc" if r["rc"] != 0 else (
+                verify(cluster, addrs, "msrun-ssh", rel, text) if with_sync else "")
+            pair["sync" if with_sync else "plain"] = r
+        for key, r in pair.items():
+            results.setdefault("launch_" + key, {}).setdefault(n, {}).setdefault(
+                "msrun-ssh", []).append(r)
+        log(f"{n:>3} hosts launch pair {rep}.{i}: with --sync {pair['sync']['wall']:.2f}s, "
+            f"without {pair['plain']['wall']:.2f}s, machine CPU {pair['sync']['machine_cpu']:.1f} "
+            f"/ {pair['plain']['machine_cpu']:.1f}s {pair['sync']['bad']}{pair['plain']['bad']}")
+
+
 def change_one(tree, rep):
     rel = "d05/f0500.bin"
     text = f"changed in rep {rep} " + "x" * 100
@@ -97,7 +127,7 @@ def bench_size(args, cluster, n, results):
     toml = cluster.write_toml(os.path.join(args.out, f"hosts{n}.toml"), addrs, 1)
     tree = os.path.join(args.out, "tree")
     for rep in range(args.reps):
-        order = TOOLS[rep % len(TOOLS):] + TOOLS[:rep % len(TOOLS)]
+        order = args.tools[rep % len(args.tools):] + args.tools[:rep % len(args.tools)]
         for tool in order:
             make_tree(tree)
             rel, text = change_one(tree, rep)
@@ -112,13 +142,44 @@ def bench_size(args, cluster, n, results):
                 log(f"{n:3} hosts {key:6} rep {rep} {tool:9} wall {r['wall']:6.2f}s "
                     f"cpu {r['cpu']:6.2f}s machine {r['machine_cpu']:6.1f}s rc {r['rc']} "
                     f"{r['bad']}")
+            if tool == "msrun-ssh" and args.pairs:
+                bench_launch(args, cluster, addrs, toml, tree, rep, results)
 
 
-def table(results, key, sizes):
+def launch_table(results, sizes):
+    """The launches with and without --sync, and the pairs' differences."""
+    lines = ["| hosts | launch with --sync after one changed file: wall s (launcher CPU s, machine "
+             "CPU s) | the same launch without --sync | what --sync added: wall s, machine CPU s "
+             "(median of the pairs' differences [min-max]) |", "|---|---|---|---|"]
+    for n in sizes:
+        runs = {k: results.get("launch_" + k, {}).get(str(n), {}).get("msrun-ssh", [])
+                for k in ("sync", "plain")}
+        pairs = [(a, b) for a, b in zip(runs["sync"], runs["plain"])
+                 if a["rc"] == 0 and b["rc"] == 0 and not a["bad"] and not b["bad"]]
+        if not pairs:
+            if runs["sync"]:
+                lines.append(f"| {n} | failed ({len(runs['sync'])} pairs) | | |")
+            continue
+        cells = []
+        for side in (0, 1):
+            w = common.summarize([p[side]["wall"] for p in pairs])
+            c = common.summarize([p[side]["cpu"] for p in pairs])
+            m = common.summarize([p[side]["machine_cpu"] for p in pairs])
+            cells.append(f"{w['median']:.2f} [{w['min']:.2f}-{w['max']:.2f}] "
+                         f"({c['median']:.2f}, {m['median']:.1f})")
+        dw = common.summarize([a["wall"] - b["wall"] for a, b in pairs])
+        dm = common.summarize([a["machine_cpu"] - b["machine_cpu"] for a, b in pairs])
+        cells.append(f"**{dw['median']:.2f}** [{dw['min']:.2f}-{dw['max']:.2f}], "
+                     f"{dm['median']:.1f} ({len(pairs)}/{len(runs['sync'])} pairs ok)")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def table(results, key, sizes, tools=TOOLS):
     head = "| tool | " + " | ".join(f"{n} hosts: wall s (launcher CPU s, machine CPU s)"
                                      for n in sizes) + " |"
     lines = [head, "|---|" + "---|" * len(sizes)]
-    for tool in TOOLS:
+    for tool in tools:
         cells = []
         for n in sizes:
             rs = [r for r in results.get(key, {}).get(str(n), {}).get(tool, [])
@@ -142,8 +203,15 @@ def main():
     ap.add_argument("--sizes", default="16,64")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="/tmp/msrun-bench/sync")
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--pairs", type=int, default=3,
+                    help="launches with and without --sync per rep (0: none)")
     ap.add_argument("--keep-cluster", action="store_true")
     args = ap.parse_args()
+    args.tools = args.tools.split(",")
+    unknown = set(args.tools) - set(TOOLS)
+    if unknown:
+        ap.error(f"unknown tools: {', '.join(sorted(unknown))}")
     sizes = [int(s) for s in args.sizes.split(",")]
     os.makedirs(args.out, exist_ok=True)
     common.raise_nofile()
@@ -159,8 +227,12 @@ def main():
     common.save_json(os.path.join(args.out, "sync.json"), results)
     text = (f"First copy of {FILES} files, {FILES * FILE_BYTES // 1000000} MB (median [min-max] "
             f"of wall seconds; launcher and machine CPU medians):\n\n"
-            + table(results, "first", sizes)
-            + "\n\nRe-sync after one file changed:\n\n" + table(results, "resync", sizes) + "\n")
+            + table(results, "first", sizes, args.tools)
+            + "\n\nRe-sync after one file changed:\n\n"
+            + table(results, "resync", sizes, args.tools) + "\n")
+    if args.pairs and "msrun-ssh" in args.tools:
+        text += ("\nA launch of /bin/true with and without --sync (after one changed file), "
+                 "paired:\n\n" + launch_table(results, sizes) + "\n")
     with open(os.path.join(args.out, "sync.md"), "w") as f:
         f.write(text)
     print(text)

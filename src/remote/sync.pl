@@ -18,20 +18,28 @@
 # through the newfstatat and utimensat system calls (Perl's own stat has whole seconds, and
 # Time::HiRes's floating seconds lose the last digits). Elsewhere through Time::HiRes: correct
 # copies still, but a file whose mtime came out a few nanoseconds off is compared by its hash.
+#
+# It loads as little as it can (a host pays every millisecond of its start on every sync): no
+# Fcntl or Errno (Linux's errno numbers below 35 and its file type bits are the same on every
+# architecture; the open flags come from the table below), Digest::SHA only when asked to hash.
 use strict;
 use Config;
-use Digest::SHA ();
-use Errno ();
-use Fcntl qw(O_WRONLY O_CREAT O_EXCL O_NOFOLLOW S_ISDIR S_ISLNK S_ISREG);
 
 my ($DEST, $TOKEN) = (@ARGV, '', '');
 my ($MARK, $TMP) = ('.msrun-sync-id', '.msrun-sync.tmp.');
 my ($WAIT, $IDLE) = (600, 30);
 my ($AT_FDCWD, $AT_SYMLINK_NOFOLLOW) = (-100, 0x100);
-# newfstatat, utimensat, and where struct stat holds st_mode (st_size at 48, st_mtime at 88 and
-# its nanoseconds at 96 in both layouts).
-my %CALLS_OF_ARCH = (x86_64 => [262, 280, 24], aarch64 => [79, 88, 16]);
+# newfstatat, utimensat, where struct stat holds st_mode (st_size at 48, st_mtime at 88 and its
+# nanoseconds at 96 in both layouts), and O_NOFOLLOW.
+my %CALLS_OF_ARCH = (x86_64 => [262, 280, 24, 0400000], aarch64 => [79, 88, 16, 0100000]);
 my $CALLS = $^O eq 'linux' ? $CALLS_OF_ARCH{(split /-/, $Config{archname})[0]} : undef;
+my ($EINTR, $ENOENT, $EEXIST) = (4, 2, 17);
+my ($S_IFMT, $S_IFDIR, $S_IFLNK, $S_IFREG) = (0170000, 0040000, 0120000, 0100000);
+# O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
+my $OPEN_NEW = $CALLS ? 1 | 0100 | 0200 | $CALLS->[3] : do {
+  require Fcntl;
+  Fcntl::O_WRONLY() | Fcntl::O_CREAT() | Fcntl::O_EXCL() | Fcntl::O_NOFOLLOW();
+};
 require Time::HiRes unless $CALLS;
 
 my ($IN, $OUT) = ('', '');
@@ -71,6 +79,8 @@ sub set_mtime {
   }
 }
 
+sub is_dir { return ($_[0] & $S_IFMT) == $S_IFDIR }
+
 sub quote {
   my ($s) = @_;
   $s =~ s/(["\\])/\\$1/g;
@@ -84,17 +94,24 @@ sub is_utf8 {
       |[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})*\z/x;
 }
 
-# A JSON line from [key, value, ...]: numbers as they are, "p" and "l" as a string when UTF-8,
-# else as "px" / "lx" in hex, every other value a string (non-UTF-8 bytes there become "?").
+# The JSON member KEY: NAME (a path or a symlink's text): a string when NAME is UTF-8, else
+# "KEYx": its bytes in hex.
+sub name {
+  my ($k, $v) = @_;
+  return qq("$k": "$v") if $v =~ /\A[\x20-\x21\x23-\x5b\x5d-\x7e]*\z/;  # nothing to escape
+  return qq("$k": ) . quote($v) if is_utf8($v);
+  return qq("${k}x": ") . unpack('H*', $v) . '"';
+}
+
+# A JSON line from [key, value, ...]: "end" as true, "p" as name() says, every other value a
+# string (non-UTF-8 bytes there become "?").
 sub emit {
   my @parts;
   while (my ($k, $v) = splice @_, 0, 2) {
-    if ($k eq 'm' || $k eq 's' || $k eq 'n') {
-      push @parts, qq("$k": $v);
-    } elsif ($k eq 'end') {
+    if ($k eq 'end') {
       push @parts, qq("$k": true);
-    } elsif (($k eq 'p' || $k eq 'l') && !is_utf8($v)) {
-      push @parts, qq("${k}x": ") . unpack('H*', $v) . '"';
+    } elsif ($k eq 'p') {
+      push @parts, name($k, $v);
     } else {
       $v =~ s/[\x80-\xff]/?/g unless is_utf8($v);
       push @parts, qq("$k": ) . quote($v);
@@ -107,7 +124,7 @@ sub flush_out {
   while (length $OUT) {
     my $n = syswrite STDOUT, $OUT;
     if (!defined $n) {
-      next if $!{EINTR};
+      next if $! == $EINTR;
       exit 2;
     }
     substr($OUT, 0, $n, '');
@@ -135,14 +152,16 @@ sub walk {
       next;
     }
     my ($mode, $size, $mtime) = lst($path) or die "$path: $!\n";
-    my $t = S_ISDIR($mode) ? 'd' : S_ISLNK($mode) ? 'l' : S_ISREG($mode) ? 'f' : next;
-    my @link;
+    my $type = $mode & $S_IFMT;
+    my $t = $type == $S_IFDIR ? 'd' : $type == $S_IFLNK ? 'l' : $type == $S_IFREG ? 'f' : next;
+    my $link = '';
     if ($t eq 'l') {
       my $target = readlink $path;
       die "$path: $!\n" unless defined $target;
-      @link = (l => $target);
+      $link = ', ' . name(l => $target);
     }
-    emit(t => $t, m => $mode & 07777, s => $size, n => $mtime, p => $r, @link);
+    $OUT .= qq({"t": "$t", "m": ) . ($mode & 07777) . qq(, "s": $size, "n": $mtime, )
+      . name(p => $r) . "$link}\n";
     walk($path, $r) if $t eq 'd';
   }
 }
@@ -161,7 +180,7 @@ sub make_dirs {
   return if -d $dir;
   (my $parent = $dir) =~ s{/+[^/]*/*\z}{};
   make_dirs($parent) if length $parent && $parent ne $dir;
-  mkdir $dir or $!{EEXIST} or die "$dir: $!\n";
+  mkdir $dir or $! == $EEXIST or die "$dir: $!\n";
 }
 
 sub write_marker {
@@ -195,6 +214,7 @@ sub manifest {
 sub sha256 {
   my ($path) = @_;
   open my $f, '<:raw', "$DEST/$path" or return '';
+  require Digest::SHA;
   my $h = Digest::SHA->new(256);
   eval { $h->addfile($f); 1 } or return '';
   return $h->hexdigest;
@@ -219,7 +239,7 @@ sub fill {
   my $ok = eval {
     local $SIG{ALRM} = sub { die "silent\n" };
     alarm $secs;
-    do { $n = sysread STDIN, $IN, 1 << 20, length $IN } until defined $n || !$!{EINTR};
+    do { $n = sysread STDIN, $IN, 1 << 20, length $IN } until defined $n || $! != $EINTR;
     alarm 0;
     1;
   };
@@ -258,7 +278,7 @@ sub safe {
     $parent .= "/$p";
     next if $checked{$parent};
     my ($mode) = lst($parent) or die "$parent: $!\n";
-    refuse("refused path '$path': '$p' is not a directory") unless S_ISDIR($mode);
+    refuse("refused path '$path': '$p' is not a directory") unless is_dir($mode);
     $checked{$parent} = 1;
   }
   return "$DEST/$path";
@@ -269,13 +289,13 @@ sub delete_entry {
   %checked = ();
   my ($mode) = lst($full);
   if (!defined $mode) {
-    return if $!{ENOENT};
+    return if $! == $ENOENT;
     die "$full: $!\n";
   }
-  if (S_ISDIR($mode)) {
+  if (is_dir($mode)) {
     rmdir $full or return;  # a directory that still holds excluded files stays
   } else {
-    unlink $full or $!{ENOENT} or die "$full: $!\n";
+    unlink $full or $! == $ENOENT or die "$full: $!\n";
   }
   $state{deleted}++;
 }
@@ -284,9 +304,9 @@ sub directory {
   my ($full, $mode) = @_;
   my ($have) = lst($full);
   if (defined $have) {
-    refuse("cannot make directory '$full': something else is there") unless S_ISDIR($have);
+    refuse("cannot make directory '$full': something else is there") unless is_dir($have);
   } else {
-    die "$full: $!\n" unless $!{ENOENT};
+    die "$full: $!\n" unless $! == $ENOENT;
     mkdir $full, 0700 or die "$full: $!\n";
   }
   chmod $mode, $full or die "$full: $!\n";
@@ -298,7 +318,7 @@ sub write_file {
   my ($full, $mode, $mtime, $size) = @_;
   my $tmp = dir_of($full) . '/' . random_name();
   $state{tmp} = $tmp;
-  sysopen my $fh, $tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600 or die "$tmp: $!\n";
+  sysopen my $fh, $tmp, $OPEN_NEW, 0600 or die "$tmp: $!\n";
   binmode $fh;
   my $left = $size;
   while ($left > 0) {
@@ -308,7 +328,7 @@ sub write_file {
     my $chunk = substr $IN, 0, $take, '';
     for (my $off = 0; $off < length $chunk;) {
       my $n = syswrite $fh, $chunk, length($chunk) - $off, $off;
-      die "$tmp: $!\n" unless defined $n || $!{EINTR};
+      die "$tmp: $!\n" unless defined $n || $! == $EINTR;
       $off += $n // 0;
     }
     $left -= length $chunk;
@@ -355,7 +375,7 @@ sub symlink_entry {
 sub attrs {
   my ($full, $mode, $mtime) = @_;
   my ($have) = lst($full);
-  refuse("cannot set the mode of '$full': not a file") unless defined $have && S_ISREG($have);
+  refuse("cannot set the mode of '$full': not a file") unless defined $have && ($have & $S_IFMT) == $S_IFREG;
   chmod $mode, $full or die "$full: $!\n";
   set_mtime($full, $mtime);
 }
