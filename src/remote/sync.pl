@@ -20,19 +20,24 @@
 # copies still, but a file whose mtime came out a few nanoseconds off is compared by its hash.
 #
 # It loads as little as it can (a host pays every millisecond of its start on every sync): no
+# Config where the kernel names the architecture (/proc/sys/kernel/arch, Linux 6.1 and later; a
+# perl with 8-byte pointers there uses that architecture's calls), no
 # Fcntl or Errno (Linux's errno numbers below 35 and its file type bits are the same on every
 # architecture; the open flags come from the table below), Digest::SHA only when asked to hash.
 use strict;
-use Config;
 
 my ($DEST, $TOKEN) = (@ARGV, '', '');
 my ($MARK, $TMP) = ('.msrun-sync-id', '.msrun-sync.tmp.');
 my ($WAIT, $IDLE) = (600, 30);
 my ($AT_FDCWD, $AT_SYMLINK_NOFOLLOW) = (-100, 0x100);
-# newfstatat, utimensat, where struct stat holds st_mode (st_size at 48, st_mtime at 88 and its
-# nanoseconds at 96 in both layouts), and O_NOFOLLOW.
-my %CALLS_OF_ARCH = (x86_64 => [262, 280, 24, 0400000], aarch64 => [79, 88, 16, 0100000]);
-my $CALLS = $^O eq 'linux' ? $CALLS_OF_ARCH{(split /-/, $Config{archname})[0]} : undef;
+# newfstatat, utimensat, the unpack template of struct stat's st_mode, st_size, st_mtime and its
+# nanoseconds (at 24 or 16, 48, 88, 96), and O_NOFOLLOW.
+my %CALLS_OF_ARCH = (
+  x86_64 => [262, 280, 'x24 L x20 q x32 q q', 0400000],
+  aarch64 => [79, 88, 'x16 L x28 q x32 q q', 0100000],
+);
+my $CALLS = $^O eq 'linux' && length(pack 'p', '') == 8 ? $CALLS_OF_ARCH{arch()} : undef;
+my $STAT = "\0" x 256;
 my ($EINTR, $ENOENT, $EEXIST) = (4, 2, 17);
 my ($S_IFMT, $S_IFDIR, $S_IFLNK, $S_IFREG) = (0170000, 0040000, 0120000, 0100000);
 # O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
@@ -48,14 +53,24 @@ my %checked;
 binmode STDIN;
 binmode STDOUT;
 
+# The architecture perl runs on ("x86_64"): the kernel's when it says, else the one perl was
+# built for.
+sub arch {
+  if (open my $f, '<', '/proc/sys/kernel/arch') {
+    my $arch = <$f> // '';
+    chomp $arch;
+    return $arch if length $arch;
+  }
+  require Config;
+  return (split /-/, $Config::Config{archname} // $Config::Config{myarchname})[0];
+}
+
 # (mode, size, mtime in ns) of PATH itself (a symlink is not followed); () with $! set on failure.
 sub lst {
   my ($path) = @_;
   if ($CALLS) {
-    my $buf = "\0" x 256;
-    return () if syscall($CALLS->[0], $AT_FDCWD, "$path", $buf, $AT_SYMLINK_NOFOLLOW) != 0;
-    my $mode = unpack 'L', substr($buf, $CALLS->[2], 4);
-    my ($size, $sec, $nsec) = (unpack('q', substr($buf, 48, 8)), unpack('q2', substr($buf, 88, 16)));
+    return () if syscall($CALLS->[0], $AT_FDCWD, "$path", $STAT, $AT_SYMLINK_NOFOLLOW) != 0;
+    my ($mode, $size, $sec, $nsec) = unpack $CALLS->[2], $STAT;
     return ($mode, $size, $sec * 1_000_000_000 + $nsec);
   }
   my @st = Time::HiRes::lstat($path) or return ();
@@ -74,6 +89,8 @@ sub set_mtime {
   if ($CALLS) {
     my $times = pack 'q4', $sec, $nsec, $sec, $nsec;
     syscall($CALLS->[1], $AT_FDCWD, "$path", $times, 0) == 0 or die "$path: $!\n";
+  } elsif ($sec < 0) {  # Time::HiRes refuses times before 1970
+    utime $sec, $sec, $path or die "$path: $!\n";
   } else {
     Time::HiRes::utime($sec + $nsec / 1e9, $sec + $nsec / 1e9, $path) or die "$path: $!\n";
   }

@@ -17,6 +17,8 @@
 
 #include "local_transport.h"
 #include "msrun_ssh/check.h"
+#include "msrun_ssh/command.h"
+#include "remote/programs.h"
 #include "reply_transport.h"
 #include "test_util.h"
 
@@ -433,6 +435,77 @@ TEST_P(SyncProgramTest, NamesAndNanosecondMtimesComeBackExactly) {
   std::string again = manifest("", {"d/" + odd});
   RemoteAnswer a = parse_remote_answer(again.substr(again.find(kEnd) + kEnd.size()));
   EXPECT_EQ(a.hashes.at("d/" + odd), sha256_hex("abc"));
+}
+
+// Runs sync.pl with each `edits` pair (text, replacement) made to it, through sync.sh, on dest_
+// with `in` on its stdin: its output, and the exit status in `status`.
+std::string run_edited_perl(const std::string& dir, const std::string& dest,
+                            const std::vector<std::pair<std::string, std::string>>& edits,
+                            const std::string& in, int* status) {
+  std::string program(remote::kSyncPl);
+  for (const auto& [text, replacement] : edits) {
+    size_t at = program.find(text);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "sync.pl has no " << text;
+      return "";
+    }
+    program.replace(at, text.size(), replacement);
+  }
+  std::ofstream(dir + "/stdin", std::ios::binary) << in;
+  return test::shell_output(fmt::format("{} < '{}'/stdin",
+                                        shell_join({"/bin/sh", "-c", std::string(remote::kSyncSh),
+                                                    "msrun-ssh-sync", program, "", dest, ""}),
+                                        dir),
+                            status);
+}
+
+// On an architecture without the system call table, sync.pl keeps mtimes through Time::HiRes: the
+// copies are right and the mtimes a few nanoseconds off at most (the launcher then compares such
+// files by hash: SyncDiff.SameSizeOtherMtimeIsDecidedByContent); before 1970, to the second.
+TEST_F(SyncTree, PerlWithoutTheSystemCallsCopiesRightAndKeepsMtimesToAMicrosecond) {
+  const std::vector<std::pair<std::string, std::string>> no_calls = {{"$^O eq 'linux'", "0"}};
+  Manifest l = local();
+  int status = -1;
+  std::string out = run_edited_perl(dir_, dest_, no_calls, stream_for(l, {}), &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("msrun-sync: done 5 300024 0"), std::string::npos) << out;
+  EXPECT_EQ(test::slurp(dest_ + "/sub dir/ünï/data.bin"), std::string(300000, 'x'));
+  out = run_edited_perl(dir_, dest_, no_calls,
+                        encode_record_header(RecordType::kFile, 0600, -1500000001, 1, "early") +
+                            "e" + encode_record_header(RecordType::kEnd, 0, 0, 0, ""),
+                        &status);
+  EXPECT_EQ(status, 0) << out;
+  RemoteManifest r = parse_remote_manifest(run_edited_perl(dir_, dest_, no_calls, "", &status),
+                                           sync_rules(src_, {"*.pt"}));
+  ASSERT_TRUE(r.complete);
+  ASSERT_EQ(r.entries.size(), l.size() + 1);
+  for (const auto& [path, e] : l) {
+    const Entry& got = r.entries.at(path);
+    EXPECT_EQ(got.size, e.size) << path;
+    EXPECT_EQ(got.mode, e.mode) << path;
+    if (e.type == EntryType::kFile) {
+      EXPECT_LE(std::abs(got.mtime_ns - e.mtime_ns), 1000) << path;
+    }
+  }
+  EXPECT_EQ(r.entries.at("early").mtime_ns, -2000000000);
+}
+
+// Where the kernel does not name the architecture (before Linux 6.1), sync.pl asks perl's Config:
+// mtimes stay exact.
+TEST_F(SyncTree, PerlWithoutProcSysKernelArchKeepsMtimesExact) {
+  const std::vector<std::pair<std::string, std::string>> no_proc = {
+      {"/proc/sys/kernel/arch", "/proc/sys/kernel/no-such-file"}};
+  const int64_t late = 1700000000123456789;
+  int status = -1;
+  std::string out = run_edited_perl(dir_, dest_, no_proc,
+                                    encode_record_header(RecordType::kFile, 0600, late, 1, "late") +
+                                        "l" + encode_record_header(RecordType::kEnd, 0, 0, 0, ""),
+                                    &status);
+  EXPECT_EQ(status, 0) << out;
+  RemoteManifest r =
+      parse_remote_manifest(run_edited_perl(dir_, dest_, no_proc, "", &status), IgnoreRules());
+  ASSERT_TRUE(r.complete);
+  EXPECT_EQ(r.entries["late"].mtime_ns, late);
 }
 
 // Both programs list one tree alike, entry by entry.
