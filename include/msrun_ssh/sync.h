@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "msrun_ssh/options.h"
@@ -113,8 +114,15 @@ struct RemoteManifest {
 // Parses step 1's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per entry,
 // {"marker"}, {"error"}, {"end"}); lines that are not JSON objects are ignored (a login script
 // may print), entries with a path that is not relative and inside DEST are dropped, and so is
-// what `rules` exclude.
-RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules);
+// what `rules` exclude. The usual entry line (plain_entry_line) is read without the JSON parser,
+// to the same result (plain_lines = false: with it, for tests and the fuzz target).
+RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules,
+                                     bool plain_lines = true);
+
+// The entry line both host programs print for most entries, {"t": "f" or "d", "m": M, "s": S,
+// "n": N, "p": "P"} exactly, with P of printable ASCII that needs no escape: its path and entry as
+// the JSON parser would read them. nullopt for any other line.
+std::optional<std::pair<std::string, Entry>> plain_entry_line(std::string_view line);
 
 // The answer to the request (step 2): {"marker": TOKEN} and {"h": SHA-256 hex, "p": PATH} lines.
 struct RemoteAnswer {

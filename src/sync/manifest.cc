@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -126,17 +127,18 @@ std::optional<Entry> remote_entry(const nlohmann::json& j) {
   return e;
 }
 
-// Calls `fn` with every line of `text` that is a JSON object. A line whose fields have the wrong
-// types (fn throws nlohmann's type_error: {"t": 3}) is ignored from there on, as a line that is
-// not JSON is.
-template <typename Fn>
-void json_lines(std::string_view text, Fn fn) {
+// Calls `fn` with every line of `text` that is a JSON object, unless `taken` took it first (it
+// returns true for a line it read itself, sparing the JSON parser). A line whose fields have the
+// wrong types (fn throws nlohmann's type_error: {"t": 3}) is ignored from there on, as a line
+// that is not JSON is.
+template <typename Taken, typename Fn>
+void json_lines(std::string_view text, Taken taken, Fn fn) {
   size_t pos = 0;
   while (pos < text.size()) {
     size_t nl = std::min(text.find('\n', pos), text.size());
     std::string_view line = text.substr(pos, nl - pos);
     pos = nl + 1;
-    if (line.empty() || line[0] != '{') continue;
+    if (line.empty() || line[0] != '{' || taken(line)) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;
     try {
@@ -146,34 +148,82 @@ void json_lines(std::string_view text, Fn fn) {
   }
 }
 
+// A JSON integer (-?(0|[1-9][0-9]*), but not -0) at the front of `s` that fits T: consumed, true.
+template <typename T>
+bool take_integer(std::string_view& s, T& value) {
+  size_t digits = s.starts_with('-') ? 1 : 0;
+  auto digit = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '9'; };
+  if (!digit(digits) || (s[digits] == '0' && (digit(digits + 1) || digits == 1))) return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc()) return false;
+  s.remove_prefix(static_cast<size_t>(end - s.data()));
+  return true;
+}
+
+bool take(std::string_view& s, std::string_view prefix) {
+  if (!s.starts_with(prefix)) return false;
+  s.remove_prefix(prefix.size());
+  return true;
+}
+
 }  // namespace
 
-RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules) {
+std::optional<std::pair<std::string, Entry>> plain_entry_line(std::string_view line) {
+  Entry e;
+  if (!take(line, "{\"t\": \"") || line.empty() || (line[0] != 'f' && line[0] != 'd'))
+    return std::nullopt;
+  e.type = static_cast<EntryType>(line[0]);
+  line.remove_prefix(1);
+  uint64_t size = 0;
+  if (!take(line, "\", \"m\": ") || !take_integer(line, e.mode) || !take(line, ", \"s\": ") ||
+      !take_integer(line, size) || !take(line, ", \"n\": ") || !take_integer(line, e.mtime_ns) ||
+      !take(line, ", \"p\": \"") || !line.ends_with("\"}"))
+    return std::nullopt;
+  std::string_view path = line.substr(0, line.size() - 2);
+  for (char c : path)
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return std::nullopt;
+  e.mode &= 07777;
+  e.size = e.type == EntryType::kFile ? size : 0;
+  return std::pair{std::string(path), e};
+}
+
+RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules,
+                                     bool plain_lines) {
   RemoteManifest r;
-  json_lines(output, [&](const nlohmann::json& j) {
-    if (r.complete) return;  // what follows answers the second request
-    if (j.contains("end")) r.complete = true;
-    if (j.contains("error") && j["error"].is_string()) r.error = j["error"];
-    if (j.contains("marker") && j["marker"].is_string()) r.marker = j["marker"];
-    auto path = name_of(j, "p");
-    if (!path) return;
-    auto e = remote_entry(j);
-    if (!e || !safe_relative(*path) || own_file(*path) ||
-        rules.excluded(*path, e->type == EntryType::kDir))
-      return;
-    r.entries[*path] = *e;
-  });
+  auto add = [&](const std::string& path, const Entry& e) {
+    if (safe_relative(path) && !own_file(path) && !rules.excluded(path, e.type == EntryType::kDir))
+      r.entries[path] = e;
+  };
+  json_lines(
+      output,
+      [&](std::string_view line) {
+        if (!plain_lines || r.complete) return false;
+        auto plain = plain_entry_line(line);
+        if (plain) add(plain->first, plain->second);
+        return plain.has_value();
+      },
+      [&](const nlohmann::json& j) {
+        if (r.complete) return;  // what follows answers the second request
+        if (j.contains("end")) r.complete = true;
+        if (j.contains("error") && j["error"].is_string()) r.error = j["error"];
+        if (j.contains("marker") && j["marker"].is_string()) r.marker = j["marker"];
+        auto path = name_of(j, "p");
+        if (!path) return;
+        if (auto e = remote_entry(j)) add(*path, *e);
+      });
   return r;
 }
 
 RemoteAnswer parse_remote_answer(std::string_view output) {
   RemoteAnswer a;
-  json_lines(output, [&](const nlohmann::json& j) {
-    if (j.contains("end")) a.complete = true;
-    if (j.contains("marker") && j["marker"].is_string()) a.marker = j["marker"];
-    auto path = name_of(j, "p");
-    if (path && j.contains("h") && j["h"].is_string()) a.hashes[*path] = j["h"];
-  });
+  json_lines(
+      output, [](std::string_view) { return false; },
+      [&](const nlohmann::json& j) {
+        if (j.contains("end")) a.complete = true;
+        if (j.contains("marker") && j["marker"].is_string()) a.marker = j["marker"];
+        auto path = name_of(j, "p");
+        if (path && j.contains("h") && j["h"].is_string()) a.hashes[*path] = j["h"];
+      });
   return a;
 }
 

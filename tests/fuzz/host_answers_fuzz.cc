@@ -17,7 +17,8 @@
 //  - remote time: a finite value >= 0 when one is read;
 //  - net client: the two links of the pair (client -> server, server -> client), each rate
 //    finite and >= 0;
-//  - manifest: no entry that the rules exclude;
+//  - manifest: no entry that the rules exclude; the same result with and without the JSON
+//    parser's shortcut for plain entry lines (parse_remote_manifest's plain_lines);
 //  - CPU list: sorted, unique ids in 0..65535, or InputError.
 #include <cmath>
 #include <cstdint>
@@ -66,6 +67,11 @@ void manifest(std::string_view out) {
   for (const auto& [path, entry] : m.entries)
     FUZZ_CHECK(!rules.excluded(path, entry.type == ms::EntryType::kDir), "excluded %s",
                path.c_str());
+  ms::RemoteManifest json = ms::parse_remote_manifest(out, rules, false);
+  FUZZ_CHECK(m.entries == json.entries && m.marker == json.marker && m.error == json.error &&
+                 m.complete == json.complete,
+             "the plain-line shortcut read %zu entries, the JSON parser %zu", m.entries.size(),
+             json.entries.size());
 }
 
 void cpu_list(std::string_view out) {

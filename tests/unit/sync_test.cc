@@ -271,6 +271,62 @@ TEST(SyncManifest, LinesWithFieldsOfTheWrongTypeAreIgnored) {
   EXPECT_TRUE(a.hashes.empty());
 }
 
+// The usual entry line is read without the JSON parser, to the same result; every near miss goes
+// to the JSON parser, which reads it or leaves it out as before.
+TEST(SyncManifest, PlainEntryLinesReadAsTheJsonParserReadsThem) {
+  auto plain = plain_entry_line(
+      R"({"t": "f", "m": 33188, "s": 51200, "n": 1700000000123456789, "p": "d1/f 1.py"})");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->first, "d1/f 1.py");
+  EXPECT_EQ(plain->second, (Entry{EntryType::kFile, 0644, 51200, 1700000000123456789, ""}));
+  plain = plain_entry_line(R"({"t": "d", "m": 493, "s": 4096, "n": -5, "p": "d1"})");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->second, (Entry{EntryType::kDir, 0755, 0, -5, ""}));
+  const std::vector<std::string> lines = {
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "a"})",
+      R"({"t": "d", "m": 493, "s": 0, "n": 0, "p": "dir"})",
+      R"({"t": "f", "m": 0420, "s": 3, "n": 7, "p": "zero"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": -0, "p": "minus-zero"})",
+      R"({"t": "f", "m": 420, "s": 3.0, "n": 7, "p": "fraction"})",
+      R"({"t": "f", "m": 420, "s": 3e2, "n": 7, "p": "exponent"})",
+      R"({"t": "f", "m": 420, "s": -3, "n": 7, "p": "negative-size"})",
+      R"({"t": "d", "m": 420, "s": -3, "n": 7, "p": "dir-negative-size"})",
+      R"({"t": "f", "m": 4294967716, "s": 3, "n": 7, "p": "big-mode"})",
+      R"({"t": "f", "m": 420, "s": 18446744073709551616, "n": 7, "p": "big-size"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 9223372036854775808, "p": "big-mtime"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "q"uote"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "back\slash"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "ün"})",
+      "{\"t\": \"f\", \"m\": 420, \"s\": 3, \"n\": 7, \"p\": \"\xc3\xbcn\"}",
+      "{\"t\": \"f\", \"m\": 420, \"s\": 3, \"n\": 7, \"p\": \"bad\xff\"}",
+      R"({"t": "l", "m": 511, "s": 1, "n": 7, "p": "link", "l": "a"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "a", "x": 1})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "../up"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "__pycache__/x"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": ".msrun-sync-id"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "trailing"} )",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": "x"}{"t": "f"})",
+      R"({"t": "f", "m": 420, "s": 3, "n": 7, "p": ""})",
+      R"({"t": "x", "m": 420, "s": 3, "n": 7, "p": "type"})",
+  };
+  IgnoreRules rules = sync_rules("/nonexistent", {});
+  size_t read_plain = 0;
+  for (const std::string& line : lines) {
+    RemoteManifest fast = parse_remote_manifest(line + "\n", rules);
+    RemoteManifest json = parse_remote_manifest(line + "\n", rules, false);
+    EXPECT_EQ(fast.entries, json.entries) << line;
+    read_plain += plain_entry_line(line).has_value();
+  }
+  // a, dir, ../up, __pycache__/x, .msrun-sync-id and "" (the last four then left out); the rest
+  // goes to the JSON parser
+  EXPECT_EQ(read_plain, 6u);
+  std::string all;
+  for (const std::string& line : lines) all += line + "\n";
+  EXPECT_EQ(parse_remote_manifest(all, rules).entries,
+            parse_remote_manifest(all, rules, false).entries);
+  EXPECT_EQ(parse_remote_manifest(all, rules).entries.size(), 10u);
+}
+
 TEST(SyncStream, HeaderLayout) {
   std::string h = encode_record_header(RecordType::kFile, 0755, 0x0102030405060708, 5, "ab");
   ASSERT_EQ(h.size(), kRecordHeaderSize + 2);
