@@ -6,9 +6,10 @@ Two scenarios per size, each tool measured `--reps` times, the tools' order rota
   first    a first copy of a tree of 1,000 files, 50 MB in all, into an empty destination
   resync   the same tree again after one file changed (every tool had a full copy before)
 and one for msrun-ssh alone, after its re-sync in every rep, `--pairs` times:
-  launch   a launch of /bin/true on every host with `--sync` after one file changed, paired with
-           the same launch without `--sync` (the order alternating): what `--sync` adds to a job's
-           start, where the sync rides the job's own connections
+  launch   a launch of /bin/true on every host (`--ppn` processes per host) with `--sync` after
+           one file changed, paired with the same launch without `--sync` (the order
+           alternating): what `--sync` adds to a job's start, where the sync rides the job's own
+           connections (and, with 2 processes per host or more, its launch agents)
 Every run is checked: the changed file's content and the file count on the first and last host.
 Reported: wall time, the launcher's CPU (with its children) and the machine's busy CPU (/proc/stat:
 the hosts' sshd and receivers share this machine).
@@ -94,9 +95,11 @@ def launch_argv(args, toml, tree, with_sync):
             os.path.join(args.out, "launch-logs"), *sync, "/bin/true"]
 
 
-def bench_launch(args, cluster, addrs, toml, tree, rep, results):
+def bench_launch(args, cluster, addrs, tree, rep, results):
     """`--pairs` launches with --sync after one changed file, each paired with one without."""
     n = str(len(addrs))
+    toml = cluster.write_toml(os.path.join(args.out, f"hosts{n}x{args.ppn}.toml"), addrs,
+                              args.ppn)
     for i in range(args.pairs):
         pair = {}
         for with_sync in ((True, False) if i % 2 == 0 else (False, True)):
@@ -143,7 +146,7 @@ def bench_size(args, cluster, n, results):
                     f"cpu {r['cpu']:6.2f}s machine {r['machine_cpu']:6.1f}s rc {r['rc']} "
                     f"{r['bad']}")
             if tool == "msrun-ssh" and args.pairs:
-                bench_launch(args, cluster, addrs, toml, tree, rep, results)
+                bench_launch(args, cluster, addrs, tree, rep, results)
 
 
 def launch_table(results, sizes):
@@ -206,6 +209,7 @@ def main():
     ap.add_argument("--tools", default=",".join(TOOLS))
     ap.add_argument("--pairs", type=int, default=3,
                     help="launches with and without --sync per rep (0: none)")
+    ap.add_argument("--ppn", type=int, default=1, help="processes per host in the launches")
     ap.add_argument("--keep-cluster", action="store_true")
     args = ap.parse_args()
     args.tools = args.tools.split(",")
@@ -231,8 +235,8 @@ def main():
             + "\n\nRe-sync after one file changed:\n\n"
             + table(results, "resync", sizes, args.tools) + "\n")
     if args.pairs and "msrun-ssh" in args.tools:
-        text += ("\nA launch of /bin/true with and without --sync (after one changed file), "
-                 "paired:\n\n" + launch_table(results, sizes) + "\n")
+        text += (f"\nA launch of /bin/true ({args.ppn} per host) with and without --sync (after "
+                 "one changed file), paired:\n\n" + launch_table(results, sizes) + "\n")
     with open(os.path.join(args.out, "sync.md"), "w") as f:
         f.write(text)
     print(text)

@@ -45,8 +45,8 @@ for my $i (0 .. $#KEPT) {
 my @SIG_NAME = split ' ', $Config{sig_name};
 # setsid(2) by its number where it is known (perl has no call of its own without POSIX.pm, whose
 # loading costs more than the whole agent), else setsid(1), else a process group of its own.
-my %SETSID_NR = (x86_64 => 112, aarch64 => 157);
-my $SETSID_NR = $^O eq 'linux' ? $SETSID_NR{(split /-/, $Config{archname})[0]} : undef;
+my %SETSID_OF_ARCH = (x86_64 => 112, aarch64 => 157);
+my $SETSID_NR = $^O eq 'linux' ? $SETSID_OF_ARCH{(split /-/, $Config{archname})[0]} : undef;
 my ($SETSID) = grep { -x } map { "$_/setsid" } split /:/, ($ENV{PATH} // '') . ':/usr/bin:/bin';
 
 my %children;    # channel id -> child: {cid, pid, fin, pending, eof, outs => {fd => [handle, op]}, status}

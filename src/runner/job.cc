@@ -364,13 +364,14 @@ std::string write_stacks_file(const std::string& log_dir, const std::string& sta
 
 namespace {
 
-// Everything before a process starts, attached or detached: connect every host, bind from their
-// topologies, check the torch contract's master port, show the bindings when asked. Returns
-// nothing when ready, else the exit status and why (every step prints its own details);
-// `unreachable` (when given) gets the hosts that could not be connected, with why.
+// Everything before a process starts, attached or detached: connect every host (`pool`), then
+// over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
+// torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
+// exit status and why (every step prints its own details); `unreachable` (when given) gets the
+// hosts that could not be connected, with why.
 std::optional<std::pair<int, std::string>> prepare_hosts(
-    HostTransport& pool, Plan& plan, const JobHosts& jh, const Options& options,
-    bool report_bindings, StatusLine* status = nullptr,
+    HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
+    const Options& options, bool report_bindings, StatusLine* status = nullptr,
     std::map<std::string, std::string>* unreachable = nullptr) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
@@ -381,13 +382,13 @@ std::optional<std::pair<int, std::string>> prepare_hosts(
   if (options.sync) sync = make_sync_source(options, workdirs);
   if (!connect(pool, jh.hosts, jh.connections, status, unreachable))
     return std::pair{kExitHostFailure, std::string("a host could not be reached")};
-  if (sync && !sync_and_report(pool, *sync, addresses, stderr)) {
+  if (sync && !sync_and_report(commands, *sync, addresses, stderr)) {
     std::fprintf(stderr, "msrun-ssh: the sync failed; nothing was started\n");
     return std::pair{kExitHostFailure, std::string("the sync failed")};
   }
-  if (!bind_from_topologies(pool, plan, options))
+  if (!bind_from_topologies(commands, plan, options))
     return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
-  if (!master_port_free(pool, plan, options.connect_timeout))
+  if (!master_port_free(commands, plan, options.connect_timeout))
     return std::pair{kExitUsage, std::string("the master port is taken")};
   if (report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
   return std::nullopt;
@@ -404,11 +405,25 @@ StartView start_view(StatusLine& row, const Plan& plan) {
   return StartView(row, std::move(hosts), processes, monotonic_seconds);
 }
 
-// An attempt's hosts, connected and ready to run `plan`.
+// The launch agents of an attempt's hosts (agent.h), over `pool`: a host with an agent pays its
+// login rc once for every command of the attempt (the sync, the topology probe, the port check,
+// the watchdog, the processes), not once per command. An agent whose launcher is silent as long as
+// a watchdog tolerates, with nothing running, ends itself.
+std::unique_ptr<AgentTransport> launch_agents(Transport& pool, const Plan& plan,
+                                              const Options& options) {
+  auto agents = std::make_unique<AgentTransport>(pool, plan.hosts.size(),
+                                                 agent_command(2 * options.heartbeat));
+  for (size_t h = 0; h < plan.hosts.size(); ++h)
+    if (!use_agent(options.agent, plan.hosts[h].processes.size())) agents->run_directly(h);
+  return agents;
+}
+
+// An attempt's hosts, connected and ready to run `plan` (agents goes before pool, which it uses).
 struct ReadyHosts {
   Plan plan;
   std::optional<StartView> view;
   std::unique_ptr<HostTransport> pool;
+  std::unique_ptr<AgentTransport> agents;
 };
 
 // Connects and prepares the hosts of attempt `attempt` (prepare_hosts). At a restart with spares,
@@ -418,6 +433,7 @@ struct ReadyHosts {
 std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& options,
                                              int attempt, StatusLine& row, ReadyHosts& ready) {
   for (;;) {
+    ready.agents.reset();
     ready.pool.reset();
     ready.plan = attempt_plan(roster.plan(), options, attempt);
     ready.view.emplace(start_view(row, ready.plan));
@@ -430,8 +446,9 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
     };
     JobHosts jh = job_hosts(ready.plan);
     ready.pool = host_transport(options, jh.endpoints, settings);
+    ready.agents = launch_agents(*ready.pool, ready.plan, options);
     std::map<std::string, std::string> unreachable;
-    auto failed = prepare_hosts(*ready.pool, ready.plan, jh, options,
+    auto failed = prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
                                 options.report_bindings && attempt == 1, &row, &unreachable);
     if (!failed) return std::nullopt;
     std::string why = failed->second;
@@ -473,13 +490,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   AttemptResult result;
   std::vector<SummaryRow> rows;
   try {
-    // Over the launch agents (agent.h), a host runs its login rc once, not once per process.
-    // An agent whose launcher is silent as long as a watchdog tolerates, with nothing running,
-    // ends itself.
-    AgentTransport agents(pool, plan.hosts.size(), agent_command(2 * options.heartbeat));
-    for (size_t h = 0; h < plan.hosts.size(); ++h)
-      if (!use_agent(options.agent, plan.hosts[h].processes.size())) agents.run_directly(h);
-    Runner runner(plan, options, agents, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
+    // Over the launch agents the hosts' preparation used (launch_agents).
+    Runner runner(plan, options, *ready.agents, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
     runner.set_attempt(attempt);
     runner.set_events(events);
     runner.set_status(&view, options.status_line && row.enabled() ? &row : nullptr);
@@ -549,7 +561,7 @@ int run_job(const Options& options, Plan& plan) {
   if (!options.join) {
     JobHosts jh = job_hosts(plan);
     auto pool = host_transport(options, jh.endpoints, ssh_settings(options));
-    if (auto failed = prepare_hosts(*pool, plan, jh, options, options.report_bindings))
+    if (auto failed = prepare_hosts(*pool, *pool, plan, jh, options, options.report_bindings))
       return failed->first;
     return run_detached(options, plan, *pool);
   }

@@ -4,12 +4,13 @@ processes (with --agent=False, one channel and one rc per process) or its launch
 default: one rc per host) are still inside a 4-second rc. Afterwards every host's process list
 must hold nothing but the host's own processes (harness.leftovers), not only no marked process.
 """
+import os
 import re
 import signal
 import time
 
 from harness import (check, cluster, interrupt, job, launch, leftovers, marked_processes,
-                     wait_for, wait_no_leftovers, running)
+                     tmpdir, wait_for, wait_no_leftovers, running)
 
 HEARTBEAT = 1.0
 SLOW = 1      # the host with the slow rc
@@ -158,6 +159,37 @@ def test_agent_pays_the_rc_once_per_host():
             check(not rcs, f"an rc runs again on node1: {rcs}")
             err, _ = interrupt(p, signal.SIGINT, 30)
             check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
+        finally:
+            if p.poll() is None:
+                p.kill()
+        wait_no_leftovers(2)
+        print(f"every process running {took:.1f} s after the start (rc {RC} s)")
+    _with_slow_rc(body)
+
+
+def test_sync_and_the_binding_probe_ride_the_agent():
+    """--sync and --bind_core run their commands through the launch agents: node1 pays its rc once
+    for the sync, the topology probe, the watchdog and its processes, not once for each step."""
+    proj = os.path.join(tmpdir(), "slowrc-proj")
+    os.makedirs(proj, exist_ok=True)
+    with open(os.path.join(proj, "data.txt"), "w") as f:
+        f.write("synced\n")
+
+    def body():
+        start = time.monotonic()
+        p, _ = launch([job("sleeper.py")],
+                      extra=["--sync=slowrc-proj", "--sync_dest", f"/srv/msrs-private/rc{start:.0f}",
+                             "--bind_core=True"])
+        try:
+            wait_for(lambda: running("sleeper.py") >= 7, 3 * RC + 6, "every process")
+            took = time.monotonic() - start
+            err, _ = interrupt(p, signal.SIGINT, 30)
+            text = err.decode(errors="replace")
+            check(p.returncode == 130, f"exit {p.returncode}: {text[-1500:]}")
+            check(re.search(r"sync: \S+: 1 files, 7 bytes sent", text), f"no sync line: {text}")
+            # One rc (4 s) before node1's processes run; a step on a channel of its own would
+            # pay another.
+            check(took < 2 * RC, f"the processes ran {took:.1f} s after the start")
         finally:
             if p.poll() is None:
                 p.kill()
