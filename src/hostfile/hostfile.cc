@@ -198,11 +198,15 @@ void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host
 }
 
 // Moves the hosts marked spare to cluster.spares, in order; `empty` says why none would be left.
-void split_spares(Cluster& cluster, const std::string& empty) {
+// Moves the spare hosts to cluster.spares. Every host a spare is an error, located where the first
+// host is (`where`: wheres.front(), the hosts being there).
+void split_spares(Cluster& cluster, const std::string& where) {
   std::vector<Host> hosts;
   for (auto& h : cluster.hosts) (h.spare ? cluster.spares : hosts).push_back(std::move(h));
   cluster.hosts = std::move(hosts);
-  if (cluster.hosts.empty()) throw InputError(empty);
+  if (cluster.hosts.empty())
+    throw InputError(
+        fmt::format("{}: every host is a spare; at least one host must run the job", where));
 }
 
 }  // namespace
@@ -271,7 +275,7 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no [[hosts]] entries", path));
   check_unique(cluster, wheres);
-  split_spares(cluster, fmt::format("{}: every host is a spare", path));
+  split_spares(cluster, wheres.front());
   return cluster;
 }
 
@@ -318,7 +322,7 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no hosts", path));
   check_unique(cluster, wheres);
-  split_spares(cluster, fmt::format("{}: every host is a spare", path));
+  split_spares(cluster, wheres.front());
   return cluster;
 }
 

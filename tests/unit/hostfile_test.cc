@@ -385,7 +385,7 @@ TEST(Hostfile, SpareErrors) {
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = 1\n"),
             "h.toml:3:9: key \"spare\" must be true or false");
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = true\n"),
-            "h.toml: every host is a spare");
+            "h.toml:1:1: every host is a spare; at least one host must run the job");
   EXPECT_EQ(toml_error("[defaults]\nspare = true\n[[hosts]]\naddress = \"a\"\n"),
             "h.toml:2:9: unknown key \"spare\" in [defaults] (expected one of: user, port, "
             "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
@@ -401,7 +401,10 @@ TEST(HostfilePlain, SpareWord) {
   ASSERT_EQ(c.spares.size(), 1u);
   EXPECT_EQ(c.spares[0].address, "s");
   EXPECT_EQ(c.spares[0].local_worker_num, 2);
-  EXPECT_EQ(plain_error("a spare\n"), "hosts: every host is a spare");
+  EXPECT_EQ(plain_error("a spare\n"),
+            "hosts:1: every host is a spare; at least one host must run the job");
+  EXPECT_EQ(plain_error("# spares\n\na spare\nb spare\n"),
+            "hosts:3: every host is a spare; at least one host must run the job");
 }
 
 TEST(Hostfile, TakeSparesMovesTheLastHostsAfterTheMarkedOnes) {
