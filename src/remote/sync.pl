@@ -21,9 +21,9 @@
 #
 # It loads as little as it can (a host pays every millisecond of its start on every sync): no
 # Config where the kernel names the architecture (/proc/sys/kernel/arch, Linux 6.1 and later; a
-# perl with 8-byte pointers there uses that architecture's calls), no
-# Fcntl or Errno (Linux's errno numbers below 35 and its file type bits are the same on every
-# architecture; the open flags come from the table below), Digest::SHA only when asked to hash.
+# perl with 8-byte pointers there uses that architecture's calls), no Fcntl or Errno (Linux's
+# errno numbers below 35 and its file type bits are the same on every architecture; the open flags
+# come from the table below), Digest::SHA only when asked to hash.
 use strict;
 
 my ($DEST, $TOKEN) = (@ARGV, '', '');
