@@ -144,57 +144,51 @@ def _agent_in_rc():
     return any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}" for ns, _, cmd in leftovers())
 
 
+def _every_process_after_one_rc(extra, wait_s, while_running=lambda: None):
+    """Starts sleeper.py with `extra`; every process (3 + 2 + 2) must run within one rc of the
+    start (2 * RC). Calls while_running(), then Ctrl-C: exit 130 and nothing left. Returns the
+    launcher's stderr."""
+    start = time.monotonic()
+    p, _ = launch([job("sleeper.py")], extra=extra)
+    try:
+        wait_for(lambda: running("sleeper.py") >= 7, wait_s, "every process")
+        took = time.monotonic() - start
+        check(took < 2 * RC, f"the processes ran {took:.1f} s after the start")
+        while_running()
+        err, _ = interrupt(p, signal.SIGINT, 30)
+        text = err.decode(errors="replace")
+        check(p.returncode == 130, f"exit {p.returncode}: {text[-1500:]}")
+    finally:
+        if p.poll() is None:
+            p.kill()
+    wait_no_leftovers(2)
+    print(f"every process running {took:.1f} s after the start (rc {RC} s)")
+    return text
+
+
 def test_agent_pays_the_rc_once_per_host():
-    def body():
-        start = time.monotonic()
-        p, _ = launch([job("sleeper.py")])
-        try:
-            # Every process (3 + 2 + 2) runs one rc after the start, not two: with a channel per
-            # process node1's would wait for its watchdog's rc and then their own.
-            wait_for(lambda: running("sleeper.py") >= 7,
-                     RC + 6, "every process")
-            took = time.monotonic() - start
-            check(took < 2 * RC, f"the processes ran {took:.1f} s after the start")
-            rcs = [x for x in leftovers() if x[0] == f"msrs-node{SLOW}" and x[2] == f"sleep {RC}"]
-            check(not rcs, f"an rc runs again on node1: {rcs}")
-            err, _ = interrupt(p, signal.SIGINT, 30)
-            check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
-        finally:
-            if p.poll() is None:
-                p.kill()
-        wait_no_leftovers(2)
-        print(f"every process running {took:.1f} s after the start (rc {RC} s)")
-    _with_slow_rc(body)
+    # Every process runs one rc after the start, not two: with a channel per process node1's
+    # would wait for its watchdog's rc and then their own.
+    def no_second_rc():
+        rcs = [x for x in leftovers() if x[0] == f"msrs-node{SLOW}" and x[2] == f"sleep {RC}"]
+        check(not rcs, f"an rc runs again on node1: {rcs}")
+    _with_slow_rc(lambda: _every_process_after_one_rc((), RC + 6, no_second_rc))
 
 
 def test_sync_and_the_binding_probe_ride_the_agent():
     """--sync and --bind_core run their commands through the launch agents: node1 pays its rc once
-    for the sync, the topology probe, the watchdog and its processes, not once for each step."""
+    for the sync, the topology probe, the watchdog and its processes, not once for each step (a
+    step on a channel of its own would pay another)."""
     proj = os.path.join(tmpdir(), "slowrc-proj")
     os.makedirs(proj, exist_ok=True)
     with open(os.path.join(proj, "data.txt"), "w") as f:
         f.write("synced\n")
 
     def body():
-        start = time.monotonic()
-        p, _ = launch([job("sleeper.py")],
-                      extra=["--sync=slowrc-proj", "--sync_dest", f"/srv/msrs-private/rc{start:.0f}",
-                             "--bind_core=True"])
-        try:
-            wait_for(lambda: running("sleeper.py") >= 7, 3 * RC + 6, "every process")
-            took = time.monotonic() - start
-            err, _ = interrupt(p, signal.SIGINT, 30)
-            text = err.decode(errors="replace")
-            check(p.returncode == 130, f"exit {p.returncode}: {text[-1500:]}")
-            check(re.search(r"sync: \S+: 1 files, 7 bytes sent", text), f"no sync line: {text}")
-            # One rc (4 s) before node1's processes run; a step on a channel of its own would
-            # pay another.
-            check(took < 2 * RC, f"the processes ran {took:.1f} s after the start")
-        finally:
-            if p.poll() is None:
-                p.kill()
-        wait_no_leftovers(2)
-        print(f"every process running {took:.1f} s after the start (rc {RC} s)")
+        extra = ["--sync=slowrc-proj", "--sync_dest", f"/srv/msrs-private/rc{time.time():.0f}",
+                 "--bind_core=True"]
+        text = _every_process_after_one_rc(extra, 3 * RC + 6)
+        check(re.search(r"sync: \S+: 1 files, 7 bytes sent", text), f"no sync line: {text}")
     _with_slow_rc(body)
 
 
