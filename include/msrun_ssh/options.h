@@ -87,6 +87,7 @@ struct Options {
   std::string sync_dir;   // "" : the task script's directory
   std::string sync_dest;  // "" : each host's workdir joined with DIR relative to the launcher's cwd
   std::vector<std::string> sync_excludes;
+  double persist = 0;  // sync --persist SECONDS: keep the connections that long (mux.h); 0: not
 
   // check / stop.
   std::vector<std::string> imports;

@@ -220,11 +220,17 @@ std::optional<ApplySummary> parse_apply_summary(std::string_view output);
 // ---- the commands -------------------------------------------------------------------------------
 
 // The program on DEST (created when missing once something is written there). `token`: written to
-// the marker after the walk ("" : nothing is written, as `check` does). The host runs sync.pl with
-// perl when it has perl, else sync.py with python3 (`program` limits the choice, for tests).
+// the marker after the walk ("" : nothing is written, as `check` does); kTokenFromStdin: the
+// program reads it from its stdin's first line before it does anything (a command that can be
+// started ahead and wait: may_start_ahead). The host runs sync.pl with perl when it has perl, else
+// sync.py with python3 (`program` limits the choice, for tests).
 enum class SyncProgram { kPerlOrPython, kPerl, kPython };
+inline constexpr const char* kTokenFromStdin = "-";
 std::string sync_command(const std::string& dest, const std::string& token,
                          SyncProgram program = SyncProgram::kPerlOrPython);
+// Whether `command` is a sync_command with kTokenFromStdin: it does nothing before its stdin's
+// first line, so a kept connection may start it before a command asks for it (mux.h).
+bool may_start_ahead(const std::string& command);
 // The request (step 2): read the marker again, hash `paths`; one JSON line per path. The program
 // tells it from a stream by its first byte, '{'.
 std::string manifest_request(const std::vector<std::string>& paths);

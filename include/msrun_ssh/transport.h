@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -72,6 +73,9 @@ class Transport {
   virtual Liveness tcp_liveness(size_t /*host*/, double /*within_ms*/) const {
     return Liveness::kUnknown;
   }
+  // How long ago host `host`'s TCP stack last acknowledged something, in ms (0 when everything
+  // sent is acknowledged): what tcp_liveness judges. nullopt where the transport cannot tell.
+  virtual std::optional<double> tcp_ack_age_ms(size_t /*host*/) const { return std::nullopt; }
   // Waits at most `timeout_ms` (-1: no limit) for events and hands each to `handler`.
   virtual void poll(int timeout_ms, const EventHandler& handler) = 0;
   // Monotonic milliseconds; the fake transport's clock is under the test's control.

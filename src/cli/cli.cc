@@ -217,6 +217,8 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
          if (v.empty()) bad(n, v, "must not be empty");
          o.sync_excludes.push_back(v);
        })},
+      {"--persist",
+       value([](O& o, S n, S v) { o.persist = to_seconds(n, v, 0, 86400); })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
       {"--agent", value([](O& o, S n, S v) {
          bool on = false;
@@ -269,10 +271,12 @@ bool allowed(Command command, const std::string& name) {
   if (name == "--rank" || name == "--follow") return command == Command::kLogs;
   if (name == "--sync") return command == Command::kRun || command == Command::kCheck;
   if (name == "--sync_dest") return command == Command::kRun;
+  if (name == "--persist") return command == Command::kSync;
   const bool reaching = name == "--hostfile" || name == "--ssh_config" || name == "--fanout" ||
                         name == "--connect_timeout" || name == "--ssh_debug" ||
                         name == "--strict_host_key_checking" || name == "--transport";
-  if (command == Command::kSync) return name == "--sync_exclude" || reaching;
+  if (command == Command::kSync)
+    return name == "--sync_exclude" || name == "--persist" || reaching;
   if (command == Command::kStack) return name == "--log_dir" || reaching;
   return true;
 }

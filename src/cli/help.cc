@@ -424,6 +424,11 @@ const std::vector<OptionDoc>& option_docs() {
       {"--sync_exclude", "", "PATTERN",
        "leave out what PATTERN matches (gitignore syntax; repeatable)", kRun | kCheck | kSync,
        S::kOwn},
+      {"--persist", "", "SECONDS",
+       "keep the connections open that long after the sync, in a process of their own, for the "
+       "next sync to the same hosts (as ssh's ControlPersist; README, \"Kept connections\") "
+       "(default 0: not kept)",
+       kSync, S::kOwn},
       {"--import", "", "MODULE",
        "check that MODULE imports with the hosts' interpreter (repeatable)", kCheck, S::kOwn},
       {"--net", "", "[=collective]",

@@ -1,6 +1,8 @@
 # Sync on a host (run by sync.sh): the same program as sync.py, in Perl, which starts in a few
 # milliseconds where python3 takes ~100 ms of CPU. sync.sh runs it when the host has perl, else
-# sync.py. One program, up to three steps on one channel; DEST is $ARGV[0], the token $ARGV[1].
+# sync.py. One program, up to three steps on one channel; DEST is $ARGV[0], the token $ARGV[1]. A
+# token "-" is read from stdin's first line before anything else (an empty line: none; EOF there:
+# exit 0), so that the program can be started before it is needed and wait (READY s at most).
 # 1. The manifest: lists DEST as JSON lines, one per entry: {"t": f|d|l, "m": mode, "s": size,
 #    "n": mtime_ns, "p": path, "l": symlink text}; a path or text that is not UTF-8 comes as "px" /
 #    "lx" in hex. Then {"marker": TOKEN} (what DEST/.msrun-sync-id held, "" if nothing) and
@@ -28,7 +30,7 @@ use strict;
 
 my ($DEST, $TOKEN) = (@ARGV, '', '');
 my ($MARK, $TMP) = ('.msrun-sync-id', '.msrun-sync.tmp.');
-my ($WAIT, $IDLE) = (600, 30);
+my ($WAIT, $IDLE, $READY) = (600, 30, 86400);
 my ($AT_FDCWD, $AT_SYMLINK_NOFOLLOW) = (-100, 0x100);
 # newfstatat, utimensat, the unpack template of struct stat's st_mode, st_size, st_mtime and its
 # nanoseconds (at 24 or 16, 48, 88, 96), and O_NOFOLLOW.
@@ -38,6 +40,7 @@ my %CALLS_OF_ARCH = (
 );
 my $CALLS = $^O eq 'linux' && length(pack 'p', '') == 8 ? $CALLS_OF_ARCH{arch()} : undef;
 my $STAT = "\0" x 256;
+my $PLAIN = qr/\A[\x20-\x21\x23-\x5b\x5d-\x7e]*\z/;  # a JSON string as it is: nothing to escape
 my ($EINTR, $ENOENT, $EEXIST) = (4, 2, 17);
 my ($S_IFMT, $S_IFDIR, $S_IFLNK, $S_IFREG) = (0170000, 0040000, 0120000, 0100000);
 # O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
@@ -115,7 +118,7 @@ sub is_utf8 {
 # "KEYx": its bytes in hex.
 sub name {
   my ($k, $v) = @_;
-  return qq("$k": "$v") if $v =~ /\A[\x20-\x21\x23-\x5b\x5d-\x7e]*\z/;  # nothing to escape
+  return qq("$k": "$v") if $v =~ $PLAIN;
   return qq("$k": ) . quote($v) if is_utf8($v);
   return qq("${k}x": ") . unpack('H*', $v) . '"';
 }
@@ -152,6 +155,9 @@ sub random_hex { return unpack 'H*', pack('N3', map { int rand 4294967296 } 1 ..
 
 sub random_name { return $TMP . random_hex() }
 
+# Lists the directory TOP (REL from DEST): its entries, then its subdirectories'. Each entry is
+# looked up relative to the open directory (newfstatat on its descriptor: no walk of the whole path
+# again) where the calls are known and perl gives directory handles a descriptor.
 sub walk {
   my ($top, $rel) = @_;
   my $dh;
@@ -159,28 +165,42 @@ sub walk {
     emit(error => "cannot list $top: $!");
     return;
   }
-  my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
-  closedir $dh;
+  my @names = readdir $dh;
+  my $fd = $CALLS ? fileno $dh : undef;
+  my $pre = length $rel ? "$rel/" : '';
+  my $plain = $pre =~ $PLAIN;
+  my @dirs;
   for my $name (@names) {
+    next if $name eq '.' || $name eq '..';
     my $path = "$top/$name";
-    my $r = length $rel ? "$rel/$name" : $name;
     if (length $TOKEN && index($name, $TMP) == 0) {
       unlink $path;
       next;
     }
-    my ($mode, $size, $mtime) = lst($path) or die "$path: $!\n";
+    my ($mode, $size, $mtime);
+    if (defined $fd) {
+      syscall($CALLS->[0], $fd, "$name", $STAT, $AT_SYMLINK_NOFOLLOW) == 0 or die "$path: $!\n";
+      my ($sec, $nsec);
+      ($mode, $size, $sec, $nsec) = unpack $CALLS->[2], $STAT;
+      $mtime = $sec * 1_000_000_000 + $nsec;
+    } else {
+      ($mode, $size, $mtime) = lst($path) or die "$path: $!\n";
+    }
     my $type = $mode & $S_IFMT;
-    my $t = $type == $S_IFDIR ? 'd' : $type == $S_IFLNK ? 'l' : $type == $S_IFREG ? 'f' : next;
+    my $t = $type == $S_IFREG ? 'f' : $type == $S_IFDIR ? 'd' : $type == $S_IFLNK ? 'l' : next;
+    my $r = "$pre$name";
+    my $p = $plain && $name =~ $PLAIN ? qq("p": "$r") : name(p => $r);
     my $link = '';
     if ($t eq 'l') {
       my $target = readlink $path;
       die "$path: $!\n" unless defined $target;
       $link = ', ' . name(l => $target);
     }
-    $OUT .= qq({"t": "$t", "m": ) . ($mode & 07777) . qq(, "s": $size, "n": $mtime, )
-      . name(p => $r) . "$link}\n";
-    walk($path, $r) if $t eq 'd';
+    $OUT .= qq({"t": "$t", "m": ) . ($mode & 07777) . qq(, "s": $size, "n": $mtime, $p$link}\n);
+    push @dirs, [$path, $r] if $t eq 'd';
   }
+  closedir $dh;
+  walk(@$_) for @dirs;
 }
 
 sub marker {
@@ -444,6 +464,13 @@ sub apply {
 }
 
 $SIG{PIPE} = 'IGNORE';
+if ($TOKEN eq '-') {  # the token is stdin's first line (empty: none); EOF first: nothing to do
+  $WAIT = $READY;
+  $TOKEN = read_line();
+  exit 0 unless $TOKEN =~ s/\n\z//;
+  $TOKEN =~ s/\A\s+|\s+\z//g;
+  $WAIT = 600;
+}
 manifest();
 my $step = next_step();
 if ($step eq '{') {

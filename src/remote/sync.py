@@ -1,5 +1,7 @@
 # Sync on a host (run by sync.sh on a host without perl; sync.pl is the same program in Perl): one
-# program, up to three steps on one channel. DEST is argv[1].
+# program, up to three steps on one channel. DEST is argv[1], the token argv[2]; a token "-" is
+# read from stdin's first line before anything else (an empty line: none; EOF there: exit 0), so
+# that the program can be started before it is needed and wait (READY seconds at most).
 # 1. The manifest: lists DEST as JSON lines, one per entry: {"t": f|d|l, "m": mode, "s": size,
 #    "n": mtime_ns, "p": path, "l": symlink text}; a path or text that is not UTF-8 comes as "px" /
 #    "lx" in hex. Then {"marker": TOKEN} (what DEST/.msrun-sync-id held, "" if nothing) and
@@ -27,7 +29,7 @@ import hashlib, json, os, posixpath, signal, stat, struct, sys
 dest, token = os.fsencode(sys.argv[1]), sys.argv[2]
 MARK, TMP = b".msrun-sync-id", b".msrun-sync.tmp."
 HEAD = struct.Struct(">cIqQI")
-WAIT, IDLE = 600, 30
+WAIT, IDLE, READY = 600, 30, 86400
 out = sys.stdout
 inp = sys.stdin.buffer
 state = {"tmp": None, "files": 0, "bytes": 0, "deleted": 0}
@@ -290,6 +292,13 @@ def apply():
         return 2
 
 
+if token == "-":  # the token is stdin's first line (an empty line: none); EOF first: nothing to do
+    signal.alarm(READY)
+    line = inp.readline()
+    signal.alarm(0)
+    if not line.endswith(b"\n"):
+        sys.exit(0)
+    token = line.strip().decode("ascii", "replace")
 manifest()
 step = next_step()
 if step == b"{":

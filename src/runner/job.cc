@@ -31,6 +31,7 @@
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
 #include "msrun_ssh/jobs.h"
+#include "msrun_ssh/mux.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"
@@ -713,11 +714,36 @@ int sync_job(const Options& options, const Cluster& cluster) {
     workdirs.push_back(h.workdir.empty() ? options.launcher_cwd : h.workdir);
   }
   SyncSource source = make_sync_source(options, workdirs);
-  auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
+  SshSettings settings = ssh_settings(options);
+  std::string key, socket;
+  if (options.persist > 0 && options.transport == TransportKind::kSsh) {
+    key = mux_key(endpoints, settings);
+    try {
+      socket = mux_socket_path(key);
+    } catch (const std::runtime_error& e) {
+      std::fprintf(stderr, "msrun-ssh: warning: --persist: %s: connections not kept\n", e.what());
+    }
+    if (!socket.empty())
+      if (auto kept = MuxClient::attach(socket, key, hosts.size(), options.persist)) {
+        std::fprintf(stderr, "msrun-ssh: sync: over the connections kept by process %d\n",
+                     kept->keeper_pid());
+        bool ok = sync_and_report(*kept, source, addresses, stdout);
+        kept->disconnect_all();
+        return ok ? kExitOk : kExitHostFailure;
+      }
+  }
+  auto pool = host_transport(options, std::move(endpoints), settings);
   if (!connect(*pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
   bool ok = sync_and_report(*pool, source, addresses, stdout);
+  int code = ok ? kExitOk : kExitHostFailure;
+  if (ok && !socket.empty()) {
+    MuxAhead ahead{may_start_ahead, {}};
+    for (size_t h = 0; h < hosts.size(); ++h)
+      ahead.now.emplace_back(h, sync_command(source.dests[h], kTokenFromStdin));
+    keep_connections(*pool, socket, key, hosts.size(), options.persist, std::move(ahead), code);
+  }
   pool->disconnect_all();
-  return ok ? kExitOk : kExitHostFailure;
+  return code;
 }
 
 }  // namespace msrun_ssh

@@ -433,18 +433,24 @@ void SshPool::drop_host(size_t host) {
 
 // TCP_INFO of every live connection to the host: all sent data acknowledged, or an ACK within
 // `within_ms`, means the host's kernel answers.
-Transport::Liveness SshPool::tcp_liveness(size_t host, double within_ms) const {
-  Liveness out = Liveness::kUnknown;
+std::optional<double> SshPool::tcp_ack_age_ms(size_t host) const {
+  std::optional<double> out;
   for (const auto& c : impl_->conns) {
     if (c.host != host || !c.session) continue;
     struct tcp_info info {};
     socklen_t len = sizeof info;
     int fd = ssh_get_fd(c.session);
     if (fd < 0 || ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
-    if (info.tcpi_unacked == 0 || info.tcpi_last_ack_recv <= within_ms) return Liveness::kAcking;
-    out = Liveness::kSilent;
+    double age = info.tcpi_unacked == 0 ? 0 : info.tcpi_last_ack_recv;
+    if (!out || age < *out) out = age;
   }
   return out;
+}
+
+Transport::Liveness SshPool::tcp_liveness(size_t host, double within_ms) const {
+  std::optional<double> age = tcp_ack_age_ms(host);
+  if (!age) return Liveness::kUnknown;
+  return *age <= within_ms ? Liveness::kAcking : Liveness::kSilent;
 }
 
 void SshPool::watch_fd(int fd) { impl_->watch_fd(fd); }

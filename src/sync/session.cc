@@ -48,9 +48,12 @@ class Session {
 
   std::vector<SyncHostResult> run() {
     last_activity_ = t_.now_ms();
+    // The token goes first on stdin (the command is then the same on every sync to the same
+    // place, and a kept connection may have started it already: mux.h).
     for (size_t h = 0; h < hosts_.size(); ++h) {
       std::string token = settings_.apply ? new_sync_token() : "";
-      hosts_[h].channel = batch_.start(h, sync_command(source_.dests[h], token));
+      hosts_[h].channel = batch_.start(h, sync_command(source_.dests[h], kTokenFromStdin));
+      batch_.write(hosts_[h].channel, token + "\n");
     }
     batch_.wait(1e300, [this] { return advance(); });
     if (settings_.progress) std::fputs("\r\033[K", settings_.progress);

@@ -23,7 +23,7 @@
 namespace msrun_ssh::fake {
 
 // How one command behaves. Times: seconds after its exec (or after its stdin's EOF for
-// `after_eof`, after the write that completed its stdin's first line for `after_line`).
+// `after_eof`, after the write that completed its stdin's line `line` for `after_line`).
 struct Reply {
   std::vector<std::pair<double, std::string>> output;  // stdout chunks
   std::vector<std::pair<double, std::string>> errors;  // stderr chunks
@@ -32,7 +32,8 @@ struct Reply {
   bool until_eof = false;  // it runs until its stdin's EOF, prints `after_eof`, then ends
   std::vector<std::pair<double, std::string>> after_eof;  // stdout chunks after the EOF
   std::string open_error;  // not empty: the channel fails to open (kOpenFailed) with this reason
-  std::vector<std::pair<double, std::string>> after_line;  // stdout chunks after a first line
+  std::vector<std::pair<double, std::string>> after_line;  // stdout chunks after line `line`
+  size_t line = 1;  // of its stdin
 };
 
 class ReplyTransport : public Transport, public FakeClock {
@@ -89,10 +90,10 @@ class ReplyTransport : public Transport, public FakeClock {
 
   void write(ChannelId id, std::string_view data) override {
     Channel& c = chan(id);
-    bool had_line = c.written.find('\n') != std::string::npos;
+    auto lines = [&c] { return static_cast<size_t>(std::count(c.written.begin(), c.written.end(), '\n')); };
+    bool had_line = lines() >= c.reply.line;
     c.written += data;
-    if (c.running && !had_line && data.find('\n') != std::string_view::npos)
-      play(id, c.reply.after_line, {}, -1);
+    if (c.running && !had_line && lines() >= c.reply.line) play(id, c.reply.after_line, {}, -1);
   }
 
   void send_eof(ChannelId id) override {

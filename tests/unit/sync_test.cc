@@ -679,7 +679,8 @@ Reply host_reply(const Manifest& entries, const std::string& old, const std::str
   for (const auto& [p, h] : hashes)
     answer += fmt::format("{{\"h\": \"{}\", \"p\": \"{}\"}}\n", h, p);
   answer += "{\"end\": true}\n";
-  Reply r{.output = {{0.001, out}}, .until_eof = true, .after_line = {{0.001, answer}}};
+  // Its stdin's first line is the token; a request is the second.
+  Reply r{.output = {{0.001, out}}, .until_eof = true, .after_line = {{0.001, answer}}, .line = 2};
   if (!last.empty()) r.after_eof = {{0.001, last + "\n"}};
   return r;
 }
@@ -702,16 +703,20 @@ std::vector<std::string> records(const std::string& stream) {
   return out;
 }
 
-// What was written to a host's stdin: the request line (a first line that begins with '{'), and
-// the record stream that follows.
+// What was written to a host's stdin: the token line, the request line (a line that begins with
+// '{'), and the record stream that follows.
 struct Written {
   std::string request;
   std::string stream;
+  std::string token;  // without its newline
 };
 Written split(const std::string& written) {
-  if (!written.starts_with("{")) return {"", written};
-  size_t end = written.find('\n') + 1;
-  return {written.substr(0, end), written.substr(end)};
+  size_t first = written.find('\n');
+  if (first == std::string::npos) return {"", "", "(no token line: " + written + ")"};
+  std::string token = written.substr(0, first), rest = written.substr(first + 1);
+  if (!rest.starts_with("{")) return {"", rest, token};
+  size_t end = rest.find('\n') + 1;
+  return {rest.substr(0, end), rest.substr(end), token};
 }
 
 class SyncHosts : public SyncTree {
@@ -778,7 +783,8 @@ TEST_F(SyncHosts, SharedDirectoriesAreWrittenOnceAndEachHostGetsOnlyItsDifferenc
   // Every host was asked for a marker read-back, and wrote a token of its own.
   for (size_t h = 0; h < 3; ++h) {
     EXPECT_EQ(written(h).request, "{\"hash\": []}\n");
-    EXPECT_FALSE(t_.execs[h].command.ends_with(" ''"));
+    EXPECT_EQ(written(h).token.size(), 32u) << h;  // a token, on the first line
+    EXPECT_TRUE(may_start_ahead(t_.execs[h].command)) << h;  // and not on the command line
   }
 }
 
@@ -841,7 +847,8 @@ TEST_F(SyncHosts, AHostWhoseManifestFailedGetsEofAtOnce) {
   EXPECT_EQ(lines(results),
             (std::vector<std::string>{"sync: h0: failed: cannot list /d0/x: Permission denied",
                                       "sync: h1: up to date", "sync: h2: up to date"}));
-  EXPECT_EQ(t_.channel(0).written, "");
+  EXPECT_EQ(written(0).request, "");  // its token line and nothing else
+  EXPECT_EQ(written(0).stream, "");
   EXPECT_GE(t_.channel(0).eof_ms, 0);
   EXPECT_LT(t_.now_ms(), 1000);  // not the 120 s of the timeout
   EXPECT_TRUE(t_.kills.empty());
@@ -872,7 +879,7 @@ TEST_F(SyncHosts, CheckComparesAndWritesNothing) {
   EXPECT_EQ(results[2].differ, source_.local.size());
   expect_one_channel_per_host();
   for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).stream, "") << h;    // no record anywhere
-  for (const auto& e : t_.execs) EXPECT_TRUE(e.command.ends_with(" ''"));  // no token to write
+  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).token, "") << h;  // no token to write
 }
 
 // ---- on local processes running the real program
@@ -906,7 +913,8 @@ TEST_F(SyncTree, RealProgramOneChannelPerHostASharedDirectoryWrittenOnce) {
   }
   EXPECT_EQ(r[0].sharers, (std::vector<size_t>{1}));
   EXPECT_EQ(r[1].shared_with, 0u);
-  EXPECT_EQ(first.written[1], "{\"hash\": []}\n");  // host 1 was sent no record
+  EXPECT_EQ(split(first.written[1]).request, "{\"hash\": []}\n");  // host 1 was sent no record
+  EXPECT_EQ(split(first.written[1]).stream, "");
   EXPECT_EQ(test::slurp(dir_ + "/other/sub dir/ünï/data.bin").size(), 300000u);
 
   put("train.py", "print('changed')\n");
@@ -919,7 +927,8 @@ TEST_F(SyncTree, RealProgramOneChannelPerHostASharedDirectoryWrittenOnce) {
     EXPECT_EQ(r[h].bytes, 17u) << h;
   }
   EXPECT_EQ(r[1].shared_with, 0u);
-  EXPECT_EQ(again.written[1], "{\"hash\": []}\n");
+  EXPECT_EQ(split(again.written[1]).request, "{\"hash\": []}\n");
+  EXPECT_EQ(split(again.written[1]).stream, "");
   EXPECT_EQ(test::slurp(dest_ + "/train.py"), "print('changed')\n");
   EXPECT_EQ(test::slurp(dir_ + "/other/train.py"), "print('changed')\n");
 }
