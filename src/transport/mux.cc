@@ -666,8 +666,14 @@ class Keeper {
     }
   }
 
-  // The command left (or broke the protocol): what it left running is killed on its hosts.
+  // The command left (or broke the protocol): what it left running is killed on its hosts. What
+  // it sent before it left is done first (a send to it can fail before its last frames were read).
   void leave() {
+    recv_some(client_, in_);
+    try {
+      for (const auto& f : whole_frames(in_)) act(f);
+    } catch (const std::runtime_error&) {
+    }
     for (auto& [ours, c] : ours_) {
       if (c.current) t_.kill(ours, "KILL");
       c.current = false;
