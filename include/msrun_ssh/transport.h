@@ -53,7 +53,8 @@ class Transport {
   // reports kOpenFailed); one already sent is left alone. kill: cancel, and a command already sent
   // gets the SSH "signal" request for `signal` ("KILL"), which OpenSSH's sshd (7.9 and later)
   // delivers to the command's process group: the user's login shell while its rc still runs, and
-  // what the rc started, too. Both are no-ops on a closed channel.
+  // what the rc started, too (but not for root's sessions, which OpenSSH runs without a
+  // privilege-separated child: it refuses the signal there). Both are no-ops on a closed channel.
   virtual void cancel(ChannelId channel) = 0;
   virtual void kill(ChannelId channel, const char* signal) = 0;
   // Promises that the job's start is over: channels that end from now on need no close handshake

@@ -666,7 +666,7 @@ class Keeper {
     }
   }
 
-  // The command left (or broke the protocol): what it left running is killed on its hosts. What
+  // The command left (or broke the protocol): what it left running is ended on its hosts. What
   // it sent before it left is done first (a send to it can fail before its last frames were read).
   void leave() {
     recv_some(client_, in_);
@@ -675,7 +675,13 @@ class Keeper {
     } catch (const std::runtime_error&) {
     }
     for (auto& [ours, c] : ours_) {
-      if (c.current) t_.kill(ours, "KILL");
+      if (c.current) {
+        // The signal ends it where sshd delivers signals (not to root's sessions: OpenSSH has no
+        // privilege-separated child there); the end of its stdin ends a program that reads it
+        // (sync's: "interrupted", its temporary file removed).
+        t_.kill(ours, "KILL");
+        t_.send_eof(ours);
+      }
       c.current = false;
     }
     theirs_.clear();
