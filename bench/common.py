@@ -230,9 +230,36 @@ def _our_children():
     return kids
 
 
-def reap_orphans(max_wait_s=10):
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def kept_children(keep):
+    """Our children whose command line holds one of the strings `keep`."""
+    return [k for k in _our_children() if any(w in cmdline(k) for w in keep)]
+
+
+def cpu_of(pids):
+    """user + sys seconds of the processes `pids` so far (/proc/PID/stat; gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def reap_orphans(max_wait_s=10, keep=()):
     """Reaps what the launcher left behind (reparented to us); kills what is still running after
-    `max_wait_s`. Returns how many there were."""
+    `max_wait_s`, except processes meant to outlive it (their command line holds one of the
+    strings `keep`: a connection keeper). Returns how many there were."""
     deadline = time.monotonic() + max_wait_s
     count = 0
     while True:
@@ -243,8 +270,10 @@ def reap_orphans(max_wait_s=10):
         if pid:
             count += 1
             continue
+        if keep and len(kept_children(keep)) == len(_our_children()):
+            return count
         if time.monotonic() >= deadline:
-            for k in _our_children():
+            for k in set(_our_children()) - set(kept_children(keep)):
                 try:
                     os.kill(k, signal.SIGKILL)
                 except ProcessLookupError:
@@ -264,7 +293,7 @@ def machine_busy_s():
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
+def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None, keep=()):
     """Runs argv in its own process group and measures it. Returns:
       wall       seconds from fork to the launcher's exit
       cpu        user+sys seconds of the launcher and of every local process it started, orphans
@@ -276,9 +305,10 @@ def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
       maxrss_kb  ru_maxrss from wait4: the peak RSS of the largest single process of the tree
       rc, timeout, orphans
     and, with `sample` ("tree" or "root"), sampled peaks (see Sampler). On timeout the whole group
-    is killed."""
+    is killed. Processes whose command line holds one of the strings `keep` may outlive the
+    launcher (a connection keeper it forked); their CPU is not in `cpu`."""
     become_subreaper()
-    reap_orphans(1)
+    reap_orphans(1, keep)
     full_env = dict(os.environ)
     full_env.update(env or {})
     out = open(stdout, "wb") if stdout else subprocess.DEVNULL
@@ -317,7 +347,7 @@ def run_measured(argv, *, env=None, stdout=None, timeout_s=300, sample=None):
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    orphans = reap_orphans()
+    orphans = reap_orphans(keep=keep)
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     user = ru1.ru_utime - ru0.ru_utime
     sys_ = ru1.ru_stime - ru0.ru_stime

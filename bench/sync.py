@@ -14,20 +14,34 @@ Every run is checked: the changed file's content and the file count on the first
 Reported: wall time, the launcher's CPU (with its children) and the machine's busy CPU (/proc/stat:
 the hosts' sshd and receivers share this machine).
 
+Two tools keep their connections from the first copy to the re-sync: msrun-ssh-kept
+(`msrun-ssh sync --persist 600`: a keeper process holds them, and starts the next sync's host
+programs ahead) and rsync-kept (rsync over ssh with ControlMaster=auto, ControlPersist=600). Their
+keepers' CPU during a run is added to the launcher's; what they do between the runs (msrun-ssh's
+programs started ahead) is in `settle_machine_cpu` of sync.json: the machine's busy CPU during the
+`--settle` seconds (default 3, every tool) between a first copy and its re-sync. Each first copy
+starts with no keeper.
+
     python3 bench/sync.py --msrun build-rel/msrun-ssh --sizes 16,64 --reps 3 --out /tmp/sync-bench
-`--tools` limits the tools (msrun-ssh,pdcp,clush,rsync). Needs root, pdsh, clush, rsync (bench/run.sh --sync installs them).
+`--tools` limits the tools (msrun-ssh,pdcp,clush,rsync,msrun-ssh-kept,rsync-kept). Needs root, pdsh, clush, rsync (bench/run.sh --sync installs them).
 """
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import log  # noqa: E402
 
-TOOLS = ["msrun-ssh", "pdcp", "clush", "rsync"]
+TOOLS = ["msrun-ssh", "pdcp", "clush", "rsync", "msrun-ssh-kept", "rsync-kept"]
+# The tools that keep their connections from the first copy to the re-sync, and the words of the
+# command line of the process that keeps them (it outlives the command; its CPU is added).
+KEEPERS = {"msrun-ssh-kept": " --persist ", "rsync-kept": "/kept/cm-"}  # ssh: "ssh: PATH [mux]"
+PERSIST_S = 600
 FILES, FILE_BYTES = 1000, 50 * 1000
 DEST = "/srv/msrs-private/bench"
 FANOUT = 64
@@ -42,24 +56,37 @@ def make_tree(root):
             f.write(os.urandom(FILE_BYTES))
 
 
+def control_dir(args):
+    d = os.path.join(args.out, "kept")  # the keeper's socket ($XDG_RUNTIME_DIR), ssh's ControlPath
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
 def argv(tool, args, cluster, addrs, toml, tree):
     hosts = ",".join(addrs)
     if tool == "msrun-ssh":
         return [args.msrun, "sync", "--hostfile", toml, "--fanout", str(FANOUT), tree, DEST]
+    if tool == "msrun-ssh-kept":
+        return [args.msrun, "sync", "--hostfile", toml, "--fanout", str(FANOUT), "--persist",
+                str(PERSIST_S), tree, DEST]
     if tool == "pdcp":  # copies TREE into DEST/<tree's name>
         return ["pdcp", "-R", "ssh", "-f", str(FANOUT), "-w", hosts, "-r", tree, DEST]
     if tool == "clush":
         return ["clush", "-f", str(FANOUT), "-w", hosts, "-o", f"-F {cluster.ssh_config}",
                 "--copy", tree, "--dest", DEST]
-    if tool == "rsync":
+    if tool in ("rsync", "rsync-kept"):
+        ssh = f"ssh -F {cluster.ssh_config}"
+        if tool == "rsync-kept":
+            ssh += (f" -o ControlMaster=auto -o ControlPersist={PERSIST_S}"
+                    f" -o ControlPath={control_dir(args)}/cm-%C")
         return ["pdsh", "-R", "exec", "-f", str(FANOUT), "-w", hosts, "rsync", "-a", "--delete",
-                "-e", f"ssh -F {cluster.ssh_config}", tree + "/", f"%h:{DEST}/tree/"]
+                "-e", ssh, tree + "/", f"%h:{DEST}/tree/"]
     raise ValueError(tool)
 
 
 def copied_root(tool):
     """Where a tool's copy of the tree lands on a host."""
-    return DEST if tool == "msrun-ssh" else f"{DEST}/tree"
+    return DEST if tool.startswith("msrun-ssh") else f"{DEST}/tree"
 
 
 def on_hosts(cluster, addrs, command):
@@ -84,9 +111,29 @@ def verify(cluster, addrs, tool, changed_rel, changed_text):
 
 
 def run_tool(tool, args, cluster, addrs, toml, tree):
-    env = {"PDSH_SSH_ARGS_APPEND": f"-F {cluster.ssh_config}"}
-    return common.run_measured(argv(tool, args, cluster, addrs, toml, tree), env=env,
-                               timeout_s=600)
+    env = {"PDSH_SSH_ARGS_APPEND": f"-F {cluster.ssh_config}",
+           "XDG_RUNTIME_DIR": control_dir(args)}
+    keep = (KEEPERS[tool],) if tool in KEEPERS else ()
+    before = common.cpu_of(common.kept_children(keep)) if keep else 0
+    kept = common.kept_children(keep) if keep else []
+    r = common.run_measured(argv(tool, args, cluster, addrs, toml, tree), env=env,
+                            timeout_s=600, keep=keep)
+    if keep:  # the keepers' CPU during the run is the tool's too
+        r["keeper_cpu"] = common.cpu_of(kept) - before
+        r["cpu"] += r["keeper_cpu"]
+    return r
+
+
+def end_keepers(tool):
+    """Ends what keeps a tool's connections (before a first copy, and at the end)."""
+    if tool not in KEEPERS:
+        return
+    for pid in common.kept_children((KEEPERS[tool],)):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    common.reap_orphans(10, ())
 
 
 def launch_argv(args, toml, tree, with_sync):
@@ -134,11 +181,17 @@ def bench_size(args, cluster, n, results):
         for tool in order:
             make_tree(tree)
             rel, text = change_one(tree, rep)
+            end_keepers(tool)
             on_hosts(cluster, addrs, f"rm -rf {DEST} && mkdir -p {DEST}")
             first = run_tool(tool, args, cluster, addrs, toml, tree)
             first["bad"] = verify(cluster, addrs, tool, rel, text) if first["rc"] == 0 else "rc"
             rel, text = change_one(tree, rep + 100)
+            busy0 = common.machine_busy_s()
+            time.sleep(args.settle)
+            settle_cpu = common.machine_busy_s() - busy0
             resync = run_tool(tool, args, cluster, addrs, toml, tree)
+            resync["settle_machine_cpu"] = settle_cpu
+            end_keepers(tool)
             resync["bad"] = verify(cluster, addrs, tool, rel, text) if resync["rc"] == 0 else "rc"
             for key, r in (("first", first), ("resync", resync)):
                 results.setdefault(key, {}).setdefault(str(n), {}).setdefault(tool, []).append(r)
@@ -211,6 +264,9 @@ def main():
                     help="launches with and without --sync per rep (0: none)")
     ap.add_argument("--ppn", type=int, default=1, help="processes per host in the launches")
     ap.add_argument("--keep-cluster", action="store_true")
+    ap.add_argument("--settle", type=float, default=3,
+                    help="seconds between a first copy (and its check) and the re-sync, for every "
+                         "tool: the time a user takes to change a file")
     args = ap.parse_args()
     args.tools = args.tools.split(",")
     unknown = set(args.tools) - set(TOOLS)

@@ -108,6 +108,14 @@ std::vector<MuxFrame> whole_frames(std::string& in) {
   return out;
 }
 
+// Whether the process at the other end of the Unix socket `fd` runs as this user (the socket's
+// directory already keeps others out; this is the second lock).
+bool same_user(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
+}
+
 sockaddr_un socket_address(const std::string& path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -580,9 +588,11 @@ class Keeper {
     t_.unwatch_fd(fd);
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), fd), waiting_.end());
     hellos_.erase(fd);
-    int state = !f || f->type != 'H' || f->strings[0] != key_ || f->numbers[1] != alive_.size() ? 2
-                : client_ >= 0                                                               ? 1
-                                                                                             : 0;
+    int state = !f || f->type != 'H' || f->strings[0] != key_ ||
+                        f->numbers[1] != alive_.size() || !same_user(fd)
+                    ? 2
+                : client_ >= 0 ? 1
+                               : 0;
     std::string alive;
     for (bool a : alive_) alive += a ? '1' : '0';
     std::string welcome = encode_mux_frame({'h', {static_cast<uint64_t>(state),

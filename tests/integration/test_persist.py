@@ -190,3 +190,31 @@ def test_a_host_whose_kept_connection_broke_is_connected_anew():
         for k in keepers:
             stop_keeper(k)
         cluster("sshd-start", 2, check=False)
+
+
+def test_a_slow_login_rc_is_paid_before_the_next_sync_not_during_it():
+    """node1's login rc takes 4 s. The first sync pays it; the keeper then starts the next sync's
+    program ahead, so the next sync, a few seconds later, does not wait for the rc."""
+    root = make_tree("p5")
+    hf, _ = hostfile("p5")
+    keeper = None
+    cluster("slowrc", 1, 4)
+    try:
+        t0 = time.monotonic()
+        code, out, err = sync("p5", hf, ["--persist", "60", "p5/proj"])
+        first = time.monotonic() - t0
+        check(code == 0, f"first sync: exit {code}: {out}{err}")
+        check(first >= 4, f"the first sync took {first:.1f} s: the 4 s rc was not paid?")
+        keeper = int(KEPT.search(err).group(1))
+        wait_for(lambda: sync_programs(1) == 1, 15, "node1's program started ahead")
+        with open(os.path.join(root, "train.py"), "a") as f:
+            f.write("# changed\n")
+        t0 = time.monotonic()
+        code, out, err = sync("p5", hf, ["--persist", "60", "p5/proj"])
+        second = time.monotonic() - t0
+        check(code == 0 and OVER.search(err), f"second sync: exit {code}: {out}{err}")
+        check(results(out).get(addresses()[1], "").startswith("1 files, "), out)
+        check(second < 2, f"the second sync took {second:.1f} s (the rc takes 4)")
+    finally:
+        cluster("slowrc", 1, 0)
+        stop_keeper(keeper)
