@@ -73,7 +73,8 @@ class MuxClient : public HostTransport {
   // The keeper's process id.
   int keeper_pid() const { return keeper_pid_; }
 
-  std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& connections) override;
+  std::vector<std::optional<ConnectFailure>> connect_all(
+      const std::vector<int>& connections) override;
   const std::vector<ConnectWarning>& warnings() const override { return warnings_; }
   void disconnect_all() override;
 
@@ -133,8 +134,8 @@ struct MuxAhead {
 // Keeps the connections of `transport` (already connected to `hosts` hosts) for commands that
 // attach through `listen_fd` (a listening Unix socket at `path`), until `persist_s` after the last
 // command left or until one of the ends above. Returns when it ends; the caller disconnects.
-void serve_mux(Transport& transport, int listen_fd, const std::string& path,
-               const std::string& key, size_t hosts, double persist_s, MuxAhead ahead = {});
+void serve_mux(Transport& transport, int listen_fd, const std::string& path, const std::string& key,
+               size_t hosts, double persist_s, MuxAhead ahead = {});
 
 // At the end of a command: a keeper for `transport`'s connections (all `hosts` connected and
 // idle), forked into a session of its own with its stdio on /dev/null, serving at `path` for

@@ -217,8 +217,7 @@ std::map<std::string, Spec> option_table(const GetEnv& getenv) {
          if (v.empty()) bad(n, v, "must not be empty");
          o.sync_excludes.push_back(v);
        })},
-      {"--persist",
-       value([](O& o, S n, S v) { o.persist = to_seconds(n, v, 0, 86400); })},
+      {"--persist", value([](O& o, S n, S v) { o.persist = to_seconds(n, v, 0, 86400); })},
       {"--json", flag([](O& o, S n, S v) { o.json = v.empty() || to_bool(n, v); })},
       {"--agent", value([](O& o, S n, S v) {
          bool on = false;
@@ -275,8 +274,7 @@ bool allowed(Command command, const std::string& name) {
   const bool reaching = name == "--hostfile" || name == "--ssh_config" || name == "--fanout" ||
                         name == "--connect_timeout" || name == "--ssh_debug" ||
                         name == "--strict_host_key_checking" || name == "--transport";
-  if (command == Command::kSync)
-    return name == "--sync_exclude" || name == "--persist" || reaching;
+  if (command == Command::kSync) return name == "--sync_exclude" || name == "--persist" || reaching;
   if (command == Command::kStack) return name == "--log_dir" || reaching;
   return true;
 }

@@ -2,6 +2,7 @@
 #include "msrun_ssh/mux.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fmt/format.h>
 #include <set>
 #include <stdexcept>
 
@@ -37,10 +37,12 @@ struct Layout {
 };
 
 const Layout* layout_of(char type) {
-  static const Layout kLayouts[] = {
-      {'H', {8, 4}, 1}, {'X', {4, 4}, 1}, {'W', {4}, 1},        {'E', {4}, 0},
-      {'C', {4}, 0},    {'K', {4}, 1},    {'D', {4}, 0},        {'Q', {}, 0},
-      {'h', {1, 4}, 1}, {'e', {1, 4, 4, 1, 4}, 2}, {'a', {4, 8}, 0}, {'l', {}, 1}};
+  static const Layout kLayouts[] = {{'H', {8, 4}, 1}, {'X', {4, 4}, 1},
+                                    {'W', {4}, 1},    {'E', {4}, 0},
+                                    {'C', {4}, 0},    {'K', {4}, 1},
+                                    {'D', {4}, 0},    {'Q', {}, 0},
+                                    {'h', {1, 4}, 1}, {'e', {1, 4, 4, 1, 4}, 2},
+                                    {'a', {4, 8}, 0}, {'l', {}, 1}};
   for (const auto& l : kLayouts)
     if (l.type == type) return &l;
   return nullptr;
@@ -170,8 +172,9 @@ std::optional<MuxFrame> decode_mux_frame(std::string_view& data) {
 }
 
 std::string mux_key(const std::vector<SshEndpoint>& hosts, const SshSettings& settings) {
-  std::string key = fmt::format("msrun-ssh keeper 1\nconfig {}\npolicy {}\n", settings.ssh_config,
-                                settings.host_key_policy ? static_cast<int>(*settings.host_key_policy) : -1);
+  std::string key =
+      fmt::format("msrun-ssh keeper 1\nconfig {}\npolicy {}\n", settings.ssh_config,
+                  settings.host_key_policy ? static_cast<int>(*settings.host_key_policy) : -1);
   for (const auto& h : hosts)
     key += fmt::format("host {:?} {:?} {} {:?} {:?}\n", h.address, h.user, h.port.value_or(-1),
                        h.identity_file, h.known_hosts);
@@ -226,8 +229,8 @@ std::unique_ptr<MuxClient> MuxClient::attach(const std::string& path, const std:
     ::close(fd);
     return nullptr;
   }
-  std::string out = encode_mux_frame(
-      {'H', {static_cast<uint64_t>(persist_s * 1000), hosts}, {key}});
+  std::string out =
+      encode_mux_frame({'H', {static_cast<uint64_t>(persist_s * 1000), hosts}, {key}});
   std::string in;
   std::optional<MuxFrame> welcome;
   double deadline = monotonic_now_ms() + kWelcomeTimeoutMs;
@@ -255,8 +258,8 @@ std::unique_ptr<MuxClient> MuxClient::attach(const std::string& path, const std:
     return nullptr;
   }
   set_nonblocking(fd);
-  auto client = std::unique_ptr<MuxClient>(
-      new MuxClient(fd, hosts, static_cast<int>(welcome->numbers[1])));
+  auto client =
+      std::unique_ptr<MuxClient>(new MuxClient(fd, hosts, static_cast<int>(welcome->numbers[1])));
   client->ack_age_ms_.assign(hosts, kUnknownAge);
   return client;
 }
@@ -412,7 +415,8 @@ void MuxClient::poll(int timeout_ms, const EventHandler& handler) {
     }
   }
   for (size_t i = 1; i < fds.size(); ++i)
-    if (fds[i].revents) handler({TransportEvent::Kind::kFdReady, -1, 0, false, {}, 0, {}, fds[i].fd});
+    if (fds[i].revents)
+      handler({TransportEvent::Kind::kFdReady, -1, 0, false, {}, 0, {}, fds[i].fd});
   if (!alive) keeper_gone(handler);
 }
 
@@ -588,15 +592,15 @@ class Keeper {
     t_.unwatch_fd(fd);
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), fd), waiting_.end());
     hellos_.erase(fd);
-    int state = !f || f->type != 'H' || f->strings[0] != key_ ||
-                        f->numbers[1] != alive_.size() || !same_user(fd)
+    int state = !f || f->type != 'H' || f->strings[0] != key_ || f->numbers[1] != alive_.size() ||
+                        !same_user(fd)
                     ? 2
                 : client_ >= 0 ? 1
                                : 0;
     std::string alive;
     for (bool a : alive_) alive += a ? '1' : '0';
-    std::string welcome = encode_mux_frame({'h', {static_cast<uint64_t>(state),
-                                                  static_cast<uint64_t>(::getpid())}, {alive}});
+    std::string welcome = encode_mux_frame(
+        {'h', {static_cast<uint64_t>(state), static_cast<uint64_t>(::getpid())}, {alive}});
     bool sent = send_some(fd, welcome);
     if (state != 0 || !sent) {
       ::close(fd);
@@ -715,20 +719,20 @@ class Keeper {
   std::string in_, out_;
   std::vector<int> waiting_, ready_;
   std::map<int, std::string> hellos_;
-  std::map<ChannelId, Channel> ours_;       // the transport's channel -> the command's
-  std::map<ChannelId, ChannelId> theirs_;   // the command's channel still open -> the transport's
+  std::map<ChannelId, Channel> ours_;      // the transport's channel -> the command's
+  std::map<ChannelId, ChannelId> theirs_;  // the command's channel still open -> the transport's
   bool quit_ = false;
   double idle_since_ = 0, liveness_at_ = -1e300;
   MuxAhead ahead_;
-  std::map<HostCommand, Ahead> started_;        // started ahead, waiting for a command
-  std::map<ChannelId, HostCommand> ahead_of_;   // their channels
+  std::map<HostCommand, Ahead> started_;       // started ahead, waiting for a command
+  std::map<ChannelId, HostCommand> ahead_of_;  // their channels
   std::set<HostCommand> again_;  // ended well for the command attached: started again when it left
 };
 
 }  // namespace
 
-void serve_mux(Transport& transport, int listen_fd, const std::string& path,
-               const std::string& key, size_t hosts, double persist_s, MuxAhead ahead) {
+void serve_mux(Transport& transport, int listen_fd, const std::string& path, const std::string& key,
+               size_t hosts, double persist_s, MuxAhead ahead) {
   g_keeper_stop = 0;
   struct sigaction sa {};
   sa.sa_handler = stop_keeper;

@@ -268,8 +268,8 @@ TEST_F(Keeper, WhatACommandLeftRunningIsKilledWhenItLeaves) {
   auto c = attach();
   ASSERT_TRUE(c);
   std::string pid_file = tmp_.path() + "/pid";
-  ChannelId ch = c->exec(0, "echo $$ >" + pid_file + ".tmp && mv " + pid_file + ".tmp " +
-                                pid_file + " && exec sleep 60");
+  ChannelId ch = c->exec(0, "echo $$ >" + pid_file + ".tmp && mv " + pid_file + ".tmp " + pid_file +
+                                " && exec sleep 60");
   ASSERT_TRUE(poll_until(*c, [&] { return fs::exists(pid_file); }));
   pid_t sleeper = std::stoi(test::slurp(pid_file));
   ASSERT_EQ(::kill(sleeper, 0), 0);
@@ -325,8 +325,9 @@ TEST_F(Keeper, ACommandWhoseKeeperDiesSeesItsHostsLost) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::kill(pid_, SIGKILL);
   ASSERT_TRUE(poll_until(*c, [&] { return seen_[ch].closed; }));
-  EXPECT_NE(seen_[-1].lost.find("the connection keeper (process " + std::to_string(pid_) + ") ended"),
-            std::string::npos);
+  EXPECT_NE(
+      seen_[-1].lost.find("the connection keeper (process " + std::to_string(pid_) + ") ended"),
+      std::string::npos);
   ::waitpid(pid_, nullptr, 0);
   pid_ = -1;
 }
@@ -355,7 +356,7 @@ TEST_F(Keeper, CommandsStartedAheadAreHandedOverAndStartedAgain) {
   ASSERT_TRUE(poll_until(*c, [&] { return seen_[ch].closed; }));
   EXPECT_EQ(seen_[ch].out, "early\ngot T\n");
   EXPECT_EQ(seen_[ch].status, 0);
-  EXPECT_EQ(lines(), 1);  // the one started ahead, not another
+  EXPECT_EQ(lines(), 1);              // the one started ahead, not another
   ChannelId other = c->exec(1, cmd);  // not started ahead on host 1: started now
   c->write(other, "U\n");
   ASSERT_TRUE(poll_until(*c, [&] { return seen_[other].closed; }));
@@ -367,7 +368,7 @@ TEST_F(Keeper, CommandsStartedAheadAreHandedOverAndStartedAgain) {
   EXPECT_EQ(lines(), 4);
   auto next = attach();
   ASSERT_TRUE(next);
-  seen_.clear();  // its channel numbers start again
+  seen_.clear();                                        // its channel numbers start again
   ChannelId failing = next->exec(0, cmd + "; exit 5");  // another text: started now
   next->write(failing, "V\n");
   ASSERT_TRUE(poll_until(*next, [&] { return seen_[failing].closed; }));

@@ -33,7 +33,7 @@ struct Reply {
   std::vector<std::pair<double, std::string>> after_eof;  // stdout chunks after the EOF
   std::string open_error;  // not empty: the channel fails to open (kOpenFailed) with this reason
   std::vector<std::pair<double, std::string>> after_line;  // stdout chunks after line `line`
-  size_t line = 1;  // of its stdin
+  size_t line = 1;                                         // of its stdin
 };
 
 class ReplyTransport : public Transport, public FakeClock {
@@ -90,7 +90,9 @@ class ReplyTransport : public Transport, public FakeClock {
 
   void write(ChannelId id, std::string_view data) override {
     Channel& c = chan(id);
-    auto lines = [&c] { return static_cast<size_t>(std::count(c.written.begin(), c.written.end(), '\n')); };
+    auto lines = [&c] {
+      return static_cast<size_t>(std::count(c.written.begin(), c.written.end(), '\n'));
+    };
     bool had_line = lines() >= c.reply.line;
     c.written += data;
     if (c.running && !had_line && lines() >= c.reply.line) play(id, c.reply.after_line, {}, -1);

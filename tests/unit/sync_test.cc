@@ -783,7 +783,7 @@ TEST_F(SyncHosts, SharedDirectoriesAreWrittenOnceAndEachHostGetsOnlyItsDifferenc
   // Every host was asked for a marker read-back, and wrote a token of its own.
   for (size_t h = 0; h < 3; ++h) {
     EXPECT_EQ(written(h).request, "{\"hash\": []}\n");
-    EXPECT_EQ(written(h).token.size(), 32u) << h;  // a token, on the first line
+    EXPECT_EQ(written(h).token.size(), 32u) << h;            // a token, on the first line
     EXPECT_TRUE(may_start_ahead(t_.execs[h].command)) << h;  // and not on the command line
   }
 }
@@ -878,8 +878,8 @@ TEST_F(SyncHosts, CheckComparesAndWritesNothing) {
   EXPECT_EQ(results[1].differ, 1u);
   EXPECT_EQ(results[2].differ, source_.local.size());
   expect_one_channel_per_host();
-  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).stream, "") << h;    // no record anywhere
-  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).token, "") << h;  // no token to write
+  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).stream, "") << h;  // no record anywhere
+  for (size_t h = 0; h < 3; ++h) EXPECT_EQ(written(h).token, "") << h;   // no token to write
 }
 
 // ---- on local processes running the real program
