@@ -124,8 +124,9 @@ class MuxClient : public HostTransport {
 // stdin's first line (sync's program with its token from stdin, sync.h's may_start_ahead). The
 // keeper starts `now` when it starts, and again every command `may_start` accepts that ended with
 // status 0 for a command, once that command left. When a command asks for one of them on its host
-// (the same command text), it gets the waiting one, with whatever it printed meanwhile. The keeper
-// ending closes them (their stdin ends: they exit).
+// (the same command text), it gets the waiting one, with whatever it printed meanwhile. One waits
+// per host at most: starting another ends the one before (its stdin closed). The keeper ending
+// closes them (their stdin ends: they exit).
 struct MuxAhead {
   std::function<bool(const std::string&)> may_start;
   std::vector<std::pair<size_t, std::string>> now;  // host, command

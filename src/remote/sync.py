@@ -294,7 +294,10 @@ def apply():
 
 if token == "-":  # the token is stdin's first line (an empty line: none); EOF first: nothing to do
     signal.alarm(READY)
-    line = inp.readline()
+    try:
+        line = inp.readline()
+    except EOFError:  # READY passed: nobody came for it
+        sys.exit(0)
     signal.alarm(0)
     if not line.endswith(b"\n"):
         sys.exit(0)

@@ -36,9 +36,9 @@ std::string sync_command(const std::string& dest, const std::string& token, Sync
 }
 
 bool may_start_ahead(const std::string& command) {
-  static const std::string head =
-      "exec " + shell_join({"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync"}) + " ";
-  static const std::string tail = " " + shell_join({kTokenFromStdin});
+  static const std::string head = fmt::format(
+      "exec {} ", shell_join({"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync"}));
+  static const std::string tail = fmt::format(" {}", shell_join({kTokenFromStdin}));
   return command.size() > head.size() + tail.size() && command.compare(0, head.size(), head) == 0 &&
          command.compare(command.size() - tail.size(), tail.size(), tail) == 0;
 }

@@ -199,16 +199,27 @@ std::string mux_socket_path(const std::string& key) {
 }
 
 int mux_listen(const std::string& path) {
-  sockaddr_un a = socket_address(path);
+  // Made under a name of its own and renamed over `path`: a keeper knows its socket by the inode
+  // it had there (another keeper's socket may replace it at any time).
+  std::string tmp = fmt::format("{}.{}", path, ::getpid());
+  sockaddr_un a = socket_address(tmp);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  ::unlink(path.c_str());
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 8) != 0) {
+  ::unlink(tmp.c_str());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 8) != 0 ||
+      ::chmod(tmp.c_str(), 0600) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    int saved = errno;
     ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = saved;
     return -1;
   }
-  ::chmod(path.c_str(), 0600);
   return fd;
+}
+
+static ino_t mux_socket_inode(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
 // ---- a command's side ----
@@ -225,7 +236,7 @@ std::unique_ptr<MuxClient> MuxClient::attach(const std::string& path, const std:
   sockaddr_un a = socket_address(path);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return nullptr;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || !same_user(fd)) {
     ::close(fd);
     return nullptr;
   }
@@ -242,6 +253,7 @@ std::unique_ptr<MuxClient> MuxClient::attach(const std::string& path, const std:
       if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && !recv_some(fd, in)) break;
       std::string_view rest(in);
       welcome = decode_mux_frame(rest);
+      if (welcome) in.erase(0, in.size() - rest.size());
     }
   } catch (const std::runtime_error&) {
     welcome.reset();
@@ -261,6 +273,7 @@ std::unique_ptr<MuxClient> MuxClient::attach(const std::string& path, const std:
   auto client =
       std::unique_ptr<MuxClient>(new MuxClient(fd, hosts, static_cast<int>(welcome->numbers[1])));
   client->ack_age_ms_.assign(hosts, kUnknownAge);
+  client->in_ = std::move(in);  // what came after the welcome
   return client;
 }
 
@@ -440,9 +453,9 @@ class Keeper {
         persist_ms_(persist_s * 1000),
         ahead_(std::move(ahead)) {}
 
-  void run() {
+  void run(ino_t ino) {
     struct stat st {};
-    if (::stat(path_.c_str(), &st) == 0) ino_ = st.st_ino;
+    ino_ = ino;
     t_.watch_fd(listen_fd_);
     idle_since_ = t_.now_ms();
     for (const auto& c : ahead_.now) start_ahead(c);
@@ -451,7 +464,9 @@ class Keeper {
       t_.poll(timeout, [this](const TransportEvent& e) { on_event(e); });
       after_poll();
     }
+    stopping_ = true;
     if (client_ >= 0) leave();
+    t_.poll(0, [this](const TransportEvent& e) { on_event(e); });  // sends what leave() queued
     for (int fd : waiting_) ::close(fd);
     t_.unwatch_fd(listen_fd_);
     if (::stat(path_.c_str(), &st) == 0 && st.st_ino == ino_) ::unlink(path_.c_str());
@@ -519,9 +534,21 @@ class Keeper {
     if (client_ >= 0 && still_theirs) forward(e, theirs);
   }
 
-  // Starts `c` ahead on its host unless it is already waiting there.
+  // Starts `c` ahead on its host unless it is already waiting there. One waits per host at most
+  // (each holds a session, and sshd allows ten per connection): one of another command that
+  // waited there is ended (its stdin closed: it exits).
   void start_ahead(const HostCommand& c) {
     if (c.first >= alive_.size() || !alive_[c.first] || started_.count(c)) return;
+    for (auto it = started_.begin(); it != started_.end();) {
+      if (it->first.first != c.first) {
+        ++it;
+        continue;
+      }
+      t_.send_eof(it->second.ours);
+      t_.kill(it->second.ours, "KILL");
+      ahead_of_.erase(it->second.ours);
+      it = started_.erase(it);
+    }
     ChannelId ours = t_.exec(c.first, c.second);
     started_[c].ours = ours;
     ahead_of_[ours] = c;
@@ -705,7 +732,8 @@ class Keeper {
     in_.clear();
     out_.clear();
     idle_since_ = t_.now_ms();
-    for (const auto& c : again_) start_ahead(c);
+    if (!stopping_ && !over())
+      for (const auto& c : again_) start_ahead(c);
     again_.clear();
   }
 
@@ -727,12 +755,14 @@ class Keeper {
   std::map<HostCommand, Ahead> started_;       // started ahead, waiting for a command
   std::map<ChannelId, HostCommand> ahead_of_;  // their channels
   std::set<HostCommand> again_;  // ended well for the command attached: started again when it left
+  bool stopping_ = false;
 };
 
 }  // namespace
 
 void serve_mux(Transport& transport, int listen_fd, const std::string& path, const std::string& key,
                size_t hosts, double persist_s, MuxAhead ahead) {
+  ino_t ino = mux_socket_inode(path);
   g_keeper_stop = 0;
   struct sigaction sa {};
   sa.sa_handler = stop_keeper;
@@ -742,7 +772,7 @@ void serve_mux(Transport& transport, int listen_fd, const std::string& path, con
   ::signal(SIGHUP, SIG_IGN);
   ::signal(SIGPIPE, SIG_IGN);
   set_nonblocking(listen_fd);
-  Keeper(transport, listen_fd, path, key, hosts, persist_s, std::move(ahead)).run();
+  Keeper(transport, listen_fd, path, key, hosts, persist_s, std::move(ahead)).run(ino);
 }
 
 void keep_connections(HostTransport& transport, const std::string& path, const std::string& key,
@@ -764,11 +794,16 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
   }
   if (pid == 0) {
     ::setsid();
+    if (::chdir("/") != 0) ::_exit(1);  // holds no directory of the user's in use
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int std_fd = 0; std_fd < 3 && null >= 0; ++std_fd) ::dup2(null, std_fd);
     if (null > 2) ::close(null);
-    serve_mux(transport, fd, path, key, hosts, persist_s, std::move(ahead));
-    transport.disconnect_all();
+    try {
+      serve_mux(transport, fd, path, key, hosts, persist_s, std::move(ahead));
+      transport.disconnect_all();
+    } catch (...) {  // never back into the command that forked it
+      ::_exit(1);
+    }
     ::close(fd);
     ::_exit(0);
   }

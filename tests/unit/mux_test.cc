@@ -380,3 +380,41 @@ TEST_F(Keeper, CommandsStartedAheadAreHandedOverAndStartedAgain) {
 
 }  // namespace
 }  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+// One command waits per host at most: a command started ahead for another text replaces it (the
+// one replaced is ended).
+TEST_F(Keeper, OneCommandWaitsAheadPerHost) {
+  std::string log = tmp_.path() + "/log";
+  auto cmd = [&](const std::string& name) { return "echo " + name + " $$ >>" + log + "; read x"; };
+  MuxAhead ahead;
+  ahead.may_start = [](const std::string& c) { return c.find(">>") != std::string::npos; };
+  ahead.now = {{0, cmd("A")}};
+  start(30, ahead);
+  for (int i = 0; i < 250 && test::count(test::slurp(log), "A ") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto c = attach();
+  ASSERT_TRUE(c);
+  ChannelId ch = c->exec(0, cmd("B"));
+  c->write(ch, "go\n");
+  ASSERT_TRUE(poll_until(*c, [&] { return seen_[ch].closed; }));
+  EXPECT_EQ(seen_[ch].status, 0);
+  c.reset();  // B ended well: B waits ahead now, and A is ended
+  for (int i = 0; i < 250 && test::count(test::slurp(log), "B ") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string text = test::slurp(log);
+  ASSERT_EQ(test::count(text, "A "), 1u) << text;
+  ASSERT_EQ(test::count(text, "B "), 2u) << text;
+  pid_t a = std::stoi(text.substr(2));
+  bool gone = false;
+  for (int i = 0; i < 250 && !gone; ++i) {
+    gone = ::kill(a, 0) != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(gone) << "A (process " << a << ") still waits";
+}
+
+}  // namespace
+}  // namespace msrun_ssh
