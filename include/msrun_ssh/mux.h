@@ -88,7 +88,6 @@ class MuxClient : public HostTransport {
   void watch_fd(int fd) override;
   void unwatch_fd(int fd) override;
   void drop_host(size_t host) override;
-  Liveness tcp_liveness(size_t host, double within_ms) const override;
   std::optional<double> tcp_ack_age_ms(size_t host) const override;
   void poll(int timeout_ms, const EventHandler& handler) override;
   double now_ms() const override;

@@ -3,6 +3,8 @@
 // implement it with a scripted fake and a fake clock.
 #pragma once
 
+#include <time.h>
+
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -12,6 +14,13 @@
 namespace msrun_ssh {
 
 using ChannelId = int;
+
+// Milliseconds of CLOCK_MONOTONIC: the clock of the real transports' now_ms().
+inline double monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
 
 struct TransportEvent {
   enum class Kind {
@@ -70,12 +79,15 @@ class Transport {
   // Whether host `host`'s TCP stack has acknowledged everything we sent, or acknowledged something
   // within the last `within_ms`: its kernel is alive even when nothing on it answers (a host
   // starved of CPU). kUnknown where the transport cannot tell.
+  // By default judged from tcp_ack_age_ms.
   enum class Liveness { kUnknown, kAcking, kSilent };
-  virtual Liveness tcp_liveness(size_t /*host*/, double /*within_ms*/) const {
-    return Liveness::kUnknown;
+  virtual Liveness tcp_liveness(size_t host, double within_ms) const {
+    std::optional<double> age = tcp_ack_age_ms(host);
+    if (!age) return Liveness::kUnknown;
+    return *age <= within_ms ? Liveness::kAcking : Liveness::kSilent;
   }
   // How long ago host `host`'s TCP stack last acknowledged something, in ms (0 when everything
-  // sent is acknowledged): what tcp_liveness judges. nullopt where the transport cannot tell.
+  // sent is acknowledged). nullopt where the transport cannot tell.
   virtual std::optional<double> tcp_ack_age_ms(size_t /*host*/) const { return std::nullopt; }
   // Waits at most `timeout_ms` (-1: no limit) for events and hands each to `handler`.
   virtual void poll(int timeout_ms, const EventHandler& handler) = 0;

@@ -447,12 +447,6 @@ std::optional<double> SshPool::tcp_ack_age_ms(size_t host) const {
   return out;
 }
 
-Transport::Liveness SshPool::tcp_liveness(size_t host, double within_ms) const {
-  std::optional<double> age = tcp_ack_age_ms(host);
-  if (!age) return Liveness::kUnknown;
-  return *age <= within_ms ? Liveness::kAcking : Liveness::kSilent;
-}
-
 void SshPool::watch_fd(int fd) { impl_->watch_fd(fd); }
 void SshPool::unwatch_fd(int fd) { impl_->unwatch_fd(fd); }
 

@@ -23,12 +23,6 @@
 
 namespace msrun_ssh {
 
-inline double monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
 // The session's last error in libssh's words.
 inline std::string describe_error(ssh_session s) {
   std::string e = ssh_get_error(s);

@@ -26,18 +26,24 @@ fs::path absolute_in(const std::string& cwd, const std::string& path) {
   return p.has_filename() ? p : p.parent_path();
 }
 
+// The words of every sync command before its arguments: sh running sync.sh, and its $0.
+std::vector<std::string> sync_front() {
+  return {"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync"};
+}
+
 }  // namespace
 
 std::string sync_command(const std::string& dest, const std::string& token, SyncProgram program) {
-  std::string perl(program == SyncProgram::kPython ? "" : remote::kSyncPl);
-  std::string python(program == SyncProgram::kPerl ? "" : remote::kSyncPy);
-  return "exec " + shell_join({"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync",
-                               perl, python, dest, token});
+  std::vector<std::string> words = sync_front();
+  words.emplace_back(program == SyncProgram::kPython ? "" : remote::kSyncPl);
+  words.emplace_back(program == SyncProgram::kPerl ? "" : remote::kSyncPy);
+  words.push_back(dest);
+  words.push_back(token);
+  return fmt::format("exec {}", shell_join(words));
 }
 
 bool may_start_ahead(const std::string& command) {
-  static const std::string head = fmt::format(
-      "exec {} ", shell_join({"/bin/sh", "-c", std::string(remote::kSyncSh), "msrun-ssh-sync"}));
+  static const std::string head = fmt::format("exec {} ", shell_join(sync_front()));
   static const std::string tail = fmt::format(" {}", shell_join({kTokenFromStdin}));
   return command.size() > head.size() + tail.size() && command.compare(0, head.size(), head) == 0 &&
          command.compare(command.size() - tail.size(), tail.size(), tail) == 0;

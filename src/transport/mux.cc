@@ -64,12 +64,6 @@ uint64_t take(std::string_view& s, size_t width) {
 uint64_t wire(int v) { return static_cast<uint32_t>(v); }
 int unwire(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 
-double monotonic_now_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 // Sends what it can of `out` without blocking; false when the peer is gone.
@@ -244,12 +238,12 @@ std::unique_ptr<MuxClient> MuxClient::attach(const std::string& path, const std:
       encode_mux_frame({'H', {static_cast<uint64_t>(persist_s * 1000), hosts}, {key}});
   std::string in;
   std::optional<MuxFrame> welcome;
-  double deadline = monotonic_now_ms() + kWelcomeTimeoutMs;
+  double deadline = monotonic_ms() + kWelcomeTimeoutMs;
   try {
-    while (!welcome && monotonic_now_ms() < deadline) {
+    while (!welcome && monotonic_ms() < deadline) {
       if (!send_some(fd, out)) break;
       pollfd p{fd, static_cast<short>(POLLIN | (out.empty() ? 0 : POLLOUT)), 0};
-      ::poll(&p, 1, static_cast<int>(deadline - monotonic_now_ms()) + 1);
+      ::poll(&p, 1, static_cast<int>(deadline - monotonic_ms()) + 1);
       if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && !recv_some(fd, in)) break;
       std::string_view rest(in);
       welcome = decode_mux_frame(rest);
@@ -346,13 +340,7 @@ std::optional<double> MuxClient::tcp_ack_age_ms(size_t host) const {
   return ack_age_ms_[host] + (now_ms() - ack_at_ms_);
 }
 
-Transport::Liveness MuxClient::tcp_liveness(size_t host, double within_ms) const {
-  std::optional<double> age = tcp_ack_age_ms(host);
-  if (!age) return Liveness::kUnknown;
-  return *age <= within_ms ? Liveness::kAcking : Liveness::kSilent;
-}
-
-double MuxClient::now_ms() const { return monotonic_now_ms(); }
+double MuxClient::now_ms() const { return monotonic_ms(); }
 
 // The keeper went away: every channel still open ends as its host's connection would.
 void MuxClient::keeper_gone(const EventHandler& handler) {
@@ -454,7 +442,6 @@ class Keeper {
         ahead_(std::move(ahead)) {}
 
   void run(ino_t ino) {
-    struct stat st {};
     ino_ = ino;
     t_.watch_fd(listen_fd_);
     idle_since_ = t_.now_ms();
@@ -469,7 +456,7 @@ class Keeper {
     t_.poll(0, [this](const TransportEvent& e) { on_event(e); });  // sends what leave() queued
     for (int fd : waiting_) ::close(fd);
     t_.unwatch_fd(listen_fd_);
-    if (::stat(path_.c_str(), &st) == 0 && st.st_ino == ino_) ::unlink(path_.c_str());
+    if (mux_socket_inode(path_) == ino_) ::unlink(path_.c_str());
   }
 
  private:
@@ -492,8 +479,7 @@ class Keeper {
     if (g_keeper_stop) return true;
     if (client_ >= 0) return false;
     if (quit_ || std::find(alive_.begin(), alive_.end(), false) != alive_.end()) return true;
-    struct stat st {};
-    if (::stat(path_.c_str(), &st) != 0 || st.st_ino != ino_) return true;  // replaced
+    if (mux_socket_inode(path_) != ino_) return true;  // removed or replaced
     return t_.now_ms() - idle_since_ >= persist_ms_;
   }
 
@@ -544,14 +530,21 @@ class Keeper {
         ++it;
         continue;
       }
-      t_.send_eof(it->second.ours);
-      t_.kill(it->second.ours, "KILL");
+      end(it->second.ours);
       ahead_of_.erase(it->second.ours);
       it = started_.erase(it);
     }
     ChannelId ours = t_.exec(c.first, c.second);
     started_[c].ours = ours;
     ahead_of_[ours] = c;
+  }
+
+  // Ends a command on its host: the signal where sshd delivers signals (not to root's sessions:
+  // OpenSSH has no privilege-separated child there), and the end of its stdin, which ends a program
+  // that reads it (sync's: "interrupted", its temporary file removed; one waiting: it exits).
+  void end(ChannelId ours) {
+    t_.kill(ours, "KILL");
+    t_.send_eof(ours);
   }
 
   void forward(const TransportEvent& e, ChannelId theirs) {
@@ -716,13 +709,7 @@ class Keeper {
     } catch (const std::runtime_error&) {
     }
     for (auto& [ours, c] : ours_) {
-      if (c.current) {
-        // The signal ends it where sshd delivers signals (not to root's sessions: OpenSSH has no
-        // privilege-separated child there); the end of its stdin ends a program that reads it
-        // (sync's: "interrupted", its temporary file removed).
-        t_.kill(ours, "KILL");
-        t_.send_eof(ours);
-      }
+      if (c.current) end(ours);
       c.current = false;
     }
     theirs_.clear();
