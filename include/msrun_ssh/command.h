@@ -69,6 +69,10 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 //   'K' (kKillNow)            SIGKILL at once, also in the middle of a teardown's grace
 //   'a' (kStacksThenTeardown) SIGABRT to each Python process of the job that leads its process
 //                             group (its stacks, with PYTHONFAULTHANDLER=1), a second, then as 'k'
+//   'z' (kSuspend)            SIGSTOP to every process of the job (Ctrl-Z on the launcher); the
+//                             watchdog then waits for the next byte with no time limit and sends
+//                             SIGCONT to them before it handles that byte
+//   'r' (kResume)             after 'z': the job goes on
 // Any other byte, no byte for the silence time, or the end of stdin: the launcher is lost.
 //
 // The watchdog prints, one line each:
@@ -79,6 +83,7 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 //                                             a space ("killed 77 SIGTERM sleep 30 ")
 //   "msrun-ssh-watchdog: launcher lost"       before the teardown it does by itself
 //   "msrun-ssh-watchdog: done"                when the teardown the launcher asked for is over
+//   "msrun-ssh-watchdog: paused" / "resumed"  after 'z' (the processes stopped) / after 'r'
 // and exits 0 after its teardown (after losing the launcher it sweeps four more times over a
 // second first).
 inline constexpr char kBeat = 'h';
@@ -86,10 +91,14 @@ inline constexpr char kQuit = 'q';
 inline constexpr char kTeardown = 'k';
 inline constexpr char kKillNow = 'K';
 inline constexpr char kStacksThenTeardown = 'a';
+inline constexpr char kSuspend = 'z';
+inline constexpr char kResume = 'r';
 
 inline constexpr std::string_view kWatchdogReady = "msrun-ssh-watchdog: ready ";
 inline constexpr std::string_view kWatchdogLost = "msrun-ssh-watchdog: launcher lost";
 inline constexpr std::string_view kWatchdogDone = "msrun-ssh-watchdog: done";
+inline constexpr std::string_view kWatchdogPaused = "msrun-ssh-watchdog: paused";
+inline constexpr std::string_view kWatchdogResumed = "msrun-ssh-watchdog: resumed";
 
 // The watchdog's grace is counted in steps of this many seconds.
 inline constexpr double kWatchdogGraceStepS = 0.2;

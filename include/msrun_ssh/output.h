@@ -24,6 +24,7 @@
 namespace msrun_ssh {
 
 class StatusLine;
+class ConsoleSink;
 
 // Splits one byte stream into lines. A line longer than `max_line` (its newline included) is handed
 // out in pieces of that size (the last piece of such a line ends where its newline is), wherever
@@ -255,6 +256,9 @@ struct OutputConfig {
   std::function<std::chrono::system_clock::time_point()> clock;
   // The terminal's status row (status_line.h), erased around every console write; may be null.
   StatusLine* status = nullptr;
+  // Where console bytes go (console_sink.h): a run hands in the process's sink, so that a stopped
+  // terminal or a paused pipe never blocks the launcher. Null: written at once (blocking).
+  ConsoleSink* sink = nullptr;
 };
 
 class Output {
@@ -296,6 +300,9 @@ class Output {
   // Milliseconds until flush() has something to write that is not there yet (< 0: nothing).
   int due_in_ms();
 
+  // Waits at most `timeout_ms` until the console took what is queued for it (console_sink.h).
+  void settle_console(double timeout_ms);
+
   // A message of the launcher itself ("msrun-ssh: ..."), on the error console.
   void message(const std::string& text);
 
@@ -321,7 +328,8 @@ class Output {
   void console_line(Proc& p, bool is_stderr, std::string_view text);
   void show_redraws();
   void write_console();
-  void console_write(int fd, std::string_view text);
+  // `own`: the launcher's message, never dropped by the sink; else the processes' lines.
+  void console_write(int fd, std::string_view text, bool own = false);
   double now_ms();
   const std::string& stamp();
   OutputConfig config_;

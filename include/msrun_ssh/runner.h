@@ -52,6 +52,16 @@ class Runner {
   // dump at a time; none once the job is ending.
   void on_signal(int signo);
 
+  // SIGTSTP (Ctrl-Z): every process of the job is stopped on every host (the watchdogs' 'z'),
+  // then the launcher stops itself; once continued (`fg`, `bg`: SIGCONT) the processes continue
+  // and the job goes on. The time suspended counts toward no limit and no host's silence. Before
+  // the processes have started the suspension waits for them; while the job ends it is refused.
+  // A launcher stopped otherwise (SIGSTOP, a debugger) or starved says how long it stood still;
+  // that time counts toward no host's silence.
+  //
+  // How the launcher stops itself (tests replace it; default: SIGSTOP to itself).
+  void set_stop_self(std::function<void()> stop_self) { stop_self_ = std::move(stop_self); }
+
   // Numbers the attempt (--max_restarts): from attempt 2 on, console prefixes read "3@host a2".
   void set_attempt(int attempt) { attempt_ = attempt; }
 
@@ -120,6 +130,8 @@ class Runner {
     bool ready = false;
     bool lost = false;
     bool watchdog_closed = false;
+    bool paused = false;   // its watchdog stopped the job's processes (Ctrl-Z)
+    bool gave_up = false;  // its watchdog lost the launcher and ended the job there by itself
     double last_echo_ms = 0;
     std::string name;  // the host's own name (uname -n), from the watchdog's ready line
     LineFramer framer{4096};
@@ -156,6 +168,15 @@ class Runner {
   bool watchdogs_done() const;
   int timeout_ms(double now) const;
   const std::string& host_name(size_t host) const;
+
+  // t_.poll for `wait_ms`, then what the launcher itself stood still beyond it (stopped, a
+  // debugger, starved of CPU) is taken out of every host's silence (excuse_stall).
+  void poll_for(int wait_ms);
+  void excuse_stall(double stuck_ms);
+  void suspend_job();
+  bool finish_suspend(double now);  // whether the launcher was suspended (and is back)
+  void resume_job(double suspended_ms);
+  size_t live_watchdogs(bool paused_only) const;
 
   void update_status(double now);
   void request_stacks();
@@ -194,6 +215,11 @@ class Runner {
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
   double heartbeat_ms_;
+  bool suspend_pending_ = false;  // Ctrl-Z before the processes started
+  bool suspending_ = false;       // 'z' sent: the launcher stops once the watchdogs paused
+  double suspend_deadline_ms_ = 0;
+  double stalled_ms_ = 0;  // how long the launcher stood still in all (excuse_stall)
+  std::function<void()> stop_self_;
   std::unique_ptr<Batch> stacks_;  // the stack dump SIGQUIT asked for, while it runs
   double stacks_deadline_ms_ = 0;
 };
@@ -283,10 +309,10 @@ class HostRoster {
   std::map<std::string, int> failures_;  // address -> attempts it failed
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP, and SIGQUIT when `with_sigquit` (Ctrl-\\: the attached
-// run's stack dump), ignores SIGPIPE, and returns a non-blocking signalfd that delivers them to
-// an event loop.
-int signal_fd(bool with_sigquit = false);
+// Blocks SIGINT, SIGTERM and SIGHUP, and for an `attached_run` SIGQUIT (Ctrl-\\: the stack dump),
+// SIGTSTP and SIGCONT (Ctrl-Z suspends the job: Runner::on_signal), ignores SIGPIPE, and returns a
+// non-blocking signalfd that delivers them to an event loop.
+int signal_fd(bool attached_run = false);
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
 // status (error.h; README, "Exit status").

@@ -14,6 +14,8 @@
 
 namespace msrun_ssh {
 
+class ConsoleSink;
+
 class StatusLine {
  public:
   // Draws on `fd` when `enabled` (see terminal_status_enabled). `width` 0: the terminal's width
@@ -29,13 +31,18 @@ class StatusLine {
   // Erases the row; nothing is shown until the next show().
   void hide();
   // Writes `data` to `fd` (the terminal's stdout or stderr, or anything else): the row is erased
-  // first when shown, and drawn again when `data` ends a line.
-  void write(int fd, std::string_view data);
+  // first when shown, and drawn again when `data` ends a line. `droppable`: lines of the
+  // processes, which the sink may drop when the console falls behind (see set_sink).
+  void write(int fd, std::string_view data, bool droppable = false);
+  // Every write, the row's too, goes through `sink` (null: written at once, blocking).
+  void set_sink(ConsoleSink* sink) { sink_ = sink; }
   const std::string& text() const { return text_; }
 
  private:
   void draw();
   void erase();
+  void put(int fd, std::string_view data, bool droppable);
+  ConsoleSink* sink_ = nullptr;
   int fd_;
   bool enabled_;
   size_t width_;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "msrun_ssh/binding.h"
+#include "msrun_ssh/console_sink.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/status_line.h"
 
@@ -234,9 +235,11 @@ void Output::show_redraws() {
 // Gathered lines that are due join the console buffers.
 void Output::write_console() { gatherer_.take(now_ms_, false, out_buf_, err_buf_); }
 
-void Output::console_write(int fd, std::string_view text) {
+void Output::console_write(int fd, std::string_view text, bool own) {
   if (config_.status)
-    config_.status->write(fd, text);
+    config_.status->write(fd, text, !own);
+  else if (config_.sink)
+    config_.sink->write(fd, text, !own);
   else
     write_all(fd, text);
 }
@@ -271,15 +274,19 @@ void Output::flush() {
   err_buf_.clear();
 }
 
+void Output::settle_console(double timeout_ms) {
+  if (config_.sink) config_.sink->drain(timeout_ms);
+}
+
 void Output::message(const std::string& text) {
   drain();
-  console_write(config_.console_err, fmt::format("msrun-ssh: {}\n", text));
+  console_write(config_.console_err, fmt::format("msrun-ssh: {}\n", text), true);
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
 
 void Output::report(const std::string& text) {
   drain();
-  console_write(config_.console_err, text);
+  console_write(config_.console_err, text, true);
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
 

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "msrun_ssh/console_sink.h"
+
 namespace msrun_ssh {
 namespace {
 
@@ -60,22 +62,29 @@ void StatusLine::hide() {
   text_.clear();
 }
 
-void StatusLine::write(int fd, std::string_view data) {
-  if (!drawn_) return write_fd(fd, data);
+void StatusLine::put(int fd, std::string_view data, bool droppable) {
+  if (sink_)
+    sink_->write(fd, data, droppable);
+  else
+    write_fd(fd, data);
+}
+
+void StatusLine::write(int fd, std::string_view data, bool droppable) {
+  if (!drawn_) return put(fd, data, droppable);
   erase();
-  write_fd(fd, data);
+  put(fd, data, droppable);
   if (!data.empty() && data.back() == '\n') draw();
 }
 
 void StatusLine::draw() {
   std::string row(kErase);
   row += text_;
-  write_fd(fd_, row);
+  put(fd_, row, false);
   drawn_ = true;
 }
 
 void StatusLine::erase() {
-  write_fd(fd_, kErase);
+  put(fd_, kErase, false);
   drawn_ = false;
 }
 

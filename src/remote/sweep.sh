@@ -32,6 +32,12 @@ signal_all() {
   done
   return $found
 }
+# Sends $1 (STOP, CONT) to every process of the job but this shell, saying nothing: a suspension.
+signal_quiet() {
+  for p in $(pids); do
+    [ "$p" = "$$" ] || kill -"$1" -"$p" 2>/dev/null || kill -"$1" "$p" 2>/dev/null || :
+  done
+}
 # Every process of the job that leads its process group (what sshd started, not its children)
 # and runs Python gets SIGABRT: with PYTHONFAULTHANDLER=1 it prints every thread's stack to its
 # stderr and ends. One second for them to write, then the usual teardown.

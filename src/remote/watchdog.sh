@@ -30,15 +30,26 @@ trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exi
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
 stack_site "$J" "$S" || :
 echo "msrun-ssh-watchdog: ready $$ $n"
+c=
 while :; do
-  c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
+  [ -n "$c" ] || c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
     c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
   case "$c" in
     h) echo h ;;
+    # Ctrl-Z on the launcher: every process of the job stops; the launcher stops next, so its
+    # silence is expected. The next byte (no time limit: a suspended job waits for `fg`) resumes
+    # the processes first; 'r' goes on as before, any other byte is handled as such (the end of
+    # stdin, a killed launcher, tears the job down).
+    z) signal_quiet STOP; echo "msrun-ssh-watchdog: paused"
+       c=$(dd bs=1 count=1 2>/dev/null) || c=
+       signal_quiet CONT
+       [ "$c" = r ] && { echo "msrun-ssh-watchdog: resumed"; c=; }
+       continue ;;
     q|k) teardown "$G"; forget_stacks; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     a) abort_pythons; teardown "$G"; forget_stacks; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     K) signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: done"; exit 0 ;;
     *) echo "msrun-ssh-watchdog: launcher lost"; teardown "$L"
        for _ in 1 2 3 4; do sleep 0.25; signal_all KILL; done; forget_stacks; exit 0 ;;
   esac
+  c=
 done

@@ -27,6 +27,7 @@
 #include "msrun_ssh/agent.h"
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
+#include "msrun_ssh/console_sink.h"
 #include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
@@ -264,8 +265,12 @@ int wait_for_signal(int sfd, double seconds) {
     if (::poll(&p, 1, static_cast<int>(std::ceil(left * 1000))) <= 0) continue;
     signalfd_siginfo info{};
     if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info) ||
-        info.ssi_signo == SIGQUIT)
+        info.ssi_signo == SIGQUIT || info.ssi_signo == SIGCONT)
       continue;
+    if (info.ssi_signo == SIGTSTP) {  // Ctrl-Z: nothing runs on the hosts; the launcher stops
+      ::kill(::getpid(), SIGSTOP);
+      continue;
+    }
     return exit_status_of_signal(static_cast<int>(info.ssi_signo));
   }
   return 0;
@@ -469,6 +474,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   log->info("attempt {}: job id {}", attempt, job_id);
   emit_event(events, "attempt", {{"attempt", attempt}, {"job_id", job_id}});
   StatusLine row(2, terminal_status_enabled(2, options.quiet));
+  row.set_sink(&console_sink());
   ReadyHosts ready;
   if (auto failed = connect_attempt(roster, options, attempt, row, ready)) {
     emit_event(events, "start_failed",
@@ -487,6 +493,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   oc.log_timestamps = options.log_timestamps;
   oc.gather = options.output_gather;
   oc.status = &row;
+  oc.sink = &console_sink();
   Output out(oc);
   AttemptResult result;
   std::vector<SummaryRow> rows;
@@ -509,6 +516,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result = {kExitHostFailure, false, true, e.what()};
   }
   out.flush();
+  console_sink().drain();  // the job is over: the summary follows every line the sink holds
   std::string summary =
       format_summary(rows) + format_process_restarts(result.process_restarts, options.max_restarts);
   if (job_restarts(options) > 0) summary = fmt::format("attempt {}:\n{}", attempt, summary);
@@ -545,13 +553,14 @@ void record_attached_end(JobRecord& record, const Options& options, int status,
 
 }  // namespace
 
-int signal_fd(bool with_sigquit) {
+int signal_fd(bool attached_run) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
-  if (with_sigquit) sigaddset(&set, SIGQUIT);
+  if (attached_run)
+    for (int s : {SIGQUIT, SIGTSTP, SIGCONT}) sigaddset(&set, s);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -626,6 +635,7 @@ class ConsoleToFile {
   explicit ConsoleToFile(const std::string& path) {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) throw InputError(fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+    console_sink().drain();  // what is queued goes where it was meant to
     std::fflush(stdout);
     std::fflush(stderr);
     for (int i : {1, 2}) {
@@ -635,6 +645,7 @@ class ConsoleToFile {
     ::close(fd);
   }
   ~ConsoleToFile() {
+    console_sink().drain();
     std::fflush(stdout);
     std::fflush(stderr);
     for (int i : {1, 2})
@@ -740,6 +751,7 @@ int sync_job(const Options& options, const Cluster& cluster) {
     MuxAhead ahead{may_start_ahead, {}};
     for (size_t h = 0; h < hosts.size(); ++h)
       ahead.now.emplace_back(h, sync_command(source.dests[h], kTokenFromStdin));
+    console_sink().stop();  // it forks: no thread of the sink's may be in the middle of a write
     keep_connections(*pool, socket, key, hosts.size(), options.persist, std::move(ahead), code);
   }
   pool->disconnect_all();

@@ -20,6 +20,9 @@ namespace msrun_ssh {
 namespace {
 
 constexpr double kEchoSlackMs = 2000;  // beyond 2x heartbeat before a silent host counts as lost
+constexpr double kSuspendWaitMs = 3000;
+constexpr double kStallToldMs = 2000;  // a launcher that stood still longer says so  // for the
+                                       // watchdogs' "paused", and the console, at Ctrl-Z
 constexpr double kTeardownSlackMs = 10000;  // beyond the kill grace before we stop waiting
 constexpr double kStartedShownMs = 500;     // "started N/N" stays this long on the status row
 constexpr double kKillNowWaitMs = 3000;
@@ -176,6 +179,8 @@ void Runner::finish_process(Proc& p, const std::string& note) {
 
 void Runner::on_signal(int signo) {
   if (signo == SIGQUIT) return request_stacks();
+  if (signo == SIGTSTP) return suspend_job();
+  if (signo == SIGCONT) return;  // a stop is seen by the time it took (poll_for)
   int code = exit_status_of_signal(signo);
   interrupted_ = true;
   if (tearing_down_ && signo == SIGINT && !killed_now_) {
@@ -258,6 +263,22 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
                {{"host", host_name(host)},
                 {"name", h.name},
                 {"pid", std::string(rest.substr(0, std::min(space, rest.size())))}});
+  } else if (line == kWatchdogPaused) {
+    h.paused = true;
+  } else if (line == kWatchdogResumed) {
+    h.paused = false;
+  } else if (line == kWatchdogLost) {
+    // Not the host's fault: the launcher was silent for too long (excuse_stall says why). The
+    // watchdog is tearing its host's processes down; everyone else follows.
+    h.gave_up = true;
+    if (!quit_sent_ && !tearing_down_)
+      fail(kExitHostFailure,
+           fmt::format("the watchdog on {} ended the job there: it heard nothing from the launcher "
+                       "for {:g} s{}",
+                       host_name(host), 2 * options_.heartbeat,
+                       stalled_ms_ > 0 ? fmt::format(" (the launcher stood still for {:.1f} s)",
+                                                     stalled_ms_ / 1000)
+                                       : ""));
   } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
                              line.substr(7)));
@@ -382,13 +403,19 @@ bool Runner::start_watchdogs() {
   // Heartbeats go out while slower hosts start: a watchdog already running gives up on a silent
   // launcher after 2 heartbeats, which --connect_timeout may exceed.
   next_beat_ms_ = now + heartbeat_ms_;
+  double stalled_before = stalled_ms_;
   while (ready < hosts_.size() && exit_code_ < 0 && t_.now_ms() < deadline) {
     if (t_.now_ms() >= next_beat_ms_) beat();
     // The status row names the slowest hosts after a few seconds: wake up for it.
     double until = std::min(deadline, next_beat_ms_);
     if (start_view_) until = std::min(until, t_.now_ms() + 500);
-    t_.poll(static_cast<int>(std::max(1.0, until - t_.now_ms())),
-            [&](const TransportEvent& e) { handle(e); });
+    const double before = t_.now_ms();
+    poll_for(static_cast<int>(std::max(1.0, until - before)));
+    // Time the launcher stood still is no host's delay.
+    if (double stood = stalled_ms_ - stalled_before; stood > 0) {
+      deadline += stood;
+      stalled_before = stalled_ms_;
+    }
     if (start_view_) start_view_->tick();
     if (size_t n = ready_count(); n > ready) {
       ready = n;
@@ -562,6 +589,7 @@ int Runner::timeout_ms(double now) const {
     until = std::min(until, started_ms_ + kStartedShownMs);
   if (running_line_) until = std::min(until, now + 1000);
   if (stacks_) until = std::min(until, stacks_deadline_ms_);
+  if (suspending_) until = std::min(until, suspend_deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
   for (size_t i = 0; i < hosts_.size(); ++i) {
     const HostState& h = hosts_[i];
@@ -584,13 +612,14 @@ int Runner::run() {
   else
     for (auto& p : procs_) finish_process(p, "not started");
   beat();
-  auto handler = [&](const TransportEvent& e) { handle(e); };
+  if (std::exchange(suspend_pending_, false) && started_ms_ >= 0) suspend_job();
   while (true) {
     double now = t_.now_ms();
     // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
     check_heartbeats(now);
     check_time_limits(now);
     check_stacks(now);
+    if (finish_suspend(now)) continue;  // suspended and resumed: the clock moved on
     if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;
@@ -613,7 +642,7 @@ int Runner::run() {
     }
     if (now >= next_beat_ms_) beat();
     update_status(now);
-    t_.poll(timeout_ms(now), handler);
+    poll_for(timeout_ms(now));
     out_.flush();
   }
   check_stacks(-1);
@@ -621,6 +650,106 @@ int Runner::run() {
   if (running_line_) running_line_->hide();
   out_.drain();
   return exit_code_ < 0 ? kExitOk : exit_code_;
+}
+
+void Runner::poll_for(int wait_ms) {
+  const double before = t_.now_ms();
+  // What lies beyond the wait asked for: the launcher was not running (stopped by SIGSTOP, a
+  // debugger, or starved of CPU). It is judged before the first event is handled, as the events
+  // are what the hosts did meanwhile. A stall is counted from a tenth of a second on.
+  bool judged = false;
+  auto judge = [&] {
+    judged = true;
+    double stuck = t_.now_ms() - before - wait_ms;
+    if (stuck > 100) excuse_stall(stuck);
+  };
+  t_.poll(wait_ms, [&](const TransportEvent& e) {
+    if (!judged) judge();
+    handle(e);
+  });
+  if (!judged) judge();
+}
+
+// The launcher stood still for `stuck_ms`: no host is blamed for it. Every host's silence, and the
+// processes' (--hang_timeout), start again from now less what they had before; --timeout keeps
+// counting (the job ran on the hosts meanwhile).
+void Runner::excuse_stall(double stuck_ms) {
+  const double now = t_.now_ms();
+  for (HostState& h : hosts_) h.last_echo_ms = std::min(now, h.last_echo_ms + stuck_ms);
+  if (last_output_ms_ >= 0) last_output_ms_ = std::min(now, last_output_ms_ + stuck_ms);
+  stalled_ms_ += stuck_ms;
+  if (stuck_ms < kStallToldMs) return;
+  emit_event(events_, "launcher_stalled", {{"seconds", stuck_ms / 1000}});
+  out_.message(fmt::format(
+      "the launcher itself stood still for {:.1f} s (stopped by SIGSTOP or a debugger, or starved "
+      "of CPU); no host is blamed for it{}",
+      stuck_ms / 1000,
+      stuck_ms >= 2 * heartbeat_ms_
+          ? fmt::format(", but the watchdogs end the job on their hosts after {:g} s without it",
+                        2 * options_.heartbeat)
+          : ""));
+}
+
+size_t Runner::live_watchdogs(bool paused_only) const {
+  return static_cast<size_t>(std::count_if(hosts_.begin(), hosts_.end(), [&](const HostState& h) {
+    return !h.lost && !h.watchdog_closed && h.watchdog >= 0 && (!paused_only || h.paused);
+  }));
+}
+
+// Ctrl-Z: the watchdogs stop every process of the job; once they all said so (or after
+// kSuspendWaitMs) the launcher stops itself (finish_suspend, from the loop: never inside a poll).
+void Runner::suspend_job() {
+  if (tearing_down_ || quit_sent_) {
+    out_.message("Ctrl-Z: the job is ending; it is not suspended");
+    return;
+  }
+  if (started_ms_ < 0) {
+    if (!std::exchange(suspend_pending_, true))
+      out_.message("Ctrl-Z: the job is suspended once its processes have started");
+    return;
+  }
+  if (suspending_) return;
+  send_all(kSuspend);
+  suspending_ = true;
+  suspend_deadline_ms_ = t_.now_ms() + kSuspendWaitMs;
+}
+
+bool Runner::finish_suspend(double now) {
+  if (!suspending_) return false;
+  if (tearing_down_ || quit_sent_) {  // the watchdogs continue the processes before a teardown
+    suspending_ = false;
+    return false;
+  }
+  const size_t hosts = live_watchdogs(false), paused = live_watchdogs(true);
+  if (paused < hosts && now < suspend_deadline_ms_) return false;
+  suspending_ = false;
+  emit_event(events_, "suspended", {{"hosts", hosts}, {"paused", paused}});
+  out_.message(
+      fmt::format("Ctrl-Z: the job is suspended (its processes stopped on {} of {} hosts); "
+                  "`fg` or `bg` resumes it",
+                  paused, hosts));
+  out_.flush();
+  if (running_line_) running_line_->hide();
+  out_.settle_console(kSuspendWaitMs);
+  const double stopped_at = t_.now_ms();
+  if (stop_self_)
+    stop_self_();
+  else
+    ::kill(::getpid(), SIGSTOP);
+  resume_job(t_.now_ms() - stopped_at);
+  return true;
+}
+
+void Runner::resume_job(double suspended_ms) {
+  send_all(kResume);
+  const double now = t_.now_ms();
+  for (HostState& h : hosts_) h.last_echo_ms = now;
+  if (last_output_ms_ >= 0) last_output_ms_ += suspended_ms;
+  if (started_ms_ >= 0) started_ms_ += suspended_ms;  // --timeout counts the time running
+  next_beat_ms_ = now;
+  emit_event(events_, "resumed", {{"seconds", suspended_ms / 1000}});
+  out_.message(
+      fmt::format("resumed after {:.1f} s suspended: the job goes on", suspended_ms / 1000));
 }
 
 // The start view shows "started N/N" for half a second, then the running status (if asked for)

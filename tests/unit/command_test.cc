@@ -974,6 +974,60 @@ TEST_F(WatchdogCommand, TeardownByteEndsTheJobAtOnce) {
   EXPECT_FALSE(wait_for(bystander, 0.1).has_value());
 }
 
+// The state letter of /proc/PID/stat ('T': stopped).
+char proc_state(pid_t pid) {
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '?' : stat[paren + 2];
+}
+
+bool state_becomes(pid_t pid, char want, double timeout_s) {
+  for (auto t0 = Clock::now(); since(t0) < timeout_s;) {
+    if (proc_state(pid) == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return proc_state(pid) == want;
+}
+
+TEST_F(WatchdogCommand, SuspendStopsTheJobWithoutATimeLimitAndResumeContinuesIt) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(1, 1);  // a launcher silent for 1 s would be lost, but not while suspended
+  send(kSuspend);
+  ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
+    return b.find('\n') != std::string::npos;
+  })) << out_;
+  EXPECT_EQ(out_, std::string(kWatchdogPaused) + "\n");
+  EXPECT_TRUE(state_becomes(sleeper, 'T', 2)) << proc_state(sleeper);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // over twice the silence
+  EXPECT_EQ(proc_state(sleeper), 'T');
+  EXPECT_FALSE(wait_for(dog_.pid, 0).has_value()) << "the watchdog gave up while suspended";
+  out_.clear();
+  send(kResume);
+  ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
+    return b.find('\n') != std::string::npos;
+  })) << out_;
+  EXPECT_EQ(out_, std::string(kWatchdogResumed) + "\n");
+  EXPECT_TRUE(state_becomes(sleeper, 'S', 2)) << proc_state(sleeper);
+  out_.clear();
+  send(kTeardown);
+  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 3));
+  EXPECT_EQ(finish(3), 0);
+}
+
+TEST_F(WatchdogCommand, ALauncherGoneWhileSuspendedContinuesTheJobAndTearsItDown) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(30, 1);
+  send(kSuspend);
+  ASSERT_TRUE(state_becomes(sleeper, 'T', 2));
+  ::close(dog_.in);  // the launcher killed (SIGKILL) while the job is suspended
+  std::erase(fds_, dog_.in);
+  dog_.in = -1;
+  // A stopped process would keep its SIGTERM pending: it is continued first, so SIGTERM ends it.
+  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 3));
+  EXPECT_EQ(finish(5), 0);
+  EXPECT_THAT(out_, HasSubstr(std::string(kWatchdogLost)));
+}
+
 TEST_F(WatchdogCommand, KillByteSendsSigkill) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 5);

@@ -7,7 +7,8 @@
 // also gives its times); the fake plays the watchdog's protocol of command.h with its constants: it
 // prints its ready line, echoes "h\n" for every 'h', and on 'q' / 'k' ends every process of its
 // host still running with SIGTERM (status 143) after a delay, on 'K' with SIGKILL (137) at once
-// (even in the middle of a teardown, as command.h promises), then closes; it also ends the job by
+// (even in the middle of a teardown, as command.h promises), then closes; on 'z' it says "paused"
+// and has no silence limit until the next byte ('r': "resumed"); it also ends the job by
 // itself when no byte comes for the silence its arguments give (as the real one does after losing
 // the launcher). The next exec() calls on a host are its processes, scripted by
 // HostScript::processes in that order.
@@ -100,6 +101,7 @@ class FakeTransport : public Transport, public FakeClock {
     bool killing = false;   // after K
     std::string queued;     // bytes that arrived before the ready line
     uint64_t byte_gen = 0;  // bumps with every byte read, to expire the silence timer
+    bool paused = false;    // after 'z': no silence limit until the next byte
     WatchdogArgs args;      // what the watchdog command was made from
   };
 
@@ -208,6 +210,13 @@ class FakeTransport : public Transport, public FakeClock {
 
   // Runs `fn` at `seconds` on the fake clock, inside poll() (as a signal or stdin would arrive).
   void at(double seconds, std::function<void()> fn) { schedule(ms(seconds), std::move(fn)); }
+
+  // The launcher stands still for `seconds` (stopped, a debugger) while the hosts go on: the clock
+  // moves on and everything due meanwhile happens; its events wait for the next poll().
+  void stand_still(double seconds) {
+    const double until = now_ + ms(seconds);
+    while (now_ < until) advance(static_cast<int>(std::ceil(until - now_)), "FakeTransport");
+  }
 
   const std::vector<Channel>& channels() const { return channels_; }
   const Channel& channel(ChannelId id) const { return channels_.at(static_cast<size_t>(id)); }
@@ -388,6 +397,17 @@ class FakeTransport : public Transport, public FakeClock {
     const HostScript& s = script(c.host);
     if (!c.running || c.killing) return;
     if (c.stopping && b != kKillNow) return;  // busy with a teardown
+    if (b == kSuspend) {  // the processes stop; no silence limit until the next byte
+      ++c.byte_gen;
+      c.paused = true;
+      emit_data(c, std::string(kWatchdogPaused) + "\n");
+      return;
+    }
+    if (std::exchange(c.paused, false) && b == kResume) {
+      emit_data(c, std::string(kWatchdogResumed) + "\n");
+      arm_silence(id);
+      return;
+    }
     arm_silence(id);
     if (b == kBeat) {
       if (s.echoes)

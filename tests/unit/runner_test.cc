@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -116,6 +117,7 @@ class Runner : public ms::test::TempDirTest {
     output_ = std::make_unique<ms::Output>(oc);
     runner_ = std::make_unique<ms::Runner>(plan_, options_, fake, *output_, signal_fd, stdin_fd);
     runner_->set_attempt(attempt);
+    if (stop_self_) runner_->set_stop_self(stop_self_);
     if (events_) runner_->set_events(events_.get());
     int code = runner_->run();
     ended_ms_ = fake.now_ms();
@@ -157,6 +159,7 @@ class Runner : public ms::test::TempDirTest {
   ms::Options options_;
   ms::Plan plan_;
   std::unique_ptr<ms::EventLog> events_;
+  std::function<void()> stop_self_;  // how the runner stops itself at Ctrl-Z (null: SIGSTOP)
   int console_out_ = -1;
   int console_err_ = -1;
   std::unique_ptr<ms::Output> output_;
@@ -335,6 +338,85 @@ TEST_F(Runner, SigintTearsDownAndExits130) {
   EXPECT_EQ(statuses(), Strings(4, kTerm));
   EXPECT_EQ(failed(), std::vector<bool>(4, false));
   EXPECT_EQ(console_err(), "msrun-ssh: received SIGINT; stopping the job on every host\n");
+}
+
+// --- The launcher's own pauses: Ctrl-Z, SIGSTOP ------------------------------------------------
+
+TEST_F(Runner, CtrlZStopsTheProcessesOnEveryHostThenTheLauncherAndFgResumesTheJob) {
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host({exits(30)}), host({exits(30)})});
+  double stopped_at = -1;
+  stop_self_ = [&] {
+    stopped_at = fake.now_ms();
+    fake.stand_still(120);  // two minutes until `fg`
+  };
+  fake.at(2, [&] { runner().on_signal(SIGTSTP); });
+  EXPECT_EQ(run(fake), 0) << console_err();
+  // 'z' to every watchdog; once both said "paused", the launcher stopped; 'r' at once after.
+  EXPECT_EQ(fake.control_times(0, 'z'), Times{2000}) << console_err();
+  EXPECT_EQ(fake.control_times(1, 'z'), Times{2000});
+  EXPECT_GE(stopped_at, 2000);
+  EXPECT_LT(stopped_at, 2100);
+  EXPECT_EQ(fake.control_times(0, 'r'), Times{stopped_at + 120000});
+  EXPECT_EQ(fake.control_times(1, 'r'), Times{stopped_at + 120000});
+  EXPECT_EQ(statuses(), Strings(2, "exit 0"));
+  const std::string err = console_err();
+  EXPECT_NE(err.find("msrun-ssh: Ctrl-Z: the job is suspended (its processes stopped on 2 of 2 "
+                     "hosts); `fg` or `bg` resumes it\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("msrun-ssh: resumed after 120.0 s suspended: the job goes on\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("lost"), std::string::npos) << err;
+  EXPECT_EQ(err.find("stood still"), std::string::npos) << err;
+}
+
+TEST_F(Runner, CtrlZWhileTheJobEndsIsRefused) {
+  plan_ = make_plan({1});
+  FakeTransport fake({host({exits(30)})});
+  stop_self_ = [] { FAIL() << "the launcher stopped during a teardown"; };
+  fake.at(1, [&] { runner().on_signal(SIGINT); });
+  fake.at(1.05, [&] { runner().on_signal(SIGTSTP); });
+  EXPECT_EQ(run(fake), 130);
+  EXPECT_EQ(fake.control(0).find('z'), std::string::npos);
+  EXPECT_NE(console_err().find("Ctrl-Z: the job is ending; it is not suspended"),
+            std::string::npos);
+}
+
+TEST_F(Runner, ALauncherThatStoodStillBlamesNoHostAndTheJobGoesOn) {
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host({exits(30)}), host({exits(30)})});
+  // Under the watchdogs' 10 s of silence. It stands still inside a wait for the next heartbeat
+  // (due at 5.01 s): what is told is the time beyond that wait.
+  fake.at(2, [&] { fake.stand_still(6); });
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), Strings(2, "exit 0"));
+  const std::string err = console_err();
+  EXPECT_EQ(err,
+            "msrun-ssh: the launcher itself stood still for 3.0 s (stopped by SIGSTOP or a "
+            "debugger, or starved of CPU); no host is blamed for it\n");
+}
+
+TEST_F(Runner, ALauncherStoppedLongerThanTheWatchdogsWaitSaysSoAndBlamesNoHost) {
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host({exits(300)}), host({exits(300)})});
+  // SIGSTOP, then SIGCONT a minute later, inside a wait for the heartbeat due at 5.01 s.
+  fake.at(2, [&] { fake.stand_still(60); });
+  EXPECT_EQ(run(fake), 255);
+  const std::string err = console_err();
+  EXPECT_NE(err.find("msrun-ssh: the launcher itself stood still for 57.0 s (stopped by SIGSTOP or "
+                     "a debugger, or starved of CPU); no host is blamed for it, but the watchdogs "
+                     "end the job on their hosts after 10 s without it\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("msrun-ssh: the watchdog on node0 ended the job there: it heard nothing from "
+                     "the launcher for 10 s (the launcher stood still for 57.0 s); stopping the "
+                     "job on every host\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("no answer to heartbeats"), std::string::npos) << err;
+  EXPECT_EQ(err.find("failed"), std::string::npos) << err;
 }
 
 TEST_F(Runner, SecondSigintKillsAtOnce) {
