@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ (clang, ASan + UBSan, Debug, in build-fuzz/) and runs
-# each for SECONDS (default 60) on a copy of its seed corpus in a temporary directory: nothing is
+# each on a copy of its seed corpus in a temporary directory: every seed first (libFuzzer replays
+# the whole corpus before it explores: a regression run), then SECONDS (default 60) of new
+# inputs. CI explores 10 s per target; a long campaign is e.g. `.ci/fuzz.sh 3600`. Nothing is
 # written into the repository. Prints one summary line per target and exits 1 when any target
 # found a crash, sanitizer report, property violation, timeout (>10 s per input) or excessive
 # memory use (>2048 MB); its log and reproducer are kept and their paths printed.
@@ -8,7 +10,8 @@
 #   .ci/fuzz.sh [SECONDS]
 #
 # Environment: FUZZ_JOBS targets at once (default: number of CPUs), FUZZ_TARGETS a space-separated
-# subset, FUZZ_BUILD_DIR the build directory (default build-fuzz). Reproduce a finding with
+# subset, FUZZ_BUILD_DIR the build directory (default build-fuzz), FUZZ_CONFIGURED=1 when that
+# directory is configured already (with -DMSRUN_SSH_FUZZ=ON). Reproduce a finding with
 #   build-fuzz/tests/fuzz/TARGET path/to/crash-file
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +29,13 @@ mux_frame_fuzz"
 targets=${FUZZ_TARGETS:-$all_targets}
 
 echo "fuzz: building in $build"
-CC=clang CXX=clang++ cmake -S . -B "$build" -DMSRUN_SSH_FUZZ=ON -DMSRUN_SSH_TESTS=OFF \
-  -DMSRUN_SSH_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log" >&2; exit 1; }
-rm -f "$build.configure.log"
+# FUZZ_CONFIGURED=1: $build is configured already (CI's sanitizer build, with -DMSRUN_SSH_FUZZ=ON).
+if [ "${FUZZ_CONFIGURED:-0}" != 1 ]; then
+  CC=clang CXX=clang++ cmake -S . -B "$build" -DMSRUN_SSH_FUZZ=ON -DMSRUN_SSH_TESTS=OFF \
+    -DMSRUN_SSH_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >"$build.configure.log" 2>&1 ||
+    { cat "$build.configure.log" >&2; exit 1; }
+  rm -f "$build.configure.log"
+fi
 # shellcheck disable=SC2086
 cmake --build "$build" -j"$(nproc)" --target $targets
 
