@@ -7,7 +7,7 @@
 
 namespace msrun_ssh {
 
-// Runs msrun-ssh with argv[1..] and returns its exit status (error.h; README, "Exit status").
+// Runs msrun-ssh with argv[1..] and returns its exit status (error.h; docs/command-line.md).
 int run_app(const std::vector<std::string>& args);
 
 // A fresh job id: UTC time and 6 random hex digits, e.g. "20261129-154501-3fa9c2".

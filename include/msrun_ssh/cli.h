@@ -1,4 +1,4 @@
-// The command line (README, "Command line"): msrun's option spelling and syntax plus our own
+// The command line (docs/command-line.md): msrun's option spelling and syntax plus our own
 // options.
 //
 // `--name=value` and `--name value` both work; booleans take True/False/true/false/1/0; the first

@@ -11,7 +11,7 @@
 
 namespace msrun_ssh {
 
-// Exit statuses (README, "Exit status"). A job that ran exits with its first failed process's
+// Exit statuses (docs/command-line.md). A job that ran exits with its first failed process's
 // status instead.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 2;          // usage or input error, found before anything starts

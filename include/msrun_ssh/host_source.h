@@ -1,4 +1,4 @@
-// Host sources (README, "Slurm, PBS, LSF"): inside a batch allocation the host list comes from the
+// Host sources (docs/slurm.md): inside a batch allocation the host list comes from the
 // variables the resource manager sets, instead of from a host file.
 //
 //   --hostfile slurm  SLURM_JOB_NODELIST (node sets, comma-separated); local_worker_num per host

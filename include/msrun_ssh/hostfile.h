@@ -1,4 +1,4 @@
-// The host file (README, "Host file"): which machines take part, in node-rank order, and how to
+// The host file (docs/host-file.md): which machines take part, in node-rank order, and how to
 // reach them.
 //
 // Two formats are read. TOML (any file ending in .toml) with a [defaults] table and [[hosts]]
@@ -48,7 +48,7 @@ struct Cluster {
   std::string path;
   std::vector<Host> hosts;   // the hosts that run the job, in node-rank order (no spare)
   std::string contract;      // [defaults] contract: "msrun", "torch", or "" (not given)
-  std::vector<Host> spares;  // marked spare, in file order (README, "Spare hosts")
+  std::vector<Host> spares;  // marked spare, in file order (docs/restarts.md)
   // A TOML file's top-level `source` key: the host source (host_source.h) its hosts come from,
   // "" for none. With a source, `hosts` stays empty until load_hosts fills it from `defaults`.
   std::string source;

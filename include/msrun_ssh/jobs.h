@@ -1,4 +1,4 @@
-// Jobs you can find again (README, "Jobs"): every run that starts processes leaves a record in
+// Jobs you can find again (docs/jobs.md): every run that starts processes leaves a record in
 // ${XDG_STATE_HOME:-$HOME/.local/state}/msrun-ssh/jobs/<ID>.json, and `msrun-ssh list`, `status
 // --job ID`, `logs --job ID` and `stop --job ID` work from it: the hosts, how to reach them and
 // where each process's log is. The state of a detached job comes from its hosts (src/remote/
@@ -177,7 +177,7 @@ int logs_on_hosts(Transport& transport, const JobRecord& record,
 
 // ---- The subcommands, over SSH -----------------------------------------------------------------
 
-// `msrun-ssh list`, `status`, `logs`: exit status as README, "Jobs" says.
+// `msrun-ssh list`, `status`, `logs`: exit status as docs/jobs.md says.
 int list_jobs(const Options& options);
 int show_job_status(const Options& options);
 int show_job_logs(const Options& options);

@@ -82,7 +82,7 @@ struct Options {
   EnvList env;  // --env, resolved against the launcher's environment
   std::string python;
 
-  // Sync (sync.h; README, "Sync"): --sync / `msrun-ssh sync DIR [DEST]`.
+  // Sync (sync.h; docs/sync.md): --sync / `msrun-ssh sync DIR [DEST]`.
   bool sync = false;
   std::string sync_dir;   // "" : the task script's directory
   std::string sync_dest;  // "" : each host's workdir joined with DIR relative to the launcher's cwd
@@ -100,7 +100,7 @@ struct Options {
   double net_min_ratio = 0.5;  // a host below this fraction of the median fails
   std::string job;
 
-  // logs (README, "Jobs").
+  // logs (docs/jobs.md).
   std::optional<int> log_rank;  // --rank R: only that rank's log (-1: the scheduler's)
   bool follow = false;          // --follow: until the job has ended
 

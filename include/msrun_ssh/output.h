@@ -1,4 +1,4 @@
-// Output (README, "Output and logs"): bytes of every process -> whole lines -> raw per-rank log
+// Output (docs/output.md): bytes of every process -> whole lines -> raw per-rank log
 // files and prefixed console lines, plus the end-of-job summary.
 //
 // Each process has two streams (stdout, stderr), each framed into lines separately, so a stderr

@@ -1,4 +1,4 @@
-// The launch plan (README, "What runs on each host"): a pure function from the options and the
+// The launch plan (docs/remote.md): a pure function from the options and the
 // cluster to every process of the job — which host runs it, its role, global rank, DEVICE_ID, full
 // environment, log file name, working directory, binding and argv. No I/O happens here; name
 // resolution and hosts' topologies come in as parameters so that tests can give exact answers.
@@ -70,7 +70,7 @@ struct Plan {
   std::string master_ip;
   int master_port = 0;
   std::vector<HostPlan> hosts;
-  // The spare hosts (README, "Spare hosts"): no node rank, no process, their IP resolved (any of
+  // The spare hosts (docs/restarts.md): no node rank, no process, their IP resolved (any of
   // them may become the master); in the order a restart takes them.
   std::vector<HostPlan> spares;
 
@@ -87,7 +87,7 @@ using Resolver = std::function<std::string(const std::string&)>;
 // bind_core dict that lacks a worker's key.
 Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve);
 
-// ---- spare hosts (README, "Spare hosts") --------------------------------------------------------
+// ---- spare hosts (docs/restarts.md) -------------------------------------------------------------
 
 // A host that leaves the job at a restart, and the spare that takes its place.
 struct Replacement {

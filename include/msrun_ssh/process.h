@@ -2,7 +2,7 @@
 // program with pipes for its stdin, stdout and stderr, in a session (and process group) of its
 // own, as sshd starts a command. ProcessTransport runs `/bin/sh -c COMMAND` on this machine (its
 // "hosts" are all this machine: the tests of what runs on a host use it); SrunTransport runs each
-// command as a Slurm job step on its host (`--transport srun`, README "Slurm, PBS, LSF").
+// command as a Slurm job step on its host (`--transport srun`, docs/slurm.md).
 //
 // The events are the SSH pool's: data per stream as it comes, kExit with the exit status (128+N
 // and the signal's name after signal N), then kClosed once the command has exited and both its

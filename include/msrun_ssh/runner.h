@@ -1,4 +1,4 @@
-// The job's life cycle (README, "Life cycle: nothing left behind") once every host is connected:
+// The job's life cycle (docs/life-cycle.md) once every host is connected:
 // start the watchdogs, start every process, relay output, and end the job the same way whatever
 // happens — first failure, signal to the launcher, lost host — with a teardown on every host. Talks
 // to hosts only through Transport, so tests drive it with a fake.
@@ -100,7 +100,7 @@ class Runner {
   // One row per process, in plan order; valid after run().
   std::vector<SummaryRow> summary() const;
 
-  // --restart_policy process (README, "Restarts"): a worker that exits non-zero or by a signal
+  // --restart_policy process (docs/restarts.md): a worker that exits non-zero or by a signal
   // while nothing else ends the job, and while --max_restarts allows another restart, is not a
   // failure of the job: once its channel has closed, its command (the same, with the same
   // environment) runs again on its host, its output goes on in the same log after a separator
@@ -177,6 +177,7 @@ class Runner {
   bool finish_suspend(double now);  // whether the launcher was suspended (and is back)
   void resume_job(double suspended_ms);
   size_t live_watchdogs(bool paused_only) const;
+  std::string watchdog_gave_up_why() const;  // "it heard nothing from the launcher for .."
 
   void update_status(double now);
   void request_stacks();
@@ -218,7 +219,8 @@ class Runner {
   bool suspend_pending_ = false;  // Ctrl-Z before the processes started
   bool suspending_ = false;       // 'z' sent: the launcher stops once the watchdogs paused
   double suspend_deadline_ms_ = 0;
-  double stalled_ms_ = 0;  // how long the launcher stood still in all (excuse_stall)
+  double stalled_ms_ = 0;           // how long the launcher stood still in all (excuse_stall)
+  bool watchdogs_gave_up_ = false;  // it stood still longer than the watchdogs wait
   std::function<void()> stop_self_;
   std::unique_ptr<Batch> stacks_;  // the stack dump SIGQUIT asked for, while it runs
   double stacks_deadline_ms_ = 0;
@@ -272,7 +274,7 @@ RestartHistory run_with_restarts(int max_restarts, double backoff_s,
 // The end-of-job lines for a job that had more than one attempt: one line per attempt.
 std::string format_attempts(const RestartHistory& history);
 
-// --- Spare hosts (--spares, `spare = true`; README, "Spare hosts") ------------------------------
+// --- Spare hosts (--spares, `spare = true`; docs/restarts.md) ------------------------------------
 // Which hosts run the job from one attempt to the next. A host leaves at a restart when it was
 // lost during the attempt, when it cannot be reached as the next attempt connects, or when it
 // failed --host_failures_to_exclude attempts (an attempt fails a host when the host was lost or
@@ -315,7 +317,7 @@ class HostRoster {
 int signal_fd(bool attached_run = false);
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
-// status (error.h; README, "Exit status").
+// status (error.h; docs/command-line.md).
 int run_job(const Options& options, Plan& plan);
 
 // run_job with the launcher's console — file descriptors 1 and 2: the processes' lines, the

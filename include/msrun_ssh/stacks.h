@@ -1,4 +1,4 @@
-// Stacks on demand (README, "Stacks on demand"): `msrun-ssh stack --job ID` shows where every
+// Stacks on demand (docs/hangs-and-stacks.md): `msrun-ssh stack --job ID` shows where every
 // process of a running job is — its Python stack, else its native stack, and its state and wait
 // channel from /proc — without stopping it, and groups identical stacks under their rank set.
 //

@@ -1,5 +1,5 @@
 // Sync: make a directory tree on every host identical to the launcher's before a job starts
-// (`--sync`, `msrun-ssh sync`, `check --sync`; README, "Sync").
+// (`--sync`, `msrun-ssh sync`, `check --sync`; docs/sync.md).
 //
 // Per host, over the job's own channels (Transport::exec), never SFTP: one channel, one program
 // (src/remote/sync.sh, then sync.pl with perl, or sync.py with python3 on a host without perl), up
@@ -277,7 +277,7 @@ std::string sync_result_line(const std::vector<std::string>& addresses,
 
 // ---- where ------------------------------------------------------------------------------------
 
-// The synced directory and each host's DEST (README, "Sync"): DIR (relative to `cwd`, else the
+// The synced directory and each host's DEST (docs/sync.md): DIR (relative to `cwd`, else the
 // task script's directory) goes to `dest` when given (relative: to each workdir), else to each
 // host's workdir joined with DIR's path relative to `cwd` — where the job, which runs in the
 // workdir, finds the script as it is named on the command line. Throws InputError when DIR is not

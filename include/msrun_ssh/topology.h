@@ -1,5 +1,5 @@
 // The topology room: what a host's CPUs, NUMA nodes and accelerators look like, and how CPUs are
-// shared out among the processes of one host (README, "CPU and NUMA binding").
+// shared out among the processes of one host (docs/binding.md).
 //
 // A Topology is read in one of three ways, all giving the same model:
 //   - load_local_topology(): this machine, through the hwloc API;

@@ -49,7 +49,7 @@ std::string resolve_ipv4(const std::string& name) {
 
 namespace {
 
-// The subcommands that work from a job record (README, "Jobs"); -1 for the others.
+// The subcommands that work from a job record (docs/jobs.md); -1 for the others.
 int run_job_command(const Options& options) {
   if (options.command == Command::kList) return list_jobs(options);
   if (options.command == Command::kStatus) return show_job_status(options);

@@ -291,7 +291,7 @@ const char* command_name(Command c) {
   return "run";
 }
 
-// The job subcommands (README, "Jobs") work from a job record: no host file needed.
+// The job subcommands (docs/jobs.md) work from a job record: no host file needed.
 bool from_record(const Options& o) {
   return o.command == Command::kList || o.command == Command::kStatus ||
          o.command == Command::kLogs ||

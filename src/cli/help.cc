@@ -417,7 +417,7 @@ const std::vector<OptionDoc>& option_docs() {
        kRun, S::kOwn},
       {"--sync", "", "[=DIR]",
        "before starting, make DIR (default: the task script's directory) on every host identical "
-       "to this one's (README, \"Sync\"); for check: report per host whether it is in sync",
+       "to this one's (docs/sync.md); for check: report per host whether it is in sync",
        kRunCheck, S::kOwn},
       {"--sync_dest", "", "DEST", "where DIR goes on the hosts (relative: to each workdir)", kRun,
        S::kOwn},
@@ -426,7 +426,7 @@ const std::vector<OptionDoc>& option_docs() {
        S::kOwn},
       {"--persist", "", "SECONDS",
        "keep the connections open that long after the sync, in a process of their own, for the "
-       "next sync to the same hosts (as ssh's ControlPersist; README, \"Kept connections\") "
+       "next sync to the same hosts (as ssh's ControlPersist; docs/sync.md) "
        "(default 0: not kept)",
        kSync, S::kOwn},
       {"--import", "", "MODULE",
@@ -497,15 +497,15 @@ const std::vector<CommandDoc>& command_docs() {
       {Command::kStack, "stack", "msrun-ssh stack [OPTIONS] [--hostfile FILE] --job ID",
        "Show where every process of a running job is, without stopping it: per host, each "
        "process's rank, pid, state and wait channel (/proc), then the Python stack of every thread "
-       "(its Python processes dump them on SIGUSR2, see README \"Stacks on demand\"), else a "
+       "(its Python processes dump them on SIGUSR2, see docs/hangs-and-stacks.md), else a "
        "native backtrace where gdb is installed; identical stacks of many ranks are shown once "
        "under their rank set. The report is also saved as <log_dir>/stacks-<time>.txt. Exit 0 when "
        "every host answered, 255 when one did not. Without --hostfile, the hosts and SSH options "
        "come from the job's record. In an attached run, Ctrl-\\ (SIGQUIT) prints the same report "
        "and the job goes on."},
       {Command::kSync, "sync", "msrun-ssh sync [OPTIONS] --hostfile FILE DIR [DEST]",
-       "Make DEST on every host of FILE identical to DIR here, sending only what differs (README, "
-       "\"Sync\"). DEST: each host's workdir joined with DIR's path relative to the current "
+       "Make DEST on every host of FILE identical to DIR here, sending only what differs "
+       "(docs/sync.md). DEST: each host's workdir joined with DIR's path relative to the current "
        "directory, unless given (relative: to each workdir). Excludes: __pycache__/, .git/, *.pyc, "
        "DIR/.msrunignore (gitignore syntax) and --sync_exclude. Prints one line per host; exit 0, "
        "255 when a host failed, 2 for input errors. The SSH options of a run apply."},

@@ -272,13 +272,8 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
     // watchdog is tearing its host's processes down; everyone else follows.
     h.gave_up = true;
     if (!quit_sent_ && !tearing_down_)
-      fail(kExitHostFailure,
-           fmt::format("the watchdog on {} ended the job there: it heard nothing from the launcher "
-                       "for {:g} s{}",
-                       host_name(host), 2 * options_.heartbeat,
-                       stalled_ms_ > 0 ? fmt::format(" (the launcher stood still for {:.1f} s)",
-                                                     stalled_ms_ / 1000)
-                                       : ""));
+      fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
+                                         host_name(host), watchdog_gave_up_why()));
   } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
                              line.substr(7)));
@@ -333,6 +328,16 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
         break;
       }
       p.exited = true;
+      if (e.status != 0 && !tearing_down_ && !e.signal.empty() && watchdogs_gave_up_) {
+        // Killed right after the launcher stood still longer than the watchdogs wait: by its
+        // watchdog's teardown, not by a failure of its own (its line may come after this).
+        p.note = "ended by its watchdog";
+        fail(kExitHostFailure,
+             fmt::format("{} on {} was ended by its watchdog ({}): {}", p.spec->label(),
+                         host_name(p.host), describe_status(e.status, e.signal),
+                         watchdog_gave_up_why()));
+        break;
+      }
       if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);
       if (e.status != 0 && !tearing_down_)
         fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
@@ -380,7 +385,7 @@ void Runner::handle(const TransportEvent& e) {
 
 bool Runner::start_watchdogs() {
   // The watchdog gives up after 2 heartbeats of silence, so that the whole teardown on a host
-  // that lost us fits in the 3 heartbeats the README promises ("Life cycle: nothing left behind").
+  // that lost us fits in the 3 heartbeats docs/life-cycle.md promises.
   std::string cmd = watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace);
   if (start_view_) start_view_->phase(StartProgress::Phase::kWatchdogs);
   double now = t_.now_ms();
@@ -678,6 +683,7 @@ void Runner::excuse_stall(double stuck_ms) {
   for (HostState& h : hosts_) h.last_echo_ms = std::min(now, h.last_echo_ms + stuck_ms);
   if (last_output_ms_ >= 0) last_output_ms_ = std::min(now, last_output_ms_ + stuck_ms);
   stalled_ms_ += stuck_ms;
+  if (stuck_ms >= 2 * heartbeat_ms_) watchdogs_gave_up_ = true;  // their silence limit passed
   if (stuck_ms < kStallToldMs) return;
   emit_event(events_, "launcher_stalled", {{"seconds", stuck_ms / 1000}});
   out_.message(fmt::format(
@@ -688,6 +694,13 @@ void Runner::excuse_stall(double stuck_ms) {
           ? fmt::format(", but the watchdogs end the job on their hosts after {:g} s without it",
                         2 * options_.heartbeat)
           : ""));
+}
+
+std::string Runner::watchdog_gave_up_why() const {
+  return fmt::format(
+      "it heard nothing from the launcher for {:g} s{}", 2 * options_.heartbeat,
+      stalled_ms_ > 0 ? fmt::format(" (the launcher stood still for {:.1f} s)", stalled_ms_ / 1000)
+                      : "");
 }
 
 size_t Runner::live_watchdogs(bool paused_only) const {

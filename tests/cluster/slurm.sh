@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # slurm.sh - a real Slurm on the namespace cluster of cluster.sh, for the Slurm integration tests
-# (README, "Slurm, PBS, LSF"). Called through `cluster.sh slurm-up` / `cluster.sh slurm-down`.
+# (docs/slurm.md). Called through `cluster.sh slurm-up` / `cluster.sh slurm-down`.
 #
 # What `up` builds, all of it under DIR/slurm (DIR: a cluster directory of `cluster.sh up`):
 #   munged        in the root namespace, with a key and a socket of its own (DIR/slurm/munge.*),

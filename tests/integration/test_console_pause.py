@@ -5,11 +5,13 @@ Six launchers at once, each with its own interference, while their jobs print st
     another one while the job runs, each for PAUSE_S, then Ctrl-Q;
   - Ctrl-Z on a running job, `fg` PAUSE_S later; Ctrl-Z, then `bg` a few seconds later;
   - a pipe whose reader reads nothing for PAUSE_S (as `| less` until the user scrolls);
-  - a pipe read at 400 KB/s.
+  - a pipe read at 400 KB/s;
+  - and a launcher stopped by SIGSTOP (as a debugger does) for 10 s, then continued.
 Every job must end as without the interference (exit 0, every rank's log byte for byte), the
 console must say how many lines it did not show where it dropped some, a suspended job's processes
 must really be stopped on the hosts (and the launcher too), nothing may be left on any host, and
-no host may be called lost. PAUSE_S is 120 (MSRUN_SSH_TEST_PAUSE_S changes it): far over
+no host may be called lost (the SIGSTOP'd launcher's job is ended by its watchdogs, and the
+launcher says exactly that). PAUSE_S is 120 (MSRUN_SSH_TEST_PAUSE_S changes it): far over
 everything the launcher waits for at --heartbeat 1 (the watchdogs give up after 2 s, a silent
 host is lost after 4 s, a starved one after 60 s, --connect_timeout is 5 s). They run at once so
 that the suite waits for PAUSE_S once, not six times."""
@@ -17,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -243,6 +246,34 @@ def pipe(name, reader):
     check_summary(name, logs, max_seconds=40 if reader == "slow" else None)
 
 
+def sigstop(name):
+    """SIGSTOP to the launcher (as a debugger does) for 10 s, far over the watchdogs' 2 s: they end
+    the job on their hosts, and the launcher, continued, says so and blames no host."""
+    tag = name
+    logs = os.path.join(tmpdir(), f"{name}-logs")
+    p = subprocess.Popen(command(tag, logs, 3000, 60), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmpdir())
+    try:
+        wait_for(lambda: len(job_states(tag)) >= 3, 60, f"{name}: the job's processes")
+        time.sleep(1)
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(10)
+        p.send_signal(signal.SIGCONT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(p.returncode == 255, f"{name}: exit {p.returncode}: {err[-2000:]!r}")
+    check(re.search(rb"the launcher itself stood still for \d+\.\d s", err),
+          f"{name}: the stall is not told: {err[-2000:]!r}")
+    check(re.search(rb"(the watchdog on 198\.18\.1\.\d+ ended the job there|was ended by its "
+                    rb"watchdog \([^)]*\)): it heard nothing from the launcher for 2 s \(the "
+                    rb"launcher stood still for", err),
+          f"{name}: the watchdogs' end is not told: {err[-2000:]!r}")
+    check(b" lost" not in err.replace(b"launcher lost", b""),
+          f"{name}: a host called lost: {err[-2000:]!r}")
+
+
 def test_a_stopped_paused_or_slow_console_never_ends_a_healthy_job():
     scenarios = {
         "ctrl-s-start": lambda: ctrl_s("ctrl-s-start", True),
@@ -251,6 +282,7 @@ def test_a_stopped_paused_or_slow_console_never_ends_a_healthy_job():
         "ctrl-z-bg": lambda: ctrl_z("ctrl-z-bg", "bg"),
         "pipe-paused": lambda: pipe("pipe-paused", "paused"),
         "pipe-slow": lambda: pipe("pipe-slow", "slow"),
+        "sigstop": lambda: sigstop("sigstop"),
     }
     failures = {}
 

@@ -113,7 +113,7 @@ std::string run_sh(const std::string& command, const std::string& input = "\n") 
 }
 
 bool have(const char* program) {
-  return std::system((std::string("command -v ") + program + " >/dev/null 2>&1").c_str()) == 0;
+  return std::system(fmt::format("command -v {} >/dev/null 2>&1", program).c_str()) == 0;
 }
 
 // A TCP socket listening on 127.0.0.1 at a free port.

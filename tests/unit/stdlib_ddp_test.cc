@@ -1,4 +1,4 @@
-// examples/stdlib_ddp/train.py's in-place recovery (MS_ENABLE_RECOVERY=1; README, "Restarts"): the
+// examples/stdlib_ddp/train.py's in-place recovery (MS_ENABLE_RECOVERY=1; docs/restarts.md): the
 // example run for real on 127.0.0.1 — a scheduler and three workers as local processes with the
 // environment a plan gives them on one host — one worker SIGKILLed mid-training and started again
 // with the same environment, as `msrun-ssh --restart_policy process` does.
