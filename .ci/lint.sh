@@ -4,6 +4,8 @@
 # completion, of the package tests and of the test cluster; fails on any difference or finding. Needs a configured build/ (compile_commands.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "lint: the rooms' layers (docs/architecture.md)"
+python3 .ci/layers.py
 scripts=(src/remote/*.sh)
 echo "lint: shellcheck -s sh on ${#scripts[@]} files"
 shellcheck -s sh "${scripts[@]}"

@@ -286,12 +286,6 @@ std::string format_json(const CheckReport& report);
 // 0 when no check failed, else 1.
 int check_exit_code(const CheckReport& report);
 
-// ---- SHA-256 --------------------------------------------------------------------------------
-
-std::string sha256_hex(std::string_view data);
-// The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").
-std::optional<std::string> sha256_file(const std::string& path, std::string& error);
-
 // ---- on the connected hosts -----------------------------------------------------------------
 
 // Runs the probe on every host of `connected` (plan indexes, which are also the hosts of

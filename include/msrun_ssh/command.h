@@ -19,15 +19,13 @@
 #include <string_view>
 #include <vector>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/plan.h"
 
 namespace msrun_ssh {
 
 // The environment variable that marks every process of a job on its hosts.
 inline constexpr const char* kJobMarker = "MSRUN_SSH_JOB";
-
-// Quotes one word for a POSIX shell: 'it'\''s' style. The empty string becomes ''.
-std::string shell_quote(std::string_view word);
 
 // Joins words, each quoted, with single spaces.
 std::string shell_join(const std::vector<std::string>& words);

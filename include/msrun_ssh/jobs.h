@@ -72,9 +72,6 @@ using EnvLookup = std::function<const char*(const char*)>;
 // $HOME/.local/state/msrun-ssh/jobs; "" when neither is set.
 std::string jobs_dir(const EnvLookup& getenv);
 
-// `path` made absolute against `cwd` (unchanged when it already is).
-std::string absolute_path(const std::string& path, const std::string& cwd);
-
 // The record of a job about to run: `logs` holds each process's log path, in plan order (see
 // JobProcess::log). `started` is now; the launcher's pid is this process's.
 JobRecord make_job_record(const Options& options, const Plan& plan,

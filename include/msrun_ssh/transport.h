@@ -11,17 +11,13 @@
 #include <string>
 #include <string_view>
 
+#include "msrun_ssh/base.h"
+
 namespace msrun_ssh {
 
 using ChannelId = int;
 
 // Milliseconds of CLOCK_MONOTONIC: the clock of the real transports' now_ms().
-inline double monotonic_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
-
 struct TransportEvent {
   enum class Kind {
     kData,        // `data` arrived on the channel's stdout (or stderr when is_stderr)

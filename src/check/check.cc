@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/command.h"
@@ -18,10 +19,6 @@
 
 namespace msrun_ssh {
 namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 void add_unique(std::vector<int>& to, const std::vector<int>& from) {
   to.insert(to.end(), from.begin(), from.end());
@@ -401,11 +398,11 @@ HostExpectation expectation_for(const Plan& plan, size_t h, const Options& o) {
   e.imports = o.imports;
   const std::string& s = o.task_script;
   bool none = s.empty();  // check without TASK_SCRIPT
-  bool python_task = ends_with(s, ".py") || s == "python" || s == "python3" || s == "pytest";
+  bool python_task = s.ends_with(".py") || s == "python" || s == "python3" || s == "pytest";
   e.python_required = none || python_task || !o.imports.empty();
   if (none)
     e.script_note = "no TASK_SCRIPT given";
-  else if (ends_with(s, ".py") || s.find('/') != std::string::npos)
+  else if (s.ends_with(".py") || s.find('/') != std::string::npos)
     e.script = s;
   else
     e.script_note = fmt::format("TASK_SCRIPT \"{}\" is a program, not a file", s);

@@ -63,18 +63,6 @@ std::string stack_site_script() {
   return fmt::format("{}{}", remote::kStackDirSh, remote::kStackSiteSh);
 }
 
-std::string shell_quote(std::string_view word) {
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  out += '\'';
-  return out;
-}
-
 std::string shell_join(const std::vector<std::string>& words) {
   std::string out;
   for (const auto& w : words) {

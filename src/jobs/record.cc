@@ -12,6 +12,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
 #include "msrun_ssh/host_source.h"
@@ -81,11 +82,6 @@ std::string jobs_dir(const EnvLookup& getenv) {
   const char* home = getenv("HOME");
   if (home && home[0] != '\0') return fmt::format("{}/.local/state/msrun-ssh/jobs", home);
   return "";
-}
-
-std::string absolute_path(const std::string& path, const std::string& cwd) {
-  if (path.starts_with('/') || cwd.empty()) return path;
-  return cwd.ends_with('/') ? cwd + path : fmt::format("{}/{}", cwd, path);
 }
 
 JobRecord make_job_record(const Options& options, const Plan& plan,

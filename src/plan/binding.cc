@@ -9,22 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
 namespace {
 
 constexpr int kMaxCpu = 65535;
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool parse_uint(std::string_view s, int& out) {
   if (s.empty() || s.size() > 6) return false;
@@ -155,7 +146,7 @@ BindNuma parse_bind_numa(std::string_view text, std::string_view what) {
   }
   std::string body(text);
   std::string where(what);
-  if (ends_with(trim(text), ".json")) {
+  if (trim(text).ends_with(".json")) {
     std::ifstream in{std::string(trim(text))};
     if (!in) throw InputError(fmt::format("{}: cannot read file {}", what, trim(text)));
     std::stringstream ss;

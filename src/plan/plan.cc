@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
-#include "msrun_ssh/jobs.h"
 
 namespace msrun_ssh {
 namespace {
@@ -19,11 +19,6 @@ std::string get_env(const EnvList& env, const std::string& name) {
   for (const auto& [n, v] : env)
     if (n == name) return v;
   return "";
-}
-
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string replace_all(std::string s, std::string_view from, const std::string& to) {
@@ -189,7 +184,7 @@ const Process* Plan::find_rank(int rank) const {
 std::vector<std::string> task_argv(const Options& options, const Host& host) {
   std::vector<std::string> argv;
   const std::string& s = options.task_script;
-  if (ends_with(s, ".py")) {
+  if (s.ends_with(".py")) {
     argv.push_back(!options.python.empty() ? options.python
                    : !host.python.empty()  ? host.python
                                            : "python3");

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "msrun_ssh/agent.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/console_sink.h"
@@ -250,11 +251,7 @@ void keep_attempt_logs(const std::string& log_dir, const std::vector<std::string
   }
 }
 
-double monotonic_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
+double monotonic_seconds() { return monotonic_ms() / 1000; }
 
 // Waits out a restart back-off on the signalfd: 0, or the exit status of the signal that came
 // (SIGQUIT, a stack dump, has nothing to dump then and is passed over).

@@ -7,8 +7,8 @@
 #include <memory>
 #include <set>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/batch.h"
-#include "msrun_ssh/check.h"
 #include "msrun_ssh/sync.h"
 
 namespace msrun_ssh {

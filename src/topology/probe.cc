@@ -8,8 +8,8 @@
 #include <map>
 #include <utility>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/binding.h"
-#include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/topology.h"
 #include "remote/programs.h"
@@ -18,14 +18,6 @@ namespace msrun_ssh {
 namespace {
 
 constexpr std::string_view kWhat = "topology probe";
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
 
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
@@ -53,7 +45,7 @@ std::string_view from_allowed_line(std::string_view text) {
 }
 
 int parse_int(std::string_view s, int base, std::string_view line) {
-  s = trim(s);
+  s = trim(s, " \t\r");
   if (base == 16 && (starts_with(s, "0x") || starts_with(s, "0X"))) s.remove_prefix(2);
   bool negative = base == 10 && starts_with(s, "-");
   if (negative) s.remove_prefix(1);
@@ -64,7 +56,7 @@ int parse_int(std::string_view s, int base, std::string_view line) {
 }
 
 std::vector<int> cpu_list(std::string_view text, std::string_view line) {
-  if (trim(text).empty()) return {};
+  if (trim(text, " \t\r").empty()) return {};
   return parse_cpu_list(text, fmt::format("{}: line \"{}\"", kWhat, line));
 }
 
@@ -123,7 +115,7 @@ void parse_cpu_file(SysfsFacts& f, std::string_view path, std::string_view value
 void parse_sys_line(SysfsFacts& f, std::string_view line) {
   size_t colon = line.rfind(':');
   if (colon == std::string_view::npos) bad_line(line);
-  std::string_view path = line.substr(0, colon), value = trim(line.substr(colon + 1));
+  std::string_view path = line.substr(0, colon), value = trim(line.substr(colon + 1), " \t\r");
   if (starts_with(path, "/sys/devices/system/cpu/")) {
     parse_cpu_file(f, path.substr(24), value, line);
   } else if (starts_with(path, "/sys/devices/system/node/")) {
@@ -135,12 +127,13 @@ void parse_sys_line(SysfsFacts& f, std::string_view line) {
 }
 
 void parse_sysfs_line(SysfsFacts& f, std::string_view line) {
-  line = trim(line);
+  line = trim(line, " \t\r");
   if (line.empty()) return;
   if (starts_with(line, "/sys/")) return parse_sys_line(f, line);
   size_t colon = line.find(':');
   std::string_view key = line.substr(0, colon);
-  std::string_view value = colon == std::string_view::npos ? "" : trim(line.substr(colon + 1));
+  std::string_view value =
+      colon == std::string_view::npos ? "" : trim(line.substr(colon + 1), " \t\r");
   if (key == "allowed") {
     f.allowed = cpu_list(value, line);
     f.has_allowed = true;
@@ -212,7 +205,7 @@ bool probe_found_tool(std::string_view output, std::string_view tool) {
   for (std::string_view rest = output; !rest.empty();) {
     auto [line, next] = split_line(rest);
     if (starts_with(line, "allowed:")) return false;
-    line = trim(line);
+    line = trim(line, " \t\r");
     if (line.size() > tool.size() && line.ends_with(tool) &&
         line[line.size() - tool.size() - 1] == '/')
       return true;
@@ -235,14 +228,14 @@ Topology parse_probe_output(std::string_view text) {
   std::string_view rest = from_allowed_line(text);
   auto [allowed_line, after_allowed] = split_line(rest);
   auto [format_line, body] = split_line(after_allowed);
-  std::string_view format = trim(format_line);
+  std::string_view format = trim(format_line, " \t\r");
   if (format == "format: sysfs") return topology_from_sysfs_probe(rest);
   if (format != "format: hwloc-xml")
     throw InputError(
         fmt::format("{}: unknown format line \"{}\" (expected \"format: hwloc-xml\" "
                     "or \"format: sysfs\")",
                     kWhat, format));
-  std::vector<int> allowed = cpu_list(trim(allowed_line.substr(8)), allowed_line);
+  std::vector<int> allowed = cpu_list(trim(allowed_line.substr(8), " \t\r"), allowed_line);
   if (allowed.empty())
     throw InputError(fmt::format("{}: the \"allowed:\" line lists no CPU", kWhat));
   return topology_from_hwloc_xml(body, allowed);

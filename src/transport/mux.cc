@@ -20,7 +20,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "msrun_ssh/check.h"
+#include "msrun_ssh/base.h"
 
 namespace msrun_ssh {
 namespace {

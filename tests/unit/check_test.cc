@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "reply_transport.h"

@@ -16,6 +16,7 @@
 #include <memory>
 #include <thread>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"

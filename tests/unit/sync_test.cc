@@ -16,6 +16,7 @@
 #include <fstream>
 
 #include "local_transport.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/command.h"
 #include "remote/programs.h"

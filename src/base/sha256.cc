@@ -1,5 +1,6 @@
-// SHA-256 of the task script for `check`, with OpenSSL's libcrypto (already linked for the
-// known_hosts HMACs): streaming EVP digest, so a large script is never read into memory at once.
+// SHA-256 (base.h): of the task script for `check`, of synced files, of kept connections' keys;
+// with OpenSSL's libcrypto (already linked for the known_hosts HMACs): streaming EVP digest, so a
+// large script is never read into memory at once.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -9,7 +10,7 @@
 #include <cerrno>
 #include <memory>
 
-#include "msrun_ssh/check.h"
+#include "msrun_ssh/base.h"
 
 namespace msrun_ssh {
 namespace {

@@ -1,0 +1,44 @@
+// The ground floor: small helpers that every room may use, each defined once here. It includes
+// nothing of the project, and no room's header is needed to use it (docs/architecture.md,
+// "Layers"; .ci/layers.py checks it).
+#pragma once
+
+#include <time.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace msrun_ssh {
+
+// ---- strings ------------------------------------------------------------------------------------
+
+// `s` without the leading and trailing characters in `blanks` (default: space and tab).
+std::string_view trim(std::string_view s, std::string_view blanks = " \t");
+
+// ---- the shell ----------------------------------------------------------------------------------
+
+// Quotes one word for a POSIX shell: 'it'\''s' style. The empty string becomes ''.
+std::string shell_quote(std::string_view word);
+
+// ---- hashing (OpenSSL's libcrypto) --------------------------------------------------------------
+
+std::string sha256_hex(std::string_view data);
+// The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").
+std::optional<std::string> sha256_file(const std::string& path, std::string& error);
+
+// ---- paths --------------------------------------------------------------------------------------
+
+// `path` made absolute against `cwd` (unchanged when it already is, or when `cwd` is empty).
+std::string absolute_path(const std::string& path, const std::string& cwd);
+
+// ---- the clock ----------------------------------------------------------------------------------
+
+// Milliseconds of CLOCK_MONOTONIC: every deadline of the launcher is on this clock.
+inline double monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+}  // namespace msrun_ssh
