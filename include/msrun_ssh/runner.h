@@ -132,6 +132,8 @@ class Runner {
     bool watchdog_closed = false;
     bool paused = false;   // its watchdog stopped the job's processes (Ctrl-Z)
     bool gave_up = false;  // its watchdog lost the launcher and ended the job there by itself
+    // The launcher stood still longer than the watchdog waits, and no heartbeat came back since.
+    bool may_have_given_up = false;
     double last_echo_ms = 0;
     std::string name;  // the host's own name (uname -n), from the watchdog's ready line
     LineFramer framer{4096};
@@ -219,8 +221,7 @@ class Runner {
   bool suspend_pending_ = false;  // Ctrl-Z before the processes started
   bool suspending_ = false;       // 'z' sent: the launcher stops once the watchdogs paused
   double suspend_deadline_ms_ = 0;
-  double stalled_ms_ = 0;           // how long the launcher stood still in all (excuse_stall)
-  bool watchdogs_gave_up_ = false;  // it stood still longer than the watchdogs wait
+  double stalled_ms_ = 0;  // how long the launcher stood still in all (excuse_stall)
   std::function<void()> stop_self_;
   std::unique_ptr<Batch> stacks_;  // the stack dump SIGQUIT asked for, while it runs
   double stacks_deadline_ms_ = 0;

@@ -19,10 +19,9 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr double kEchoSlackMs = 2000;  // beyond 2x heartbeat before a silent host counts as lost
-constexpr double kSuspendWaitMs = 3000;
-constexpr double kStallToldMs = 2000;  // a launcher that stood still longer says so  // for the
-                                       // watchdogs' "paused", and the console, at Ctrl-Z
+constexpr double kEchoSlackMs = 2000;    // beyond 2x heartbeat before a silent host counts as lost
+constexpr double kSuspendWaitMs = 3000;  // for the watchdogs' "paused", and the console, at Ctrl-Z
+constexpr double kStallToldMs = 2000;    // a launcher that stood still longer says so
 constexpr double kTeardownSlackMs = 10000;  // beyond the kill grace before we stop waiting
 constexpr double kStartedShownMs = 500;     // "started N/N" stays this long on the status row
 constexpr double kKillNowWaitMs = 3000;
@@ -263,6 +262,8 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
                {{"host", host_name(host)},
                 {"name", h.name},
                 {"pid", std::string(rest.substr(0, std::min(space, rest.size())))}});
+  } else if (line.size() == 1 && line[0] == kBeat) {
+    h.may_have_given_up = false;  // it still listens
   } else if (line == kWatchdogPaused) {
     h.paused = true;
   } else if (line == kWatchdogResumed) {
@@ -328,9 +329,11 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
         break;
       }
       p.exited = true;
-      if (e.status != 0 && !tearing_down_ && !e.signal.empty() && watchdogs_gave_up_) {
-        // Killed right after the launcher stood still longer than the watchdogs wait: by its
-        // watchdog's teardown, not by a failure of its own (its line may come after this).
+      if (e.status != 0 && !tearing_down_ && !e.signal.empty() &&
+          hosts_[p.host].may_have_given_up) {
+        // Killed after the launcher stood still longer than the watchdogs wait, before its
+        // watchdog answered again: by that watchdog's teardown, not by a failure of its own (the
+        // watchdog's line may come after this).
         p.note = "ended by its watchdog";
         fail(kExitHostFailure,
              fmt::format("{} on {} was ended by its watchdog ({}): {}", p.spec->label(),
@@ -683,7 +686,8 @@ void Runner::excuse_stall(double stuck_ms) {
   for (HostState& h : hosts_) h.last_echo_ms = std::min(now, h.last_echo_ms + stuck_ms);
   if (last_output_ms_ >= 0) last_output_ms_ = std::min(now, last_output_ms_ + stuck_ms);
   stalled_ms_ += stuck_ms;
-  if (stuck_ms >= 2 * heartbeat_ms_) watchdogs_gave_up_ = true;  // their silence limit passed
+  if (stuck_ms >= 2 * heartbeat_ms_)  // their silence limit passed
+    for (HostState& h : hosts_) h.may_have_given_up = true;
   if (stuck_ms < kStallToldMs) return;
   emit_event(events_, "launcher_stalled", {{"seconds", stuck_ms / 1000}});
   out_.message(fmt::format(
