@@ -21,6 +21,12 @@ std::string_view trim(std::string_view s, std::string_view blanks = " \t");
 // Quotes one word for a POSIX shell: 'it'\''s' style. The empty string becomes ''.
 std::string shell_quote(std::string_view word);
 
+// ---- files ------------------------------------------------------------------------------------
+
+// Writes all of `data` to `fd`, again after EINTR; gives up silently on any other error or on a
+// write of nothing (a closed console must not stop the job).
+void write_fully(int fd, std::string_view data);
+
 // ---- hashing (OpenSSL's libcrypto) --------------------------------------------------------------
 
 std::string sha256_hex(std::string_view data);

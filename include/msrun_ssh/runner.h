@@ -130,8 +130,7 @@ class Runner {
     bool ready = false;
     bool lost = false;
     bool watchdog_closed = false;
-    bool paused = false;   // its watchdog stopped the job's processes (Ctrl-Z)
-    bool gave_up = false;  // its watchdog lost the launcher and ended the job there by itself
+    bool paused = false;  // its watchdog stopped the job's processes (Ctrl-Z)
     // The launcher stood still longer than the watchdog waits, and no heartbeat came back since.
     bool may_have_given_up = false;
     double last_echo_ms = 0;

@@ -1,5 +1,8 @@
-// The ground floor's strings, the shell's quoting and paths (base.h).
+// The ground floor's strings, the shell's quoting, writes and paths (base.h).
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "msrun_ssh/base.h"
 
@@ -21,6 +24,15 @@ std::string shell_quote(std::string_view word) {
   }
   out += '\'';
   return out;
+}
+
+void write_fully(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
 }
 
 std::string absolute_path(const std::string& path, const std::string& cwd) {

@@ -4,10 +4,8 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -15,17 +13,10 @@
 #include <thread>
 #include <utility>
 
+#include "msrun_ssh/base.h"
+
 namespace msrun_ssh {
 namespace {
-
-void write_fully(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed console must not stop the job; the logs have every line
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 struct Chunk {
   int fd;

@@ -5,25 +5,16 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/console_sink.h"
 
 namespace msrun_ssh {
 namespace {
 
 constexpr std::string_view kErase = "\r\033[K";
-
-void write_fd(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 size_t terminal_width(int fd) {
   winsize ws{};
@@ -66,7 +57,7 @@ void StatusLine::put(int fd, std::string_view data, bool droppable) {
   if (sink_)
     sink_->write(fd, data, droppable);
   else
-    write_fd(fd, data);
+    write_fully(fd, data);
 }
 
 void StatusLine::write(int fd, std::string_view data, bool droppable) {

@@ -271,7 +271,6 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   } else if (line == kWatchdogLost) {
     // Not the host's fault: the launcher was silent for too long (excuse_stall says why). The
     // watchdog is tearing its host's processes down; everyone else follows.
-    h.gave_up = true;
     if (!quit_sent_ && !tearing_down_)
       fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
                                          host_name(host), watchdog_gave_up_why()));

@@ -894,9 +894,7 @@ class WatchdogCommand : public CommandTest {
   // Starts the watchdog for job_ and waits for its ready line.
   void start(double timeout_s, double grace_s, const Words& env = kShellEnv) {
     dog_ = spawn({"/bin/sh", "-c", watchdog_command(job_, timeout_s, grace_s)}, env, dir_, true);
-    ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
-      return b.find('\n') != std::string::npos;
-    })) << out_;
+    ASSERT_TRUE(read_line()) << out_;
     // The ready line names the host as uname -n does.
     utsname u{};
     ASSERT_EQ(uname(&u), 0);
@@ -904,6 +902,11 @@ class WatchdogCommand : public CommandTest {
     out_.clear();
   }
   void send(char c) { ASSERT_EQ(::write(dog_.in, &c, 1), 1); }
+  // Reads the watchdog's output into out_ until it holds a whole line (at most 5 s).
+  bool read_line() {
+    return read_until(dog_.out, out_, 5,
+                      [](const std::string& b) { return b.find('\n') != std::string::npos; });
+  }
   // Reads the watchdog's output until it exits; returns its exit status.
   std::optional<int> finish(double timeout_s) {
     EXPECT_TRUE(read_to_eof(dog_.out, out_, timeout_s)) << out_;
@@ -993,9 +996,7 @@ TEST_F(WatchdogCommand, SuspendStopsTheJobWithoutATimeLimitAndResumeContinuesIt)
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(1, 1);  // a launcher silent for 1 s would be lost, but not while suspended
   send(kSuspend);
-  ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
-    return b.find('\n') != std::string::npos;
-  })) << out_;
+  ASSERT_TRUE(read_line()) << out_;
   EXPECT_EQ(out_, std::string(kWatchdogPaused) + "\n");
   EXPECT_TRUE(state_becomes(sleeper, 'T', 2)) << proc_state(sleeper);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // over twice the silence
@@ -1003,9 +1004,7 @@ TEST_F(WatchdogCommand, SuspendStopsTheJobWithoutATimeLimitAndResumeContinuesIt)
   EXPECT_FALSE(wait_for(dog_.pid, 0).has_value()) << "the watchdog gave up while suspended";
   out_.clear();
   send(kResume);
-  ASSERT_TRUE(read_until(dog_.out, out_, 5, [](const std::string& b) {
-    return b.find('\n') != std::string::npos;
-  })) << out_;
+  ASSERT_TRUE(read_line()) << out_;
   EXPECT_EQ(out_, std::string(kWatchdogResumed) + "\n");
   EXPECT_TRUE(state_becomes(sleeper, 'S', 2)) << proc_state(sleeper);
   out_.clear();
