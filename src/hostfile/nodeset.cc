@@ -51,32 +51,57 @@ std::vector<std::string> expand_group(std::string_view body) {
 }  // namespace
 
 std::vector<std::string> expand_nodeset(std::string_view pattern) {
-  std::vector<std::string> names{""};
+  // The pattern as literal text each followed by a group of two or more words (a group of one is
+  // literal text); the names are then built each once, in one pass. At most 14 groups of two or
+  // more fit under kMaxNames, so the work is about the size of the names, however many segments.
+  struct Segment {
+    std::string literal;
+    std::vector<std::string> words;  // empty: the trailing literal
+  };
+  std::vector<Segment> segments{Segment{}};
+  size_t count = 1;
   size_t pos = 0;
-  while (pos < pattern.size()) {
+  while (true) {
     size_t open = pattern.find('[', pos);
     size_t close_stray = pattern.find(']', pos);
     if (close_stray != std::string_view::npos && close_stray < open)
       throw InputError("unmatched \"]\" in node set");
-    std::string_view literal = pattern.substr(pos, open - pos);
-    for (auto& n : names) n += literal;
+    segments.back().literal += pattern.substr(pos, open - pos);
     if (open == std::string_view::npos) break;
     size_t close = pattern.find(']', open);
     if (close == std::string_view::npos) throw InputError("unmatched \"[\" in node set");
     std::string_view body = pattern.substr(open + 1, close - open - 1);
     if (body.find('[') != std::string_view::npos) throw InputError("nested \"[\" in node set");
     std::vector<std::string> words = expand_group(body);
-    if (names.size() * words.size() > kMaxNames)
+    if (count * words.size() > kMaxNames)
       throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
-    std::vector<std::string> next;
-    next.reserve(names.size() * words.size());
-    for (const auto& n : names)
-      for (const auto& w : words) next.push_back(n + w);
-    names = std::move(next);
+    count *= words.size();
+    if (words.size() == 1) {
+      segments.back().literal += words[0];
+    } else {
+      segments.back().words = std::move(words);
+      segments.emplace_back();
+    }
     pos = close + 1;
   }
-  for (const auto& n : names)
-    if (n.empty()) throw InputError("empty host name");
+  if (pattern.empty()) throw InputError("empty host name");
+  // Left to right, the last group varying fastest: "a[1-2]b[1-2]" is a1b1, a1b2, a2b1, a2b2.
+  std::vector<std::string> names;
+  names.reserve(count);
+  std::vector<size_t> at(segments.size(), 0);
+  for (size_t n = 0; n < count; ++n) {
+    std::string name;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      name += segments[i].literal;
+      if (!segments[i].words.empty()) name += segments[i].words[at[i]];
+    }
+    names.push_back(std::move(name));
+    for (size_t i = segments.size(); i-- > 0;) {
+      if (segments[i].words.empty()) continue;
+      if (++at[i] < segments[i].words.size()) break;
+      at[i] = 0;
+    }
+  }
   return names;
 }
 
