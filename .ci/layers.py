@@ -22,7 +22,7 @@ FLOORS = [
     ["hostfile", "topology", "ssh"],           # inputs and the wire
     ["plan", "command", "output"],             # pure planning, remote commands, console and logs
     ["transport"],                             # batches, agents, child processes, kept connections
-    ["check", "sync", "stacks", "jobs"],       # the subcommands' rooms
+    ["check", "sync", "stacks", "jobs", "keeper"],  # the subcommands' rooms; the keeper
     ["runner"],                                # the attached and detached runs
     ["cli"],                                   # options, help, main
 ]
@@ -44,6 +44,7 @@ HEADERS = {
     "console_sink.h": "output",
     "batch.h": "transport", "agent.h": "transport", "process.h": "transport", "mux.h": "transport",
     "ssh_settings.h": "transport",
+    "keeper.h": "keeper",
     "check.h": "check", "sync.h": "sync", "stacks.h": "stacks", "jobs.h": "jobs",
     "runner.h": "runner",
     "options.h": "cli", "cli.h": "cli", "app.h": "cli", "help.h": "cli", "dry_run.h": "cli",
@@ -57,11 +58,6 @@ DEBTS = {
     # moves each group to the room it configures.
     *{(f"include/msrun_ssh/{h}", "options.h") for h in (
         "check.h", "jobs.h", "plan.h", "runner.h", "stacks.h", "sync.h", "ssh_settings.h")},
-    # The subcommands' entry points live in the runner room (one driver per command moves them).
-    ("src/jobs/jobs.cc", "runner.h"),
-    ("src/stacks/run.cc", "runner.h"),
-    # describe_bindings is the CLI's, and the runner prints it at --report_bindings.
-    ("src/runner/job.cc", "dry_run.h"),
 }
 
 

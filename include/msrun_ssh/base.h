@@ -5,6 +5,7 @@
 
 #include <time.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,20 @@ std::string shell_quote(std::string_view word);
 // Writes all of `data` to `fd`, again after EINTR; gives up silently on any other error or on a
 // write of nothing (a closed console must not stop the job).
 void write_fully(int fd, std::string_view data);
+
+// Writes `text` to the file `path` (created or truncated); false, with a warning on stderr naming
+// the file and the error, when it cannot.
+bool write_text_file(const std::string& path, std::string_view text);
+
+// ---- signals ----------------------------------------------------------------------------------
+
+// Blocks `signals` (their default actions no longer run; they wait to be read) and returns a
+// non-blocking, close-on-exec signalfd that reads them, or -1. SIGPIPE is ignored as well: a reader
+// gone is a write error, never the launcher's death.
+int signal_fd(std::initializer_list<int> signals);
+
+// The next signal waiting on the signalfd `fd`, or 0 when none is.
+int next_signal(int fd);
 
 // ---- hashing (OpenSSL's libcrypto) --------------------------------------------------------------
 

@@ -14,7 +14,4 @@ namespace msrun_ssh {
 std::string describe_plan(const Plan& plan, const Options& options,
                           std::string_view hosts_from = {});
 
-// One line per process: "node0 198.18.1.10  rank 3  DEVICE_ID=1  cpus 4-7  numa -".
-std::string describe_bindings(const Plan& plan);
-
 }  // namespace msrun_ssh

@@ -24,6 +24,11 @@ inline constexpr int kExitTimeout = 124;  // --timeout passed, or --hang_timeout
 // names (on stderr and in the summary) may still run there.
 inline constexpr int kExitUnconfirmed = 254;
 
+// The launcher's exit status after SIGINT, SIGHUP or SIGTERM (130, 129, 143).
+inline int exit_status_of_signal(int signo) {
+  return signo == 2 ? kExitSigint : signo == 1 ? kExitSighup : kExitSigterm;  // SIGINT, SIGHUP
+}
+
 class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

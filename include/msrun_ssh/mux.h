@@ -1,7 +1,7 @@
 // Kept connections (`--persist SECONDS`, as OpenSSH's ControlPersist): after a command, a process
-// of its own (the keeper) holds the command's SSH connections for SECONDS more, and the next
-// command to the same hosts with the same SSH settings opens its channels through them (MuxClient)
-// instead of connecting, authenticating and paying every host's login once more.
+// of its own (the keeper, keeper.h) holds the command's SSH connections for SECONDS more, and the
+// next command to the same hosts with the same SSH settings opens its channels through them
+// (MuxClient) instead of connecting, authenticating and paying every host's login once more.
 //
 // The keeper listens on a Unix socket in a directory only its user can enter
 // ($XDG_RUNTIME_DIR/msrun-ssh, else /tmp/msrun-ssh-UID), named after a hash of the hosts and the
@@ -14,6 +14,8 @@
 // The protocol on the socket: frames of a 4-byte big-endian length, then that many bytes: a type
 // byte and the type's fields (integers big-endian, strings as a 4-byte length and the bytes).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
@@ -96,8 +98,6 @@ class MuxClient : public HostTransport {
   MuxClient(int fd, size_t hosts, int keeper_pid);
   void send(const MuxFrame& frame);
   void flush();
-  // Reads what the socket has; false at EOF or an error (the keeper is gone).
-  bool read_some();
   void keeper_gone(const EventHandler& handler);
 
   int fd_ = -1;
@@ -118,34 +118,34 @@ class MuxClient : public HostTransport {
   bool gone_ = false;
 };
 
-// Commands a keeper starts before a command asks for them, so that their start (the session, the
-// login shell, the program's own) is paid while nobody waits: each must do nothing before its
-// stdin's first line (sync's program with its token from stdin, sync.h's may_start_ahead). The
-// keeper starts `now` when it starts, and again every command `may_start` accepts that ended with
-// status 0 for a command, once that command left. When a command asks for one of them on its host
-// (the same command text), it gets the waiting one, with whatever it printed meanwhile. One waits
-// per host at most: starting another ends the one before (its stdin closed). The keeper ending
-// closes them (their stdin ends: they exit).
-struct MuxAhead {
-  std::function<bool(const std::string&)> may_start;
-  std::vector<std::pair<size_t, std::string>> now;  // host, command
-};
-
-// Keeps the connections of `transport` (already connected to `hosts` hosts) for commands that
-// attach through `listen_fd` (a listening Unix socket at `path`), until `persist_s` after the last
-// command left or until one of the ends above. Returns when it ends; the caller disconnects.
-void serve_mux(Transport& transport, int listen_fd, const std::string& path, const std::string& key,
-               size_t hosts, double persist_s, MuxAhead ahead = {});
-
-// At the end of a command: a keeper for `transport`'s connections (all `hosts` connected and
-// idle), forked into a session of its own with its stdio on /dev/null, serving at `path` for
-// `persist_s`. The command's process says so on stderr and ends there with `exit_code` (it must
-// not close connections the keeper now holds). Returns only when no keeper could be made (a
-// warning says why); the caller then disconnects as usual.
-void keep_connections(HostTransport& transport, const std::string& path, const std::string& key,
-                      size_t hosts, double persist_s, MuxAhead ahead, int exit_code);
-
 // A listening socket at `path` (a stale socket there is replaced); -1 when it cannot be made.
 int mux_listen(const std::string& path);
+
+// The socket's plumbing, shared by the client above and the keeper (keeper.h).
+namespace mux_wire {
+
+inline constexpr uint32_t kUnknownAge = 0xffffffff;  // 'l': no acknowledgement age known
+inline constexpr double kLivenessEveryMs = 500;      // how often the keeper sends 'l'
+
+// Appends `v` big-endian in `width` bytes.
+void put(std::string& s, uint64_t v, int width);
+// A channel id or status as it travels (4 bytes, -1 as 0xffffffff) and back.
+inline uint64_t wire(int v) { return static_cast<uint32_t>(v); }
+inline int unwire(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+
+void set_nonblocking(int fd);
+// Sends what it can of `out` without blocking; false when the peer is gone.
+bool send_some(int fd, std::string& out);
+// Reads what `fd` has into `in`; false at EOF or an error.
+bool recv_some(int fd, std::string& in);
+// Every whole frame at the front of `in`, which keeps the rest; throws as decode_mux_frame.
+std::vector<MuxFrame> whole_frames(std::string& in);
+// Whether the process at the other end of the Unix socket `fd` runs as this user (the socket's
+// directory already keeps others out; this is the second lock).
+bool same_user(int fd);
+// The inode of the socket at `path`, 0 when there is none: a keeper knows its socket by it.
+ino_t socket_inode(const std::string& path);
+
+}  // namespace mux_wire
 
 }  // namespace msrun_ssh

@@ -170,4 +170,11 @@ std::vector<std::string> process_argv(const Process& process, const Options& opt
 // are the program, anything else is executed as given.
 std::vector<std::string> task_argv(const Options& options, const Host& host);
 
+// A process's CPU binding as text: "4-7", "4-7 numa 0", "-" (none), or "auto (...)" while pending.
+std::string describe_binding(const Process& p);
+
+// One line per process, for --report_bindings:
+// "node   0  198.18.1.10      rank 3     DEVICE_ID=1   cpus 4-7".
+std::string describe_bindings(const Plan& plan);
+
 }  // namespace msrun_ssh

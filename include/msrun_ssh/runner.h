@@ -254,9 +254,6 @@ struct RestartHistory {
   int status = 0;  // the job's exit status: the last attempt's, or a signal's during a back-off
 };
 
-// The launcher's exit status after SIGINT, SIGHUP or SIGTERM (130, 129, 143).
-int exit_status_of_signal(int signo);
-
 // Whether attempt `attempt` (1-based) with result `r` is followed by another one.
 bool should_restart(const AttemptResult& r, int attempt, int max_restarts);
 
@@ -311,11 +308,6 @@ class HostRoster {
   std::map<std::string, int> failures_;  // address -> attempts it failed
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP, and for an `attached_run` SIGQUIT (Ctrl-\\: the stack dump),
-// SIGTSTP and SIGCONT (Ctrl-Z suspends the job: Runner::on_signal), ignores SIGPIPE, and returns a
-// non-blocking signalfd that delivers them to an event loop.
-int signal_fd(bool attached_run = false);
-
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
 // status (error.h; docs/command-line.md).
 int run_job(const Options& options, Plan& plan);
@@ -330,11 +322,6 @@ int run_job_quietly(const Options& options, Plan& plan, const std::string& conso
 // options.job (stop_command of command.h) and prints each one signalled. Returns 0, or
 // kExitHostFailure when a host could not be reached or did not finish.
 int stop_job(const Options& options, const Cluster& cluster);
-
-// Writes `stacks` (a grouped stack report) to <log_dir>/stacks-<UTC time>[-a<attempt>].txt (the
-// suffix from attempt 2 on); returns its path. Warns on stderr, naming the file, when it cannot be
-// written, and returns "" then or when `stacks` is empty (nothing is written).
-std::string write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt);
 
 // `msrun-ssh sync`: connects every host of `cluster` and syncs options.sync_dir to each (sync.h),
 // printing one line per host. Returns 0, or kExitHostFailure when a host could not be reached or

@@ -114,4 +114,9 @@ std::vector<HostStacks> stacks_on_hosts(Transport& transport,
 // kExitHostFailure.
 int stack_job(const Options& options, const Cluster& cluster);
 
+// Writes `stacks` (a grouped stack report) to <log_dir>/stacks-<UTC time>[-a<attempt>].txt (the
+// suffix from attempt 2 on); returns its path. Warns on stderr, naming the file, when it cannot be
+// written, and returns "" then or when `stacks` is empty (nothing is written).
+std::string write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt);
+
 }  // namespace msrun_ssh

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "msrun_ssh/base.h"
 
@@ -33,6 +35,16 @@ void write_fully(int fd, std::string_view data) {
     if (n <= 0) return;
     data.remove_prefix(static_cast<size_t>(n));
   }
+}
+
+bool write_text_file(const std::string& path, std::string_view text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0) ok = false;
+  if (!ok)
+    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+  return ok;
 }
 
 std::string absolute_path(const std::string& path, const std::string& cwd) {

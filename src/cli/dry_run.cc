@@ -7,13 +7,6 @@
 namespace msrun_ssh {
 namespace {
 
-std::string binding_of(const Process& p) {
-  if (p.bind_pending) return "auto (from the host's topology at start-up)";
-  std::string s = p.cpus.empty() ? "-" : format_cpu_list(p.cpus);
-  if (!p.numa_nodes.empty()) s += fmt::format(" numa {}", format_cpu_list(p.numa_nodes));
-  return s;
-}
-
 // "user@ip:port, workdir W": how the launcher reaches a host and where its processes run.
 std::string reach_of(const HostPlan& h) {
   return fmt::format("{}{}{}, workdir {}", h.host.user.empty() ? "" : h.host.user + "@",
@@ -22,16 +15,6 @@ std::string reach_of(const HostPlan& h) {
 }
 
 }  // namespace
-
-std::string describe_bindings(const Plan& plan) {
-  std::string out;
-  for (const auto& h : plan.hosts)
-    for (const auto& p : h.processes)
-      out += fmt::format("node {:>3}  {:<16} {:<10} DEVICE_ID={:<3} cpus {}\n", h.node_rank,
-                         h.host.address, p.label(), p.device_id.empty() ? "-" : p.device_id,
-                         binding_of(p));
-  return out;
-}
 
 std::string describe_plan(const Plan& plan, const Options& options, std::string_view hosts_from) {
   std::string out = fmt::format(
@@ -48,7 +31,7 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
                        h.is_master ? " [master]" : "", reach_of(h));
     for (const auto& p : h.processes) {
       out += fmt::format("  {}: DEVICE_ID={} cpus {} log {}\n", p.label(),
-                         p.device_id.empty() ? "-" : p.device_id, binding_of(p), p.log_name);
+                         p.device_id.empty() ? "-" : p.device_id, describe_binding(p), p.log_name);
       for (const auto& [n, v] : p.env) out += fmt::format("    {}={}\n", n, shell_quote(v));
       out += fmt::format(
           "    command: {}\n",

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,8 +11,8 @@
 #include <limits>
 #include <memory>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
-#include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh_settings.h"
 
 namespace msrun_ssh {
@@ -72,9 +71,8 @@ JobRecord load_detached(const Options& options, const char* command) {
 
 // The exit status of the first signal the signalfd `sfd` holds, else 0.
 int signal_status(int sfd) {
-  signalfd_siginfo info{};
-  if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) return 0;
-  return exit_status_of_signal(static_cast<int>(info.ssi_signo));
+  int signo = next_signal(sfd);
+  return signo == 0 ? 0 : exit_status_of_signal(signo);
 }
 
 void print_json(const nlohmann::json& j) {
@@ -192,7 +190,7 @@ int show_job_status(const Options& options) {
 
 int show_job_logs(const Options& options) {
   JobRecord record = load_detached(options, "logs");
-  int sfd = signal_fd();
+  int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP});
   Reached r = reach(record, options);
   r.pool->watch_fd(sfd);
   OutputConfig oc;

@@ -29,14 +29,15 @@
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/console_sink.h"
-#include "msrun_ssh/dry_run.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
 #include "msrun_ssh/jobs.h"
+#include "msrun_ssh/keeper.h"
 #include "msrun_ssh/mux.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_settings.h"
+#include "msrun_ssh/stacks.h"
 #include "msrun_ssh/status_line.h"
 #include "msrun_ssh/sync.h"
 #include "msrun_ssh/topology.h"
@@ -313,16 +314,6 @@ JobHosts job_hosts(const Plan& plan) {
 // The grouped stacks of a time limit, also in <log_dir>/stacks-<UTC time>[-a<attempt>].txt.
 // Writes `text` to `path` (created with the launcher's umask, 077); on failure warns, naming the
 // file, and returns false.
-bool write_file(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  bool ok = f && std::fputs(text.c_str(), f) >= 0;
-  if (f && std::fclose(f) != 0) ok = false;
-  if (!ok)
-    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
-                 std::strerror(errno));
-  return ok;
-}
-
 // The attempt's summary as data: the "summary" event and <log_dir>/summary.json (the last
 // attempt's, written 0600 through a temporary name).
 void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& rows,
@@ -346,26 +337,10 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
   summary["version"] = EventLog::kVersion;
   std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
   std::string text = summary.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  if (write_file(tmp, text) && std::rename(tmp.c_str(), path.c_str()) != 0)
+  if (write_text_file(tmp, text) && std::rename(tmp.c_str(), path.c_str()) != 0)
     std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
                  std::strerror(errno));
 }
-
-}  // namespace
-
-std::string write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
-  if (stacks.empty()) return "";
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::string path =
-      fmt::format("{}/stacks-{:04}{:02}{:02}-{:02}{:02}{:02}{}.txt", log_dir, tm.tm_year + 1900,
-                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  attempt > 1 ? fmt::format("-a{}", attempt) : "");
-  return write_file(path, stacks) ? path : "";
-}
-
-namespace {
 
 // Everything before a process starts, attached or detached: connect every host (`pool`), then
 // over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
@@ -550,19 +525,6 @@ void record_attached_end(JobRecord& record, const Options& options, int status,
 
 }  // namespace
 
-int signal_fd(bool attached_run) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  if (attached_run)
-    for (int s : {SIGQUIT, SIGTSTP, SIGCONT}) sigaddset(&set, s);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-}
-
 int run_job(const Options& options, Plan& plan) {
   umask(077);
   if (!options.join) {
@@ -590,7 +552,8 @@ int run_job(const Options& options, Plan& plan) {
               {"master", fmt::format("{}:{}", plan.master_ip, plan.master_port)},
               {"log_dir", options.log_dir},
               {"max_restarts", options.max_restarts}});
-  int sfd = signal_fd(true);
+  // Ctrl-\ dumps the stacks; Ctrl-Z suspends the job (Runner::on_signal).
+  int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGCONT});
   JobRecord record = record_attached_start(options, plan);
   std::vector<std::string> logs;
   auto say = [&](const std::string& m) {

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <set>
 #include <utility>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/stacks.h"
@@ -229,9 +229,7 @@ void Runner::check_stacks(double now) {
 }
 
 void Runner::read_signals() {
-  signalfd_siginfo info{};
-  while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info))
-    on_signal(static_cast<int>(info.ssi_signo));
+  while (int signo = next_signal(signal_fd_)) on_signal(signo);
 }
 
 void Runner::read_stdin() {
@@ -801,10 +799,6 @@ std::vector<std::string> Runner::log_names() const {
   for (const Proc& p : procs_)
     if (!p.log_name.empty()) names.push_back(p.log_name);
   return names;
-}
-
-int exit_status_of_signal(int signo) {
-  return signo == SIGINT ? kExitSigint : signo == SIGHUP ? kExitSighup : kExitSigterm;
 }
 
 bool should_restart(const AttemptResult& r, int attempt, int max_restarts) {

@@ -5,7 +5,6 @@
 
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/error.h"
-#include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh_settings.h"
 #include "msrun_ssh/stacks.h"
 

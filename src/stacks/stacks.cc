@@ -141,4 +141,16 @@ std::string format_stack_report(const std::string& job_id, const std::vector<Hos
   return out + grouped(hosts, true, "Python stacks") + grouped(hosts, false, "native stacks");
 }
 
+std::string write_stacks_file(const std::string& log_dir, const std::string& stacks, int attempt) {
+  if (stacks.empty()) return "";
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::string path =
+      fmt::format("{}/stacks-{:04}{:02}{:02}-{:02}{:02}{:02}{}.txt", log_dir, tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  attempt > 1 ? fmt::format("-a{}", attempt) : "");
+  return write_text_file(path, stacks) ? path : "";
+}
+
 }  // namespace msrun_ssh

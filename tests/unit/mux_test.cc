@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "msrun_ssh/keeper.h"
 #include "msrun_ssh/process.h"
 #include "test_util.h"
 
@@ -151,14 +152,20 @@ class Keeper : public ::testing::Test {
     }
   }
 
-  // A keeper of `hosts` local hosts in a child process.
-  void start(double persist_s, MuxAhead ahead = {}, size_t hosts = 2) {
+  // A keeper of `hosts` local hosts in a child process; `blocked`: signals the child blocks first,
+  // as a launcher that reads its signals from a signalfd has them blocked when it forks the keeper.
+  void start(double persist_s, MuxAhead ahead = {}, size_t hosts = 2,
+             std::initializer_list<int> blocked = {}) {
     path_ = tmp_.path() + "/k.sock";
     int fd = mux_listen(path_);
     ASSERT_GE(fd, 0);
     pid_ = ::fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
+      sigset_t set;
+      sigemptyset(&set);
+      for (int b : blocked) sigaddset(&set, b);
+      sigprocmask(SIG_BLOCK, &set, nullptr);
       {
         ProcessTransport t;
         serve_mux(t, fd, path_, "key", hosts, persist_s, std::move(ahead));
@@ -305,6 +312,17 @@ TEST_F(Keeper, SigtermEndsIt) {
   ::kill(pid_, SIGTERM);
   EXPECT_TRUE(keeper_ends_within(5));
   EXPECT_FALSE(fs::exists(path_));
+}
+
+TEST_F(Keeper, SigtermAndSigintEndItWhenTheLauncherThatForkedItHadThemBlocked) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    start(30, {}, 2, {SIGINT, SIGTERM, SIGHUP});
+    ASSERT_TRUE(fs::exists(path_));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::kill(pid_, sig);
+    EXPECT_TRUE(keeper_ends_within(5)) << strsignal(sig);
+    EXPECT_FALSE(fs::exists(path_));
+  }
 }
 
 TEST_F(Keeper, ALostHostEndsItOnceItsCommandLeftAndTheNextCommandConnectsAnew) {
