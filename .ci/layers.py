@@ -47,7 +47,7 @@ HEADERS = {
     "keeper.h": "keeper",
     "check.h": "check", "sync.h": "sync", "stacks.h": "stacks", "jobs.h": "jobs",
     "runner.h": "runner",
-    "options.h": "cli", "cli.h": "cli", "app.h": "cli", "help.h": "cli", "dry_run.h": "cli",
+    "options.h": "cli", "option_table.h": "cli", "cli.h": "cli", "app.h": "cli", "help.h": "cli", "dry_run.h": "cli",
 }
 # Rooms whose sources live in another room's folder: src/plan/binding.cc is the binding room's.
 SOURCES = {"src/plan/binding.cc": "binding"}

@@ -27,8 +27,4 @@ struct CliResult {
 // Throws InputError.
 CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv);
 
-// Every option name the parser accepts (for some command), --help and --version included; their
-// documentation, --help's text among it, is help.h's.
-std::vector<std::string> option_names();
-
 }  // namespace msrun_ssh

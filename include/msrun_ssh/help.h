@@ -1,33 +1,16 @@
-// The documentation of the command line, one table (src/cli/help.cc) from which `--help` of every
-// command, the man page msrun-ssh.1 and the shell completion's option names are all made, so that
-// none of them can go stale. A unit test ties the table to the options the parser accepts
-// (option_names(), cli.h): every accepted option is documented, every documented option is
-// accepted by each command it is documented for.
+// The documentation of the command line: `--help` of every command, the man page msrun-ssh.1 and
+// the shell completion's option names, all made from the commands' table below and the options'
+// table (option_table.h), which the parser reads too.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/option_table.h"
 #include "msrun_ssh/options.h"
 
 namespace msrun_ssh {
-
-// A set of commands: one bit per Command.
-using CommandSet = unsigned;
-constexpr CommandSet command_bit(Command c) { return 1u << static_cast<unsigned>(c); }
-
-// Where an option is listed: with msrun's options (same spelling, same meaning) or our own.
-enum class OptionSection { kMsrun, kOwn };
-
-struct OptionDoc {
-  std::string name;        // "--hostfile"
-  std::string short_name;  // "-h", or "" when there is none
-  std::string metavar;     // "FILE", "msrun|torch"; "" for an option without a value
-  std::string text;        // one paragraph, one space between words; wrapped where it is printed
-  CommandSet commands;     // the commands it is documented for (and accepted by)
-  OptionSection section;
-};
 
 struct CommandDoc {
   Command command;
@@ -35,9 +18,6 @@ struct CommandDoc {
   std::string usage;  // "msrun-ssh check [OPTIONS] --hostfile FILE ..."
   std::string text;   // what the command does, one paragraph
 };
-
-// Every option, in the order --help and the man page list them.
-const std::vector<OptionDoc>& option_docs();
 
 // Every command, the default (run) first.
 const std::vector<CommandDoc>& command_docs();

@@ -11,19 +11,6 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr CommandSet kRun = command_bit(Command::kRun);
-constexpr CommandSet kCheck = command_bit(Command::kCheck);
-constexpr CommandSet kStop = command_bit(Command::kStop);
-constexpr CommandSet kList = command_bit(Command::kList);
-constexpr CommandSet kStatus = command_bit(Command::kStatus);
-constexpr CommandSet kLogs = command_bit(Command::kLogs);
-constexpr CommandSet kSync = command_bit(Command::kSync);
-constexpr CommandSet kStack = command_bit(Command::kStack);
-constexpr CommandSet kRunCheck = kRun | kCheck;
-// Every command that reaches hosts with the SSH options of a run.
-constexpr CommandSet kConnecting = kRun | kCheck | kStop | kSync | kStack;
-constexpr CommandSet kEvery = kConnecting | kList | kStatus | kLogs;
-
 constexpr size_t kWidth = 100;      // columns of --help
 constexpr size_t kTextColumn = 31;  // where an option's text starts in --help
 
@@ -71,8 +58,6 @@ std::string wrap(std::string_view text, size_t indent, size_t width) {
   return out;
 }
 
-bool documented_for(const OptionDoc& d, Command c) { return (d.commands & command_bit(c)) != 0; }
-
 const CommandDoc& command_doc(Command c) {
   const auto& docs = command_docs();
   return *std::find_if(docs.begin(), docs.end(),
@@ -84,7 +69,7 @@ const char* section_title(OptionSection s) {
 }
 
 // "  -h, --help FILE" padded to the text column (or followed by a new line when it is too long).
-std::string option_label(const OptionDoc& d) {
+std::string option_label(const OptionSpec& d) {
   std::string label = "  ";
   if (!d.short_name.empty()) label += d.short_name + ", ";
   label += d.name;
@@ -180,7 +165,7 @@ CommandSet every_command() {
   return all;
 }
 
-std::string man_option(const OptionDoc& d) {
+std::string man_option(const OptionSpec& d) {
   std::string tag = d.short_name.empty() ? "" : roff_option(d.short_name) + ", ";
   tag += roff_option(d.name);
   if (!d.metavar.empty()) tag += fmt::format(" \\fI{}\\fR", roff(d.metavar));
@@ -195,7 +180,7 @@ std::string man_options() {
       " booleans take True/False. An option used by some commands only names them.\n";
   for (OptionSection s : {OptionSection::kMsrun, OptionSection::kOwn}) {
     out += fmt::format(".SS \"{}\"\n", section_title(s));
-    for (const auto& d : option_docs())
+    for (const auto& d : option_table())
       if (d.section == s) out += man_option(d);
   }
   return out;
@@ -274,194 +259,12 @@ the "host slots" pairs of \fB\-\-hostfile lsf\fR.
 
 std::string completion_list(Command c) {
   std::string out;
-  for (const auto& d : option_docs())
-    if (documented_for(d, c))
-      out += d.metavar.empty() ? d.name + "\n" : d.name + " " + d.metavar + "\n";
+  for (const auto& d : option_table())
+    if (d.taken_by(c)) out += d.metavar.empty() ? d.name + "\n" : d.name + " " + d.metavar + "\n";
   return out;
 }
 
 }  // namespace
-
-const std::vector<OptionDoc>& option_docs() {
-  using S = OptionSection;
-  static const std::vector<OptionDoc> docs{
-      {"--hostfile", "", "FILE|slurm|pbs|lsf|auto",
-       "TOML host file (*.toml) or \"host slots=N\" lines; or the hosts of the Slurm, PBS or "
-       "LSF allocation it runs in (required)",
-       kConnecting, S::kMsrun},
-      {"--worker_num", "", "N", "total workers; must equal the host file's sum (default: that sum)",
-       kRunCheck, S::kMsrun},
-      {"--local_worker_num", "", "N", "workers on hosts whose entry does not say (default 8)",
-       kRunCheck, S::kMsrun},
-      {"--master_addr", "", "HOST",
-       "host that runs the scheduler, by address, name or IP (default: first)", kRunCheck,
-       S::kMsrun},
-      {"--master_port", "", "P", "scheduler port, 1024-65535 (default 8118)", kRunCheck, S::kMsrun},
-      {"--log_dir", "", "DIR",
-       "where logs go on this machine, created 0700 (default .); for stack: where its report is "
-       "saved",
-       kRun | kStack, S::kMsrun},
-      {"--join", "", "BOOL", "False: start detached, print a job id and return (default True)",
-       kRun, S::kMsrun},
-      {"--cluster_time_out", "", "S", "MS_TOPO_TIMEOUT; also bounds start-up (default 600)", kRun,
-       S::kMsrun},
-      {"--bind_core", "", "BOOL|JSON",
-       "True: bind each process to its own cores, NUMA/device-local; or "
-       "'{\"scheduler\":[\"0-3\"],\"device0\":[\"4-9\"]}' (default False)",
-       kRunCheck, S::kMsrun},
-      {"--bind_numa", "", "BOOL|JSON|FILE",
-       "numactl --cpunodebind/--membind per process (default False)", kRunCheck, S::kMsrun},
-      {"--sim_level", "", "N", "msrun simulation: no scheduler, MS_SIMULATION_LEVEL=N", kRunCheck,
-       S::kMsrun},
-      {"--sim_rank_id", "", "N", "with --sim_level: run only rank N", kRunCheck, S::kMsrun},
-      {"--rank_table_file", "", "PATH", "exported as RANK_TABLE_FILE", kRun, S::kMsrun},
-      {"--worker_log_name", "", "T",
-       "log name T_<rank>.log; {ip} and {hostname} are replaced (default worker)", kRun, S::kMsrun},
-      {"--tail_worker_log", "", "R",
-       "ranks shown on the console, e.g. 0,3; -1 all (default -1); logs keep all; what you type "
-       "reaches these ranks (pdb)",
-       kRun, S::kMsrun},
-      {"--node_rank", "", "", "not accepted: node ranks come from the host file", kRun, S::kMsrun},
-      {"--dry_run", "", "", "print hosts, ranks, environment, bindings and remote commands; exit 0",
-       kRun, S::kOwn},
-      {"--ssh_config", "", "FILE", "OpenSSH client config (default ~/.ssh/config)", kConnecting,
-       S::kOwn},
-      {"--fanout", "", "N", "SSH handshakes in flight at once (default 64)", kConnecting, S::kOwn},
-      {"--connect_timeout", "", "S", "per host: connect + authenticate (default 10)", kConnecting,
-       S::kOwn},
-      {"--ssh_debug", "", "N",
-       "libssh's own messages, 0 (none) .. 4 (every function), into msrun-ssh.log, never the "
-       "console (default 1: its warnings); check and stop print them on stderr when asked",
-       kConnecting, S::kOwn},
-      {"--heartbeat", "", "S", "remote processes end within 3x this after losing us (default 5)",
-       kRun, S::kOwn},
-      {"--kill_grace", "", "S", "SIGTERM -> SIGKILL delay in a teardown (default 5)", kRun | kStop,
-       S::kOwn},
-      {"--contract", "", "msrun|torch",
-       "the processes' environment: msrun's (scheduler, MS_* variables) or torchrun's (RANK, "
-       "WORLD_SIZE, MASTER_ADDR, ...; no scheduler); default: the host file's [defaults] "
-       "contract, else msrun",
-       kRunCheck, S::kOwn},
-      {"--timeout", "", "S",
-       "the job's wall-time limit: then a teardown and exit 124 (default 0: none)", kRun, S::kOwn},
-      {"--hang_timeout", "", "S",
-       "no output from any process for S seconds is a hang: reported, then handled as --on_hang "
-       "says",
-       kRun, S::kOwn},
-      {"--on_hang", "", "kill|report",
-       "with --hang_timeout: kill (the default): a teardown and exit 124; report: reported again "
-       "every S seconds, the job goes on",
-       kRun, S::kOwn},
-      {"--max_restarts", "", "N",
-       "after a failure, tear down and start the whole job again, up to N times (default 0); "
-       "MSRUN_SSH_ATTEMPT tells each process its attempt",
-       kRun, S::kOwn},
-      {"--restart_backoff", "", "S",
-       "wait before the first restart, doubled for each next (default 1)", kRun, S::kOwn},
-      {"--restart_policy", "", "job|process",
-       "job (the default): a failure restarts the whole job; process: a failed worker alone is "
-       "started again in place while the others run on (each restart counts against "
-       "--max_restarts); every process gets MS_ENABLE_RECOVERY=1 and MS_RECOVERY_PATH",
-       kRun, S::kOwn},
-      {"--recovery_path", "", "DIR",
-       "with --restart_policy process: MS_RECOVERY_PATH is DIR/JOB_ID, DIR relative to each "
-       "host's workdir (default msrun-ssh-recovery)",
-       kRun, S::kOwn},
-      {"--spares", "", "N",
-       "the host file's last N hosts are spares (as hosts marked spare = true): they start "
-       "nothing; at a restart the first free one replaces a host lost, unreachable or failed "
-       "--host_failures_to_exclude times (default 0)",
-       kRun, S::kOwn},
-      {"--host_failures_to_exclude", "", "K",
-       "with spares: a host whose process failed first, or that was lost, in K attempts is "
-       "replaced by a spare (default 2)",
-       kRun, S::kOwn},
-      {"--report_bindings", "", "", "print each process's CPUs / NUMA nodes before starting", kRun,
-       S::kOwn},
-      {"--output", "", "prefixed|gather",
-       "gather: a line that several ranks print within 1 s is printed once, under their rank and "
-       "host sets (\"[0-7@node[01-02]] ...\"); logs stay raw (default prefixed: every line with "
-       "its own rank@host)",
-       kRun, S::kOwn},
-      {"--timestamps", "", "", "console lines start with their receive time (UTC, ms)", kRun,
-       S::kOwn},
-      {"--log_timestamps", "", "",
-       "so do the lines of the per-rank log files (they are no longer raw)", kRun, S::kOwn},
-      {"--events", "", "FILE",
-       "the job's life as JSON Lines (docs/events.md), appended to FILE; \"-\" for stdout; the "
-       "summary also goes to <log_dir>/summary.json",
-       kRun, S::kOwn},
-      {"--strict_host_key_checking", "", "yes|accept-new|no", "(default: ssh config, else yes)",
-       kConnecting, S::kOwn},
-      {"--transport", "", "ssh|srun",
-       "how commands reach the hosts: ssh (default), or srun inside a Slurm allocation: every "
-       "command a job step on its host (the host's address is its node name; needs SLURM_JOB_ID "
-       "and srun on PATH)",
-       kConnecting, S::kOwn},
-      {"--env", "", "NAME[=VALUE]",
-       "set, or forward from here, a variable for every process (repeatable)", kRunCheck, S::kOwn},
-      {"--python", "", "PATH", "interpreter for .py scripts (default: host file, else python3)",
-       kRunCheck, S::kOwn},
-      {"--agent", "", "BOOL|auto",
-       "True: one launch agent per host starts its processes, so each host runs its login rc once; "
-       "False: one SSH channel per process; auto: the agent on hosts with 2 or more processes "
-       "(default auto)",
-       kRun, S::kOwn},
-      {"--quiet", "", "",
-       "no start-up progress on the terminal (it is only ever drawn on a terminal's stderr, never "
-       "in logs or pipes)",
-       kRun, S::kOwn},
-      {"--status_line", "", "",
-       "while the job runs, its state on the terminal's last row: processes running/exited/failed, "
-       "output rate, elapsed time",
-       kRun, S::kOwn},
-      {"--sync", "", "[=DIR]",
-       "before starting, make DIR (default: the task script's directory) on every host identical "
-       "to this one's (docs/sync.md); for check: report per host whether it is in sync",
-       kRunCheck, S::kOwn},
-      {"--sync_dest", "", "DEST", "where DIR goes on the hosts (relative: to each workdir)", kRun,
-       S::kOwn},
-      {"--sync_exclude", "", "PATTERN",
-       "leave out what PATTERN matches (gitignore syntax; repeatable)", kRun | kCheck | kSync,
-       S::kOwn},
-      {"--persist", "", "SECONDS",
-       "keep the connections open that long after the sync, in a process of their own, for the "
-       "next sync to the same hosts (as ssh's ControlPersist; docs/sync.md) "
-       "(default 0: not kept)",
-       kSync, S::kOwn},
-      {"--import", "", "MODULE",
-       "check that MODULE imports with the hosts' interpreter (repeatable)", kCheck, S::kOwn},
-      {"--net", "", "[=collective]",
-       "also measure TCP bandwidth (both ways) and RTT between hosts, in rounds of pairs, over the "
-       "address each host uses to reach the master (or its *_SOCKET_IFNAME); a host below "
-       "--net_min_ratio of the median fails. --net=collective (or --net collective): then one tiny "
-       "all-reduce, timed, through the job's own launch path: scheduler and workers started as a "
-       "run starts them, each running a small Python program with the run's interpreter (an "
-       "\"allreduce\" column)",
-       kCheck, S::kOwn},
-      {"--net_pairs", "", "all|ring",
-       "which pairs --net tests: all (N-1 rounds) or a ring (2-3 rounds) (default: all up to 8 "
-       "hosts, a ring above)",
-       kCheck, S::kOwn},
-      {"--net_seconds", "", "S", "--net's sending time per direction of each pair (default 1)",
-       kCheck, S::kOwn},
-      {"--net_min_ratio", "", "R",
-       "fraction of the median rate below which a host or link fails --net (default 0.5)", kCheck,
-       S::kOwn},
-      {"--json", "", "", "print the report as JSON instead of a table", kCheck | kList | kStatus,
-       S::kOwn},
-      {"--job", "", "ID",
-       "the job id a run printed (required; see msrun-ssh list); stop and stack without --hostfile "
-       "take the hosts from the job's record",
-       kStop | kStatus | kLogs | kStack, S::kOwn},
-      {"--rank", "", "R", "only the log of rank R (-1: the scheduler)", kLogs, S::kOwn},
-      {"--follow", "", "", "keep printing new lines until the job has ended on every host", kLogs,
-       S::kOwn},
-      {"--help", "-h", "", "print the help of the command and exit", kEvery, S::kOwn},
-      {"--version", "-v", "", "print the version and exit", kEvery, S::kOwn},
-  };
-  return docs;
-}
 
 const std::vector<CommandDoc>& command_docs() {
   static const std::vector<CommandDoc> docs{
@@ -487,10 +290,10 @@ const std::vector<CommandDoc>& command_docs() {
        "${XDG_STATE_HOME:-~/.local/state}/msrun-ssh/jobs/), "
        "newest first: id, start time, hosts, processes and state. A detached job's state comes "
        "from its hosts."},
-      {Command::kStatus, "status", "msrun-ssh status --job ID [--json]",
+      {Command::kStatus, "status", "msrun-ssh status [OPTIONS] --job ID [--json]",
        "Every process of a detached job: host, rank, pid, alive / exited / killed, CPU time, last "
        "line of its log. Exit 0 when every host answered, 255 when one could not be reached."},
-      {Command::kLogs, "logs", "msrun-ssh logs --job ID [--rank R] [--follow]",
+      {Command::kLogs, "logs", "msrun-ssh logs [OPTIONS] --job ID [--rank R] [--follow]",
        "The per-rank logs of a detached job, from its hosts, each line prefixed as in an attached "
        "run ([3@host]). --follow keeps printing new lines until the job has ended on every host; "
        "Ctrl-C ends it."},
@@ -522,8 +325,8 @@ std::string help_text(Command command) {
   out += fmt::format("\n{}\n", wrap(doc.text, 0, kWidth));
   for (OptionSection s : {OptionSection::kMsrun, OptionSection::kOwn}) {
     std::string options;
-    for (const auto& d : option_docs())
-      if (d.section == s && documented_for(d, command))
+    for (const auto& d : option_table())
+      if (d.section == s && d.taken_by(command))
         options += option_label(d) + wrap(d.text, kTextColumn, kWidth) + "\n";
     if (!options.empty()) out += fmt::format("\n{}:\n{}", section_title(s), options);
   }

@@ -642,7 +642,31 @@ TEST(CliJobs, Errors) {
   EXPECT_EQ(help_text(Command::kList).rfind("usage: msrun-ssh list", 0), 0u);
   EXPECT_EQ(help_text(Command::kStatus).rfind("usage: msrun-ssh status", 0), 0u);
   EXPECT_EQ(help_text(Command::kLogs).rfind("usage: msrun-ssh logs", 0), 0u);
-  EXPECT_NE(help_text(Command::kRun).find("msrun-ssh logs --job ID"), std::string::npos);
+  EXPECT_NE(help_text(Command::kRun).find("msrun-ssh logs [OPTIONS] --job ID"), std::string::npos);
+}
+
+// One table says which command takes which option: a run's options that a command does not use
+// are refused there, not ignored; check takes a run's command line as it is; status and logs
+// take the SSH options that reach the job's hosts.
+TEST(CliJobs, EachCommandTakesTheOptionsItsHelpLists) {
+  EXPECT_EQ(error_of({"stop", "--job", "j", "--worker_num", "3"}),
+            "unknown option \"--worker_num\" for stop (see --help)");
+  EXPECT_EQ(error_of({"status", "--job", "j", "--timeout", "3"}),
+            "unknown option \"--timeout\" for status (see --help)");
+  EXPECT_EQ(error_of({"sync", "--hostfile", "h", "--log_dir", "x", "d"}),
+            "unknown option \"--log_dir\" for sync (see --help)");
+  Options check =
+      parse({"check", "--hostfile", "h", "--timeout", "5", "--max_restarts", "2", "t.py"}).options;
+  EXPECT_EQ(check.command, Command::kCheck);
+  EXPECT_EQ(check.timeout, 5);
+  EXPECT_EQ(parse({"status", "--job", "j", "--ssh_config", "c"}).options.ssh_config, "c");
+  EXPECT_EQ(parse({"logs", "--job", "j", "--strict_host_key_checking", "no"})
+                .options.strict_host_key_checking,
+            HostKeyPolicy::kNo);
+  EXPECT_EQ(error_of({"check", "--hostfile", "h", "--sync_dest", "d"}),
+            "unknown option \"--sync_dest\" for check (see --help)");
+  EXPECT_NE(help_text(Command::kCheck).find("--max_restarts"), std::string::npos);
+  EXPECT_EQ(help_text(Command::kStop).find("--worker_num"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The documentation table (src/cli/help.cc) against the parser (src/cli/cli.cc), and what is made
-// from it: --help of every command, the man page, the hidden --man and --complete-options.
+// The options' table (src/cli/option_table.cc) as the parser reads it (src/cli/cli.cc), and what is
+// made from it: --help of every command, the man page, the hidden --man and --complete-options.
 #include "msrun_ssh/help.h"
 
 #include <fmt/format.h>
@@ -18,10 +18,8 @@ namespace {
 
 using Names = std::set<std::string>;
 
-bool documented_for(const OptionDoc& d, Command c) { return (d.commands & command_bit(c)) != 0; }
-
 // "-h, --help" or "--hostfile".
-std::string label(const OptionDoc& d) {
+std::string label(const OptionSpec& d) {
   return d.short_name.empty() ? d.name : d.short_name + ", " + d.name;
 }
 
@@ -36,7 +34,7 @@ std::string man_bold(const std::string& name) {
 }
 
 // "-h, --help" or "--hostfile" in the man page.
-std::string man_label(const OptionDoc& d) {
+std::string man_label(const OptionSpec& d) {
   return d.short_name.empty() ? man_bold(d.name) : man_bold(d.short_name) + ", " + man_bold(d.name);
 }
 
@@ -56,28 +54,28 @@ bool accepted(const CommandDoc& command, const std::string& option) {
   return error.rfind("unknown option", 0) != 0;
 }
 
-TEST(Help, EveryAcceptedOptionIsDocumentedAndEveryDocumentedOneAccepted) {
-  Names accepted_names;
-  for (const auto& n : option_names()) EXPECT_TRUE(accepted_names.insert(n).second) << n;
-  Names documented;
-  for (const auto& d : option_docs()) EXPECT_TRUE(documented.insert(d.name).second) << d.name;
-  EXPECT_EQ(accepted_names, documented);
-  EXPECT_TRUE(accepted_names.count("--hostfile"));
-  EXPECT_TRUE(accepted_names.count("--job"));
-  EXPECT_TRUE(accepted_names.count("--help"));
+TEST(Help, EveryOptionIsNamedOnceAndParsedButHelpAndVersion) {
+  Names names;
+  for (const auto& d : option_table()) {
+    EXPECT_TRUE(names.insert(d.name).second) << d.name;
+    EXPECT_EQ(d.apply == nullptr, d.name == "--help" || d.name == "--version") << d.name;
+    EXPECT_EQ(find_option(d.name), &d);
+  }
+  EXPECT_TRUE(names.count("--hostfile"));
+  EXPECT_TRUE(names.count("--job"));
+  EXPECT_EQ(find_option("--frobnicate"), nullptr);
 }
 
-TEST(Help, EveryOptionIsAcceptedByTheCommandsItIsDocumentedFor) {
-  for (const auto& d : option_docs()) {
+TEST(Help, EveryOptionIsAcceptedExactlyByTheCommandsItIsDocumentedFor) {
+  for (const auto& d : option_table()) {
     EXPECT_NE(d.commands, 0u) << d.name << " is documented for no command";
     for (const auto& c : command_docs())
-      if (documented_for(d, c.command)) {
-        EXPECT_TRUE(accepted(c, d.name)) << c.name << " " << d.name;
-      }
+      EXPECT_EQ(accepted(c, d.name), d.taken_by(c.command)) << c.name << " " << d.name;
   }
   // The probe itself tells refused from accepted.
   EXPECT_FALSE(accepted(command_docs()[0], "--job"));
   EXPECT_FALSE(accepted(command_docs()[0], "--frobnicate"));
+  EXPECT_TRUE(accepted(command_docs()[0], "--log_dir"));
 }
 
 TEST(Help, EveryCommandIsDocumentedOnce) {
@@ -91,10 +89,10 @@ TEST(Help, HelpOfEachCommandListsItsOptions) {
   for (const auto& c : command_docs()) {
     std::string help = help_text(c.command);
     EXPECT_EQ(help.rfind(fmt::format("usage: {}\n", c.usage), 0), 0u) << c.name;
-    for (const auto& d : option_docs()) {
+    for (const auto& d : option_table()) {
       std::string line = fmt::format("\n  {}", label(d));
       if (!d.metavar.empty()) line += " " + d.metavar;
-      EXPECT_EQ(help.find(line) != std::string::npos, documented_for(d, c.command))
+      EXPECT_EQ(help.find(line) != std::string::npos, d.taken_by(c.command))
           << c.name << " " << d.name;
     }
   }
@@ -145,7 +143,7 @@ TEST(Help, ManPageHasEverySectionAndEveryOption) {
     EXPECT_GE(at, last) << section << " out of order";
     last = at;
   }
-  for (const auto& d : option_docs())
+  for (const auto& d : option_table())
     EXPECT_NE(man.find(fmt::format("\n{}{}", man_label(d), d.metavar.empty() ? "\n" : " ")),
               std::string::npos)
         << d.name;
@@ -199,8 +197,8 @@ TEST(Help, CompleteOptionsListsTheOptionsOfTheCommand) {
   EXPECT_EQ(hidden_output({"--complete-options"}), hidden_output({"--complete-options", "run"}));
   for (const auto& c : command_docs()) {
     std::string expected;
-    for (const auto& d : option_docs())
-      if (documented_for(d, c.command))
+    for (const auto& d : option_table())
+      if (d.taken_by(c.command))
         expected += d.name + (d.metavar.empty() ? "" : " ") + d.metavar + "\n";
     EXPECT_EQ(hidden_output({"--complete-options", c.name}), expected) << c.name;
   }
