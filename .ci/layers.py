@@ -37,7 +37,7 @@ HEADERS = {
     "transport.h": "seams", "binding.h": "binding",
     "hostfile.h": "hostfile", "host_source.h": "hostfile",
     "topology.h": "topology",
-    "ssh.h": "ssh",
+    "ssh.h": "ssh", "ssh_config.h": "ssh",
     "plan.h": "plan",
     "command.h": "command",
     "output.h": "output", "events.h": "output", "status_line.h": "output",

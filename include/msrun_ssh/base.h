@@ -28,6 +28,9 @@ std::string shell_quote(std::string_view word);
 // write of nothing (a closed console must not stop the job).
 void write_fully(int fd, std::string_view data);
 
+// The whole of the file at `path`; nullopt when it cannot be read or is a directory.
+std::optional<std::string> read_whole_file(const std::string& path);
+
 // Writes `text` to the file `path` (created or truncated); false, with a warning on stderr naming
 // the file and the error, when it cannot.
 bool write_text_file(const std::string& path, std::string_view text);

@@ -177,6 +177,10 @@ void validate_imports(const std::vector<std::string>& imports);
 // verdicts (in that order), by the step its kind belongs to: that one fails with the reason, the
 // steps before it pass, what was never attempted is "skip".
 std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure);
+// The same for host `host` of a pool whose connect warnings are `warnings`: a host that failed to
+// authenticate after its key was accepted unverified (or added) says so, not "verified".
+std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure, size_t host,
+                                                  const std::vector<ConnectWarning>& warnings);
 
 // The three verdicts of host `host`, which connected; `warnings` are SshPool::warnings() (a host
 // key warning for that host turns host_key into a warning with its message).

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/binding.h"
 
 namespace msrun_ssh {
@@ -60,9 +61,6 @@ struct Cluster {
 // an unreadable file, an empty host list, the same address listed twice, or only spares). Hosts
 // marked spare go to Cluster::spares.
 Cluster load_hostfile(const std::string& path);
-
-// The whole of the file at `path`; nullopt when it cannot be read or is a directory.
-std::optional<std::string> read_whole_file(const std::string& path);
 
 // Parses TOML host-file text; `path` is used only in messages and to pick relative paths. A file
 // with a `source` key has no [[hosts]] and comes back without hosts (see Cluster::source).

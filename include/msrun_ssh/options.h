@@ -53,6 +53,7 @@ struct Options {
   std::string ssh_config;  // empty: ~/.ssh/config when it exists
   int fanout = 64;
   double connect_timeout = 10;
+  bool connect_timeout_given = false;  // else a ConnectTimeout in the ssh config decides
   int ssh_debug = -1;  // libssh's log verbosity 0..4 (-1: not given; see set_ssh_log in ssh.h)
   double heartbeat = 5;
   double kill_grace = 5;

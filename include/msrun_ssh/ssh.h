@@ -37,7 +37,11 @@ struct SshSettings {
   std::string ssh_config;  // "" : ~/.ssh/config when it exists
   int fanout = 64;
   double connect_timeout_s = 10;
+  bool connect_timeout_given = false;            // false: a ConnectTimeout of the ssh config wins
   std::optional<HostKeyPolicy> host_key_policy;  // unset: ssh config, else yes
+  // Each host's settings from OpenSSH's own `ssh -G` (ssh_config.h) when an ssh client is
+  // installed; false (or no client): libssh parses the ssh config itself.
+  bool openssh_config = true;
   // Progress of connect_all (for the terminal's status row): called once per host when all its
   // connections are ready (true) or one failed (false), and at least once a second (host = npos).
   std::function<void(size_t host, bool ok)> on_connect_progress;
@@ -98,8 +102,9 @@ void apply_ssh_log_verbosity(ssh_session_struct* session);
 inline constexpr int kSshLogOff = 0;
 
 // The host an ssh config's `Host NAME` entry points to (its HostName), or `name` itself when the
-// config (`ssh_config`, else ~/.ssh/config if it exists) has none or cannot be read. Reads the
-// config through libssh, as a connection would; opens no connection.
+// config (`ssh_config`, else ~/.ssh/config if it exists) has none or cannot be read: OpenSSH's
+// answer (ssh -G, ssh_config.h), else libssh's reading where no ssh client is installed. Opens no
+// connection.
 std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config);
 
 // One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
@@ -117,7 +122,8 @@ class KnownHostsIndex {
   // naming either spelling (case aside), hashed lines whose HMAC-SHA1 is that of the name libssh
   // looks up, and every line this index does not judge — markers (@revoked, @cert-authority),
   // patterns with wildcards or negations, malformed lines. Comments and blank lines are dropped.
-  std::string lines_for(std::string_view host, int port) const;
+  // `named_only`: only the lines that name the host (plain or hashed), none of the others.
+  std::string lines_for(std::string_view host, int port, bool named_only = false) const;
 
  private:
   struct Hashed {
@@ -129,6 +135,17 @@ class KnownHostsIndex {
   std::map<std::string, std::vector<size_t>> plain_;  // lower-cased name -> lines
   std::vector<Hashed> hashed_;
 };
+
+// The name a known_hosts line gives `host` on `port`: "host" (port 22) or "[host]:port",
+// lower-cased.
+std::string known_hosts_name(std::string_view host, int port);
+
+// `name` as a hashed known_hosts name ("|1|salt|HMAC-SHA1", HashKnownHosts yes), with a new salt.
+std::string hash_known_hosts_name(std::string_view name);
+
+// known_hosts `lines` with each line's host field replaced by `name` (a marker kept): the lines
+// found under a HostKeyAlias, made to name the host libssh looks up.
+std::string renamed_known_hosts_lines(std::string_view lines, std::string_view name);
 
 // What a start needs from the transport that reaches the hosts: phase one, its warnings, and the
 // end. SshPool over SSH; inside a Slurm allocation SrunTransport (process.h).

@@ -20,6 +20,7 @@ inline SshSettings ssh_settings(const Options& o) {
   s.ssh_config = o.ssh_config;
   s.fanout = o.fanout;
   s.connect_timeout_s = o.connect_timeout;
+  s.connect_timeout_given = o.connect_timeout_given;
   s.host_key_policy = o.strict_host_key_checking;
   return s;
 }

@@ -1,4 +1,5 @@
 // The ground floor's strings, the shell's quoting, writes and paths (base.h).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -35,6 +36,19 @@ void write_fully(int fd, std::string_view data) {
     if (n <= 0) return;
     data.remove_prefix(static_cast<size_t>(n));
   }
+}
+
+std::optional<std::string> read_whole_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (n < 0) return std::nullopt;  // a directory reads as EISDIR
+  return text;
 }
 
 bool write_text_file(const std::string& path, std::string_view text) {

@@ -317,8 +317,8 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan, const JobL
   std::vector<const ProbeFacts*> facts_of(plan.hosts.size(), nullptr);
   std::vector<ProbeFacts> facts(plan.hosts.size());
   for (size_t h = 0; h < plan.hosts.size(); ++h) {
-    auto verdicts =
-        failures[h] ? classify_connect_failure(*failures[h]) : connected_checks(h, pool.warnings());
+    auto verdicts = failures[h] ? classify_connect_failure(*failures[h], h, pool.warnings())
+                                : connected_checks(h, pool.warnings());
     for (auto& r : verdicts) report.hosts[h].set(r.name, r.status, r.detail, r.value);
     if (failures[h]) continue;
     connected.push_back(h);

@@ -58,7 +58,7 @@ std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure)
     case ConnectError::kAuthTimedOut:
       return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
               make("authenticated", CheckStatus::kFail, r),
-              make("host_key", CheckStatus::kPass, "host key verified")};
+              make("host_key", CheckStatus::kPass, "host key verified (known_hosts)")};
     case ConnectError::kUnreachable:
     case ConnectError::kRefused:
     case ConnectError::kTimedOut:
@@ -70,8 +70,11 @@ std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure)
           make("host_key", CheckStatus::kSkip, not_tried)};
 }
 
-std::vector<CheckResult> connected_checks(size_t host,
-                                          const std::vector<ConnectWarning>& warnings) {
+namespace {
+
+// The host key's check once the key was past: verified, unless a warning says it was accepted
+// unverified or added as new.
+CheckResult host_key_check(size_t host, const std::vector<ConnectWarning>& warnings) {
   CheckResult key = make("host_key", CheckStatus::kPass, "host key verified (known_hosts)", "");
   for (const auto& w : warnings) {
     if (w.host != host) continue;
@@ -82,8 +85,24 @@ std::vector<CheckResult> connected_checks(size_t host,
         break;
     }
   }
+  return key;
+}
+
+}  // namespace
+
+std::vector<CheckResult> connected_checks(size_t host,
+                                          const std::vector<ConnectWarning>& warnings) {
   return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
-          make("authenticated", CheckStatus::kPass, "public key accepted"), key};
+          make("authenticated", CheckStatus::kPass, "public key accepted"),
+          host_key_check(host, warnings)};
+}
+
+std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure, size_t host,
+                                                  const std::vector<ConnectWarning>& warnings) {
+  std::vector<CheckResult> out = classify_connect_failure(failure);
+  for (auto& r : out)
+    if (r.name == "host_key" && r.status == CheckStatus::kPass) r = host_key_check(host, warnings);
+  return out;
 }
 
 std::string listener_command(const std::string& python, int port, double limit_s) {

@@ -172,7 +172,11 @@ const std::vector<OptionSpec>& option_table() {
       {"--fanout", "", "N", "SSH handshakes in flight at once (default 64)", kConnecting, S::kOwn,
        [](O& o, V n, V v, G) { o.fanout = static_cast<int>(to_int(n, v, 1, 4096)); }},
       {"--connect_timeout", "", "S", "per host: connect + authenticate (default 10)", kConnecting,
-       S::kOwn, [](O& o, V n, V v, G) { o.connect_timeout = to_seconds(n, v, 0.1, 3600); }},
+       S::kOwn,
+       [](O& o, V n, V v, G) {
+         o.connect_timeout = to_seconds(n, v, 0.1, 3600);
+         o.connect_timeout_given = true;
+       }},
       {"--ssh_debug", "", "N",
        "libssh's own messages, 0 (none) .. 4 (every function), into msrun-ssh.log, never the "
        "console (default 1: its warnings); check and stop print them on stderr when asked",

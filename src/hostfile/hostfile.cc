@@ -339,16 +339,6 @@ void take_spares(Cluster& cluster, int n) {
   cluster.hosts.erase(first, cluster.hosts.end());
 }
 
-std::optional<std::string> read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  // A directory opens fine and then reads as empty: refuse it here, not as "no hosts".
-  std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec)) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Cluster load_hostfile(const std::string& path) {
   std::optional<std::string> read = read_whole_file(path);
   if (!read) throw InputError(fmt::format("{}: cannot read host file", path));

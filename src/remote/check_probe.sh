@@ -49,13 +49,13 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 echo "devices_probed=1"
 if cd -- "$W" 2>/dev/null; then
-  f=.msrun-ssh-check.$$
-  if e=$( (set -C; : >"$f") 2>&1 ); then
+  # A name no other host can hold at the same moment: workdirs are often one NFS directory of
+  # every node, whose process ids repeat.
+  if f=$(mktemp ./.msrun-ssh-check.XXXXXXXX 2>&1); then
     rm -f -- "$f"
     echo "workdir=writable"
   else
-    rm -f -- "$f" 2>/dev/null
-    echo "workdir=unwritable $(printf '%s\n' "$e" | sed 's/^.*: //' | one)"
+    echo "workdir=unwritable $(printf '%s\n' "$f" | sed 's/^.*: //' | one)"
   fi
   echo "disk_kb=$(t 10 df -Pk . 2>/dev/null | awk 'NR==2 {print $4}')"
 else

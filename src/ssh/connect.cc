@@ -35,18 +35,6 @@ std::string user_home_dir() {
   return pw.pw_dir;
 }
 
-std::optional<std::string> read_whole_file(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string text;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
-  close(fd);
-  if (n < 0) return std::nullopt;
-  return text;
-}
-
 // An in-memory file holding `text`, readable by path as /proc/self/fd/N; -1 on failure.
 int memory_file(const std::string& text) {
   int fd = memfd_create("msrun-ssh-known_hosts", MFD_CLOEXEC);
@@ -96,6 +84,11 @@ SshPool::Impl::Impl(std::vector<SshEndpoint> h, SshSettings s)
   // The narrowed known_hosts copies are opened by libssh as /proc/self/fd/N.
   narrowing = access("/proc/self/fd", X_OK) == 0;
   epfd = epoll_create1(EPOLL_CLOEXEC);
+  tokens.home = home_dir;
+  if (const passwd* pw = getpwuid(getuid())) tokens.local_user = pw->pw_name;
+  tokens.uid = std::to_string(getuid());
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0) tokens.local_host = name;
 }
 
 SshPool::Impl::~Impl() {
@@ -119,9 +112,24 @@ bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
   const SshEndpoint& ep = hosts[c.host];
   c.session = ssh_new();
   if (!c.session) return error = {ConnectError::kOther, "out of memory"}, false;
-  ssh_options_set(c.session, SSH_OPTIONS_HOST, ep.address.c_str());
   // libssh would look the user's home directory up in the password database for every session.
   if (!ssh_dir.empty()) ssh_options_set(c.session, SSH_OPTIONS_SSH_DIR, ssh_dir.c_str());
+  if (c.host < openssh.size()) {
+    if (!openssh[c.host]) return error = *resolve_failures[c.host], false;
+    apply_openssh(c, *openssh[c.host]);
+  } else if (!apply_libssh_config(c, ep, error)) {
+    return false;
+  }
+  narrow_known_hosts(c);
+  ssh_set_blocking(c.session, 0);
+  c.deadline = monotonic_ms() + connect_timeout_s(c.host) * 1000;
+  c.state = ConnState::kConnecting;
+  return advance(ci, error);
+}
+
+// Without an ssh client: libssh reads the ssh config itself, then the host file's values win.
+bool SshPool::Impl::apply_libssh_config(Conn& c, const SshEndpoint& ep, ConnectFailure& error) {
+  ssh_options_set(c.session, SSH_OPTIONS_HOST, ep.address.c_str());
   std::string config = settings.ssh_config;
   if (config.empty()) {
     const char* home = getenv("HOME");
@@ -140,11 +148,73 @@ bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
   }
   if (!ep.known_hosts.empty())
     ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, ep.known_hosts.c_str());
-  narrow_known_hosts(c);
-  ssh_set_blocking(c.session, 0);
-  c.deadline = monotonic_ms() + settings.connect_timeout_s * 1000;
-  c.state = ConnState::kConnecting;
-  return advance(ci, error);
+  return true;
+}
+
+// With OpenSSH's answer: the session gets exactly its values, and reads no config of its own.
+void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
+  ssh_options_set(c.session, SSH_OPTIONS_HOST, h.hostname.c_str());
+  bool no = false;
+  ssh_options_set(c.session, SSH_OPTIONS_PROCESS_CONFIG, &no);
+  apply_ssh_log_verbosity(c.session);
+  unsigned int port = static_cast<unsigned int>(h.port);
+  ssh_options_set(c.session, SSH_OPTIONS_PORT, &port);
+  if (!h.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, h.user.c_str());
+  // Checked when it was resolved: the jump's command can be made.
+  std::string proxy = h.proxy_jump.empty() ? h.proxy_command
+                                           : proxy_jump_command(h.proxy_jump, settings.ssh_config);
+  if (!proxy.empty()) ssh_options_set(c.session, SSH_OPTIONS_PROXYCOMMAND, proxy.c_str());
+  if (!h.identity_agent.empty() && h.identity_agent != "none" &&
+      h.identity_agent != "SSH_AUTH_SOCK") {
+    SshTokens t = tokens;
+    t.original_host = hosts[c.host].address;
+    t.host = &h;
+    std::string agent = expand_ssh_tokens(h.identity_agent, t);
+    ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, agent.c_str());
+  }
+}
+
+void SshPool::Impl::resolve_hosts() {
+  if (!settings.openssh_config) return;
+  std::vector<SshQuery> queries;
+  for (const auto& h : hosts)
+    queries.push_back({h.address, h.user, h.port, h.identity_file, h.known_hosts});
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  auto answers = resolve_with_openssh(queries, settings.ssh_config,
+                                      static_cast<int>(std::clamp(cpus * 2, 2L, 32L)), 10);
+  if (!answers) return;  // no ssh client: libssh reads the config
+  openssh.assign(hosts.size(), std::nullopt);
+  resolve_failures.assign(hosts.size(), std::nullopt);
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    SshResolution& r = (*answers)[h];
+    std::string why = r.error;
+    if (r.config && !r.config->certificate_files.empty())
+      why = "the ssh config gives it a CertificateFile, which msrun-ssh does not support";
+    if (r.config && why.empty() && !r.config->proxy_jump.empty()) {
+      try {
+        proxy_jump_command(r.config->proxy_jump, settings.ssh_config);
+      } catch (const std::runtime_error& e) {
+        why = e.what();
+      }
+    }
+    if (why.empty())
+      openssh[h] = std::move(r.config);
+    else
+      resolve_failures[h] = ConnectFailure{ConnectError::kOther, "ssh config: " + why};
+  }
+}
+
+HostKeyPolicy SshPool::Impl::host_key_policy(size_t host) const {
+  if (settings.host_key_policy) return *settings.host_key_policy;
+  if (host < openssh.size() && openssh[host]) return openssh[host]->strict_host_key_checking;
+  return HostKeyPolicy::kYes;
+}
+
+double SshPool::Impl::connect_timeout_s(size_t host) const {
+  if (!settings.connect_timeout_given && host < openssh.size() && openssh[host] &&
+      openssh[host]->connect_timeout_s && *openssh[host]->connect_timeout_s > 0)
+    return *openssh[host]->connect_timeout_s;
+  return settings.connect_timeout_s;
 }
 
 // The path libssh would open for a known_hosts option value; "" when it holds what only libssh
@@ -160,19 +230,24 @@ std::string SshPool::Impl::expand_path(const std::string& value) const {
 // several connections (past MaxSessions) does not pay its HMACs again.
 const std::string& SshPool::Impl::known_hosts_lines(const std::string& path,
                                                     const std::string& host, int port) {
-  auto& index = known_hosts_files[path];
-  if (!index) index = std::make_unique<KnownHostsIndex>(read_whole_file(path).value_or(""));
   auto key = std::make_tuple(path, host, port);
   auto it = known_hosts_lines_of.find(key);
   if (it == known_hosts_lines_of.end())
-    it = known_hosts_lines_of.emplace(key, index->lines_for(host, port)).first;
+    it = known_hosts_lines_of.emplace(key, known_hosts_index(path).lines_for(host, port)).first;
   return it->second;
+}
+
+const KnownHostsIndex& SshPool::Impl::known_hosts_index(const std::string& path) {
+  auto& index = known_hosts_files[path];
+  if (!index) index = std::make_unique<KnownHostsIndex>(read_whole_file(path).value_or(""));
+  return *index;
 }
 
 // Points the session's known_hosts options at in-memory copies of its files that hold only the
 // lines for its host (KnownHostsIndex). Leaves the session as it is when a path cannot be told
 // for sure or a copy cannot be made: libssh then reads the files themselves.
 void SshPool::Impl::narrow_known_hosts(Conn& c) {
+  if (c.host < openssh.size() && openssh[c.host]) return narrow_openssh_known_hosts(c);
   std::string user = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
   user = user.empty() ? (ssh_dir.empty() ? "" : ssh_dir + "/known_hosts") : expand_path(user);
   std::string global = option_string(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS);
@@ -182,23 +257,73 @@ void SshPool::Impl::narrow_known_hosts(Conn& c) {
   if (!narrowing || user.empty() || global.empty() || host.empty() ||
       ssh_options_get_port(c.session, &port) != SSH_OK)
     return;
-  const std::string& user_lines = known_hosts_lines(user, host, static_cast<int>(port));
-  const std::string& global_lines = known_hosts_lines(global, host, static_cast<int>(port));
-  int user_fd = memory_file(user_lines);
-  int global_fd = memory_file(global_lines);
+  if (hand_known_hosts(c, known_hosts_lines(user, host, static_cast<int>(port)),
+                       known_hosts_lines(global, host, static_cast<int>(port)))) {
+    c.known_hosts = user;
+    c.global_known_hosts = global;
+  }
+}
+
+// Hands the session in-memory copies holding `user_lines` and `global_lines` as its known_hosts
+// files; false (the session as it was) when they cannot be made.
+bool SshPool::Impl::hand_known_hosts(Conn& c, const std::string& user_lines,
+                                     const std::string& global_lines) {
+  int user_fd = narrowing ? memory_file(user_lines) : -1;
+  int global_fd = narrowing ? memory_file(global_lines) : -1;
   if (user_fd < 0 || global_fd < 0) {
     if (user_fd >= 0) close(user_fd);
     if (global_fd >= 0) close(global_fd);
-    return;
+    return false;
   }
-  c.known_hosts = user;
-  c.global_known_hosts = global;
   c.known_hosts_fds = {user_fd, global_fd};
   c.known_hosts_empty = user_lines.empty() && global_lines.empty();
   ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS,
                   fmt::format("/proc/self/fd/{}", user_fd).c_str());
   ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
                   fmt::format("/proc/self/fd/{}", global_fd).c_str());
+  return true;
+}
+
+// With OpenSSH's settings: every UserKnownHostsFile and GlobalKnownHostsFile, each narrowed to
+// the lines for the host as ssh looks it up (its HostKeyAlias, else "host" or "[host]:port"); the
+// lines found under an alias are renamed to what libssh looks up. Without /proc, libssh reads the
+// first file of each list itself.
+void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
+  const SshHostConfig& h = *openssh[c.host];
+  SshTokens t = tokens;
+  t.original_host = hosts[c.host].address;
+  t.host = &h;
+  auto expanded = [&](const std::vector<std::string>& files) {
+    std::vector<std::string> out;
+    for (const auto& f : files) {
+      std::string path = f;
+      try {
+        path = expand_ssh_tokens(f, t);
+      } catch (const std::runtime_error&) {
+      }
+      if (!path.empty()) out.push_back(path);
+    }
+    return out;
+  };
+  std::vector<std::string> user = expanded(h.user_known_hosts_files);
+  std::vector<std::string> global = expanded(h.global_known_hosts_files);
+  c.known_hosts = user.empty() ? "" : user[0];
+  c.global_known_hosts = global.empty() ? "" : global[0];
+  const bool alias = !h.host_key_alias.empty();
+  const std::string& name = alias ? h.host_key_alias : h.hostname;
+  const int port = alias ? 22 : h.port;
+  auto lines_of = [&](const std::vector<std::string>& files) {
+    std::string lines;
+    for (const auto& f : files)
+      if (access(f.c_str(), R_OK) == 0)
+        lines += alias ? known_hosts_index(f).lines_for(name, port, true)
+                       : known_hosts_lines(f, name, port);
+    return alias ? renamed_known_hosts_lines(lines, known_hosts_name(h.hostname, h.port)) : lines;
+  };
+  if (!hand_known_hosts(c, lines_of(user), lines_of(global))) {
+    ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, c.known_hosts.c_str());
+    ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, c.global_known_hosts.c_str());
+  }
 }
 
 // After the host key check: the session's options name the real files again (accept-new writes
@@ -213,10 +338,34 @@ void SshPool::Impl::close_known_hosts(Conn& c) {
   c.known_hosts_fds.clear();
 }
 
+// accept-new with OpenSSH's settings: the server's key appended to the first UserKnownHostsFile
+// under `name` (hashed when HashKnownHosts says so), as ssh records it.
+bool SshPool::Impl::record_host_key(Conn& c, const std::string& name, bool hashed) {
+  char* entry = nullptr;
+  if (c.known_hosts.empty() || ssh_session_export_known_hosts_entry(c.session, &entry) != SSH_OK)
+    return false;
+  std::string line = entry;
+  ssh_string_free_char(entry);
+  size_t sp = line.find(' ');
+  if (sp == std::string::npos) return false;
+  line = (hashed ? hash_known_hosts_name(name) : name) + line.substr(sp);
+  if (!line.ends_with('\n')) line += '\n';
+  int fd = open(c.known_hosts.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  return close(fd) == 0 && ok;
+}
+
 bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshEndpoint& ep = hosts[c.host];
-  HostKeyPolicy policy = settings.host_key_policy.value_or(HostKeyPolicy::kYes);
+  HostKeyPolicy policy = host_key_policy(c.host);
+  const SshHostConfig* h = c.host < openssh.size() && openssh[c.host] ? &*openssh[c.host] : nullptr;
+  // What ssh connects to, and the name it keeps the key under.
+  std::string target = h ? h->hostname : ep.address;
+  int port = h ? h->port : ep.port.value_or(22);
+  std::string key_name =
+      h && !h->host_key_alias.empty() ? h->host_key_alias : known_hosts_name(target, port);
   std::string known = c.known_hosts;
   if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
   if (known.empty()) known = "~/.ssh/known_hosts";
@@ -236,8 +385,8 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
       error = {ConnectError::kHostKeyChanged,
                fmt::format("host key CHANGED (does not match {}): possible man-in-the-middle, "
                            "refused; if the host was reinstalled, remove its old key with: "
-                           "ssh-keygen -R {} -f {}",
-                           known, ep.address, known)};
+                           "ssh-keygen -R '{}' -f {}",
+                           known, key_name, known)};
       return false;
     case SSH_KNOWN_HOSTS_OTHER:
       error = {ConnectError::kHostKeyChanged,
@@ -246,7 +395,8 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
     case SSH_KNOWN_HOSTS_UNKNOWN:
     case SSH_KNOWN_HOSTS_NOT_FOUND:
       if (policy == HostKeyPolicy::kAcceptNew) {
-        if (ssh_session_update_known_hosts(c.session) != SSH_OK)
+        if (h ? !record_host_key(c, key_name, h->hash_known_hosts)
+              : ssh_session_update_known_hosts(c.session) != SSH_OK)
           return error = {ConnectError::kHostKeyUnverifiable,
                           fmt::format("cannot add its host key to {}", known)},
                  false;
@@ -256,21 +406,74 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
       }
       if (policy == HostKeyPolicy::kNo) {
         warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
-                            fmt::format("host key NOT verified (not in {}) because of "
-                                        "--strict_host_key_checking=no",
-                                        known)});
+                            fmt::format("host key NOT verified (not in {}) because {}", known,
+                                        settings.host_key_policy
+                                            ? "of --strict_host_key_checking=no"
+                                            : "the ssh config says StrictHostKeyChecking no")});
         return true;
       }
       error = {ConnectError::kHostKeyUnknown,
-               fmt::format("unknown host key (not in {}); after checking it, add it with: "
-                           "ssh-keyscan -p {} {} >> {}",
-                           known, ep.port.value_or(22), ep.address, known)};
+               h && !h->host_key_alias.empty()
+                   ? fmt::format("unknown host key (not in {} under HostKeyAlias {}); after "
+                                 "checking it, add it with: ssh-keyscan -p {} {} | sed 's/^[^ "
+                                 "]*/{}/' >> {}",
+                                 known, key_name, port, target, key_name, known)
+                   : fmt::format("unknown host key (not in {}); after checking it, add it with: "
+                                 "ssh-keyscan -p {} {} >> {}",
+                                 known, port, target, known)};
       return false;
     default:
       error = {ConnectError::kHostKeyUnverifiable,
                fmt::format("cannot check the host key: {}", describe_error(c.session))};
       return false;
   }
+}
+
+// Public-key authentication as ssh does it with these settings: the agent's keys first (unless
+// IdentitiesOnly or IdentityAgent none), then each IdentityFile in order; a file that does not
+// exist or cannot be loaded without a passphrase is passed over. `rc`: SSH_AUTH_SUCCESS or
+// SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
+bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
+  Conn& c = conns[ci];
+  const SshHostConfig& h = *openssh[c.host];
+  bool agent = !h.identities_only && h.identity_agent != "none" &&
+               (!h.identity_agent.empty() || getenv("SSH_AUTH_SOCK"));
+  size_t files_from = agent ? 1 : 0;
+  SshTokens t = tokens;
+  t.original_host = hosts[c.host].address;
+  t.host = &h;
+  while (c.auth_step < files_from + h.identity_files.size()) {
+    if (c.auth_step < files_from) {
+      rc = ssh_userauth_agent(c.session, nullptr);
+    } else {
+      std::string path;
+      try {
+        path = expand_ssh_tokens(h.identity_files[c.auth_step - files_from], t);
+      } catch (const std::runtime_error& e) {
+        return error = {ConnectError::kOther, fmt::format("ssh config: IdentityFile {}", e.what())},
+               false;
+      }
+      ConnectFailure unreadable;
+      ssh_key key = access(path.c_str(), R_OK) == 0 ? identity(path, unreadable) : nullptr;
+      if (!key) {
+        ++c.auth_step;
+        continue;
+      }
+      if (c.offered.empty() || c.offered.back() != path) c.offered.push_back(path);
+      rc = ssh_userauth_publickey(c.session, nullptr, key);
+    }
+    if (rc == SSH_AUTH_AGAIN || rc == SSH_AUTH_SUCCESS) return true;
+    if (rc == SSH_AUTH_ERROR) return error = libssh_failure(c.session), false;
+    ++c.auth_step;  // denied (or partial): the next one
+  }
+  std::string offered;
+  for (const auto& p : c.offered) offered += (offered.empty() ? "" : ", ") + p;
+  error = {ConnectError::kAuthDenied,
+           fmt::format("authentication denied (publickey) for user {}{}", h.user,
+                       offered.empty() ? std::string(" (no identity file could be loaded)")
+                                       : fmt::format(" (offered {}{})",
+                                                     agent ? "the agent's keys, " : "", offered))};
+  return false;
 }
 
 // Moves one connection as far as it can go without blocking. False: failed, `error` says why.
@@ -286,7 +489,9 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   }
   if (c.state == ConnState::kAuth) {
     int rc;
-    if (!ep.identity_file.empty()) {
+    if (c.host < openssh.size() && openssh[c.host]) {
+      if (!authenticate_openssh(ci, rc, error)) return false;
+    } else if (!ep.identity_file.empty()) {
       ssh_key key = identity(ep.identity_file, error);
       if (!key) return false;
       rc = ssh_userauth_publickey(c.session, nullptr, key);
@@ -318,6 +523,7 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
 
 std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     const std::vector<int>& per_host) {
+  resolve_hosts();
   for (size_t h = 0; h < hosts.size(); ++h)
     for (int k = 0; k < std::max(1, per_host.at(h)); ++k) conns.push_back(Conn{.host = h});
   std::vector<std::optional<ConnectFailure>> failed(hosts.size());
@@ -362,7 +568,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
       if (c.deadline <= now) {
         bool answered = c.state == ConnState::kAuth;
         fail(ci, {answered ? ConnectError::kAuthTimedOut : ConnectError::kTimedOut,
-                  fmt::format("timed out after {:g} s ({})", settings.connect_timeout_s,
+                  fmt::format("timed out after {:g} s ({})", connect_timeout_s(c.host),
                               answered ? "during authentication" : "no answer")});
       } else {
         soonest = std::min(soonest, c.deadline);

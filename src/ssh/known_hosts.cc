@@ -2,6 +2,7 @@
 // may concern its host (see KnownHostsIndex in ssh.h).
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include <algorithm>
 #include <cctype>
@@ -87,13 +88,13 @@ KnownHostsIndex::KnownHostsIndex(std::string_view text) {
   }
 }
 
-std::string KnownHostsIndex::lines_for(std::string_view host, int port) const {
+std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool named_only) const {
   // libssh looks up the lower-cased "host" on port 22 and "[host]:port" otherwise. Plain lines
   // under either spelling are kept (a map lookup each); a hashed line costs an HMAC per name, so
   // it is tested against exactly the name libssh will hash.
   std::string bare = lower(host);
   std::string bracketed = "[" + bare + "]:" + std::to_string(port);
-  std::vector<size_t> keep = always_;
+  std::vector<size_t> keep = named_only ? std::vector<size_t>{} : always_;
   for (const std::string* name : {&bare, &bracketed}) {
     auto it = plain_.find(*name);
     if (it != plain_.end()) keep.insert(keep.end(), it->second.begin(), it->second.end());
@@ -106,10 +107,10 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port) const {
                        reinterpret_cast<const unsigned char*>(looked_up.data()), looked_up.size(),
                        mac, &len) != nullptr;
     // A line whose HMAC cannot be computed is kept: libssh decides.
-    if (!hashed || (len == kSha1Size &&
-                    std::equal(h.hash.begin(), h.hash.end(), mac, [](char a, unsigned char b) {
-                      return static_cast<unsigned char>(a) == b;
-                    })))
+    if ((!hashed && !named_only) ||
+        (len == kSha1Size &&
+         std::equal(h.hash.begin(), h.hash.end(), mac,
+                    [](char a, unsigned char b) { return static_cast<unsigned char>(a) == b; })))
       keep.push_back(h.line);
   }
   std::sort(keep.begin(), keep.end());
@@ -117,6 +118,45 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port) const {
   std::string out;
   for (size_t i : keep) {
     out += lines_[i];
+    out += '\n';
+  }
+  return out;
+}
+
+std::string known_hosts_name(std::string_view host, int port) {
+  return port == 22 ? lower(host) : "[" + lower(host) + "]:" + std::to_string(port);
+}
+
+std::string hash_known_hosts_name(std::string_view name) {
+  unsigned char salt[kSha1Size];
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (RAND_bytes(salt, sizeof salt) != 1 ||
+      !HMAC(EVP_sha1(), salt, sizeof salt, reinterpret_cast<const unsigned char*>(name.data()),
+            name.size(), mac, &len))
+    return std::string(name);
+  auto b64 = [](const unsigned char* p, size_t n) {
+    std::string out(4 * ((n + 2) / 3), '\0');
+    int m = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), p, static_cast<int>(n));
+    out.resize(static_cast<size_t>(m));
+    return out;
+  };
+  return "|1|" + b64(salt, sizeof salt) + "|" + b64(mac, len);
+}
+
+std::string renamed_known_hosts_lines(std::string_view lines, std::string_view name) {
+  std::string out;
+  while (!lines.empty()) {
+    size_t nl = lines.find('\n');
+    std::string_view line = lines.substr(0, nl);
+    lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
+    size_t field = line.starts_with('@') ? line.find(' ') + 1 : 0;  // after a marker
+    size_t end = line.find(' ', field);
+    if (field == 0 && line.starts_with('@')) continue;
+    if (end == std::string_view::npos) continue;
+    out += line.substr(0, field);
+    out += name;
+    out += line.substr(end);
     out += '\n';
   }
   return out;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_config.h"
 
 namespace msrun_ssh {
 namespace {
@@ -44,6 +45,11 @@ void apply_ssh_log_verbosity(ssh_session session) {
 }
 
 std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config) {
+  // OpenSSH's own answer where an ssh client is installed (ssh_config.h).
+  if (auto answers = resolve_with_openssh({SshQuery{name, "", {}, "", ""}}, ssh_config, 1, 10)) {
+    const SshResolution& r = answers->front();
+    return r.config ? r.config->hostname : name;
+  }
   std::string config = ssh_config;
   if (config.empty()) {
     const char* home = std::getenv("HOME");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_config.h"
 
 namespace msrun_ssh {
 
@@ -50,6 +51,8 @@ struct SshPool::Impl {
     std::string global_known_hosts;    // and the global one
     std::vector<int> known_hosts_fds;  // the narrowed copies libssh reads (memfds)
     bool known_hosts_empty = false;    // and they hold no line for the host
+    size_t auth_step = 0;              // with OpenSSH's settings: the next identity to offer
+    std::vector<std::string> offered;  // the identity files offered so far (for the error)
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -94,6 +97,11 @@ struct SshPool::Impl {
   bool narrowing = false;  // known_hosts narrowing possible (/proc mounted)
 
   std::vector<std::pair<ChannelId, size_t>> pending_failures;  // exec with no live connection
+  // Each host's settings as OpenSSH's `ssh -G` gives them (ssh_config.h); empty when no ssh client
+  // is installed: then libssh reads the ssh config itself, per session.
+  std::vector<std::optional<SshHostConfig>> openssh;
+  std::vector<std::optional<ConnectFailure>> resolve_failures;  // where openssh has no answer
+  SshTokens tokens;  // what IdentityFile's tokens stand for, but the host's own
 
   Impl(std::vector<SshEndpoint> h, SshSettings s);  // connect.cc
   ~Impl();
@@ -127,13 +135,24 @@ struct SshPool::Impl {
   // --- phase one: connect, verify, authenticate (connect.cc) ----------------------------------
 
   std::vector<std::optional<ConnectFailure>> connect_all(const std::vector<int>& per_host);
+  // Asks `ssh -G` for every host's settings; a host it has no answer for fails with why.
+  void resolve_hosts();
+  bool apply_libssh_config(Conn& c, const SshEndpoint& ep, ConnectFailure& error);
   bool start_connect(size_t ci, ConnectFailure& error);
+  void apply_openssh(Conn& c, const SshHostConfig& h);
+  bool authenticate_openssh(size_t ci, int& rc, ConnectFailure& error);
+  HostKeyPolicy host_key_policy(size_t host) const;
+  double connect_timeout_s(size_t host) const;
   bool advance(size_t ci, ConnectFailure& error);
   bool verify_host_key(size_t ci, ConnectFailure& error);
+  bool record_host_key(Conn& c, const std::string& name, bool hashed);
   ssh_key identity(const std::string& path, ConnectFailure& error);
   std::string expand_path(const std::string& value) const;
   const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port);
+  const KnownHostsIndex& known_hosts_index(const std::string& path);
   void narrow_known_hosts(Conn& c);
+  void narrow_openssh_known_hosts(Conn& c);
+  bool hand_known_hosts(Conn& c, const std::string& user_lines, const std::string& global_lines);
   void close_known_hosts(Conn& c);
 
   // --- phase two: channels (channels.cc) -------------------------------------------------------

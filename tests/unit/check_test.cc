@@ -626,6 +626,19 @@ TEST(Check, ConnectedHostsWarnOnUnverifiedKeys) {
   EXPECT_EQ(connected_checks(2, warnings)[2].detail, "host key NOT verified (not in /k)");
 }
 
+TEST(Check, AHostDeniedAfterAnUnverifiedKeyDoesNotCallItVerified) {
+  std::vector<ConnectWarning> warnings = {
+      {2, ConnectWarningKind::kHostKeyNotVerified, "host key NOT verified (not in /k)"}};
+  ConnectFailure denied{ConnectError::kAuthDenied, "authentication denied (publickey)"};
+  auto unverified = classify_connect_failure(denied, 2, warnings);
+  EXPECT_EQ(unverified[1].status, CheckStatus::kFail);
+  EXPECT_EQ(unverified[2].status, CheckStatus::kWarn);
+  EXPECT_EQ(unverified[2].detail, "host key NOT verified (not in /k)");
+  auto verified = classify_connect_failure(denied, 0, warnings);
+  EXPECT_EQ(verified[2].status, CheckStatus::kPass);
+  EXPECT_EQ(verified[2].detail, "host key verified (known_hosts)");
+}
+
 // ---- the master port ----------------------------------------------------------------------
 
 TEST(Check, PortResults) {

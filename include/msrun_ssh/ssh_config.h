@@ -1,0 +1,100 @@
+// A host's SSH settings exactly as OpenSSH's client would use them: its own answer,
+// `ssh -G [-F FILE] [-l USER] [-p PORT] [-o UserKnownHostsFile=FILE] NAME`, asked once
+// per host name (in parallel) and parsed here. Every corner of ssh_config(5) — Host patterns
+// (case-sensitive), Match with every criterion (exec, originalhost, ...), Include, tokens in
+// HostName, CanonicalizeHostname — is OpenSSH's own. Where no `ssh` client is installed, the pool
+// falls back to libssh's config parser (docs/ssh.md says what that one misses).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+
+// The options of `ssh -G`'s answer that change where, as whom, how or through what a connection
+// is made and verified.
+struct SshHostConfig {
+  std::string hostname;  // where it connects (HostName, its tokens expanded by ssh)
+  int port = 22;
+  std::string user;
+  std::vector<std::string> identity_files;  // in the order ssh tries them, tokens NOT expanded
+  bool identities_only = false;
+  std::string identity_agent;                       // "" (SSH_AUTH_SOCK), "none", or a socket path
+  std::vector<std::string> certificate_files;       // not honoured: refused (see the pool)
+  std::string proxy_jump;                           // "[user@]host[:port],..." or ""
+  std::string proxy_command;                        // tokens not expanded; "" when none
+  std::vector<std::string> user_known_hosts_files;  // all of them, in order
+  std::vector<std::string> global_known_hosts_files;
+  std::string host_key_alias;  // "" when none
+  bool hash_known_hosts = false;
+  // StrictHostKeyChecking: yes and ask (there is no one to ask) refuse an unknown key.
+  HostKeyPolicy strict_host_key_checking = HostKeyPolicy::kYes;
+  std::optional<double> connect_timeout_s;  // ConnectTimeout; none: the launcher's own
+  bool canonicalize_hostname = false;       // CanonicalizeHostname other than no
+  int server_alive_interval_s = 0;
+  int server_alive_count_max = 3;
+};
+
+// Parses the text `ssh -G` prints ("keyword value" lines, keywords in lower case). Throws
+// std::runtime_error naming the line when one holds no keyword, or a number or yes/no that is not
+// one; keywords it does not use are skipped.
+SshHostConfig parse_ssh_g(std::string_view text);
+
+// What the tokens of an IdentityFile, CertificateFile or IdentityAgent value stand for
+// (ssh_config(5), TOKENS).
+struct SshTokens {
+  std::string home;                     // %d, and a leading ~
+  std::string local_user;               // %u
+  std::string uid;                      // %i
+  std::string local_host;               // %l (and %L, up to its first dot)
+  std::string original_host;            // %n: the name as the host file gives it
+  const SshHostConfig* host = nullptr;  // %h %p %r %k
+};
+
+// `value` with its tokens and a leading "~/" expanded. Throws std::runtime_error for an unknown
+// token ("%x") or a lone "%" at the end.
+std::string expand_ssh_tokens(std::string_view value, const SshTokens& tokens);
+
+// The ProxyCommand OpenSSH itself makes of `ProxyJump HOPS` (HOPS not "none"): an `ssh` to the
+// last hop, through the ones before it (-J), forwarding stdio to the target (-W '[%h]:%p'), with
+// the same config file (-F) when one was named, and BatchMode (no prompt can be answered). Throws
+// std::runtime_error for a hop that is not [user@]host[:port].
+std::string proxy_jump_command(std::string_view hops, const std::string& config_file);
+
+// A host name as the host file gives it, with what the host file sets for it (ssh -l, -p and
+// -o UserKnownHostsFile; its identity file is put first in the answer's list, as ssh -i does): what
+// `ssh -G` is asked.
+struct SshQuery {
+  std::string name;
+  std::string user;
+  std::optional<int> port;
+  std::string identity_file;
+  std::string known_hosts;
+};
+
+// The `ssh` argument vector that asks for `q`'s settings: ssh -G [-F config_file] ... NAME.
+std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file);
+
+// The answer for one query: the settings, or why there are none (ssh's own error message).
+struct SshResolution {
+  std::optional<SshHostConfig> config;
+  std::string error;
+  std::string text;  // ssh -G's answer as it printed it
+};
+
+// Asks `ssh -G` for each query, at most `parallel` at a time, each within `timeout_s`. Names that
+// the same `Host` lines of the configs match (with the same user, port and known_hosts) are asked
+// once, and the answer stands for the others with their own name as hostname, unless it holds the
+// name anywhere else (a token, a HostName built from it), the host name is canonicalized, or the
+// configs hold a Match line, an Include with tokens or quoted patterns: then each is asked. Returns
+// nullopt when no `ssh` client can be run at all (the caller falls back).
+std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector<SshQuery>& queries,
+                                                               const std::string& config_file,
+                                                               int parallel, double timeout_s);
+
+}  // namespace msrun_ssh

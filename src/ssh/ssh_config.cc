@@ -1,0 +1,541 @@
+// OpenSSH's own answer for a host's settings (ssh_config.h): `ssh -G`, asked and parsed.
+#include "msrun_ssh/ssh_config.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <glob.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "msrun_ssh/base.h"
+
+extern char** environ;
+
+namespace msrun_ssh {
+namespace {
+
+// A whitespace-separated list of words.
+std::vector<std::string> words(std::string_view value) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < value.size()) {
+    size_t start = value.find_first_not_of(" \t", pos);
+    if (start == std::string_view::npos) break;
+    size_t end = std::min(value.find_first_of(" \t", start), value.size());
+    out.emplace_back(value.substr(start, end - start));
+    pos = end;
+  }
+  return out;
+}
+
+int number(std::string_view line, std::string_view value, int lo, int hi) {
+  int out = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || ec != std::errc() || p != value.data() + value.size() || out < lo ||
+      out > hi)
+    throw std::runtime_error(fmt::format("ssh -G: not a number in \"{}\"", line));
+  return out;
+}
+
+bool yes_no(std::string_view line, std::string_view value) {
+  if (value == "yes" || value == "true") return true;
+  if (value == "no" || value == "false") return false;
+  throw std::runtime_error(fmt::format("ssh -G: not yes or no in \"{}\"", line));
+}
+
+}  // namespace
+
+SshHostConfig parse_ssh_g(std::string_view text) {
+  SshHostConfig c;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (trim(line).empty()) continue;
+    size_t sp = line.find(' ');
+    if (sp == 0 || sp == std::string_view::npos)
+      throw std::runtime_error(fmt::format("ssh -G: no value in \"{}\"", line));
+    std::string_view key = line.substr(0, sp);
+    std::string_view value = line.substr(sp + 1);
+    if (key == "hostname") {
+      c.hostname = value;
+    } else if (key == "port") {
+      c.port = number(line, value, 1, 65535);
+    } else if (key == "user") {
+      c.user = value;
+    } else if (key == "identityfile") {
+      c.identity_files.emplace_back(value);
+    } else if (key == "identitiesonly") {
+      c.identities_only = yes_no(line, value);
+    } else if (key == "identityagent") {
+      c.identity_agent = value;
+    } else if (key == "certificatefile") {
+      c.certificate_files.emplace_back(value);
+    } else if (key == "proxyjump") {
+      c.proxy_jump = value == "none" ? "" : std::string(value);
+    } else if (key == "proxycommand") {
+      c.proxy_command = value == "none" ? "" : std::string(value);
+    } else if (key == "userknownhostsfile") {
+      c.user_known_hosts_files = words(value);
+    } else if (key == "globalknownhostsfile") {
+      c.global_known_hosts_files = words(value);
+    } else if (key == "hostkeyalias") {
+      c.host_key_alias = value == "none" ? "" : std::string(value);
+    } else if (key == "hashknownhosts") {
+      c.hash_known_hosts = yes_no(line, value);
+    } else if (key == "stricthostkeychecking") {
+      if (value == "accept-new")
+        c.strict_host_key_checking = HostKeyPolicy::kAcceptNew;
+      else if (value == "ask")
+        c.strict_host_key_checking = HostKeyPolicy::kYes;  // nobody to ask: refused
+      else
+        c.strict_host_key_checking = yes_no(line, value) ? HostKeyPolicy::kYes : HostKeyPolicy::kNo;
+    } else if (key == "connecttimeout") {
+      if (value == "none")
+        c.connect_timeout_s.reset();
+      else
+        c.connect_timeout_s = number(line, value, 0, 1 << 30);
+    } else if (key == "serveraliveinterval") {
+      c.server_alive_interval_s = number(line, value, 0, 1 << 30);
+    } else if (key == "canonicalizehostname") {
+      c.canonicalize_hostname = value != "false" && value != "no";
+    } else if (key == "serveralivecountmax") {
+      c.server_alive_count_max = number(line, value, 0, 1 << 30);
+    }
+  }
+  if (c.hostname.empty()) throw std::runtime_error("ssh -G: no hostname in its answer");
+  return c;
+}
+
+std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
+  std::string out;
+  if (value.starts_with("~/")) {
+    out = t.home;
+    value.remove_prefix(1);
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '%') {
+      out += value[i];
+      continue;
+    }
+    if (i + 1 == value.size())
+      throw std::runtime_error(fmt::format("\"{}\": a lone % at the end", value));
+    char token = value[++i];
+    const SshHostConfig* h = t.host;
+    switch (token) {
+      case '%':
+        out += '%';
+        break;
+      case 'd':
+        out += t.home;
+        break;
+      case 'u':
+        out += t.local_user;
+        break;
+      case 'i':
+        out += t.uid;
+        break;
+      case 'l':
+        out += t.local_host;
+        break;
+      case 'L':
+        out += t.local_host.substr(0, t.local_host.find('.'));
+        break;
+      case 'n':
+        out += t.original_host;
+        break;
+      case 'h':
+        out += h ? h->hostname : "";
+        break;
+      case 'p':
+        out += h ? std::to_string(h->port) : "";
+        break;
+      case 'r':
+        out += h ? h->user : "";
+        break;
+      case 'k':
+        out += h ? (h->host_key_alias.empty() ? h->hostname : h->host_key_alias) : "";
+        break;
+      default:
+        throw std::runtime_error(fmt::format("\"{}\": unknown token %{}", value, token));
+    }
+  }
+  return out;
+}
+
+std::string proxy_jump_command(std::string_view hops, const std::string& config_file) {
+  std::vector<std::string> list;
+  size_t pos = 0;
+  while (true) {
+    size_t comma = hops.find(',', pos);
+    list.emplace_back(trim(hops.substr(pos, comma - pos)));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::string last = list.back();
+  list.pop_back();
+  for (const auto& hop : list)
+    if (hop.empty() || hop.find_first_of(" \t'\"") != std::string::npos)
+      throw std::runtime_error(fmt::format("ProxyJump {}: not [user@]host[:port]", hops));
+  std::string user;
+  if (size_t at = last.rfind('@'); at != std::string::npos) {
+    user = last.substr(0, at);
+    last = last.substr(at + 1);
+  }
+  std::string port;
+  if (size_t colon = last.rfind(':');
+      colon != std::string::npos && last.find(':') == colon && colon + 1 < last.size()) {
+    port = last.substr(colon + 1);
+    last = last.substr(0, colon);
+  }
+  if (last.empty() || last.find_first_of(" \t'\"") != std::string::npos ||
+      user.find_first_of(" \t'\"") != std::string::npos ||
+      port.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error(fmt::format("ProxyJump {}: not [user@]host[:port]", hops));
+  std::string cmd = "ssh -o BatchMode=yes";
+  if (!user.empty()) cmd += " -l " + shell_quote(user);
+  if (!port.empty()) cmd += " -p " + port;
+  if (!list.empty()) {
+    std::string rest;
+    for (const auto& hop : list) rest += (rest.empty() ? "" : ",") + hop;
+    cmd += " -J " + shell_quote(rest);
+  }
+  if (!config_file.empty()) cmd += " -F " + shell_quote(config_file);
+  return cmd + " -W '[%h]:%p' " + shell_quote(last);
+}
+
+std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file) {
+  std::vector<std::string> argv{"ssh", "-G"};
+  if (!config_file.empty()) argv.insert(argv.end(), {"-F", config_file});
+  if (!q.user.empty()) argv.insert(argv.end(), {"-l", q.user});
+  if (q.port) argv.insert(argv.end(), {"-p", std::to_string(*q.port)});
+  if (!q.known_hosts.empty())
+    argv.insert(argv.end(), {"-o", "UserKnownHostsFile=" + q.known_hosts});
+  argv.insert(argv.end(), {"--", q.name});
+  return argv;
+}
+
+namespace {
+
+// One `ssh -G` running: its pid, its output so far, and when it must have ended.
+struct Asking {
+  pid_t pid = -1;
+  int out = -1, err = -1;
+  std::string stdout_text, stderr_text;
+  bool out_open = true, err_open = true;
+  double deadline_ms = 0;
+  size_t query = 0;
+};
+
+// Starts `argv` with stdin on /dev/null and its output on two pipes; pid -1 when it cannot.
+Asking start(const std::vector<std::string>& argv) {
+  Asking a;
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return a;
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return a;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  std::vector<char*> args;
+  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (rc != 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return a;
+  }
+  a.pid = pid;
+  a.out = out[0];
+  a.err = err[0];
+  return a;
+}
+
+// Reads what `fd` has; false at its end.
+bool drain(int fd, std::string& into) {
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n > 0) into.append(buf, static_cast<size_t>(n));
+  return n > 0 || (n < 0 && errno == EINTR);
+}
+
+// Whether an `ssh` client is on PATH.
+bool ssh_installed() {
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path ? path : "/usr/bin:/bin";
+  size_t pos = 0;
+  while (pos <= dirs.size()) {
+    size_t colon = std::min(dirs.find(':', pos), dirs.size());
+    std::string dir(dirs.substr(pos, colon - pos));
+    if (::access(((dir.empty() ? "." : dir) + "/ssh").c_str(), X_OK) == 0) return true;
+    pos = colon + 1;
+  }
+  return false;
+}
+
+// Waits for `a` to end (it was killed, or its output ended); the resolution it gave.
+SshResolution finish(Asking& a, bool timed_out, double timeout_s) {
+  ::close(a.out);
+  ::close(a.err);
+  int status = 0;
+  ::waitpid(a.pid, &status, 0);
+  SshResolution r;
+  std::string err(trim(a.stderr_text, " \t\r\n"));
+  if (timed_out) {
+    r.error = fmt::format("ssh -G did not answer within {} s", timeout_s);
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    r.error = err.empty() ? "ssh -G failed" : err;
+  } else {
+    try {
+      r.config = parse_ssh_g(a.stdout_text);
+      r.text = std::move(a.stdout_text);
+    } catch (const std::runtime_error& e) {
+      r.error = e.what();
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+namespace {
+
+// Asks `ssh -G` for the queries `which`, at most `parallel` at a time; their answers go to `out`.
+// False when no ssh client can be started at all.
+bool ask(const std::vector<SshQuery>& queries, const std::vector<size_t>& which,
+         const std::string& config_file, int parallel, double timeout_s,
+         std::vector<SshResolution>& out) {
+  std::vector<Asking> running;
+  size_t next = 0;
+  while (next < which.size() || !running.empty()) {
+    while (next < which.size() && static_cast<int>(running.size()) < std::max(1, parallel)) {
+      size_t q = which[next++];
+      Asking a = start(ssh_g_command(queries[q], config_file));
+      if (a.pid < 0) {
+        if (errno == ENOENT) return false;
+        out[q].error = fmt::format("cannot run ssh -G: {}", std::strerror(errno));
+        continue;
+      }
+      a.query = q;
+      a.deadline_ms = monotonic_ms() + timeout_s * 1000;
+      running.push_back(std::move(a));
+    }
+    if (running.empty()) continue;
+    std::vector<pollfd> fds;
+    for (const auto& a : running) {
+      fds.push_back({a.out_open ? a.out : -1, POLLIN, 0});
+      fds.push_back({a.err_open ? a.err : -1, POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), 50);
+    double now = monotonic_ms();
+    for (size_t i = running.size(); i-- > 0;) {
+      Asking& a = running[i];
+      if (fds[2 * i].revents) a.out_open = drain(a.out, a.stdout_text);
+      if (fds[2 * i + 1].revents) a.err_open = drain(a.err, a.stderr_text);
+      bool ended = !a.out_open && !a.err_open;
+      bool late = !ended && now > a.deadline_ms;
+      if (!ended && !late) continue;
+      if (late) ::kill(a.pid, SIGKILL);
+      out[a.query] = finish(a, late, timeout_s);
+      running.erase(running.begin() + static_cast<long>(i));
+    }
+  }
+  return true;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// One `Host` line of the configs ssh reads: its patterns, in order ("!" negates one).
+struct HostLine {
+  std::vector<std::string> patterns;
+};
+
+// OpenSSH's pattern matching: "*" any run, "?" any one character, case-sensitive.
+bool glob_match(std::string_view s, std::string_view p) {
+  size_t si = 0, pi = 0, star = std::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++si;
+      ++pi;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+bool host_line_matches(const HostLine& line, std::string_view name) {
+  bool any = false;
+  for (const auto& p : line.patterns) {
+    bool negated = p.starts_with('!');
+    if (!glob_match(name, negated ? std::string_view(p).substr(1) : std::string_view(p))) continue;
+    if (negated) return false;
+    any = true;
+  }
+  return any;
+}
+
+// Which Host lines match `name`, as a string of 0 and 1.
+std::string matched_lines(const std::vector<HostLine>& lines, std::string_view name) {
+  std::string out;
+  for (const auto& l : lines) out += host_line_matches(l, name) ? '1' : '0';
+  return out;
+}
+
+// Reads the Host lines of config `path` and the files it includes (relative names under
+// `base`); false when the file holds what this reading cannot follow (a Match line, a quoted
+// pattern, an Include with tokens or variables) or `must_exist` and it cannot be read.
+bool read_host_lines(const std::string& path, const std::string& base, const std::string& home,
+                     bool must_exist, int depth, std::vector<HostLine>& out) {
+  std::optional<std::string> text = read_whole_file(path);
+  if (!text) return !must_exist;
+  if (depth > 16) return false;
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    size_t nl = rest.find('\n');
+    std::string_view line = trim(rest.substr(0, nl), " \t\r");
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+    if (line.empty() || line.starts_with('#')) continue;
+    size_t end = line.find_first_of(" \t=");
+    std::string keyword = lower(line.substr(0, end));
+    std::string_view args = end == std::string_view::npos ? "" : line.substr(end);
+    args = trim(args, " \t");
+    if (args.starts_with('=')) args = trim(args.substr(1), " \t");
+    if (keyword == "match" || args.find('"') != std::string_view::npos) return false;
+    if (keyword == "host") {
+      out.push_back({words(args)});
+    } else if (keyword == "include") {
+      for (const auto& word : words(args)) {
+        if (word.find_first_of("%$") != std::string::npos) return false;
+        std::string pattern = word.starts_with("~/")  ? home + word.substr(1)
+                              : word.starts_with('/') ? word
+                                                      : base + "/" + word;
+        glob_t g{};
+        if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+          for (size_t i = 0; i < g.gl_pathc; ++i)
+            if (!read_host_lines(g.gl_pathv[i], base, home, false, depth + 1, out)) {
+              ::globfree(&g);
+              return false;
+            }
+        ::globfree(&g);
+      }
+    }
+  }
+  return true;
+}
+
+// The Host lines of every config ssh reads for `config_file` ("": the user's and the system's),
+// in ssh's order; nullopt when one holds what read_host_lines cannot follow.
+std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) {
+  const passwd* pw = ::getpwuid(::getuid());
+  std::string home = pw && pw->pw_dir ? pw->pw_dir : "";
+  std::vector<HostLine> lines;
+  bool ok = config_file.empty()
+                ? read_host_lines(home + "/.ssh/config", home + "/.ssh", home, false, 0, lines) &&
+                      read_host_lines("/etc/ssh/ssh_config", "/etc/ssh", home, false, 0, lines)
+                : read_host_lines(config_file, home + "/.ssh", home, true, 0, lines);
+  if (!ok) return std::nullopt;
+  return lines;
+}
+
+// Whether the answer for `name` can stand for another name of the same Host lines: it holds the
+// name nowhere but in its "host" line and in a hostname that is the name itself (no HostName, or HostName %h), and the
+// host name is not canonicalized (a DNS answer per name).
+bool stands_for_others(const SshResolution& r, std::string_view name) {
+  if (!r.config || r.config->canonicalize_hostname) return false;
+  std::string needle = lower(name);
+  std::string_view text = r.text;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (line.starts_with("host ") || line.starts_with("hostname ")) continue;
+    if (lower(line).find(needle) != std::string::npos) return false;
+  }
+  const std::string& host = r.config->hostname;
+  return host == needle || host.find(needle) == std::string::npos;
+}
+
+}  // namespace
+
+std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector<SshQuery>& queries,
+                                                               const std::string& config_file,
+                                                               int parallel, double timeout_s) {
+  if (!ssh_installed()) return std::nullopt;
+  std::vector<SshResolution> out(queries.size());
+  // Names that the same Host lines match (and that no Match line could tell apart) get the same
+  // answer but for their own name: one of them is asked, the others only when its answer holds
+  // its name elsewhere. Without that reading of the config, every distinct query is asked.
+  std::optional<std::vector<HostLine>> lines = host_lines(config_file);
+  std::map<std::string, std::vector<size_t>> groups;  // key -> queries, the first one asked
+  for (size_t i = 0; i < queries.size(); ++i) {
+    const SshQuery& q = queries[i];
+    std::string key = lines ? matched_lines(*lines, q.name) : "name " + q.name;
+    key += fmt::format("\n{}\n{}\n{}\n", q.user, q.port.value_or(0), q.known_hosts);
+    groups[key].push_back(i);
+  }
+  std::vector<size_t> first;
+  for (const auto& [key, members] : groups) first.push_back(members.front());
+  if (!ask(queries, first, config_file, parallel, timeout_s, out)) return std::nullopt;
+  std::vector<size_t> again;
+  for (const auto& [key, members] : groups) {
+    size_t rep = members.front();
+    bool shared = stands_for_others(out[rep], queries[rep].name);
+    for (size_t i = 1; i < members.size(); ++i) {
+      size_t m = members[i];
+      if (queries[m].name == queries[rep].name) {
+        out[m] = out[rep];
+      } else if (shared) {
+        out[m] = out[rep];
+        if (out[m].config->hostname == lower(queries[rep].name))
+          out[m].config->hostname = lower(queries[m].name);
+      } else {
+        again.push_back(m);
+      }
+    }
+  }
+  if (!ask(queries, again, config_file, parallel, timeout_s, out)) return std::nullopt;
+  // The host file's identity comes first, as ssh's -i does (ssh -G leaves a missing one out).
+  for (size_t i = 0; i < queries.size(); ++i)
+    if (out[i].config && !queries[i].identity_file.empty()) {
+      auto& files = out[i].config->identity_files;
+      files.insert(files.begin(), queries[i].identity_file);
+    }
+  return out;
+}
+
+}  // namespace msrun_ssh

@@ -1,0 +1,143 @@
+"""The ssh config as OpenSSH reads it (issue #33): for each case, msrun-ssh and the real `ssh`
+client get the same config and host name, and what the host's sshd saw (SSH_CONNECTION: the
+client address, so the last jump host, and the server address and port reached) must agree
+between the two; host keys are read from and recorded to the same files ssh uses."""
+import os
+import re
+import subprocess
+
+from harness import addresses, check, cluster_dir, job, read, run, tmpdir, wait_no_leftovers
+
+
+def _common(known=None):
+    """What every case's config says for every host: the cluster's key, user and known_hosts."""
+    d = cluster_dir()
+    return ("Host *\n  User root\n  IdentityFile {}/id_ed25519\n  IdentitiesOnly yes\n"
+            "  UserKnownHostsFile {}\n  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n"
+            "  ConnectTimeout 5\n").format(d, known or os.path.join(d, "known_hosts"))
+
+
+def _config(name, text):
+    path = os.path.join(tmpdir(), name + ".ssh_config")
+    open(path, "w").write(text)
+    return path
+
+
+def _hostfile(name, *addrs):
+    path = os.path.join(tmpdir(), name + ".toml")
+    hosts = "".join(f'\n[[hosts]]\naddress = "{a}"\n' for a in addrs)
+    open(path, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 1\n' + hosts)
+    return path
+
+
+def _ssh_sees(config, host):
+    """SSH_CONNECTION and user as the real ssh client reaches `host` with `config`."""
+    r = subprocess.run(["ssh", "-F", config, host, 'echo "$SSH_CONNECTION" "$(id -un)"'],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode == 0, f"ssh -F {config} {host}: exit {r.returncode}: {r.stderr}")
+    return r.stdout.split()
+
+
+def _msrun_sees(config, hostfile, code_wanted=0):
+    code, out, err, logs = run([job("reached.py")], hostfile=hostfile,
+                               extra=["--ssh_config", config])
+    check(code == code_wanted, f"exit {code}: {err.decode()[-2000:]}")
+    seen = {}
+    for name in os.listdir(logs):
+        m = re.search(rb"REACHED (.+)", read(os.path.join(logs, name)))
+        if m and name.startswith("worker"):
+            seen[name] = m.group(1).decode().split()
+    return seen, err.decode()
+
+
+def _same(ours, theirs, what):
+    # client address, server address, server port, user (the client port differs every time)
+    pick = lambda s: (s[0], s[2], s[3], s[4])
+    check(pick(ours) == pick(theirs), f"{what}: msrun-ssh reached {ours}, ssh reached {theirs}")
+
+
+def test_proxyjump_two_hops_in_order_with_the_same_config():
+    a = addresses()
+    cfg = _config("jump2", f"Host j0\n  HostName {a[0]}\nHost j1\n  HostName {a[1]}\n"
+                  f"Host target\n  HostName {a[2]}\n  ProxyJump j0,j1\n" + _common())
+    seen, err = _msrun_sees(cfg, _hostfile("jump2", "target"))
+    theirs = _ssh_sees(cfg, "target")
+    check(len(seen) == 1, f"one worker, got {seen}: {err[-1500:]}")
+    ours = next(iter(seen.values()))
+    _same(ours, theirs, "ProxyJump j0,j1")
+    # The target was reached from the second hop: the hops ran in their order.
+    check(ours[0] == a[1] and ours[2] == a[2], f"reached {ours}, want from {a[1]} to {a[2]}")
+    wait_no_leftovers(15)
+    check(not [l for l in subprocess.run(["pgrep", "-af", "ssh -o BatchMode=yes"],
+                                         capture_output=True, text=True).stdout.splitlines()
+               if "-W" in l], "a jump ssh is left running")
+
+
+def test_match_originalhost_and_case_sensitive_host_patterns():
+    a = addresses()
+    cfg = _config("match", f"Host Upper\n  HostName {a[1]}\n"
+                  f"Match originalhost lower\n  HostName {a[2]}\n"
+                  f"Host upper\n  HostName {a[0]}\n" + _common())
+    seen, err = _msrun_sees(cfg, _hostfile("match", "Upper", "lower", "upper"))
+    check(len(seen) == 3, f"three workers, got {seen}: {err[-1500:]}")
+    by_server = {s[2]: s for s in seen.values()}
+    for host in ["Upper", "lower", "upper"]:
+        theirs = _ssh_sees(cfg, host)
+        check(theirs[2] in by_server, f"{host}: ssh reached {theirs[2]}, msrun-ssh only {sorted(by_server)}")
+        _same(by_server[theirs[2]], theirs, host)
+    check(sorted(by_server) == sorted(a[:3]), f"servers reached: {sorted(by_server)}")
+
+
+def test_accept_new_in_the_config_records_the_key_as_ssh_does_and_then_verifies_it():
+    known = os.path.join(tmpdir(), "accept_new_known_hosts")
+    open(known, "w").close()
+    a = addresses()
+    cfg = _config("accept_new", f"Host n0\n  HostName {a[0]}\n  StrictHostKeyChecking accept-new\n"
+                  "  HashKnownHosts yes\n" + _common(known))
+    seen, err = _msrun_sees(cfg, _hostfile("accept_new", "n0"))
+    check("new host key added to " + known in err, f"no 'added' warning: {err[-1500:]}")
+    text = open(known).read()
+    check(text.startswith("|1|") and a[0] not in text, f"not hashed as HashKnownHosts says: {text!r}")
+    # ssh itself now verifies the host with that file, strictly.
+    r = subprocess.run(["ssh", "-F", cfg, "-o", "StrictHostKeyChecking=yes", "n0", "true"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode == 0, f"ssh does not verify the recorded key: {r.stderr}")
+    seen, err = _msrun_sees(cfg, _hostfile("accept_new", "n0"))
+    check("added" not in err and "NOT verified" not in err, f"second run: {err[-1500:]}")
+    check(open(known).read() == text, "the second run wrote to known_hosts again")
+
+
+def test_host_key_alias_in_the_second_known_hosts_file():
+    a = addresses()
+    d = cluster_dir()
+    key = open(os.path.join(d, "node0", "ssh_host_ed25519_key.pub")).read().split()
+    first = os.path.join(tmpdir(), "alias_k1")
+    second = os.path.join(tmpdir(), "alias_k2")
+    open(first, "w").write("other-host ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n")
+    open(second, "w").write(f"node-zero-alias {key[0]} {key[1]}\n")
+    cfg = _config("alias", f"Host n0\n  HostName {a[0]}\n  HostKeyAlias node-zero-alias\n"
+                  f"  UserKnownHostsFile {first} {second}\n  StrictHostKeyChecking yes\n"
+                  + _common(first))
+    seen, err = _msrun_sees(cfg, _hostfile("alias", "n0"))
+    _same(next(iter(seen.values())), _ssh_sees(cfg, "n0"), "HostKeyAlias")
+    # Without the alias's line, both refuse; ours names the alias and how to add the key.
+    open(second, "w").write("")
+    r = subprocess.run(["ssh", "-F", cfg, "n0", "true"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode != 0, "ssh accepted an unknown key")
+    seen, err = _msrun_sees(cfg, _hostfile("alias", "n0"), code_wanted=255)
+    check("under HostKeyAlias node-zero-alias" in err and f"ssh-keyscan -p 22 {a[0]}" in err,
+          f"remedy: {err[-1500:]}")
+
+
+def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():
+    a = addresses()
+    known = os.path.join(tmpdir(), "remedy_known_hosts")
+    open(known, "w").close()
+    cfg = _config("remedy", f"Host far\n  HostName {a[1]}\n  Port 22\n" + _common(known))
+    seen, err = _msrun_sees(cfg, _hostfile("remedy", "far"), code_wanted=255)
+    m = re.search(r"add it with: (ssh-keyscan -p 22 (\S+) >> (\S+))", err)
+    check(m and m.group(2) == a[1] and m.group(3) == known, f"remedy: {err[-1500:]}")
+    subprocess.run(["sh", "-c", m.group(1)], check=True, capture_output=True, timeout=60)
+    seen, err = _msrun_sees(cfg, _hostfile("remedy", "far"))
+    _same(next(iter(seen.values())), _ssh_sees(cfg, "far"), "after the remedy")

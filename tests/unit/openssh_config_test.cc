@@ -1,0 +1,225 @@
+// OpenSSH's answer for a host's settings (ssh_config.h): `ssh -G`'s text parsed, the tokens of
+// IdentityFile, ProxyJump as OpenSSH turns it into a command, and the real `ssh -G` asked through
+// resolve_with_openssh (the ssh client is one of the build's packages).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_config.h"
+
+namespace msrun_ssh {
+namespace {
+
+TEST(OpensshConfig, ParsesWhatSshGPrints) {
+  SshHostConfig c = parse_ssh_g(
+      "user bob\nhostname 198.18.1.11\nport 2222\nidentityfile ~/.ssh/id_b\n"
+      "identityfile /keys/%h-%r\nidentitiesonly yes\nproxyjump a@j1:2200,j2\n"
+      "userknownhostsfile /root/.ssh/k1 /tmp/k2\nglobalknownhostsfile /etc/ssh/ssh_known_hosts\n"
+      "hostkeyalias node-alias\nhashknownhosts yes\nstricthostkeychecking accept-new\n"
+      "connecttimeout 2\nserveraliveinterval 15\nserveralivecountmax 4\nsendenv LANG\n");
+  EXPECT_EQ(c.user, "bob");
+  EXPECT_EQ(c.hostname, "198.18.1.11");
+  EXPECT_EQ(c.port, 2222);
+  EXPECT_EQ(c.identity_files, (std::vector<std::string>{"~/.ssh/id_b", "/keys/%h-%r"}));
+  EXPECT_TRUE(c.identities_only);
+  EXPECT_EQ(c.proxy_jump, "a@j1:2200,j2");
+  EXPECT_EQ(c.user_known_hosts_files, (std::vector<std::string>{"/root/.ssh/k1", "/tmp/k2"}));
+  EXPECT_EQ(c.global_known_hosts_files, (std::vector<std::string>{"/etc/ssh/ssh_known_hosts"}));
+  EXPECT_EQ(c.host_key_alias, "node-alias");
+  EXPECT_TRUE(c.hash_known_hosts);
+  EXPECT_EQ(c.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ(c.connect_timeout_s, 2);
+  EXPECT_EQ(c.server_alive_interval_s, 15);
+  EXPECT_EQ(c.server_alive_count_max, 4);
+}
+
+TEST(OpensshConfig, StrictnessNoneAndAsk) {
+  auto strict = [](const char* v) {
+    return parse_ssh_g(std::string("hostname h\nstricthostkeychecking ") + v + "\n")
+        .strict_host_key_checking;
+  };
+  EXPECT_EQ(strict("true"), HostKeyPolicy::kYes);
+  EXPECT_EQ(strict("false"), HostKeyPolicy::kNo);
+  EXPECT_EQ(strict("ask"), HostKeyPolicy::kYes);  // nobody to ask: refused
+  SshHostConfig none = parse_ssh_g(
+      "hostname h\nproxyjump none\nproxycommand none\n"
+      "hostkeyalias none\nconnecttimeout none\n");
+  EXPECT_EQ(none.proxy_jump, "");
+  EXPECT_EQ(none.proxy_command, "");
+  EXPECT_EQ(none.host_key_alias, "");
+  EXPECT_FALSE(none.connect_timeout_s);
+}
+
+TEST(OpensshConfig, RefusesWhatItCannotRead) {
+  EXPECT_THROW(parse_ssh_g("port\n"), std::runtime_error);
+  EXPECT_THROW(parse_ssh_g("hostname h\nport 0\n"), std::runtime_error);
+  EXPECT_THROW(parse_ssh_g("hostname h\nport x\n"), std::runtime_error);
+  EXPECT_THROW(parse_ssh_g("hostname h\nidentitiesonly maybe\n"), std::runtime_error);
+  EXPECT_THROW(parse_ssh_g("user u\n"), std::runtime_error);  // no hostname
+}
+
+TEST(OpensshConfig, Tokens) {
+  SshHostConfig h;
+  h.hostname = "198.18.1.10";
+  h.port = 2200;
+  h.user = "bob";
+  SshTokens t{"/home/me", "me", "1000", "launch.example.org", "node0", &h};
+  EXPECT_EQ(expand_ssh_tokens("~/.ssh/id_%h_%p_%r", t), "/home/me/.ssh/id_198.18.1.10_2200_bob");
+  EXPECT_EQ(expand_ssh_tokens("%d/%u/%i/%l/%L/%n/%k/100%%", t),
+            "/home/me/me/1000/launch.example.org/launch/node0/198.18.1.10/100%");
+  h.host_key_alias = "alias";
+  EXPECT_EQ(expand_ssh_tokens("%k", t), "alias");
+  EXPECT_EQ(expand_ssh_tokens("/a~/b", t), "/a~/b");
+  EXPECT_THROW(expand_ssh_tokens("%x", t), std::runtime_error);
+  EXPECT_THROW(expand_ssh_tokens("id%", t), std::runtime_error);
+}
+
+TEST(OpensshConfig, ProxyJumpAsOpensshRunsIt) {
+  // The last hop is the one ssh connects to, through the ones before it, in their order.
+  EXPECT_EQ(proxy_jump_command("j1", ""), "ssh -o BatchMode=yes -W '[%h]:%p' 'j1'");
+  EXPECT_EQ(proxy_jump_command("a@j1:2200,b@j2:2201", "/cfg"),
+            "ssh -o BatchMode=yes -l 'b' -p 2201 -J 'a@j1:2200' -F '/cfg' -W '[%h]:%p' 'j2'");
+  EXPECT_EQ(proxy_jump_command("j1,j2,j3", "/c f"),
+            "ssh -o BatchMode=yes -J 'j1,j2' -F '/c f' -W '[%h]:%p' 'j3'");
+  EXPECT_THROW(proxy_jump_command("j1,", ""), std::runtime_error);
+  EXPECT_THROW(proxy_jump_command("a b", ""), std::runtime_error);
+  EXPECT_THROW(proxy_jump_command("j1:port", ""), std::runtime_error);
+}
+
+TEST(OpensshConfig, TheQuestionGivesTheHostFilesValuesAsSshsOptions) {
+  EXPECT_EQ(ssh_g_command({"node0", "", {}, "", ""}, ""),
+            (std::vector<std::string>{"ssh", "-G", "--", "node0"}));
+  EXPECT_EQ(ssh_g_command({"node0", "u", 2200, "/k", "/kh"}, "/cfg"),
+            (std::vector<std::string>{"ssh", "-G", "-F", "/cfg", "-l", "u", "-p", "2200", "-o",
+                                      "UserKnownHostsFile=/kh", "--", "node0"}));
+}
+
+TEST(OpensshConfig, KnownHostsNamesAsSshWritesThem) {
+  EXPECT_EQ(known_hosts_name("Node0", 22), "node0");
+  EXPECT_EQ(known_hosts_name("Node0", 2200), "[node0]:2200");
+  std::string hashed = hash_known_hosts_name("[node0]:2200");
+  ASSERT_EQ(hashed.rfind("|1|", 0), 0u);
+  // The index finds a hashed name under the name it hashes, and nothing else.
+  KnownHostsIndex index(hashed + " ssh-ed25519 AAAAkey\n");
+  EXPECT_EQ(index.lines_for("node0", 2200), hashed + " ssh-ed25519 AAAAkey\n");
+  EXPECT_EQ(index.lines_for("node0", 22), "");
+  EXPECT_EQ(renamed_known_hosts_lines("alias ssh-ed25519 K c\n@revoked alias ssh-rsa R\n", "h"),
+            "h ssh-ed25519 K c\n@revoked h ssh-rsa R\n");
+  KnownHostsIndex mixed("* ssh-ed25519 W\nalias ssh-ed25519 K\n");
+  EXPECT_EQ(mixed.lines_for("alias", 22, true), "alias ssh-ed25519 K\n");  // no wildcard lines
+}
+
+class RealSshG : public ::testing::Test {
+ protected:
+  RealSshG() {
+    dir_ = std::filesystem::temp_directory_path() / ("msrun-ssh-sshg-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    config_ = (dir_ / "config").string();
+    std::ofstream(config_) << "Host Upper\n  HostName 198.18.7.1\n  Port 2201\n"
+                              "Match originalhost m1\n  HostName 198.18.7.2\n  User bob\n"
+                              "Host j*\n  ProxyJump a@jump1:2200,jump2\n  IdentityFile /k/a\n"
+                              "  IdentityFile /k/b\n  ConnectTimeout 3\n"
+                              "Host *\n  StrictHostKeyChecking accept-new\n";
+  }
+  ~RealSshG() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  std::string config_;
+};
+
+TEST_F(RealSshG, AsksSshOncePerNameAndKeepsItsAnswers) {
+  std::vector<SshQuery> q{{"Upper", "", {}, "", ""},
+                          {"upper", "", {}, "", ""},
+                          {"m1", "", {}, "", ""},
+                          {"jx", "carol", 2222, "/k/c", ""},
+                          {"Upper", "", {}, "", ""}};
+  auto answers = resolve_with_openssh(q, config_, 4, 10);
+  ASSERT_TRUE(answers) << "no ssh client on PATH";
+  ASSERT_EQ(answers->size(), q.size());
+  for (const auto& a : *answers) ASSERT_TRUE(a.config) << a.error;
+  EXPECT_EQ((*answers)[0].config->hostname, "198.18.7.1");  // Host patterns are case-sensitive
+  EXPECT_EQ((*answers)[0].config->port, 2201);
+  EXPECT_EQ((*answers)[1].config->hostname, "upper");
+  EXPECT_EQ((*answers)[1].config->port, 22);
+  EXPECT_EQ((*answers)[2].config->hostname, "198.18.7.2");  // Match originalhost
+  EXPECT_EQ((*answers)[2].config->user, "bob");
+  const SshHostConfig& j = *(*answers)[3].config;
+  EXPECT_EQ(j.user, "carol");  // the host file's values win, as ssh's -l, -p and -i do
+  EXPECT_EQ(j.port, 2222);
+  EXPECT_EQ(j.identity_files, (std::vector<std::string>{"/k/c", "/k/a", "/k/b"}));
+  EXPECT_EQ(j.proxy_jump, "a@jump1:2200,jump2");
+  EXPECT_EQ(j.connect_timeout_s, 3);
+  EXPECT_EQ(j.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ((*answers)[4].config->hostname, "198.18.7.1");
+}
+
+TEST_F(RealSshG, AnUnreadableConfigIsAnErrorOfItsHost) {
+  auto answers = resolve_with_openssh({{"node0", "", {}, "", ""}}, config_ + ".missing", 1, 10);
+  ASSERT_TRUE(answers);
+  EXPECT_FALSE(answers->front().config);
+  EXPECT_NE(answers->front().error.find(".missing"), std::string::npos) << answers->front().error;
+}
+
+// The shortcut (names of the same Host lines asked once) against ssh itself asked for every name:
+// a corpus of configs and names, and not one field may differ.
+TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
+  std::ofstream(dir_ / "included") << "Host inc*\n  Port 2300\n  User inc\n";
+  const std::vector<std::string> configs{
+      "",
+      "Host node*\n  User u\n  Port 2200\nHost node1\n  HostName 10.0.0.1\n"
+      "Host *\n  IdentityFile ~/.ssh/id_%h\n  IdentityFile /k/fixed\n",
+      "Host a b !c* x?y\n  User ab\nHost *\n  StrictHostKeyChecking accept-new\n",
+      "Host node*\n  HostName %h.example.com\n",
+      "Host node*\n  User m\nMatch originalhost node2\n  Port 2222\n",
+      "Include " + (dir_ / "included").string() + "\nHost *\n  ConnectTimeout 4\n",
+      "Host *\n  UserKnownHostsFile ~/.ssh/kh_%h /tmp/kh\n",
+      "Host Node1\n  HostName 10.9.9.9\nHost node?\n  ProxyJump j1,j2\n",
+      "Host node1 node2\n  HostName 10.1.1.1\n  HostKeyAlias shared\n",
+      "Host *\n  CanonicalizeHostname yes\n",
+      "Host = node2\n  Port=2400\n",
+      "Host node* !node2\n  User neg\n",
+  };
+  const std::vector<std::string> names{"node1", "node2", "node10", "Node1", "a",    "b",
+                                       "c",     "cx",    "xay",    "inc1",  "inc2", "198.18.1.10"};
+  for (size_t i = 0; i < configs.size(); ++i) {
+    std::string config = (dir_ / ("corpus" + std::to_string(i))).string();
+    std::ofstream(config) << configs[i];
+    std::vector<SshQuery> queries;
+    for (const auto& n : names) queries.push_back({n, "", {}, "", ""});
+    queries.push_back({"node1", "other", 2500, "/k/id", "/kh"});
+    auto together = resolve_with_openssh(queries, config, 4, 10);
+    ASSERT_TRUE(together);
+    for (size_t q = 0; q < queries.size(); ++q) {
+      auto alone = resolve_with_openssh({queries[q]}, config, 1, 10);
+      ASSERT_TRUE(alone);
+      const SshResolution& a = (*together)[q];
+      const SshResolution& b = alone->front();
+      std::string where = "config " + std::to_string(i) + ", " + queries[q].name;
+      ASSERT_TRUE(a.config && b.config) << where << ": " << a.error << b.error;
+      const SshHostConfig &x = *a.config, &y = *b.config;
+      EXPECT_EQ(x.hostname, y.hostname) << where;
+      EXPECT_EQ(x.port, y.port) << where;
+      EXPECT_EQ(x.user, y.user) << where;
+      EXPECT_EQ(x.identity_files, y.identity_files) << where;
+      EXPECT_EQ(x.identities_only, y.identities_only) << where;
+      EXPECT_EQ(x.identity_agent, y.identity_agent) << where;
+      EXPECT_EQ(x.proxy_jump, y.proxy_jump) << where;
+      EXPECT_EQ(x.proxy_command, y.proxy_command) << where;
+      EXPECT_EQ(x.user_known_hosts_files, y.user_known_hosts_files) << where;
+      EXPECT_EQ(x.global_known_hosts_files, y.global_known_hosts_files) << where;
+      EXPECT_EQ(x.host_key_alias, y.host_key_alias) << where;
+      EXPECT_EQ(x.hash_known_hosts, y.hash_known_hosts) << where;
+      EXPECT_EQ(x.strict_host_key_checking, y.strict_host_key_checking) << where;
+      EXPECT_EQ(x.connect_timeout_s, y.connect_timeout_s) << where;
+      EXPECT_EQ(x.canonicalize_hostname, y.canonicalize_hostname) << where;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace msrun_ssh
