@@ -20,6 +20,7 @@
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/runner.h"
 #include "msrun_ssh/ssh.h"
+#include "msrun_ssh/ssh_config.h"
 #include "msrun_ssh/stacks.h"
 
 namespace msrun_ssh {
@@ -116,7 +117,18 @@ int run_app(const std::vector<std::string>& args) {
     if (options.command == Command::kCheck)
       return check_cluster(options, cluster, plan, run_job_quietly);
     if (options.dry_run) {
-      std::fputs(describe_plan(plan, options, cluster.hosts_from).c_str(), stdout);
+      // Where and how ssh would connect to each host (and spare), from OpenSSH's own answer.
+      std::optional<std::vector<SshResolution>> ssh;
+      if (options.transport == TransportKind::kSsh) {
+        std::vector<SshQuery> queries;
+        for (const auto* hosts : {&plan.hosts, &plan.spares})
+          for (const auto& h : *hosts)
+            queries.push_back({h.host.address, h.host.user, h.host.port, h.host.identity_file,
+                               h.host.known_hosts});
+        ssh = resolve_with_openssh(queries, options.ssh_config, 4, 10);
+      }
+      std::fputs(describe_plan(plan, options, cluster.hosts_from, ssh ? &*ssh : nullptr).c_str(),
+                 stdout);
       return kExitOk;
     }
     return run_job(options, plan);

@@ -473,8 +473,8 @@ std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) 
 }
 
 // Whether the answer for `name` can stand for another name of the same Host lines: it holds the
-// name nowhere but in its "host" line and in a hostname that is the name itself (no HostName, or HostName %h), and the
-// host name is not canonicalized (a DNS answer per name).
+// name nowhere but in its "host" line and in a hostname that is the name itself (no HostName, or
+// HostName %h), and the host name is not canonicalized (a DNS answer per name).
 bool stands_for_others(const SshResolution& r, std::string_view name) {
   if (!r.config || r.config->canonicalize_hostname) return false;
   std::string needle = lower(name);

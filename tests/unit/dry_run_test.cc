@@ -199,3 +199,55 @@ TEST_F(DryRun, DescribeBindings) {
 
 }  // namespace
 }  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+// With OpenSSH's answers: each host line says where ssh connects, and one section per group of
+// hosts that share them the identities, jump, known_hosts and host key checking; a host ssh gave
+// no answer for says why.
+TEST_F(DryRun, ShowsTheSshSettingsOpensshGives) {
+  Host b = cluster.hosts[0];
+  b.address = "198.18.0.2";
+  Host c = cluster.hosts[0];
+  c.address = "198.18.0.3";
+  cluster.hosts.push_back(b);
+  cluster.hosts.push_back(c);
+  Plan plan = make_plan(options, cluster, literal_only);
+  SshHostConfig via;
+  via.hostname = "10.0.0.1";
+  via.port = 2200;
+  via.user = "bob";
+  via.identities_only = true;
+  via.identity_files = {"/nonexistent/id", "/dev/null"};
+  via.proxy_jump = "j0,j1";
+  via.user_known_hosts_files = {"/k1", "/k2"};
+  via.host_key_alias = "alias";
+  via.strict_host_key_checking = HostKeyPolicy::kAcceptNew;
+  SshHostConfig other = via;
+  other.hostname = "10.0.0.2";
+  std::vector<SshResolution> ssh{
+      {via, "", ""}, {other, "", ""}, {std::nullopt, "no such file", ""}};
+  std::string out = describe_plan(plan, options, {}, &ssh);
+  EXPECT_NE(out.find("host 198.18.0.1 (node rank 0) [master]: bob@10.0.0.1:2200, workdir"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("host 198.18.0.2 (node rank 1): bob@10.0.0.2:2200, workdir"),
+            std::string::npos);
+  EXPECT_NE(out.find("host 198.18.0.3 (node rank 2): ssh config: no such file, workdir"),
+            std::string::npos);
+  EXPECT_NE(out.find("\nssh settings (as OpenSSH reads the ssh config: ssh -G):\n"
+                     "  198.18.0.[1-2]:\n"
+                     "    identities: /dev/null\n"
+                     "    jump: j0,j1\n"
+                     "    known_hosts: /k1 /k2 (under HostKeyAlias alias)\n"
+                     "    host key checking: accept-new\n"),
+            std::string::npos)
+      << out;
+  options.strict_host_key_checking = HostKeyPolicy::kNo;  // the option wins over the config
+  EXPECT_NE(describe_plan(plan, options, {}, &ssh).find("host key checking: no\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
