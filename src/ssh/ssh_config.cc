@@ -256,6 +256,7 @@ Asking start(const std::vector<std::string>& argv) {
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err[1], 2);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
@@ -443,7 +444,7 @@ bool read_host_lines(const std::string& path, const std::string& base, const std
         if (word.find_first_of("%$") != std::string::npos) return false;
         std::string pattern = word.starts_with("~/")  ? home + word.substr(1)
                               : word.starts_with('/') ? word
-                                                      : base + "/" + word;
+                                                      : fmt::format("{}/{}", base, word);
         glob_t g{};
         if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
           for (size_t i = 0; i < g.gl_pathc; ++i)
@@ -509,6 +510,7 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
     groups[key].push_back(i);
   }
   std::vector<size_t> first;
+  first.reserve(groups.size());
   for (const auto& [key, members] : groups) first.push_back(members.front());
   if (!ask(queries, first, config_file, parallel, timeout_s, out)) return std::nullopt;
   std::vector<size_t> again;
