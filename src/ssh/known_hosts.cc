@@ -1,5 +1,6 @@
 // known_hosts narrowing: each file read once per launch, each session handed only the lines that
 // may concern its host (see KnownHostsIndex in ssh.h).
+#include <fmt/format.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -124,7 +125,7 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
 }
 
 std::string known_hosts_name(std::string_view host, int port) {
-  return port == 22 ? lower(host) : "[" + lower(host) + "]:" + std::to_string(port);
+  return port == 22 ? lower(host) : fmt::format("[{}]:{}", lower(host), port);
 }
 
 std::string hash_known_hosts_name(std::string_view name) {

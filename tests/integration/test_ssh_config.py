@@ -6,7 +6,8 @@ import os
 import re
 import subprocess
 
-from harness import addresses, check, cluster_dir, job, read, run, tmpdir, wait_no_leftovers
+from harness import (addresses, binary, check, cluster_dir, job, read, run, tmpdir,
+                     wait_no_leftovers)
 
 
 def _common(known=None):
@@ -141,3 +142,20 @@ def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():
     subprocess.run(["sh", "-c", m.group(1)], check=True, capture_output=True, timeout=60)
     seen, err = _msrun_sees(cfg, _hostfile("remedy", "far"))
     _same(next(iter(seen.values())), _ssh_sees(cfg, "far"), "after the remedy")
+
+
+def test_a_wrong_port_in_a_match_block_is_honoured_as_ssh_honours_it():
+    # "Match host" tests the HostName already set: both ssh and msrun-ssh go to port 2, where
+    # nothing listens, and both are refused there.
+    a = addresses()
+    cfg = _config("match_port", f"Host n0\n  HostName {a[0]}\nMatch host {a[0]}\n  Port 2\n"
+                  + _common())
+    r = subprocess.run(["ssh", "-F", cfg, "n0", "true"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode == 255 and "port 2: Connection refused" in r.stderr, f"ssh: {r.stderr}")
+    seen, err = _msrun_sees(cfg, _hostfile("match_port", "n0"), code_wanted=255)
+    check("Connection refused" in err, f"msrun-ssh: {err[-1500:]}")
+    dry = subprocess.run([binary(), "--hostfile", _hostfile("match_port", "n0"), "--ssh_config",
+                          cfg, "--dry_run", job("reached.py")], capture_output=True, text=True,
+                         timeout=60, cwd=tmpdir())
+    check(f"root@{a[0]}:2, workdir" in dry.stdout, f"--dry_run: {dry.stdout[:1500]}")
