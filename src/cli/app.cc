@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <random>
 
 #include "msrun_ssh/check.h"
@@ -110,8 +111,21 @@ int run_app(const std::vector<std::string>& args) {
     take_spares(cluster, options.spares);
     // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
     // so that an alias never turns into a DNS query for a name that exists only in the config.
-    Resolver resolve = [&options](const std::string& name) {
-      return resolve_ipv4(ssh_config_hostname(name, options.ssh_config));
+    // Every host's HostName is asked of OpenSSH at once (names of the same Host lines share one
+    // ssh -G): resolving them one by one would cost one ssh -G per name.
+    std::map<std::string, std::string> hostnames;
+    if (options.transport == TransportKind::kSsh) {
+      std::vector<SshQuery> queries;
+      for (const auto* hosts : {&cluster.hosts, &cluster.spares})
+        for (const auto& h : *hosts) queries.push_back({h.address, "", {}, "", ""});
+      if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10))
+        for (size_t i = 0; i < queries.size(); ++i)
+          if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;
+    }
+    Resolver resolve = [&options, &hostnames](const std::string& name) {
+      auto known = hostnames.find(name);
+      return resolve_ipv4(known != hostnames.end() ? known->second
+                                                   : ssh_config_hostname(name, options.ssh_config));
     };
     Plan plan = make_plan(options, cluster, resolve);
     if (options.command == Command::kCheck)

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -90,12 +91,21 @@ TEST_F(App, DryRunPrintsThePlan) {
                  "198\\.18\\.0\\.1:8118\nlogs: \\.\n")))
       << c.out;
   std::string job = m[1];
-  EXPECT_NE(c.out.find("\nhost 198.18.0.1 (node rank 0) [master]: 198.18.0.1, workdir " + cwd() +
-                       "\n  scheduler: DEVICE_ID=- cpus - log scheduler.log\n"),
+  // Where ssh connects, as OpenSSH's own answer says: this user, port 22.
+  const passwd* pw = getpwuid(getuid());
+  ASSERT_TRUE(pw);
+  std::string user = pw->pw_name;
+  EXPECT_NE(
+      c.out.find("\nhost 198.18.0.1 (node rank 0) [master]: " + user + "@198.18.0.1:22, workdir " +
+                 cwd() + "\n  scheduler: DEVICE_ID=- cpus - log scheduler.log\n"),
+      std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("\nhost 198.18.0.2 (node rank 1): " + user + "@198.18.0.2:22, workdir " +
+                       cwd() + "\n  rank 2: DEVICE_ID=0 cpus - log worker_2.log\n"),
             std::string::npos)
       << c.out;
-  EXPECT_NE(c.out.find("\nhost 198.18.0.2 (node rank 1): 198.18.0.2, workdir " + cwd() +
-                       "\n  rank 2: DEVICE_ID=0 cpus - log worker_2.log\n"),
+  EXPECT_NE(c.out.find("\nssh settings (as OpenSSH reads the ssh config: ssh -G):\n  "
+                       "198.18.0.[1-2]:\n"),
             std::string::npos)
       << c.out;
   EXPECT_NE(c.out.find("  rank 1: DEVICE_ID=1 cpus - log worker_1.log\n"), std::string::npos);
