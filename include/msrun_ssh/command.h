@@ -82,6 +82,7 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 //   "msrun-ssh-watchdog: launcher lost"       before the teardown it does by itself
 //   "msrun-ssh-watchdog: done"                when the teardown the launcher asked for is over
 //   "msrun-ssh-watchdog: paused" / "resumed"  after 'z' (the processes stopped) / after 'r'
+//                                             (while paused, 'h' is answered: the job stays so)
 // and exits 0 after its teardown (after losing the launcher it sweeps four more times over a
 // second first).
 inline constexpr char kBeat = 'h';

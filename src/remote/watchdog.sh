@@ -37,11 +37,16 @@ while :; do
   case "$c" in
     h) echo h ;;
     # Ctrl-Z on the launcher: every process of the job stops; the launcher stops next, so its
-    # silence is expected. The next byte (no time limit: a suspended job waits for `fg`) resumes
+    # silence is expected. A heartbeat the launcher sent before it stopped is answered and the job
+    # stays stopped. The next other byte (no time limit: a suspended job waits for `fg`) resumes
     # the processes first; 'r' goes on as before, any other byte is handled as such (the end of
     # stdin, a killed launcher, tears the job down).
     z) signal_quiet STOP; echo "msrun-ssh-watchdog: paused"
-       c=$(dd bs=1 count=1 2>/dev/null) || c=
+       c=h
+       while [ "$c" = h ]; do
+         c=$(dd bs=1 count=1 2>/dev/null) || c=
+         [ "$c" = h ] && echo h
+       done
        signal_quiet CONT
        [ "$c" = r ] && { echo "msrun-ssh-watchdog: resumed"; c=; }
        continue ;;

@@ -169,8 +169,12 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
     SshTokens t = tokens;
     t.original_host = hosts[c.host].address;
     t.host = &h;
-    std::string agent = expand_ssh_tokens(h.identity_agent, t);
-    ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, agent.c_str());
+    try {
+      std::string agent = expand_ssh_tokens(h.identity_agent, t);
+      ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, agent.c_str());
+    } catch (const std::runtime_error&) {
+      // A token ssh itself would refuse: libssh asks SSH_AUTH_SOCK's agent, if any.
+    }
   }
 }
 

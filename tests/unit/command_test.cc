@@ -1013,6 +1013,32 @@ TEST_F(WatchdogCommand, SuspendStopsTheJobWithoutATimeLimitAndResumeContinuesIt)
   EXPECT_EQ(finish(3), 0);
 }
 
+// The launcher waits for every host's "paused" before it stops itself, and its heartbeats go on
+// meanwhile: one that comes after the suspend is answered, and the job stays stopped.
+TEST_F(WatchdogCommand, AHeartbeatAfterTheSuspendKeepsTheJobStopped) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  start(30, 1);
+  send(kSuspend);
+  ASSERT_TRUE(read_line()) << out_;
+  EXPECT_EQ(out_, std::string(kWatchdogPaused) + "\n");
+  ASSERT_TRUE(state_becomes(sleeper, 'T', 2)) << proc_state(sleeper);
+  out_.clear();
+  send(kBeat);
+  ASSERT_TRUE(read_line()) << out_;
+  EXPECT_EQ(out_, "h\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(proc_state(sleeper), 'T') << "a heartbeat resumed the suspended job";
+  out_.clear();
+  send(kResume);
+  ASSERT_TRUE(read_line()) << out_;
+  EXPECT_EQ(out_, std::string(kWatchdogResumed) + "\n");
+  EXPECT_TRUE(state_becomes(sleeper, 'S', 2)) << proc_state(sleeper);
+  out_.clear();
+  send(kTeardown);
+  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 3));
+  EXPECT_EQ(finish(3), 0);
+}
+
 TEST_F(WatchdogCommand, ALauncherGoneWhileSuspendedContinuesTheJobAndTearsItDown) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(30, 1);
