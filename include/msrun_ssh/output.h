@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -84,6 +85,21 @@ void LineFramer::finish(F&& on_line) {
   on_line(std::string_view(partial_));
   partial_.clear();
 }
+
+// --contract torch: the error file of a rank whose main raised under
+// torch.distributed.elastic's @record (its TORCHELASTIC_ERROR_FILE), which src/remote/stack_site.py
+// relays on the rank's stderr at exit as one line: kErrorFileLine, then the file's JSON
+// ({"message": {"message": "...", "extraInfo": {"py_callstack": "...", "timestamp": "..."}}}, or
+// an older {"message": "...", "timestamp": N}). That line goes neither to the console nor to the
+// log; the summary shows the file instead of the traceback it caught.
+inline constexpr std::string_view kErrorFileLine = "msrun-ssh: error file: ";
+struct ErrorFile {
+  std::string message;                 // "ValueError: ..."
+  std::vector<std::string> traceback;  // py_callstack, line by line
+  long long timestamp = 0;             // seconds since the epoch on the rank's host (0: none)
+};
+// The error file in `json`; nullopt when it is not one.
+std::optional<ErrorFile> parse_error_file(std::string_view json);
 
 // Keeps the last Python traceback a process printed, whole: from "Traceback (most recent call
 // last):" through the exception line, with the chained ones before it ("During handling of the
@@ -319,6 +335,9 @@ class Output {
   // The stacks faulthandler printed when the process was aborted (empty: none).
   const std::vector<std::string>& stacks(int proc) const;
 
+  // The process's error file (--contract torch), when it relayed one.
+  const std::optional<ErrorFile>& error_file(int proc) const;
+
   // Bytes written to the log file of `proc` so far.
   size_t log_bytes(int proc) const;
 
@@ -358,7 +377,14 @@ struct SummaryRow {
   bool root_cause = false;              // the first failure: what started the teardown
   bool torn_down = false;               // ended by the teardown (counted, not listed)
   std::vector<std::string> stacks;      // Python stacks printed at a --timeout / --hang_timeout
+  std::string error_message;            // from the error file (--contract torch), else empty
+  long long error_time = 0;             // the error file's timestamp (0: none)
 };
+
+// torchrun's "first observed failure": when the root cause of `rows` (the first failure the
+// launcher saw) has an error file, the failed process whose error file is the earliest (by its
+// timestamp, to the second; the first seen on a tie) becomes the root cause instead.
+void follow_error_files(std::vector<SummaryRow>& rows);
 
 // Renders the summary table (header, one line per process), then the failure report: the root
 // cause first (its traceback, else its last lines), then the other failed processes grouped by

@@ -44,6 +44,11 @@ inline constexpr const char* kAttemptVariable = "MSRUN_SSH_ATTEMPT";
 // With --restart_policy process (MindSpore's recovery contract), every process gets
 // MS_ENABLE_RECOVERY=1 and MS_RECOVERY_PATH=<workdir>/<--recovery_path>/<job id> (an absolute
 // --recovery_path is taken as is), unless the host file or --env already set them.
+// A variable's value that starts with this token and a '/' names a file in the job's directory on
+// the process's host (${TMPDIR:-/tmp}/msrun-ssh-stacks-JOB, made by the watchdog):
+// src/remote/stack_site.sh puts the directory in its place before the process starts, and unsets
+// the variable when there is no such directory. --contract torch's TORCHELASTIC_ERROR_FILE.
+inline constexpr const char* kJobDirToken = "@msrun-ssh-job-dir@";
 inline constexpr const char* kRecoveryVariable = "MS_ENABLE_RECOVERY";
 inline constexpr const char* kRecoveryPathVariable = "MS_RECOVERY_PATH";
 

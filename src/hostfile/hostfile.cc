@@ -289,6 +289,12 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
     std::istringstream words(line);
     std::string address, word;
     if (!(words >> address)) continue;
+    // A node set with blanks after its commas ("node[1-3, 7]", "a, b") goes on to the next word.
+    auto unfinished = [](const std::string& a) {
+      return a.back() == ',' ||
+             std::count(a.begin(), a.end(), '[') > std::count(a.begin(), a.end(), ']');
+    };
+    while (unfinished(address) && words >> word) address += " " + word;
     std::string where = fmt::format("{}:{}", path, lineno);
     Host host;
     host.address = address;

@@ -1,11 +1,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/hostfile.h"
 
@@ -14,43 +16,92 @@ namespace {
 
 // Far above any real cluster, low enough that a typo cannot make the launcher plan for millions.
 constexpr size_t kMaxNames = 16384;
+// Digits of a range's bound or step: 19 fit in 64 bits. A single number may be any length.
+constexpr size_t kMaxDigits = 19;
+using Wide = std::uint64_t;
 
-// Expands the inside of one bracket group ("01-03,7") into its words, padding kept.
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A range's bound or step as a number; nullopt when it is not one (empty, a sign, a blank inside,
+// too long).
+std::optional<Wide> wide_number(std::string_view s) {
+  if (!all_digits(s) || s.size() > kMaxDigits) return std::nullopt;
+  Wide v = 0;
+  for (char c : s) v = v * 10 + static_cast<unsigned>(c - '0');
+  return v;
+}
+
+// `v` in decimal, zero-padded to `width` digits.
+std::string decimal(Wide v, size_t width) {
+  std::string out;
+  do {
+    out += static_cast<char>('0' + static_cast<int>(v % 10));
+    v /= 10;
+  } while (v != 0);
+  if (out.size() < width) out.append(width - out.size(), '0');
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// "07" is zero-padded; "0" and "7" are not.
+bool padded(std::string_view digits) { return digits.size() > 1 && digits[0] == '0'; }
+
+// One item of a bracket group, blanks around its parts allowed (as ClusterShell): "7", "01-16",
+// "1-10/2". Appends its words to `out`.
+void expand_item(std::string_view item, std::vector<std::string>& out) {
+  auto bad = [&](std::string_view why) {
+    return InputError(fmt::format("bad node set range \"{}\"{}", trim(item), why));
+  };
+  size_t slash = item.find('/');
+  std::string_view range = item.substr(0, slash);
+  size_t dash = range.find('-');
+  std::string_view lo_s = trim(range.substr(0, dash));
+  if (dash == std::string_view::npos) {
+    if (slash != std::string_view::npos) throw bad(": a step needs a range (\"1-9/2\")");
+    if (!all_digits(lo_s)) throw bad("");
+    out.emplace_back(lo_s);  // a single number stands as written, however long
+    return;
+  }
+  std::string_view hi_s = trim(range.substr(dash + 1));
+  std::optional<Wide> lo = wide_number(lo_s), hi = wide_number(hi_s), step = Wide{1};
+  if (slash != std::string_view::npos) step = wide_number(trim(item.substr(slash + 1)));
+  if (!lo || !hi || !step) {
+    bool long_number = (lo_s.size() > kMaxDigits && all_digits(lo_s)) ||
+                       (hi_s.size() > kMaxDigits && all_digits(hi_s));
+    throw bad(long_number ? fmt::format(": a bound has more than {} digits", kMaxDigits) : "");
+  }
+  if (*hi < *lo) throw bad(": reversed");
+  if (*step == 0) throw bad(": a step of 0");
+  Wide count = (*hi - *lo) / *step + 1;
+  // Checked before expanding: many ranges of one group must not allocate past the limit first.
+  if (count > kMaxNames || out.size() + static_cast<size_t>(count) > kMaxNames)
+    throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+  // "01-16" pads every name to 2 digits. The first bound alone decides, as in Slurm: "01-100" is
+  // n01 .. n99, n100 (ClusterShell refuses bounds of different widths; README, node sets).
+  size_t width = padded(lo_s) ? lo_s.size() : 0;
+  for (Wide i = 0; i < count; ++i) out.push_back(decimal(*lo + i * *step, width));
+}
+
+// Expands the inside of one bracket group ("01-03, 7, 10-20/5") into its words, padding kept.
 std::vector<std::string> expand_group(std::string_view body) {
   std::vector<std::string> out;
-  if (body.empty()) throw InputError("empty node set \"[]\"");
+  if (trim(body).empty()) throw InputError("empty node set \"[]\"");
+  const std::string_view whole = body;
   while (true) {
     size_t comma = body.find(',');
     std::string_view item = body.substr(0, comma);
-    size_t dash = item.find('-');
-    std::string_view lo_s = item.substr(0, dash);
-    std::string_view hi_s = dash == std::string_view::npos ? lo_s : item.substr(dash + 1);
-    auto number = [&](std::string_view s, unsigned long& v) {
-      if (s.empty() || s.size() > 9) return false;
-      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-      return ec == std::errc() && p == s.data() + s.size();
-    };
-    unsigned long lo = 0, hi = 0;
-    if (!number(lo_s, lo) || !number(hi_s, hi))
-      throw InputError(fmt::format("bad node set range \"{}\"", item));
-    if (hi < lo) throw InputError(fmt::format("reversed node set range \"{}\"", item));
-    if (hi - lo >= kMaxNames)
-      throw InputError(fmt::format("node set range \"{}\" is too large", item));
-    // Checked before expanding: many ranges of one group must not allocate past the limit first.
-    if (out.size() + (hi - lo + 1) > kMaxNames)
-      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
-    // Zero padding: "01-16" pads to the width of the first bound when it starts with 0.
-    size_t width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
-    for (unsigned long v = lo; v <= hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));
+    if (trim(item).empty()) throw InputError(fmt::format("empty item in node set \"[{}]\"", whole));
+    expand_item(item, out);
     if (comma == std::string_view::npos) break;
     body = body.substr(comma + 1);
   }
   return out;
 }
 
-}  // namespace
-
-std::vector<std::string> expand_nodeset(std::string_view pattern) {
+// One node set without a top-level comma: literal text and bracket groups.
+std::vector<std::string> expand_one(std::string_view pattern) {
   // The pattern as literal text each followed by a group of two or more words (a group of one is
   // literal text); the names are then built each once, in one pass. At most 14 groups of two or
   // more fit under kMaxNames, so the work is about the size of the names, however many segments.
@@ -101,6 +152,38 @@ std::vector<std::string> expand_nodeset(std::string_view pattern) {
       if (++at[i] < segments[i].words.size()) break;
       at[i] = 0;
     }
+  }
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodeset(std::string_view pattern) {
+  // A comma outside brackets separates node sets ("node[1-3,5], gpu01", as Slurm prints them);
+  // blanks around each are dropped, as ClusterShell drops them.
+  std::vector<std::string> names;
+  size_t start = 0;
+  int depth = 0;
+  for (size_t i = 0; i <= pattern.size(); ++i) {
+    if (i < pattern.size() && pattern[i] != ',') {
+      depth += pattern[i] == '[' ? 1 : pattern[i] == ']' ? -1 : 0;
+      continue;
+    }
+    if (depth > 0 && i < pattern.size()) continue;
+    std::string_view item = trim(pattern.substr(start, i - start));
+    if (item.empty())
+      throw InputError(pattern.find(',') == std::string_view::npos
+                           ? "empty host name"
+                           : "empty item in a comma-separated node set");
+    std::vector<std::string> more = expand_one(item);
+    if (names.size() + more.size() > kMaxNames)
+      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    if (names.empty())
+      names = std::move(more);
+    else
+      names.insert(names.end(), std::make_move_iterator(more.begin()),
+                   std::make_move_iterator(more.end()));
+    start = i + 1;
   }
   return names;
 }

@@ -55,6 +55,8 @@ nlohmann::json summary_json(const std::vector<SummaryRow>& rows) {
       root = p;
       root["traceback"] = r.traceback;
       root["last_lines"] = r.last_lines;
+      if (!r.error_message.empty())
+        root["error_file"] = {{"message", r.error_message}, {"timestamp", r.error_time}};
     }
     procs.push_back(std::move(p));
   }

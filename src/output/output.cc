@@ -58,6 +58,7 @@ struct Output::Proc {
   mutable std::deque<std::string> last;
   TracebackCatcher traceback;
   StackCatcher stacks;
+  std::optional<ErrorFile> error_file;
 };
 
 Output::Output(OutputConfig config)
@@ -143,6 +144,12 @@ const std::string& Output::stamp() {
 
 void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   const int s = is_stderr ? 1 : 0;
+  if (is_stderr && text.starts_with(kErrorFileLine)) {
+    if (auto file = parse_error_file(text.substr(kErrorFileLine.size()))) {
+      p.error_file = std::move(file);
+      return;
+    }
+  }
   if (p.fd >= 0) {
     if (config_.log_timestamps && p.line_start[s]) p.log_buf += stamp();
     p.line_start[s] = !text.empty() && text.back() == '\n';
@@ -301,6 +308,10 @@ const std::deque<std::string>& Output::last_lines(int proc) const {
 
 const std::vector<std::string>& Output::stacks(int proc) const {
   return procs_.at(static_cast<size_t>(proc))->stacks.lines();
+}
+
+const std::optional<ErrorFile>& Output::error_file(int proc) const {
+  return procs_.at(static_cast<size_t>(proc))->error_file;
 }
 
 const TracebackCatcher& Output::traceback(int proc) const {
@@ -528,8 +539,11 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
       failed.push_back(&r);
   }
   if (root) {
+    const char* what = !root->error_message.empty() ? " (its error file)"
+                       : root->traceback.empty()    ? ""
+                                                    : " (its traceback)";
     out += fmt::format("--- root cause: {} on {}: {}{} ---\n", root->process, root->host,
-                       root->status, root->traceback.empty() ? "" : " (its traceback)");
+                       root->status, what);
     append_lines(out, *root);
   }
   for (const auto& g : group_rows(failed, group_key)) {

@@ -94,10 +94,12 @@ bool wants_stacks(const Options& options) {
   return options.timeout > 0 || (options.hang_timeout > 0 && options.hang_kills);
 }
 
-// torchrun's environment contract (torch.distributed.run, "Environment Variables"), so that
-// init_process_group(init_method="env://") works unchanged. There is no elastic agent: rank 0's
-// process hosts the TCPStore itself (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count
-// follows --max_restarts.
+// torchrun's environment contract (torch.distributed.run, "Environment Variables"; the variables
+// and rules of its local elastic agent), so that init_process_group(init_method="env://") works
+// unchanged. There is no elastic agent: rank 0's process hosts the TCPStore itself
+// (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count follows --max_restarts. As under
+// torchrun, a user's own NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS are kept, and
+// OMP_NUM_THREADS=1 is set only where a host runs more than one process.
 void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const HostPlan& hp,
                    const Process& p) {
   int local_world = 0;
@@ -119,7 +121,16 @@ void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const
   set_env(env, "TORCHELASTIC_RESTART_COUNT", "0");  // the runner numbers restarts
   set_env(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts));
   set_env(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
-  if (!has_env(env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");  // as torchrun
+  set_env(env, "GROUP_WORLD_SIZE", std::to_string(plan.hosts.size()));
+  // The rank's error file (torch.distributed.elastic's @record writes it), in the job's directory
+  // on its host: stack_site.sh puts that directory in place of kJobDirToken (plan.h).
+  set_env(env, "TORCHELASTIC_ERROR_FILE",
+          fmt::format("{}/error-rank{}.json", kJobDirToken, p.rank));
+  // A stuck NCCL collective fails instead of hanging (torch 1.x reads the first, 2.x the second).
+  if (!has_env(env, "NCCL_ASYNC_ERROR_HANDLING")) set_env(env, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!has_env(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
+    set_env(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", get_env(env, "NCCL_ASYNC_ERROR_HANDLING"));
+  if (local_world > 1 && !has_env(env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");
 }
 
 // msrun's environment contract.
@@ -134,7 +145,8 @@ void set_msrun_env(EnvList& env, const Options& options, const Plan& plan, const
   }
   set_env(env, "MS_WORKER_NUM", std::to_string(plan.worker_num));
   set_env(env, "RANK_SIZE", std::to_string(plan.worker_num));
-  set_env(env, "MS_NODE_RANK", std::to_string(hp.node_rank));
+  // As msrun: the scheduler gets no MS_NODE_RANK, MS_NODE_ID or DEVICE_ID.
+  if (p.role == Role::kWorker) set_env(env, "MS_NODE_RANK", std::to_string(hp.node_rank));
   set_env(env, "RANK_ID", std::to_string(p.rank));
   if (p.role == Role::kWorker) {
     set_env(env, "MS_NODE_ID", std::to_string(p.rank));

@@ -9,6 +9,8 @@
 # process. The file goes when the process ends normally (not in a child it forked). Without the
 # variable, or when anything of this fails, nothing is registered and nothing is said.
 #
+# With --contract torch it also relays the rank's error file at exit (_relay_error_file).
+#
 # Then it runs the user's own sitecustomize, if one is further on sys.path, under the name
 # "sitecustomize" (it replaces this module in sys.modules): an exception from it propagates to
 # site.py, which reports it as it would without us ("Error in sitecustomize; ...").
@@ -41,6 +43,37 @@ def _register():
     atexit.register(remove)
 
 
+def _relay_error_file():
+    # --contract torch: when the process exits, the error file torch.distributed.elastic's @record
+    # wrote (TORCHELASTIC_ERROR_FILE, in the job's directory) goes to stderr as one line the
+    # launcher takes for the summary (kErrorFileLine, output.h); a file left by an earlier process
+    # of the rank is removed first.
+    import atexit
+    import json
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if not path.startswith(os.environ.get("MSRUN_SSH_STACK_DIR", "\0") + "/"):
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    pid = os.getpid()
+
+    def relay():
+        if os.getpid() != pid:
+            return
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return
+        sys.stderr.write("msrun-ssh: error file: %s\n" % json.dumps(data, separators=(",", ":")))
+        sys.stderr.flush()
+
+    atexit.register(relay)
+
+
 def _user_sitecustomize():
     import importlib.machinery
     import importlib.util
@@ -55,8 +88,9 @@ def _user_sitecustomize():
     spec.loader.exec_module(module)
 
 
-try:
-    _register()
-except Exception:
-    pass
+for _step in (_register, _relay_error_file):
+    try:
+        _step()
+    except Exception:
+        pass
 _user_sitecustomize()

@@ -5,7 +5,9 @@
 # directory on the host is stack_dir.sh's; the watchdog has made it already, so this normally
 # forks nothing. The command gets MSRUN_SSH_STACK_DIR=DIR and DIR first on PYTHONPATH, after what
 # the environment had there. When the directory or the file cannot be made, it gets neither: it
-# runs as it would without stack dumps.
+# runs as it would without stack dumps. A TORCHELASTIC_ERROR_FILE of @msrun-ssh-job-dir@/NAME
+# (kJobDirToken, plan.h) becomes DIR/NAME, or is unset without the directory; stack_site.py relays
+# that file when the process exits.
 s=$1
 shift
 if stack_site "$MSRUN_SSH_JOB" "$s"; then
@@ -13,5 +15,12 @@ if stack_site "$MSRUN_SSH_JOB" "$s"; then
   MSRUN_SSH_STACK_DIR=$d
   PYTHONPATH=$d${PYTHONPATH:+:$PYTHONPATH}
   export MSRUN_SSH_STACK_DIR PYTHONPATH
+  case ${TORCHELASTIC_ERROR_FILE-} in
+    @msrun-ssh-job-dir@/*)
+      TORCHELASTIC_ERROR_FILE=$d/${TORCHELASTIC_ERROR_FILE#@msrun-ssh-job-dir@/}
+      export TORCHELASTIC_ERROR_FILE ;;
+  esac
+else
+  case ${TORCHELASTIC_ERROR_FILE-} in @msrun-ssh-job-dir@/*) unset TORCHELASTIC_ERROR_FILE ;; esac
 fi
 exec "$@"

@@ -921,6 +921,7 @@ std::vector<SummaryRow> Runner::summary() const {
   std::vector<SummaryRow> rows;
   rows.reserve(procs_.size());
   for (size_t i = 0; i < procs_.size(); ++i) rows.push_back(row_of(i));
+  follow_error_files(rows);
   return rows;
 }
 
@@ -945,6 +946,12 @@ SummaryRow Runner::row_of(size_t i) const {
     const auto& last = out_.last_lines(p.out);
     r.last_lines.assign(last.begin(), last.end());
     r.traceback = out_.traceback(p.out).lines();
+    // A torch rank's error file says what its traceback says, and when (output.h, ErrorFile).
+    if (const auto& file = out_.error_file(p.out)) {
+      r.error_message = file->message;
+      r.error_time = file->timestamp;
+      if (!file->traceback.empty()) r.traceback = file->traceback;
+    }
   }
   return r;
 }

@@ -1,13 +1,16 @@
-"""The torch contract with real PyTorch (Debian's python3-torch): examples/torch_ddp on 3 hosts x
-2 workers, fail-fast, Ctrl-C, and a taken master port. Skips loudly when the hosts lack torch."""
+"""The torch contract with real PyTorch (Debian's python3-torch): every rank's variables against
+the real torchrun's, examples/torch_ddp on 3 hosts x 2 workers, fail-fast, error files in the root
+cause, Ctrl-C, and a taken master port. Skips loudly when the hosts lack torch."""
+import json
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 
-from harness import (Skip, check, cluster_dir, interrupt, launch, marked_processes, read, run,
-                     wait_for, wait_no_leftovers, SOURCE_DIR)
+from harness import (Skip, addresses, check, cluster_dir, interrupt, job, launch,
+                     marked_processes, read, run, tmpdir, wait_for, wait_no_leftovers, SOURCE_DIR)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "torch_ddp", "train.py")
 TORCH = ["--contract", "torch", "--master_port", "29500"]
@@ -87,3 +90,115 @@ def test_taken_master_port_is_a_clear_error_before_anything_starts():
     check(code == 2, f"exit {code}: {err.decode()[-2000:]}")
     check(b"--master_port=29500 is taken on the master 198.18.1.10" in err, f"{err.decode()}")
     check(not os.path.exists(os.path.join(logs, "worker_0.log")), "something started")
+
+
+# ---- the real torchrun, variable by variable -------------------------------------------------
+
+# Differ by design (docs/torch.md): torchrun's values are its agent's, ours have no agent.
+BY_DESIGN = {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE"}
+# Set by msrun-ssh and not by this torchrun (docs/torch.md), among the names either launcher uses.
+OURS_ONLY = {"NODE_RANK", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+LAUNCHER_NAMES = re.compile(r"^(TORCH|ROLE_|GROUP_|LOCAL_|MASTER_|WORLD_|RANK|OMP_|NCCL_|NODE_)")
+
+
+def _two_host_file(nproc):
+    """The cluster's host file with its first two hosts only, nproc workers each."""
+    text = open(os.path.join(cluster_dir(), "hosts.toml")).read()
+    text = re.sub(r"^local_worker_num = .*$", f"local_worker_num = {nproc}", text, flags=re.M)
+    head, *hosts = text.split("\n[[hosts]]")
+    fd, path = tempfile.mkstemp(suffix=".toml", dir=tmpdir())
+    os.write(fd, (head + "".join("\n[[hosts]]" + h for h in hosts[:2])).encode())
+    os.close(fd)
+    return path
+
+
+def _torchrun_envs(nproc, user_env, port):
+    """Every rank's environment under the real torchrun: static rendezvous, 2 hosts x nproc."""
+    out = tempfile.mkdtemp(prefix="torchrun-", dir=tmpdir())
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/root", "GLOO_SOCKET_IFNAME": "eth0", **user_env}
+    agents = [subprocess.Popen(
+        ["ip", "netns", "exec", f"msrs-node{i}", "env", "-i",
+         *[f"{k}={v}" for k, v in base.items()],
+         # Debian 12's torch 1.13 under Python 3.11 fails without --redirects (its Std.from_str
+         # finds no Std for "0" or "3": a Python 3.11 Flag change); redirecting changes no variable.
+         "/usr/bin/python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+         "--nnodes", "2", "--node_rank", str(i),
+         "--nproc_per_node", str(nproc), "--master_addr", addresses()[0], "--master_port",
+         str(port), job("torch_env.py"), out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for i in range(2)]
+    for a in agents:
+        text, _ = a.communicate(timeout=120)
+        check(a.returncode == 0, f"torchrun: exit {a.returncode}: {text.decode()[-2000:]}")
+    return base, {r: json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2 * nproc)}
+
+
+def _our_envs(nproc, user_env, port):
+    out = tempfile.mkdtemp(prefix="ours-", dir=tmpdir())
+    env_args = [w for k, v in user_env.items() for w in ("--env", f"{k}={v}")]
+    code, _, err, _ = run([job("torch_env.py"), out], hostfile=_two_host_file(nproc),
+                          extra=["--contract", "torch", "--master_port", str(port), *env_args],
+                          timeout=120)
+    check(code == 0, f"exit {code}: {err.decode()[-2000:]}")
+    return {r: json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2 * nproc)}
+
+
+def _compare_with_torchrun(nproc, user_env):
+    base, theirs = _torchrun_envs(nproc, user_env, 29510)
+    ours = _our_envs(nproc, user_env, 29511)
+    problems = []
+    for rank, env in theirs.items():
+        set_by_torchrun = {k for k, v in env.items() if base.get(k) != v}
+        mine = ours[rank]
+        for name in sorted(set_by_torchrun - BY_DESIGN):
+            want = env[name] if name != "MASTER_PORT" else "29511"
+            if mine.get(name) != want:
+                problems.append(f"rank {rank}: {name}: torchrun {env[name]!r}, ours {mine.get(name)!r}")
+        for name in sorted(BY_DESIGN - {"TORCHELASTIC_USE_AGENT_STORE"}):
+            if name not in mine:
+                problems.append(f"rank {rank}: {name} missing")
+        extra = ({k for k in mine if LAUNCHER_NAMES.match(k)} - set_by_torchrun - set(base) -
+                 OURS_ONLY - BY_DESIGN)
+        problems += [f"rank {rank}: {k}={mine[k]!r} set, torchrun leaves it unset" for k in extra]
+        error_file = mine.get("TORCHELASTIC_ERROR_FILE", "")
+        if not re.fullmatch(rf"/tmp/msrun-ssh-stacks-[^/]+/error-rank{rank}\.json", error_file):
+            problems.append(f"rank {rank}: TORCHELASTIC_ERROR_FILE {error_file!r}")
+        for name in ("RANK", "GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            if name not in set_by_torchrun:
+                problems.append(f"rank {rank}: torchrun did not set {name}: the probe is broken")
+    check(not problems, "differences from torchrun:\n" + "\n".join(problems))
+    return theirs, ours
+
+
+def test_every_rank_gets_torchruns_variables_two_processes_per_host():
+    _need_torch()
+    theirs, ours = _compare_with_torchrun(2, {"NCCL_ASYNC_ERROR_HANDLING": "0"})
+    check(ours[3]["OMP_NUM_THREADS"] == "1" and theirs[3]["OMP_NUM_THREADS"] == "1", "OMP")
+    check(ours[3]["NCCL_ASYNC_ERROR_HANDLING"] == "0", "the user's NCCL value")
+    wait_no_leftovers(3)
+
+
+def test_every_rank_gets_torchruns_variables_one_process_per_host():
+    _need_torch()
+    theirs, ours = _compare_with_torchrun(1, {})
+    check("OMP_NUM_THREADS" not in ours[1] and "OMP_NUM_THREADS" not in theirs[1], "OMP unset")
+    check(ours[1]["NCCL_ASYNC_ERROR_HANDLING"] == "1", "NCCL async error handling on")
+    wait_no_leftovers(3)
+
+
+def test_a_ranks_error_file_is_the_root_cause():
+    _need_torch()
+    code, _, err, logs = run([job("torch_record.py"), "3"], extra=TORCH, timeout=180)
+    check(code == 1, f"exit {code}: {err.decode()[-3000:]}")
+    text = err.decode()
+    check(re.search(r"--- root cause: rank 3 on 198\.18\.1\.11: exit 1 \(its error file\) ---\n"
+                    r"Traceback \(most recent call last\):\n", text), text[-3000:])
+    check("ValueError: rank 3 found a bad batch" in text.split("--- root cause")[1], text[-3000:])
+    check("msrun-ssh: error file:" not in text, "the relayed line reached the console")
+    summary = json.load(open(os.path.join(logs, "summary.json")))
+    root = summary["root_cause"]
+    check(root["rank"] == 3 and root["error_file"]["message"] == "ValueError: rank 3 found a bad batch",
+          f"summary.json: {root}")
+    check(abs(root["error_file"]["timestamp"] - time.time()) < 600, f"timestamp: {root}")
+    check("msrun-ssh: error file:" not in read(os.path.join(logs, "worker_3.log")).decode(),
+          "the relayed line is in the log")
+    wait_no_leftovers(3)

@@ -66,11 +66,10 @@ TEST_F(DryRun, WholePlanExactly) {
                 "    MS_ROLE='MS_SCHED'\n"
                 "    MS_WORKER_NUM='1'\n"
                 "    RANK_SIZE='1'\n"
-                "    MS_NODE_RANK='0'\n"
                 "    RANK_ID='0'\n"
                 "    PYTHONUNBUFFERED='1'\n" +
                 cmd_head +
-                "'MS_ROLE=MS_SCHED' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'MS_NODE_RANK=0' 'RANK_ID=0' "
+                "'MS_ROLE=MS_SCHED' 'MS_WORKER_NUM=1' 'RANK_SIZE=1' 'RANK_ID=0' "
                 "'PYTHONUNBUFFERED=1' " +
                 site +
                 " 'python3' 'train.py' '--lr' '0.1' < /dev/null\n"

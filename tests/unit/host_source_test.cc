@@ -71,7 +71,7 @@ TEST(SlurmNodeList, ErrorsNameTheFault) {
       {"", "no hosts"},
       {"a,,b", "empty item in the node list"},
       {"a,", "empty item in the node list"},
-      {"n[3-1]", "reversed node set range \"3-1\""},
+      {"n[3-1]", "bad node set range \"3-1\": reversed"},
       {"n[1-2", "unmatched \"[\" in node set"},
       {"a,b,a", "host \"a\" is listed twice"},
       {"n[1-2],n2", "host \"n2\" is listed twice"},
@@ -119,7 +119,7 @@ TEST(SlurmSource, ErrorsNameTheVariableAndValue) {
   EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", ""}}),
             "SLURM_JOB_NODELIST=\"\": no hosts");
   EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[2-1]"}}),
-            "SLURM_JOB_NODELIST=n[2-1]: reversed node set range \"2-1\"");
+            "SLURM_JOB_NODELIST=n[2-1]: bad node set range \"2-1\": reversed");
   EXPECT_EQ(
       error_of_source("slurm",
                       {{"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"}}),

@@ -348,7 +348,7 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
        "address"},
       // bad node set in address
       {"[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"n[3-1]\"\n",
-       "h.toml:3:1: address \"n[3-1]\": reversed node set range \"3-1\""},
+       "h.toml:3:1: address \"n[3-1]\": bad node set range \"3-1\": reversed"},
       {"[[hosts]]\naddress = \"n[1-2\"\n",
        "h.toml:1:1: address \"n[1-2\": unmatched \"[\" in node set"},
   };
@@ -453,6 +453,18 @@ TEST(HostfilePlain, SlotsCommentsAndBlankLines) {
   EXPECT_TRUE(c.hosts[4].env.empty());
 }
 
+// A node set with blanks after its commas is one address, as ClusterShell reads it.
+TEST(HostfilePlain, NodeSetWithBlanksAfterCommas) {
+  Cluster c = parse_plain_hostfile("node[1-2, 7] slots=2\ngpu01, gpu02 spare\n", "hosts");
+  ASSERT_EQ(c.hosts.size(), 3u);
+  EXPECT_EQ(c.hosts[2].address, "node7");
+  EXPECT_EQ(c.hosts[2].local_worker_num, 2);
+  ASSERT_EQ(c.spares.size(), 2u);
+  EXPECT_EQ(c.spares[1].address, "gpu02");
+  EXPECT_EQ(plain_error("n[1-2, x slots=1\n"),
+            "hosts:1: address \"n[1-2, x slots=1\": unmatched \"[\" in node set");
+}
+
 TEST(HostfilePlain, MaxSlotsAloneIsIgnored) {
   Cluster c = parse_plain_hostfile("a max_slots=16\n", "hosts");
   EXPECT_FALSE(c.hosts[0].local_worker_num.has_value());
@@ -490,7 +502,7 @@ TEST(HostfilePlain, BadSlots) {
 
 TEST(HostfilePlain, NodeSetErrorsNameTheLine) {
   EXPECT_EQ(plain_error("a\n# c\nn[2-1] slots=1\n"),
-            "hosts:3: address \"n[2-1]\": reversed node set range \"2-1\"");
+            "hosts:3: address \"n[2-1]\": bad node set range \"2-1\": reversed");
 }
 
 TEST(HostfilePlain, BadCharactersInAddress) {

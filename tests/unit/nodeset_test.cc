@@ -37,12 +37,42 @@ TEST(Nodeset, NoPaddingWithoutLeadingZero) {
 }
 
 TEST(Nodeset, WidthComesFromTheLowerBound) {
-  // "01-100": the first bound says two digits; 100 is wider and stays as it is.
+  // "01-100": the first bound says two digits; 100 is wider and stays as it is (Slurm's rule).
   Names names = expand_nodeset("n[01-100]");
   ASSERT_EQ(names.size(), 100u);
   EXPECT_EQ(names.front(), "n01");
   EXPECT_EQ(names[98], "n99");
   EXPECT_EQ(names.back(), "n100");
+  EXPECT_EQ(expand_nodeset("n[00-2]"), (Names{"n00", "n01", "n02"}));
+  EXPECT_EQ(expand_nodeset("n[1-010]").back(), "n10");
+}
+
+// ClusterShell's forms: steps, blanks, comma lists at the top level, long numbers.
+TEST(Nodeset, StepsTakeEveryKthNumber) {
+  EXPECT_EQ(expand_nodeset("n[1-10/3]"), (Names{"n1", "n4", "n7", "n10"}));
+  EXPECT_EQ(expand_nodeset("n[01-10/4,12]"), (Names{"n01", "n05", "n09", "n12"}));
+  EXPECT_EQ(expand_nodeset("n[1-3/10000000000]"), Names{"n1"});
+  EXPECT_EQ(expand_nodeset("n[2-8/03]"), (Names{"n2", "n5", "n8"}));
+}
+
+TEST(Nodeset, BlanksAroundThePartsAreDropped) {
+  EXPECT_EQ(expand_nodeset("n[1-3, 7]"), (Names{"n1", "n2", "n3", "n7"}));
+  EXPECT_EQ(expand_nodeset("n[ 1 - 2 /1 ]"), (Names{"n1", "n2"}));
+  EXPECT_EQ(expand_nodeset(" a ,\tb "), (Names{"a", "b"}));
+}
+
+TEST(Nodeset, CommaListsOfNodeSetsKeepTheirOrder) {
+  EXPECT_EQ(expand_nodeset("node[1-3,5],gpu01"),
+            (Names{"node1", "node2", "node3", "node5", "gpu01"}));
+  EXPECT_EQ(expand_nodeset("b, a[1-2]"), (Names{"b", "a1", "a2"}));
+}
+
+TEST(Nodeset, LongNumbers) {
+  EXPECT_EQ(expand_nodeset("n[9999999998-10000000001]"),
+            (Names{"n9999999998", "n9999999999", "n10000000000", "n10000000001"}));
+  EXPECT_EQ(expand_nodeset("n[123456789012345678901234567890123456789012]"),
+            Names{"n123456789012345678901234567890123456789012"});
+  EXPECT_EQ(expand_nodeset("n[9999999999999999998-9999999999999999999]").size(), 2u);
 }
 
 TEST(Nodeset, SingleZeroIsNotPadding) {
@@ -89,22 +119,31 @@ TEST(Nodeset, LargestAllowedRange) {
 TEST(Nodeset, MalformedPatternsAreErrors) {
   EXPECT_THROW(expand_nodeset("n[3-1]"), InputError);
   const test::Case kCases[] = {
-      {"n[3-1]", "reversed node set range \"3-1\""},
+      {"n[3-1]", "bad node set range \"3-1\": reversed"},
       {"n[1-3", "unmatched \"[\" in node set"},
       {"n[1]x[", "unmatched \"[\" in node set"},
       {"n1-3]", "unmatched \"]\" in node set"},
       {"n[1]]", "unmatched \"]\" in node set"},
       {"]n[1]", "unmatched \"]\" in node set"},
       {"n[]", "empty node set \"[]\""},
-      {"n[1,]", "bad node set range \"\""},  // an empty item in a list
-      {"n[,1]", "bad node set range \"\""},
+      {"n[1,]", "empty item in node set \"[1,]\""},
+      {"n[,1]", "empty item in node set \"[,1]\""},
       {"n[a-c]", "bad node set range \"a-c\""},  // not a number
       {"n[1-]", "bad node set range \"1-\""},
       {"n[-1]", "bad node set range \"-1\""},
+      {"n[+1]", "bad node set range \"+1\""},
       {"n[1-2-3]", "bad node set range \"1-2-3\""},
-      {"n[ 1]", "bad node set range \" 1\""},
-      {"n[1234567890]", "bad node set range \"1234567890\""},  // too many digits
-      {"n[0-16384]", "node set range \"0-16384\" is too large"},
+      {"n[1 0-3]", "bad node set range \"1 0-3\""},
+      {"n[1/2]", "bad node set range \"1/2\": a step needs a range (\"1-9/2\")"},
+      {"n[1-4/0]", "bad node set range \"1-4/0\": a step of 0"},
+      {"n[1-4/]", "bad node set range \"1-4/\""},
+      {"n[1-4/2/2]", "bad node set range \"1-4/2/2\""},
+      {"n[1-99999999999999999999]",
+       "bad node set range \"1-99999999999999999999\": a bound has more than 19 digits"},
+      {"n[0-16384]", "node set expands to more than 16384 names"},
+      {"a,,b", "empty item in a comma-separated node set"},
+      {"a,", "empty item in a comma-separated node set"},
+      {"n[0-9999],m[0-9999]", "node set expands to more than 16384 names"},
       {"a[0-999]b[0-999]", "node set expands to more than 16384 names"},
       {"n[1-[2]]", "nested \"[\" in node set"},
       {"n[[1]]", "nested \"[\" in node set"},

@@ -4,6 +4,7 @@
 #include "msrun_ssh/output.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "msrun_ssh/error.h"
+#include "msrun_ssh/events.h"
 #include "test_util.h"
 
 namespace {
@@ -546,6 +548,78 @@ TEST(Summary, RootCauseFirstThenIdenticalFailuresOnceUnderTheirRankSet) {
             "  File \"t.py\", line 12, in <module>\n"
             "ValueError: rank 0 saw NaN at step 40\n"
             "--- ended by the teardown: 1 process ---\n");
+}
+
+// ---- torch error files (--contract torch) ---------------------------------------------------
+
+TEST(ErrorFile, ReadsBothLayoutsTorchWrites) {
+  auto f = ms::parse_error_file(
+      R"({"message":{"message":"ValueError: x","extraInfo":{"py_callstack":"Traceback (most recent )"
+      R"(call last):\n  File \"t.py\", line 3\nValueError: x\n","timestamp":"1764669600"}}})");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->message, "ValueError: x");
+  EXPECT_EQ(f->timestamp, 1764669600);
+  EXPECT_EQ(f->traceback, (Lines{"Traceback (most recent call last):", "  File \"t.py\", line 3",
+                                 "ValueError: x"}));
+  auto old = ms::parse_error_file(R"({"message": "RuntimeError: y", "timestamp": 17})");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->message, "RuntimeError: y");
+  EXPECT_EQ(old->timestamp, 17);
+  EXPECT_TRUE(old->traceback.empty());
+  for (const char* bad : {"", "{", "[]", "{}", R"({"message": 3})", R"({"message": {}})"})
+    EXPECT_FALSE(ms::parse_error_file(bad)) << bad;
+  auto no_time =
+      ms::parse_error_file(R"({"message":{"message":"E","extraInfo":{"timestamp":"x"}}})");
+  ASSERT_TRUE(no_time);
+  EXPECT_EQ(no_time->timestamp, 0);
+}
+
+TEST_F(Output, AnErrorFileLineIsKeptForTheSummaryAndShownNowhere) {
+  ms::Output o(config_);
+  int p = o.add_process("0@node0", "worker_0.log", true);
+  o.data(p, true, "ValueError: x\n");
+  o.data(p, true,
+         std::string(ms::kErrorFileLine) + R"({"message":"ValueError: x","timestamp":5})" + "\n");
+  o.data(p, true, std::string(ms::kErrorFileLine) + "not json\n");  // not one: an ordinary line
+  o.finish(p);
+  o.flush();
+  ASSERT_TRUE(o.error_file(p));
+  EXPECT_EQ(o.error_file(p)->timestamp, 5);
+  EXPECT_EQ(log("worker_0.log"), "ValueError: x\nmsrun-ssh: error file: not json\n");
+  EXPECT_EQ(err(), "[0@node0 err] ValueError: x\n[0@node0 err] msrun-ssh: error file: not json\n");
+}
+
+TEST(Summary, TheErrorFileIsTheRootCausesReport) {
+  std::vector<ms::SummaryRow> rows{failed_row(0, "n1", value_error(0), true)};
+  rows[0].error_message = "ValueError: rank 0 saw NaN at step 40";
+  rows[0].error_time = 100;
+  std::string s = ms::format_summary(rows);
+  EXPECT_THAT(s, ::testing::HasSubstr("--- root cause: rank 0 on n1: exit 1 (its error file) ---\n"
+                                      "Traceback (most recent call last):\n"));
+  auto j = ms::summary_json(rows);
+  EXPECT_EQ(j["root_cause"]["error_file"]["message"], "ValueError: rank 0 saw NaN at step 40");
+  EXPECT_EQ(j["root_cause"]["error_file"]["timestamp"], 100);
+}
+
+// torchrun's "first observed failure": the earliest error file, when the one seen first has one.
+TEST(Summary, TheEarliestErrorFileIsTheRootCause) {
+  auto rows_with = [](long long t0, long long t1, long long t2) {
+    std::vector<ms::SummaryRow> rows{failed_row(0, "n1", value_error(0), true),
+                                     failed_row(1, "n1", value_error(1)),
+                                     failed_row(2, "n2", value_error(2))};
+    rows[0].error_time = t0;
+    rows[1].error_time = t1;
+    rows[2].error_time = t2;
+    ms::follow_error_files(rows);
+    std::vector<int> roots;
+    for (const auto& r : rows)
+      if (r.root_cause) roots.push_back(r.rank);
+    return roots;
+  };
+  EXPECT_EQ(rows_with(50, 40, 45), std::vector<int>{1});
+  EXPECT_EQ(rows_with(50, 50, 60), std::vector<int>{0});  // a tie: the one seen first
+  EXPECT_EQ(rows_with(0, 40, 45), std::vector<int>{0});   // the first seen has none: it stays
+  EXPECT_EQ(rows_with(50, 0, 45), std::vector<int>{2});
 }
 
 TEST(Summary, DifferentFrameLinesAreDifferentFailures) {

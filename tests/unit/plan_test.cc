@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/base.h"
+#include "msrun_ssh/command.h"
 #include "test_util.h"
 
 namespace msrun_ssh {
@@ -179,9 +182,9 @@ TEST_F(MakePlan, SchedulerEnvironment) {
                             {"MS_ROLE", "MS_SCHED"},
                             {"MS_WORKER_NUM", "8"},
                             {"RANK_SIZE", "8"},
-                            {"MS_NODE_RANK", "1"},
                             {"RANK_ID", "0"},
                             {"PYTHONUNBUFFERED", "1"}}));
+  EXPECT_EQ(env_of(s, "MS_NODE_RANK"), nullptr);  // as msrun
   EXPECT_EQ(env_of(s, "MS_NODE_ID"), nullptr);
   EXPECT_EQ(env_of(s, "DEVICE_ID"), nullptr);
 }
@@ -369,7 +372,7 @@ TEST_F(MakePlan, RankTableFile) {
   for (const auto& h : p.hosts)
     for (const auto& proc : h.processes)
       EXPECT_EQ(*env_of(proc, "RANK_TABLE_FILE"), "/etc/hccl.json");
-  EXPECT_EQ(p.hosts[0].processes[0].env[8],
+  EXPECT_EQ(p.hosts[0].processes[0].env[7],
             (std::pair<std::string, std::string>{"RANK_TABLE_FILE", "/etc/hccl.json"}));
 }
 
@@ -697,6 +700,10 @@ TEST_F(MakePlan, TorchContractGivesTorchrunsVariablesAndNoScheduler) {
                   {"TORCHELASTIC_RESTART_COUNT", "0"},
                   {"TORCHELASTIC_MAX_RESTARTS", "0"},
                   {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+                  {"GROUP_WORLD_SIZE", "3"},
+                  {"TORCHELASTIC_ERROR_FILE", "@msrun-ssh-job-dir@/error-rank4.json"},
+                  {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+                  {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
                   {"OMP_NUM_THREADS", "1"},
                   {"PYTHONUNBUFFERED", "1"}};
   EXPECT_EQ(r4.env, want);
@@ -708,6 +715,35 @@ TEST_F(MakePlan, TorchContractKeepsTheUsersOmpNumThreads) {
   options.contract = Contract::kTorch;
   options.env = {{"OMP_NUM_THREADS", "8"}};
   EXPECT_EQ(*env_of(plan().hosts[0].processes[0], "OMP_NUM_THREADS"), "8");
+}
+
+// torchrun sets OMP_NUM_THREADS=1 only when a node runs more than one process.
+TEST_F(MakePlan, TorchContractLeavesOmpNumThreadsUnsetForOneProcessPerHost) {
+  options.contract = Contract::kTorch;
+  Plan p = plan();
+  EXPECT_EQ(env_of(p.hosts[1].processes[0], "OMP_NUM_THREADS"), nullptr);  // beta: 1 worker
+  EXPECT_EQ(*env_of(p.hosts[0].processes[0], "OMP_NUM_THREADS"), "1");
+}
+
+// As torchrun's agent: the user's NCCL_ASYNC_ERROR_HANDLING stays; newer torch's name follows it.
+TEST_F(MakePlan, TorchContractKeepsTheUsersNcclAsyncErrorHandling) {
+  options.contract = Contract::kTorch;
+  options.env = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}};
+  Plan p = plan();
+  const Process& r0 = p.hosts[0].processes[0];
+  EXPECT_EQ(*env_of(r0, "NCCL_ASYNC_ERROR_HANDLING"), "0");
+  EXPECT_EQ(*env_of(r0, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
+  options.env = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
+  EXPECT_EQ(*env_of(plan().hosts[0].processes[0], "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+}
+
+// torchrun's own error file wins over one the user set: the launcher reads it back.
+TEST_F(MakePlan, TorchContractErrorFileIsPerRankInTheJobsDirectory) {
+  options.contract = Contract::kTorch;
+  options.env = {{"TORCHELASTIC_ERROR_FILE", "/mine.json"}};
+  Plan p = plan();
+  EXPECT_EQ(*env_of(p.hosts[2].processes[3], "TORCHELASTIC_ERROR_FILE"),
+            std::string(kJobDirToken) + "/error-rank7.json");
 }
 
 TEST_F(MakePlan, ContractComesFromTheHostFileUnlessTheCommandLineSaysOtherwise) {
@@ -724,4 +760,55 @@ TEST_F(MakePlan, TorchContractRefusesMsrunsSimulation) {
   EXPECT_EQ(error(), "--sim_level is msrun's simulation; it does not go with --contract torch");
 }
 
+}  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+// docs/remote.md's table of msrun's contract, as the plan gives it: every variable it lists for
+// workers or the scheduler is there (unless "when" something else, or set by the command:
+// MSRUN_SSH_JOB), a "—" is not, and no MS_*, RANK_*, DEVICE_ID or PYTHON* variable is set that
+// the table does not list.
+TEST_F(MakePlan, MsrunContractTableHolds) {
+  std::string doc = test::source_file("docs/remote.md");
+  size_t at = doc.find("| variable | workers | scheduler |");
+  ASSERT_NE(at, std::string::npos);
+  Plan p = plan();
+  const Process& worker = p.hosts[0].processes[1];
+  const Process& scheduler = p.hosts[0].processes[0];
+  ASSERT_EQ(scheduler.role, Role::kScheduler);
+  std::set<std::string> listed;
+  int rows = 0;
+  for (size_t pos = doc.find('\n', at) + 1; doc.compare(pos, 1, "|") == 0;) {
+    size_t end = doc.find('\n', pos);
+    std::string row = doc.substr(pos, end - pos);
+    pos = end + 1;
+    std::vector<std::string> cells;
+    for (size_t c = 1, next; (next = row.find(" |", c)) != std::string::npos; c = next + 2)
+      cells.push_back(std::string(trim(row.substr(c, next - c))));
+    if (cells.size() != 3 || cells[0].starts_with("---")) continue;
+    ++rows;
+    for (size_t b = cells[0].find('`'); b != std::string::npos; b = cells[0].find('`', b + 1)) {
+      size_t e = cells[0].find('`', b + 1);
+      std::string name = cells[0].substr(b + 1, e - b - 1);
+      b = e;
+      listed.insert(name);
+      if (name == kJobMarker) continue;
+      for (auto [proc, cell] : {std::pair{&worker, cells[1]}, std::pair{&scheduler, cells[2]}}) {
+        if (cell == "—")
+          EXPECT_EQ(env_of(*proc, name), nullptr) << name << " on the " << proc->label();
+        else if (cell.find("when") == std::string::npos)
+          EXPECT_NE(env_of(*proc, name), nullptr) << name << " on the " << proc->label();
+      }
+    }
+  }
+  EXPECT_GE(rows, 10);
+  for (const Process* proc : {&worker, &scheduler})
+    for (const auto& [name, value] : proc->env)
+      if (name.starts_with("MS_") || name.starts_with("RANK") || name == "DEVICE_ID" ||
+          name.starts_with("PYTHON"))
+        EXPECT_TRUE(listed.count(name)) << name << " is set but not in docs/remote.md";
+}
+
+}  // namespace
 }  // namespace msrun_ssh

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "msrun_ssh/command.h"
+#include "msrun_ssh/output.h"
+#include "msrun_ssh/plan.h"
 #include "remote/programs.h"
 #include "reply_transport.h"
 #include "test_util.h"
@@ -253,21 +255,28 @@ class StackPrograms : public test::TempDirTest {
 
   static std::string py_string(const std::string& s) { return "'" + s + "'"; }
 
-  // The environment of a process of job_ with rank `rank`, as `env` words.
-  std::string env_words(const std::string& rank) const {
-    return shell_join({"env", "-i", "PATH=/usr/bin:/bin", std::string(kJobMarker) + "=" + job_,
-                       "RANK_ID=" + rank, "TMPDIR=" + dir_, "PYTHONPATH=" + user_});
+  // The environment of a process of job_ with rank `rank`, as `env` words, and `more` words.
+  std::string env_words(const std::string& rank, const std::vector<std::string>& more = {}) const {
+    std::vector<std::string> words{"env",
+                                   "-i",
+                                   "PATH=/usr/bin:/bin",
+                                   std::string(kJobMarker) + "=" + job_,
+                                   "RANK_ID=" + rank,
+                                   "TMPDIR=" + dir_,
+                                   "PYTHONPATH=" + user_};
+    words.insert(words.end(), more.begin(), more.end());
+    return shell_join(words);
   }
 
   // Starts `argv` in the background through stack_site.sh; its output goes to dir_/NAME.out.
-  int start(const std::string& rank, const std::vector<std::string>& argv,
-            const std::string& name) {
+  int start(const std::string& rank, const std::vector<std::string>& argv, const std::string& name,
+            const std::vector<std::string>& env = {}) {
     std::vector<std::string> words{"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
                                    std::string(remote::kStackSitePy)};
     words.insert(words.end(), argv.begin(), argv.end());
-    std::string pid =
-        test::shell_output(fmt::format("{} {} > {} 2>&1 < /dev/null & echo $!", env_words(rank),
-                                       shell_join(words), shell_quote(dir_ + "/" + name + ".out")));
+    std::string pid = test::shell_output(fmt::format("{} {} > {} 2>&1 < /dev/null & echo $!",
+                                                     env_words(rank, env), shell_join(words),
+                                                     shell_quote(dir_ + "/" + name + ".out")));
     pids_.push_back(std::stoi(pid));
     return pids_.back();
   }
@@ -387,6 +396,63 @@ TEST_F(StackPrograms, AFailingUserSitecustomizeBehavesAsWithoutUs) {
   EXPECT_THAT(alone, HasSubstr("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
                                "RuntimeError: boom\n"));
   EXPECT_EQ(test::slurp(dir_ + "/boom.out"), alone);
+}
+
+// --contract torch: TORCHELASTIC_ERROR_FILE names a file in the job's directory on the host, and
+// what @record wrote there comes back on stderr at exit as one line Output takes (output.h).
+TEST_F(StackPrograms, RelaysTheTorchErrorFileAtExit) {
+  const std::string file = std::string(kJobDirToken) + "/error-rank3.json";
+  const std::string job_dir = dir_ + "/msrun-ssh-stacks-" + job_;
+  // What torch.distributed.elastic's @record does when main raises, without importing torch.
+  std::string script =
+      write("fail.py",
+            "import json, os, sys, time\n"
+            "path = os.environ['TORCHELASTIC_ERROR_FILE']\n"
+            "print(path, flush=True)\n"
+            "stale = os.path.exists(path)\n"
+            "with open(path, 'w') as f:\n"
+            "    json.dump({'message': {'message': 'ValueError: bad batch',\n"
+            "               'extraInfo': {'py_callstack': 'Traceback (most recent call "
+            "last):\\n  File \\\"t.py\\\", line 1\\nValueError: bad batch\\n',\n"
+            "                             'timestamp': '1764669600'}}}, f)\n"
+            "print('stale' if stale else 'fresh', flush=True)\n"
+            "raise ValueError('bad batch')\n");
+  // A file an earlier process of the rank left is gone before this one starts.
+  ASSERT_EQ(::mkdir(job_dir.c_str(), 0700), 0);
+  write("msrun-ssh-stacks-" + job_ + "/error-rank3.json", "{\"message\": \"old\"}");
+  start("3", {"/usr/bin/python3", script}, "fail", {"TORCHELASTIC_ERROR_FILE=" + file});
+  ASSERT_TRUE(wait_for_output("fail", "msrun-ssh: error file: "))
+      << test::slurp(dir_ + "/fail.out");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the rest of the line
+  std::string out = test::slurp(dir_ + "/fail.out");
+  EXPECT_THAT(out, HasSubstr(job_dir + "/error-rank3.json\nfresh\n"));
+  size_t at = out.find(kErrorFileLine);
+  std::string line =
+      out.substr(at + kErrorFileLine.size(), out.find('\n', at) - at - kErrorFileLine.size());
+  std::optional<ErrorFile> got = parse_error_file(line);
+  ASSERT_TRUE(got) << line;
+  EXPECT_EQ(got->message, "ValueError: bad batch");
+  EXPECT_EQ(got->timestamp, 1764669600);
+  ASSERT_EQ(got->traceback.size(), 3u);
+  EXPECT_EQ(got->traceback[2], "ValueError: bad batch");
+  // After Python's own traceback: the file is relayed at exit.
+  EXPECT_LT(out.find("Traceback (most recent call last):"), at);
+}
+
+// Without the job's directory, the variable is not left naming a file nobody can write.
+TEST_F(StackPrograms, NoJobDirectoryLeavesNoErrorFileVariable) {
+  std::string script = write("env.py",
+                             "import os\nprint(os.environ.get('TORCHELASTIC_ERROR_FILE', 'unset'), "
+                             "flush=True)\n");
+  write("msrun-ssh-stacks-" + job_, "");  // the job's directory cannot be made: a file is there
+  start("1", {"/usr/bin/python3", script}, "env",
+        {"TORCHELASTIC_ERROR_FILE=" + std::string(kJobDirToken) + "/error-rank1.json"});
+  bool done = false;
+  for (int i = 0; i < 500 && !done; ++i) {
+    done = test::slurp(dir_ + "/env.out").find('\n') != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(test::slurp(dir_ + "/env.out"), "unset\n");
 }
 
 }  // namespace
