@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace msrun_ssh {
 
@@ -16,6 +17,12 @@ namespace msrun_ssh {
 
 // `s` without the leading and trailing characters in `blanks` (default: space and tab).
 std::string_view trim(std::string_view s, std::string_view blanks = " \t");
+
+// The lines of `text` without their newlines: a last line without one counts; "" has none.
+std::vector<std::string_view> split_lines(std::string_view text);
+
+// The words of `text` that `blanks` (default: space and tab) separate; none when it is all blank.
+std::vector<std::string_view> split_words(std::string_view text, std::string_view blanks = " \t");
 
 // ---- the shell ----------------------------------------------------------------------------------
 

@@ -75,6 +75,7 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 //
 // The watchdog prints, one line each:
 //   "msrun-ssh-watchdog: ready PID HOSTNAME"  once started: its pid and the host's uname -n
+//   "msrun-ssh-watchdog: no workdir"          instead, when it cannot enter the workdir; it ends
 //   "h"                                       per heartbeat
 //   "killed PID SIGNAL ARGV"                  per signal a sweep sent: SIGTERM or SIGKILL, then
 //                                             the process's command line, every word followed by
@@ -98,6 +99,9 @@ inline constexpr std::string_view kWatchdogLost = "msrun-ssh-watchdog: launcher 
 inline constexpr std::string_view kWatchdogDone = "msrun-ssh-watchdog: done";
 inline constexpr std::string_view kWatchdogPaused = "msrun-ssh-watchdog: paused";
 inline constexpr std::string_view kWatchdogResumed = "msrun-ssh-watchdog: resumed";
+// Instead of the ready line, when the host's workdir is not a directory it can enter; the
+// watchdog then ends.
+inline constexpr std::string_view kWatchdogNoWorkdir = "msrun-ssh-watchdog: no workdir";
 
 // The watchdog's grace is counted in steps of this many seconds.
 inline constexpr double kWatchdogGraceStepS = 0.2;
@@ -105,12 +109,14 @@ inline constexpr double kWatchdogGraceStepS = 0.2;
 // The ready line (without its newline) of the watchdog with pid `pid` on the host named `host`.
 std::string watchdog_ready_line(long pid, std::string_view host);
 
-// What a watchdog is started with: its job and its times, as the script gets them.
+// What a watchdog is started with: its job and its times, as the script gets them, and the
+// host's workdir, which it checks before it is ready.
 struct WatchdogArgs {
   std::string job_id;
   double silence_s = 0;      // no byte for that long: the launcher is lost (given to the ms)
   int grace_steps = 0;       // SIGTERM to SIGKILL of a teardown the launcher asked for
   int lost_grace_steps = 0;  // the same for the teardown after losing the launcher
+  std::string workdir;       // "": none to check
 
   double grace_s() const { return grace_steps * kWatchdogGraceStepS; }
   double lost_grace_s() const { return lost_grace_steps * kWatchdogGraceStepS; }
@@ -123,9 +129,10 @@ struct WatchdogArgs {
 // teardown fits in 3 heartbeats when `timeout_s` is 2 heartbeats).
 WatchdogArgs watchdog_args(const std::string& job_id, double timeout_s, double grace_s);
 
-// The watchdog command: `exec sh -c SCRIPT msrun-ssh-watchdog 'JOB' T G L`.
+// The watchdog command: `exec sh -c SCRIPT msrun-ssh-watchdog 'JOB' T G L 'WORKDIR'`.
 std::string watchdog_command(const WatchdogArgs& args);
-std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s);
+std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s,
+                             const std::string& workdir = {});
 
 // The arguments `command` was made from when it is a watchdog command (exactly what
 // watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.

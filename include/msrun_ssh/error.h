@@ -14,6 +14,7 @@ namespace msrun_ssh {
 // Exit statuses (docs/command-line.md). A job that ran exits with its first failed process's
 // status instead.
 inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;        // --on_log_error=stop ended the job
 inline constexpr int kExitUsage = 2;          // usage or input error, found before anything starts
 inline constexpr int kExitHostFailure = 255;  // a host could not be reached/authenticated/verified
 inline constexpr int kExitSigint = 130;

@@ -27,21 +27,30 @@ class EventLog {
   EventLog& operator=(const EventLog&) = delete;
 
   // Writes {"version":1,"time":"<ISO 8601 UTC ms>","type":TYPE, ...fields} and flushes it, so a
-  // reader following the file sees each event when it happens.
+  // reader following the file sees each event when it happens. An event that cannot be written
+  // (a full disk) is counted; the first such one, and the first written again, are said on stderr.
   void emit(std::string_view type, const nlohmann::json& fields = nlohmann::json::object());
 
  private:
+  std::string path_;
   std::FILE* file_ = nullptr;
   bool owned_ = false;
   Clock clock_;
+  size_t missing_ = 0;  // events not written since the last one that was
 };
 
 struct SummaryRow;
+struct LogGap;
 
 // The end-of-job summary as data: every process (host, process, rank, status, seconds, failed,
-// ended by the teardown), the root cause (with its traceback or last lines) and the number of
-// processes the teardown ended. The "summary" event and <log_dir>/summary.json carry it.
+// ended by the teardown), the root cause (with its traceback or last lines), the number of
+// processes the teardown ended and the logs that miss bytes ("incomplete_logs", log_gap_json).
+// The "summary" event and <log_dir>/summary.json carry it.
 nlohmann::json summary_json(const std::vector<SummaryRow>& rows);
+
+// A log the launcher could not write all of (output.h): path, bytes_written, bytes_missing, error;
+// also the "log_write_error" event's fields.
+nlohmann::json log_gap_json(const LogGap& gap);
 
 // A process's "rank" field: a worker's global rank, null for the scheduler (rank < 0).
 inline nlohmann::json rank_json(int rank) {

@@ -61,9 +61,10 @@ struct Options {
   double timeout = 0;                // the job's wall-time limit in seconds (0: none)
   double hang_timeout = 0;  // seconds without output from any process that count as a hang (0: off)
   bool hang_kills = true;   // --on_hang=kill (default) or report
-  int max_restarts = 0;     // whole-job restarts after a failure (see runner.h)
-  double restart_backoff = 1;  // seconds before the first restart, doubling
-  int spares = 0;              // --spares N: the host file's last N hosts are spares (runner.h)
+  bool log_error_stops = false;  // --on_log_error=stop: a log that cannot be written ends the job
+  int max_restarts = 0;          // whole-job restarts after a failure (see runner.h)
+  double restart_backoff = 1;    // seconds before the first restart, doubling
+  int spares = 0;                // --spares N: the host file's last N hosts are spares (runner.h)
   int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   RestartPolicy restart_policy = RestartPolicy::kJob;
   // --recovery_path: MS_RECOVERY_PATH's base directory under --restart_policy process (relative

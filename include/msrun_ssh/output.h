@@ -9,6 +9,7 @@
 #pragma once
 
 #include <spdlog/logger.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -255,6 +256,16 @@ class Gatherer {
   uint64_t next_seq_ = 1;
 };
 
+// A log file the launcher could not write all of (a full disk, a quota, an I/O error, a removed
+// directory). The job goes on and the console keeps every line; writing the log goes on as soon as
+// it can, after a line in the file saying how many bytes are missing there.
+struct LogGap {
+  std::string path;
+  size_t written = 0;  // bytes the file holds
+  size_t missing = 0;  // bytes that could not be written (0: none)
+  std::string error;   // why the first write failed
+};
+
 struct OutputConfig {
   std::string log_dir;
   int console_out = 1;  // where prefixed stdout lines go
@@ -275,6 +286,11 @@ struct OutputConfig {
   // Where console bytes go (console_sink.h): a run hands in the process's sink, so that a stopped
   // terminal or a paused pipe never blocks the launcher. Null: written at once (blocking).
   ConsoleSink* sink = nullptr;
+  // Called when writing a log file starts failing (after it is said on the console), e.g. for the
+  // events stream; may be empty.
+  std::function<void(const LogGap&)> on_log_error;
+  // How log bytes are written: ::write unless a test puts a failing one here.
+  std::function<ssize_t(int, const void*, size_t)> write_log;
 };
 
 class Output {
@@ -341,10 +357,17 @@ class Output {
   // Bytes written to the log file of `proc` so far.
   size_t log_bytes(int proc) const;
 
+  // What could not be written to the log of `proc` so far (missing 0: nothing).
+  LogGap log_gap(int proc) const;
+
  private:
   struct Proc;
   void line(Proc& p, bool is_stderr, std::string_view text);
   void console_line(Proc& p, bool is_stderr, std::string_view text);
+  void write_log(Proc& p);
+  static LogGap log_gap_of(const Proc& p);
+  size_t write_some_log(Proc& p, std::string_view data);
+  void say_log_notes();
   void show_redraws();
   void write_console();
   // `own`: the launcher's message, never dropped by the sink; else the processes' lines.
@@ -359,6 +382,7 @@ class Output {
   std::vector<Proc*> procs_;
   std::string out_buf_;
   std::string err_buf_;
+  std::vector<std::string> log_notes_;  // what write_log has to say, said by say_log_notes
 };
 
 // The console prefix of a process: "3@HOST" for rank 3, "sched@HOST" for the scheduler (rank < 0).
@@ -379,6 +403,7 @@ struct SummaryRow {
   std::vector<std::string> stacks;      // Python stacks printed at a --timeout / --hang_timeout
   std::string error_message;            // from the error file (--contract torch), else empty
   long long error_time = 0;             // the error file's timestamp (0: none)
+  LogGap log_gap;                       // what its log file misses (log_gap.missing 0: nothing)
 };
 
 // torchrun's "first observed failure": when the root cause of `rows` (the first failure the

@@ -45,6 +45,13 @@ class Runner {
   // Runs the attached job to its end; returns its exit status (error.h).
   int run();
 
+  // Ends the job with `status` and `why` at the next turn of run()'s loop, as a failure would:
+  // for what happens outside the runner's own handlers (a log that cannot be written, with
+  // --on_log_error=stop). The first failure still decides the status.
+  void fail_soon(int status, std::string why) {
+    if (!pending_fail_) pending_fail_.emplace(status, std::move(why));
+  }
+
   // Reacts as if the launcher had received `signo` (what the signalfd delivers). SIGQUIT (Ctrl-\\)
   // asks for every process's stack while the job goes on (stacks.h): stack.sh runs on every host
   // still in the job, on the job's own connections; when all have answered (at most
@@ -206,6 +213,7 @@ class Runner {
   bool channels_killed_ = false;
   bool interrupted_ = false;
   int attempt_ = 1;
+  std::optional<std::pair<int, std::string>> pending_fail_;  // fail_soon's, not yet failed
   int root_cause_ = -1;         // the process whose failure started the teardown (-1: none)
   double started_ms_ = -1;      // when the processes were started (-1: not yet)
   double last_output_ms_ = -1;  // the last byte any process printed (or the start)

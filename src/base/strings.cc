@@ -17,6 +17,27 @@ std::string_view trim(std::string_view s, std::string_view blanks) {
   return s.substr(first, s.find_last_not_of(blanks) - first + 1);
 }
 
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = std::min(text.find('\n', pos), text.size());
+    lines.push_back(text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  return lines;
+}
+
+std::vector<std::string_view> split_words(std::string_view text, std::string_view blanks) {
+  std::vector<std::string_view> words;
+  for (size_t pos = text.find_first_not_of(blanks); pos != std::string_view::npos;
+       pos = text.find_first_not_of(blanks, pos)) {
+    size_t end = std::min(text.find_first_of(blanks, pos), text.size());
+    words.push_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+  return words;
+}
+
 std::string shell_quote(std::string_view word) {
   std::string out = "'";
   for (char c : word) {

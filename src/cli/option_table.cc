@@ -210,6 +210,14 @@ const std::vector<OptionSpec>& option_table() {
        [](O& o, V n, V v, G) {
          o.hang_kills = one_of<bool>(n, v, {{"kill", true}, {"report", false}});
        }},
+      {"--on_log_error", "", "warn|stop",
+       "a per-rank log that cannot be written (a full disk): warn (the default): said at once and "
+       "in the summary, the job goes on and the log resumes when it can; stop: a teardown and "
+       "exit 1",
+       kRunCheck, S::kOwn,
+       [](O& o, V n, V v, G) {
+         o.log_error_stops = one_of<bool>(n, v, {{"warn", false}, {"stop", true}});
+       }},
       {"--max_restarts", "", "N",
        "after a failure, tear down and start the whole job again, up to N times (default 0); "
        "MSRUN_SSH_ATTEMPT tells each process its attempt",

@@ -41,6 +41,23 @@ std::optional<std::string> shell_unquote(std::string_view quoted) {
   return word;
 }
 
+// The word shell_quote made at the start of `s` ('...' with '\'' for each quote), taken off `s`;
+// nothing when `s` does not start with such a word.
+std::optional<std::string> take_quoted_word(std::string_view& s) {
+  if (!s.starts_with('\'')) return std::nullopt;
+  for (size_t at = 1;;) {
+    size_t q = s.find('\'', at);
+    if (q == std::string_view::npos) return std::nullopt;
+    if (s.substr(q).starts_with("'\\''")) {
+      at = q + 4;
+      continue;
+    }
+    std::optional<std::string> word = shell_unquote(s.substr(0, q + 1));
+    s.remove_prefix(q + 1);
+    return word;
+  }
+}
+
 // `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted; with stack dumps
 // (stacks.h), ARGV runs through stack_site.sh.
 std::string exec_env(const Process& process, const std::string& job_id) {
@@ -121,28 +138,40 @@ WatchdogArgs watchdog_args(const std::string& job_id, double timeout_s, double g
 }
 
 std::string watchdog_command(const WatchdogArgs& args) {
-  return fmt::format("{}{} {:.3f} {} {}", watchdog_head(), shell_quote(args.job_id), args.silence_s,
-                     args.grace_steps, args.lost_grace_steps);
+  return fmt::format("{}{} {:.3f} {} {} {}", watchdog_head(), shell_quote(args.job_id),
+                     args.silence_s, args.grace_steps, args.lost_grace_steps,
+                     shell_quote(args.workdir));
 }
 
-std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s) {
-  return watchdog_command(watchdog_args(job_id, timeout_s, grace_s));
+std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s,
+                             const std::string& workdir) {
+  WatchdogArgs args = watchdog_args(job_id, timeout_s, grace_s);
+  args.workdir = workdir;
+  return watchdog_command(args);
 }
 
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
   static const std::string head = watchdog_head();
   if (!command.starts_with(head)) return std::nullopt;
-  // 'JOB' T G L: the job's quoted word ends at the last quote, the numbers hold none.
+  // 'JOB' T G L 'WORKDIR'
   std::string_view rest = command.substr(head.size());
-  size_t quote = rest.rfind('\'');
-  if (quote == std::string_view::npos) return std::nullopt;
-  size_t job_end = quote + 1;
-  std::optional<std::string> job = shell_unquote(rest.substr(0, job_end));
+  std::optional<std::string> job = take_quoted_word(rest);
   if (!job) return std::nullopt;
+  // " T G L " (numbers: no quote, no blank in them), then the workdir's word.
+  std::string numbers;
+  for (int i = 0; i < 3; ++i) {
+    size_t end = rest.find(' ', 1);
+    if (!rest.starts_with(' ') || end == std::string_view::npos) return std::nullopt;
+    numbers.append(rest.substr(0, end));
+    rest.remove_prefix(end);
+  }
+  rest.remove_prefix(1);
+  std::optional<std::string> workdir = take_quoted_word(rest);
+  if (!workdir || !rest.empty()) return std::nullopt;
   WatchdogArgs args{*job};
-  std::istringstream numbers{std::string(rest.substr(job_end))};
-  if (!(numbers >> args.silence_s >> args.grace_steps >> args.lost_grace_steps))
-    return std::nullopt;
+  args.workdir = *workdir;
+  std::istringstream in{numbers};
+  if (!(in >> args.silence_s >> args.grace_steps >> args.lost_grace_steps)) return std::nullopt;
   // Exactly what watchdog_command makes of them, or it is not a watchdog command.
   if (watchdog_command(args) != command) return std::nullopt;
   return args;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/output.h"
 
 namespace msrun_ssh {
@@ -24,12 +25,7 @@ long long seconds_of(const nlohmann::json& v) {
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    lines.push_back(text.substr(pos, nl - pos));
-    pos = nl == std::string::npos ? text.size() : nl + 1;
-  }
+  for (std::string_view line : split_lines(text)) lines.emplace_back(line);
   return lines;
 }
 

@@ -12,7 +12,7 @@
 
 namespace msrun_ssh {
 
-EventLog::EventLog(const std::string& path, Clock clock) : clock_(std::move(clock)) {
+EventLog::EventLog(const std::string& path, Clock clock) : path_(path), clock_(std::move(clock)) {
   if (!clock_) clock_ = [] { return std::chrono::system_clock::now(); };
   if (path == "-") {
     file_ = stdout;
@@ -38,15 +38,37 @@ void EventLog::emit(std::string_view type, const nlohmann::json& fields) {
   // Bytes that are not UTF-8 (a process's output) are replaced, never a reason to throw.
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size();
+  ok = std::fflush(file_) == 0 && ok;
+  if (ok) {
+    if (missing_ > 0)
+      std::fprintf(stderr,
+                   "msrun-ssh: the events file %s is written again; %zu events are missing\n",
+                   path_.c_str(), missing_);
+    missing_ = 0;
+    return;
+  }
+  // A full disk must not stop the job: said once when events start to go missing, counted.
+  if (missing_++ == 0)
+    std::fprintf(stderr, "msrun-ssh: warning: cannot write the events file %s: %s\n", path_.c_str(),
+                 std::strerror(errno));
+  std::clearerr(file_);
+}
+
+nlohmann::json log_gap_json(const LogGap& gap) {
+  return {{"path", gap.path},
+          {"bytes_written", gap.written},
+          {"bytes_missing", gap.missing},
+          {"error", gap.error}};
 }
 
 nlohmann::json summary_json(const std::vector<SummaryRow>& rows) {
   nlohmann::json procs = nlohmann::json::array();
   nlohmann::json root = nullptr;
+  nlohmann::json incomplete = nlohmann::json::array();
   int torn_down = 0;
   for (const SummaryRow& r : rows) {
+    if (r.log_gap.missing > 0) incomplete.push_back(log_gap_json(r.log_gap));
     nlohmann::json p = {{"host", r.host},       {"process", r.process}, {"status", r.status},
                         {"seconds", r.seconds}, {"failed", r.failed},   {"torn_down", r.torn_down}};
     p["rank"] = rank_json(r.rank);
@@ -60,7 +82,10 @@ nlohmann::json summary_json(const std::vector<SummaryRow>& rows) {
     }
     procs.push_back(std::move(p));
   }
-  return {{"processes", procs}, {"root_cause", root}, {"torn_down", torn_down}};
+  return {{"processes", procs},
+          {"root_cause", root},
+          {"torn_down", torn_down},
+          {"incomplete_logs", incomplete}};
 }
 
 }  // namespace msrun_ssh

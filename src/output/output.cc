@@ -59,6 +59,12 @@ struct Output::Proc {
   TracebackCatcher traceback;
   StackCatcher stacks;
   std::optional<ErrorFile> error_file;
+  // Log bytes that could not be written (a full disk, ...): in all, and since the last write
+  // that went through (the gap the next line in the file announces), with the first error.
+  size_t missing = 0;
+  size_t gap = 0;
+  int write_errno = 0;
+  std::string first_error;
 };
 
 Output::Output(OutputConfig config)
@@ -191,11 +197,7 @@ void Output::data(int proc, bool is_stderr, std::string_view bytes) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
   if (config_.timestamps || config_.log_timestamps || config_.gather) now_ms_ = now_ms();
   p.framers[is_stderr ? 1 : 0].feed(bytes, [&](std::string_view l) { line(p, is_stderr, l); });
-  if (p.log_buf.size() >= kLogFlushBytes) {
-    write_all(p.fd, p.log_buf);
-    p.logged += p.log_buf.size();
-    p.log_buf.clear();
-  }
+  if (p.log_buf.size() >= kLogFlushBytes) write_log(p);
   std::string& console = is_stderr ? err_buf_ : out_buf_;
   if (console.size() >= kConsoleFlushBytes) {
     console_write(is_stderr ? config_.console_err : config_.console_out, console);
@@ -269,12 +271,8 @@ void Output::flush() {
     now_ms_ = now_ms();
     write_console();
   }
-  for (Proc* p : procs_) {
-    if (p->log_buf.empty()) continue;
-    write_all(p->fd, p->log_buf);
-    p->logged += p->log_buf.size();
-    p->log_buf.clear();
-  }
+  for (Proc* p : procs_) write_log(*p);
+  say_log_notes();
   if (!out_buf_.empty()) console_write(config_.console_out, out_buf_);
   if (!err_buf_.empty()) console_write(config_.console_err, err_buf_);
   out_buf_.clear();
@@ -296,6 +294,69 @@ void Output::report(const std::string& text) {
   console_write(config_.console_err, text, true);
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
+
+// Writes what `data` it can to the log of `p`; returns how much went through.
+size_t Output::write_some_log(Proc& p, std::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = config_.write_log ? config_.write_log(p.fd, data.data() + done, data.size() - done)
+                                  : ::write(p.fd, data.data() + done, data.size() - done);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      p.write_errno = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  p.logged += done;
+  return done;
+}
+
+// Writes the buffered log bytes of `p`. A failure is said once (when the gap opens) and the bytes
+// are counted as missing; the first write that goes through afterwards is a line saying how many
+// bytes are missing at that place, and that the log goes on.
+void Output::write_log(Proc& p) {
+  if (p.fd < 0 || p.log_buf.empty()) return;
+  if (p.gap > 0) {
+    std::string marker = fmt::format("\n[msrun-ssh: {} bytes of this log are missing here: {}]\n",
+                                     p.gap, std::strerror(p.write_errno));
+    if (write_some_log(p, marker) == marker.size()) {
+      log_notes_.push_back(
+          fmt::format("{} is written again; {} bytes are missing in it, at a line that says so",
+                      p.path, p.gap));
+      p.gap = 0;
+    }
+  }
+  size_t done = p.gap > 0 ? 0 : write_some_log(p, p.log_buf);
+  if (done < p.log_buf.size()) {
+    const bool opens = p.gap == 0;
+    p.gap += p.log_buf.size() - done;
+    p.missing += p.log_buf.size() - done;
+    if (opens) {
+      if (p.first_error.empty()) p.first_error = std::strerror(p.write_errno);
+      log_notes_.push_back(fmt::format(
+          "warning: cannot write {}: {}; it holds {} bytes, the console keeps every line, and "
+          "the log goes on when it can (the bytes missing are counted)",
+          p.path, std::strerror(p.write_errno), p.logged));
+      if (config_.on_log_error) config_.on_log_error(log_gap_of(p));
+    }
+  }
+  p.log_buf.clear();
+}
+
+void Output::say_log_notes() {
+  for (const auto& note : log_notes_) {
+    console_write(config_.console_err, fmt::format("msrun-ssh: {}\n", note), true);
+    if (config_.launcher_log) config_.launcher_log->warn("{}", note);
+  }
+  log_notes_.clear();
+}
+
+LogGap Output::log_gap_of(const Proc& p) {
+  return LogGap{p.path, p.logged, p.missing, p.first_error};
+}
+
+LogGap Output::log_gap(int proc) const { return log_gap_of(*procs_.at(static_cast<size_t>(proc))); }
 
 const std::deque<std::string>& Output::last_lines(int proc) const {
   const Proc& p = *procs_.at(static_cast<size_t>(proc));
@@ -556,6 +617,11 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
   if (torn_down > 0 && (root || !failed.empty()))
     out += fmt::format("--- ended by the teardown: {} process{} ---\n", torn_down,
                        torn_down == 1 ? "" : "es");
+  for (const auto& r : rows)
+    if (r.log_gap.missing > 0)
+      out += fmt::format(
+          "--- incomplete log: {} ({} on {}) misses {} bytes ({}); it holds {} bytes ---\n",
+          r.log_gap.path, r.process, r.host, r.log_gap.missing, r.log_gap.error, r.log_gap.written);
   return out + format_stacks(rows);
 }
 

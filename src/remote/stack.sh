@@ -26,7 +26,7 @@ pids=$(grep -lz "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null |
   sed 's,^/proc/,,;s,/environ$,,' | sort -n)
 # "RANK DIR" of process $1: its rank from its environment, its dump directory.
 rank_dir() {
-  tr '\000' '\n' < "/proc/$1/environ" 2>/dev/null | awk '
+  tr '\000' '\n' 2>/dev/null < "/proc/$1/environ" | awk '
     { k = substr($0, 1, index($0, "=") - 1); v[k] = substr($0, length(k) + 2) }
     END {
       r = v["MS_ROLE"] == "MS_SCHED" ? "sched" : v["RANK_ID"] != "" ? v["RANK_ID"] : \

@@ -27,7 +27,7 @@ signal_all() {
   found=1
   for p in $(pids); do
     [ "$p" = "$$" ] && continue
-    c=$(tr '\000' ' ' < "/proc/$p/cmdline" 2>/dev/null)
+    c=$(tr '\000' ' ' 2>/dev/null < "/proc/$p/cmdline")
     { kill -"$1" -"$p" || kill -"$1" "$p"; } 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
   done
   return $found

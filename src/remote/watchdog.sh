@@ -2,7 +2,8 @@
 # The watchdog of one job on one host (sent after sweep.sh): reads one control byte at a time
 # from the launcher (see command.h). Arguments: the job id (J, read by sweep.sh); T: silence
 # (seconds) after which the launcher counts as gone; G and L: grace steps of 0.2 s for a
-# requested teardown and for a teardown after losing the launcher.
+# requested teardown and for a teardown after losing the launcher; W: the host's workdir ("": none
+# to check).
 # SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
 # Before the ready line it makes the job's stack-dump directory (stack_dir.sh; $S, set in front of
 # this script, is stack_site.py's text), so that the processes find it made.
@@ -14,7 +15,7 @@
 # The silence T is waited out in two reads, 3/4 and 1/4 of it: when this host was too starved of
 # CPU to run the first read while the launcher's bytes came, they wait in the pipe and the second
 # read, a new process, finds them at once; a launcher that is really gone costs no extra time.
-T=$2 G=$3 L=$4
+T=$2 G=$3 L=$4 W=${5-}
 # T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
 ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
 t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
@@ -28,6 +29,8 @@ trap '' PIPE HUP
 # and `dd` get the same SIGTERM from a step's end.)
 trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exit 0' TERM
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
+# The host's workdir (W) is said missing before anything starts, not as each process's cd error.
+if [ -n "$W" ] && ! (cd -- "$W") 2>/dev/null; then echo "msrun-ssh-watchdog: no workdir"; exit 0; fi
 stack_site "$J" "$S" || :
 echo "msrun-ssh-watchdog: ready $$ $n"
 c=

@@ -337,9 +337,15 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
   summary["version"] = EventLog::kVersion;
   std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
   std::string text = summary.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  if (write_text_file(tmp, text) && std::rename(tmp.c_str(), path.c_str()) != 0)
+  // Written in full under another name, then renamed: a reader never sees half of it, and a
+  // failed write (a full disk) leaves nothing behind.
+  if (!write_text_file(tmp, text)) {
+    std::remove(tmp.c_str());
+  } else if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
                  std::strerror(errno));
+    std::remove(tmp.c_str());
+  }
 }
 
 // Everything before a process starts, attached or detached: connect every host (`pool`), then
@@ -466,12 +472,24 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   oc.gather = options.output_gather;
   oc.status = &row;
   oc.sink = &console_sink();
+  Runner* running = nullptr;  // set while the runner runs: --on_log_error=stop ends its job
+  oc.on_log_error = [events, &running, stop = options.log_error_stops](const LogGap& gap) {
+    emit_event(events, "log_write_error", log_gap_json(gap));
+    if (stop && running)
+      running->fail_soon(kExitFailure, fmt::format("cannot write {}: {} (--on_log_error=stop)",
+                                                   gap.path, gap.error));
+  };
   Output out(oc);
   AttemptResult result;
   std::vector<SummaryRow> rows;
   try {
     // Over the launch agents the hosts' preparation used (launch_agents).
     Runner runner(plan, options, *ready.agents, out, sfd, options.tail_worker_log.empty() ? -1 : 0);
+    running = &runner;
+    struct Unset {
+      Runner*& r;
+      ~Unset() { r = nullptr; }
+    } unset{running};
     runner.set_attempt(attempt);
     runner.set_events(events);
     runner.set_status(&view, options.status_line && row.enabled() ? &row : nullptr);
@@ -481,6 +499,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.lost_hosts = runner.lost_hosts();
     result.root_cause_host = runner.root_cause_host();
     result.process_restarts = runner.process_restarts();
+    out.flush();  // the logs' last bytes, so that the summary says what they miss
     rows = runner.summary();
     logs = runner.log_names();
   } catch (const std::runtime_error& e) {
@@ -642,17 +661,12 @@ int stop_on_hosts(Transport& t, const std::vector<std::string>& addresses, const
       code = kExitHostFailure;
       continue;
     }
-    size_t pos = 0;
-    const std::string& text = *results[i];
-    while (pos < text.size()) {
-      size_t nl = text.find('\n', pos);
-      std::string line = text.substr(pos, nl - pos);
-      if (line.rfind("killed ", 0) == 0) {
-        std::fprintf(out, "%s: %s\n", addresses[i].c_str(), line.c_str());
+    for (std::string_view line : split_lines(*results[i])) {
+      if (line.starts_with("killed ")) {
+        std::fprintf(out, "%s: %.*s\n", addresses[i].c_str(), static_cast<int>(line.size()),
+                     line.data());
         ++killed;
       }
-      if (nl == std::string::npos) break;
-      pos = nl + 1;
     }
   }
   std::fprintf(out, "job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed,

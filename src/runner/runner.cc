@@ -262,6 +262,9 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
                 {"pid", std::string(rest.substr(0, std::min(space, rest.size())))}});
   } else if (line.size() == 1 && line[0] == kBeat) {
     h.may_have_given_up = false;  // it still listens
+  } else if (line == kWatchdogNoWorkdir) {
+    fail(kExitUsage, fmt::format("workdir {} does not exist on {} (or cannot be entered)",
+                                 plan_.hosts[host].host.workdir, host_name(host)));
   } else if (line == kWatchdogPaused) {
     h.paused = true;
   } else if (line == kWatchdogResumed) {
@@ -386,11 +389,12 @@ void Runner::handle(const TransportEvent& e) {
 bool Runner::start_watchdogs() {
   // The watchdog gives up after 2 heartbeats of silence, so that the whole teardown on a host
   // that lost us fits in the 3 heartbeats docs/life-cycle.md promises.
-  std::string cmd = watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace);
   if (start_view_) start_view_->phase(StartProgress::Phase::kWatchdogs);
   double now = t_.now_ms();
   for (size_t h = 0; h < hosts_.size(); ++h) {
-    hosts_[h].watchdog = t_.exec(h, cmd);
+    hosts_[h].watchdog =
+        t_.exec(h, watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace,
+                                    plan_.hosts[h].host.workdir));
     hosts_[h].last_echo_ms = now;
     put(host_of_watchdog_, hosts_[h].watchdog, static_cast<int>(h));
   }
@@ -624,6 +628,10 @@ int Runner::run() {
     check_heartbeats(now);
     check_time_limits(now);
     check_stacks(now);
+    if (pending_fail_) {
+      auto [status, why] = *std::exchange(pending_fail_, std::nullopt);
+      fail(status, why);
+    }
     if (finish_suspend(now)) continue;  // suspended and resumed: the clock moved on
     if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
@@ -942,6 +950,7 @@ SummaryRow Runner::row_of(size_t i) const {
   r.root_cause = static_cast<int>(i) == root_cause_;
   r.torn_down = p.exited && p.note == teardown_note_;
   if (p.out >= 0) r.stacks = out_.stacks(p.out);
+  if (p.out >= 0) r.log_gap = out_.log_gap(p.out);
   if (r.failed && p.out >= 0) {
     const auto& last = out_.last_lines(p.out);
     r.last_lines.assign(last.begin(), last.end());

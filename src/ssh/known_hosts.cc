@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/ssh.h"
 
 namespace msrun_ssh {
@@ -50,10 +51,7 @@ std::string_view first_word(std::string_view line, bool& more) {
 }  // namespace
 
 KnownHostsIndex::KnownHostsIndex(std::string_view text) {
-  for (size_t pos = 0; pos < text.size();) {
-    size_t nl = text.find('\n', pos);
-    std::string_view line = text.substr(pos, nl == std::string_view::npos ? text.npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+  for (std::string_view line : split_lines(text)) {
     std::string_view body = line.substr(std::min(line.size(), line.find_first_not_of(" \t\r")));
     if (body.empty() || body.front() == '#') continue;  // nothing libssh would use
     size_t index = lines_.size();

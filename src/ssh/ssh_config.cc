@@ -29,14 +29,7 @@ namespace {
 // A whitespace-separated list of words.
 std::vector<std::string> words(std::string_view value) {
   std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos < value.size()) {
-    size_t start = value.find_first_not_of(" \t", pos);
-    if (start == std::string_view::npos) break;
-    size_t end = std::min(value.find_first_of(" \t", start), value.size());
-    out.emplace_back(value.substr(start, end - start));
-    pos = end;
-  }
+  for (std::string_view w : split_words(value)) out.emplace_back(w);
   return out;
 }
 

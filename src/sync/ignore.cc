@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/sync.h"
 
@@ -84,13 +85,7 @@ bool IgnoreRules::add(std::string_view line) {
 }
 
 void IgnoreRules::add_text(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    add(text.substr(pos, nl - pos));
-    pos = nl + 1;
-  }
+  for (std::string_view line : split_lines(text)) add(line);
 }
 
 bool IgnoreRules::matches(std::string_view path, bool is_dir) const {

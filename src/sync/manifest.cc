@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/sync.h"
 
@@ -133,11 +134,7 @@ std::optional<Entry> remote_entry(const nlohmann::json& j) {
 // that is not JSON is.
 template <typename Taken, typename Fn>
 void json_lines(std::string_view text, Taken taken, Fn fn) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
+  for (std::string_view line : split_lines(text)) {
     if (line.empty() || line[0] != '{' || taken(line)) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;

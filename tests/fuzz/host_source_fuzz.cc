@@ -4,7 +4,7 @@
 //   0  expand_slurm_counts   against a reference of the grammar  N | N "(x" M ")", comma-separated,
 //                            N 0..1024, M 1..16384, at most 16384 counts
 //   1  expand_node_list      names valid, unique, <= 16384; without brackets: the comma-separated
-//                            words themselves
+//                            words themselves, without the blanks around them
 //   2  parse_pbs_nodefile    hosts in order of first appearance, slots = lines per host (1..1024),
 //                            messages located "fuzz.nodes:"
 //   3  slurm_allocation      SLURM_JOB_NODELIST = the input up to the first newline,
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/host_source.h"
 
@@ -120,8 +121,10 @@ void fuzz_node_list(std::string_view text) {
       std::vector<std::string_view> words = split(text, ',');
       FUZZ_CHECK(words.size() == names.size(), "%zu names of %zu words", names.size(),
                  words.size());
+      // Blanks around a word are dropped, as ClusterShell drops them.
       for (size_t i = 0; i < words.size(); ++i)
-        FUZZ_CHECK(words[i] == names[i], "name %zu is \"%s\"", i, names[i].c_str());
+        FUZZ_CHECK(msrun_ssh::trim(words[i]) == names[i], "name %zu is \"%s\"", i,
+                   names[i].c_str());
     }
   } catch (const msrun_ssh::InputError&) {
   }

@@ -1,12 +1,15 @@
 // Fuzzes expand_nodeset (src/hostfile/nodeset.cc) against the promises of hostfile.h and against
-// an independent reference expansion written here from the documented grammar:
+// an independent reference expansion written here from the documented grammar (ClusterShell's
+// node sets, docs/host-file.md):
 //
-//   pattern := (literal | "[" item ("," item)* "]")*      literal: no "[" nor "]"
-//   item    := NUM | NUM "-" NUM                          NUM: 1..9 decimal digits, lo <= hi
+//   pattern := set ("," set)*        the commas outside brackets; blanks around a set dropped
+//   set     := (literal | "[" item ("," item)* "]")*      literal: no "[", "]" nor ","
+//   item    := B NUM B | B NUM B "-" B NUM B ("/" B NUM B)?     B: blanks (space, tab)
 //
-// with zero padding to the width of the lower bound when it starts with '0' (and has more than
-// one digit), groups multiplying left to right, at most 16384 names in all (the implementation
-// also refuses one range spanning 16384 values or more), and no empty name.
+// A lone NUM is any run of digits, kept as written; a range's NUMs have 1..19 digits, lo <= hi,
+// a step >= 1 (default 1), and give lo, lo+step, ... <= hi, zero-padded to the width of lo when
+// lo starts with '0' and has more than one digit. Groups multiply left to right within a set;
+// sets follow each other; at most 16384 names in all; no set is empty.
 //
 // Findings: any crash or sanitizer report; any exception other than InputError; success with an
 // empty name, more than 16384 names, or a name holding a bracket; success/failure or names that
@@ -29,90 +32,141 @@ constexpr size_t kMaxNames = 16384;
 constexpr size_t kMaxCompared = 5000;  // names compared one by one (else count, first, last)
 
 struct Item {
-  unsigned long lo = 0, hi = 0;
+  std::string lone;  // a lone number, as written; else the range below
+  uint64_t lo = 0, step = 1, count = 1;
   size_t width = 0;
 };
-
 struct Segment {
   std::string literal;      // before the group
   std::vector<Item> group;  // empty: no group (the trailing literal)
+  uint64_t size = 1;        // names of the group
+};
+struct Set {
+  std::vector<Segment> segments;
+  size_t count = 1;
 };
 
-bool parse_num(std::string_view s, unsigned long& out) {
-  if (s.empty() || s.size() > 9) return false;
-  out = 0;
-  for (char c : s) {
+bool blank(char c) { return c == ' ' || c == '\t'; }
+
+std::string_view strip(std::string_view s) {
+  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && blank(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool digits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
     if (c < '0' || c > '9') return false;
-    out = out * 10 + static_cast<unsigned long>(c - '0');
-  }
   return true;
 }
 
-// Returns false where expand_nodeset must throw. `count` is the number of names.
-bool reference_parse(std::string_view p, std::vector<Segment>& segments, size_t& count) {
-  count = 1;
+bool parse_num(std::string_view s, uint64_t& out) {
+  if (!digits(s) || s.size() > 19) return false;
+  out = 0;
+  for (char c : s) out = out * 10 + static_cast<uint64_t>(c - '0');
+  return true;
+}
+
+bool parse_item(std::string_view text, Item& it) {
+  size_t slash = text.find('/');
+  std::string_view range = text.substr(0, slash);
+  size_t dash = range.find('-');
+  std::string_view lo_s = strip(range.substr(0, dash));
+  if (dash == std::string_view::npos) {
+    if (slash != std::string_view::npos || !digits(lo_s)) return false;
+    it.lone = std::string(lo_s);
+    return true;
+  }
+  uint64_t hi = 0;
+  if (!parse_num(lo_s, it.lo) || !parse_num(strip(range.substr(dash + 1)), hi) || hi < it.lo)
+    return false;
+  if (slash != std::string_view::npos &&
+      (!parse_num(strip(text.substr(slash + 1)), it.step) || it.step == 0))
+    return false;
+  it.count = (hi - it.lo) / it.step + 1;
+  it.width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
+  return true;
+}
+
+// One set (no comma outside brackets); false where expand_nodeset must throw.
+bool parse_set(std::string_view p, Set& set) {
   size_t pos = 0;
   while (true) {
     Segment seg;
     while (pos < p.size() && p[pos] != '[' && p[pos] != ']') seg.literal += p[pos++];
     if (pos == p.size()) {
-      segments.push_back(seg);
-      break;
+      set.segments.push_back(seg);
+      return true;
     }
     if (p[pos] == ']') return false;  // stray "]"
     size_t close = p.find_first_of("[]", pos + 1);
     if (close == std::string_view::npos || p[close] == '[') return false;  // unmatched / nested
     std::string_view body = p.substr(pos + 1, close - pos - 1);
-    size_t group_size = 0;
-    size_t start = 0;
-    while (true) {
+    if (strip(body).empty()) return false;
+    seg.size = 0;
+    for (size_t start = 0;;) {
       size_t comma = body.find(',', start);
-      std::string_view item =
-          body.substr(start, comma == std::string_view::npos ? body.npos : comma - start);
-      size_t dash = item.find('-');
-      std::string_view lo_s = item.substr(0, dash);
-      std::string_view hi_s = dash == std::string_view::npos ? lo_s : item.substr(dash + 1);
+      std::string_view text = body.substr(start, comma == body.npos ? body.npos : comma - start);
       Item it;
-      if (!parse_num(lo_s, it.lo) || !parse_num(hi_s, it.hi) || it.hi < it.lo) return false;
-      if (it.hi - it.lo >= kMaxNames) return false;
-      it.width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
+      if (strip(text).empty() || !parse_item(text, it) || it.count > kMaxNames) return false;
+      seg.size += it.count;
+      if (seg.size > kMaxNames) return false;
       seg.group.push_back(it);
-      group_size += it.hi - it.lo + 1;
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
-    if (count * group_size > kMaxNames) return false;  // both factors <= 1e5 * 1e5: no overflow
-    count *= group_size;
-    segments.push_back(std::move(seg));
+    if (set.count * seg.size > kMaxNames) return false;  // both <= 16384: no overflow
+    set.count *= seg.size;
+    set.segments.push_back(std::move(seg));
     pos = close + 1;
   }
-  return !p.empty();  // the only way to get an empty name: an empty pattern
 }
 
-std::string number(unsigned long v, size_t width) {
+// Returns false where expand_nodeset must throw. `count` is the number of names.
+bool reference_parse(std::string_view p, std::vector<Set>& sets, size_t& count) {
+  count = 0;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= p.size(); ++i) {
+    if (i < p.size() && p[i] != ',') {
+      depth += p[i] == '[' ? 1 : p[i] == ']' ? -1 : 0;
+      continue;
+    }
+    if (i < p.size() && depth > 0) continue;
+    std::string_view text = strip(p.substr(start, i - start));
+    Set set;
+    if (text.empty() || !parse_set(text, set)) return false;
+    count += set.count;
+    if (count > kMaxNames) return false;
+    sets.push_back(std::move(set));
+    start = i + 1;
+  }
+  return true;
+}
+
+std::string number(uint64_t v, size_t width) {
   std::string s = std::to_string(v);
   if (s.size() < width) s.insert(0, width - s.size(), '0');
   return s;
 }
 
-// The name with index `index` (0-based) of the expansion, by mixed-radix decomposition.
-std::string reference_name(const std::vector<Segment>& segments, size_t index) {
+// The name with index `index` (0-based) of one set, by mixed-radix decomposition.
+std::string set_name(const Set& set, size_t index) {
+  const auto& segments = set.segments;
   std::vector<std::string> parts(segments.size());
   for (size_t i = segments.size(); i-- > 0;) {
     const Segment& seg = segments[i];
     if (seg.group.empty()) continue;
-    size_t size = 0;
-    for (const Item& it : seg.group) size += it.hi - it.lo + 1;
-    FUZZ_CHECK(size > 0, "reference: empty group");  // every item holds lo..hi, lo <= hi
-    size_t k = index % size;
-    index /= size;
+    FUZZ_CHECK(seg.size > 0, "reference: empty group");
+    uint64_t k = index % seg.size;
+    index /= seg.size;
     for (const Item& it : seg.group) {
-      size_t n = it.hi - it.lo + 1;
-      if (k < n) {
-        parts[i] = number(it.lo + k, it.width);
+      if (k < it.count) {
+        parts[i] = it.lone.empty() ? number(it.lo + k * it.step, it.width) : it.lone;
         break;
       }
-      k -= n;
+      k -= it.count;
     }
   }
   std::string name;
@@ -120,13 +174,22 @@ std::string reference_name(const std::vector<Segment>& segments, size_t index) {
   return name;
 }
 
+std::string reference_name(const std::vector<Set>& sets, size_t index) {
+  for (const Set& set : sets) {
+    if (index < set.count) return set_name(set, index);
+    index -= set.count;
+  }
+  FUZZ_CHECK(false, "reference: index past the names");
+  return {};
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view pattern(reinterpret_cast<const char*>(data), size);
-  std::vector<Segment> segments;
+  std::vector<Set> sets;
   size_t count = 0;
-  bool valid = reference_parse(pattern, segments, count);
+  bool valid = reference_parse(pattern, sets, count);
   std::vector<std::string> names;
   try {
     names = msrun_ssh::expand_nodeset(pattern);
@@ -145,17 +208,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(valid, "expand_nodeset accepted a pattern the grammar refuses (%zu names)",
              names.size());
   FUZZ_CHECK(names.size() == count, "%zu names, expected %zu", names.size(), count);
-  if (pattern.find_first_of("[]") == std::string_view::npos)
-    FUZZ_CHECK(names.size() == 1 && names[0] == pattern, "a plain name was changed");
+  if (pattern.find_first_of("[],") == std::string_view::npos)
+    FUZZ_CHECK(names.size() == 1 && names[0] == strip(pattern), "a plain name was changed");
   if (count <= kMaxCompared) {
     for (size_t i = 0; i < count; ++i) {
-      std::string want = reference_name(segments, i);
+      std::string want = reference_name(sets, i);
       FUZZ_CHECK(names[i] == want, "name %zu is \"%s\", expected \"%s\"", i, names[i].c_str(),
                  want.c_str());
     }
   } else {
     for (size_t i : {size_t{0}, count / 2, count - 1}) {
-      std::string want = reference_name(segments, i);
+      std::string want = reference_name(sets, i);
       FUZZ_CHECK(names[i] == want, "name %zu is \"%s\", expected \"%s\"", i, names[i].c_str(),
                  want.c_str());
     }

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from harness import (addresses, check, cluster_dir, copy_hosts_file, hosts_file, job, launch, marked_processes,
-                     read, run, tmpdir, wait_clean, SOURCE_DIR)
+                     read, run, tmpdir, wait_clean, wait_no_leftovers, SOURCE_DIR)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "stdlib_ddp", "train.py")
 LOSS = re.compile(rb"^epoch: (\d+), step: (\d+), loss is ([0-9.]+)$", re.M)
@@ -251,3 +251,16 @@ def test_failure_report_names_the_root_cause_and_groups_the_rest():
           f"report: {report}")
     check(report.count("ValueError: rank") == 1, f"report: {report}")
     check("--- ended by the teardown: 1 process ---" in report, f"report: {report}")
+
+
+def test_a_missing_workdir_is_named_before_anything_starts():
+    hosts = copy_hosts_file(workdir='"/tmp/msrun-ssh-no-such-workdir"')
+    code, out, err, logs = run([job("lines.py")], hostfile=hosts, timeout=60)
+    text = err.decode()
+    check(code == 2, f"exit {code}: {text[-2000:]}")
+    check(re.search(r"workdir /tmp/msrun-ssh-no-such-workdir does not exist on 198\.18\.1\.1\d "
+                    r"\(or cannot be entered\)", text), text[-2000:])
+    check("can't cd" not in text and "rank" not in out.decode(), f"a process ran: {text[-2000:]}")
+    check(not os.path.exists(os.path.join(logs, "worker_0.log")) or
+          os.path.getsize(os.path.join(logs, "worker_0.log")) == 0, "worker 0 wrote its log")
+    wait_no_leftovers(5)

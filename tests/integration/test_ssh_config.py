@@ -2,8 +2,10 @@
 client get the same config and host name, and what the host's sshd saw (SSH_CONNECTION: the
 client address, so the last jump host, and the server address and port reached) must agree
 between the two; host keys are read from and recorded to the same files ssh uses."""
+import contextlib
 import os
 import re
+import socket
 import subprocess
 
 from harness import (addresses, binary, check, cluster_dir, job, read, run, tmpdir,
@@ -57,21 +59,50 @@ def _same(ours, theirs, what):
     check(pick(ours) == pick(theirs), f"{what}: msrun-ssh reached {ours}, ssh reached {theirs}")
 
 
+@contextlib.contextmanager
+def _unreachable_from_the_launcher(*addrs):
+    """Blackhole routes on the launcher's side: the hosts still reach each other (the bridge)."""
+    for addr in addrs:
+        subprocess.run(["ip", "route", "add", "blackhole", addr + "/32"], check=True, timeout=10)
+    try:
+        for addr in addrs:
+            with socket.socket() as s:
+                s.settimeout(2)
+                check(s.connect_ex((addr, 22)) != 0, f"{addr} is still reachable from here")
+        yield
+    finally:
+        for addr in addrs:
+            subprocess.run(["ip", "route", "del", "blackhole", addr + "/32"], timeout=10)
+
+
+def _jump_ssh_left():
+    return [l for l in subprocess.run(["pgrep", "-af", "ssh -o BatchMode=yes"],
+                                      capture_output=True, text=True).stdout.splitlines()
+            if "-W" in l]
+
+
 def test_proxyjump_two_hops_in_order_with_the_same_config():
     a = addresses()
     cfg = _config("jump2", f"Host j0\n  HostName {a[0]}\nHost j1\n  HostName {a[1]}\n"
                   f"Host target\n  HostName {a[2]}\n  ProxyJump j0,j1\n" + _common())
-    seen, err = _msrun_sees(cfg, _hostfile("jump2", "target"))
-    theirs = _ssh_sees(cfg, "target")
-    check(len(seen) == 1, f"one worker, got {seen}: {err[-1500:]}")
-    ours = next(iter(seen.values()))
-    _same(ours, theirs, "ProxyJump j0,j1")
-    # The target was reached from the second hop: the hops ran in their order.
-    check(ours[0] == a[1] and ours[2] == a[2], f"reached {ours}, want from {a[1]} to {a[2]}")
-    wait_no_leftovers(15)
-    check(not [l for l in subprocess.run(["pgrep", "-af", "ssh -o BatchMode=yes"],
-                                         capture_output=True, text=True).stdout.splitlines()
-               if "-W" in l], "a jump ssh is left running")
+    # The second jump host and the target are out of the launcher's reach: only the chain works.
+    with _unreachable_from_the_launcher(a[1], a[2]):
+        seen, err = _msrun_sees(cfg, _hostfile("jump2", "target"))
+        theirs = _ssh_sees(cfg, "target")
+        check(len(seen) == 1, f"one worker, got {seen}: {err[-1500:]}")
+        ours = next(iter(seen.values()))
+        _same(ours, theirs, "ProxyJump j0,j1")
+        # The target was reached from the second hop: the hops ran in their order.
+        check(ours[0] == a[1] and ours[2] == a[2], f"reached {ours}, want from {a[1]} to {a[2]}")
+        wait_no_leftovers(15)
+        check(not _jump_ssh_left(), "a jump ssh is left running")
+        # A job that fails there is torn down there, through the chain, completely.
+        code, out, err, logs = run([job("sleeper.py"), "--fail_rank", "0", "--delay", "3"],
+                                   hostfile=_hostfile("jump2", "target"),
+                                   extra=["--ssh_config", cfg], timeout=120)
+        check(code == 1, f"exit {code}: {err.decode()[-2000:]}")
+        wait_no_leftovers(15)
+        check(not _jump_ssh_left(), "a jump ssh is left running after the teardown")
 
 
 def test_match_originalhost_and_case_sensitive_host_patterns():

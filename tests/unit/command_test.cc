@@ -358,11 +358,11 @@ TEST(CommandQuote, WatchdogAndStopArguments) {
   std::string w = watchdog_command("j-1", 1.0, 0.5);
   EXPECT_EQ(w.rfind("exec sh -c '", 0), 0u);
   // Timeout in seconds; grace in 0.2 s steps; the lost-launcher grace is capped at timeout / 4.
-  EXPECT_TRUE(w.ends_with("' msrun-ssh-watchdog 'j-1' 1.000 3 2")) << w;
-  std::string w2 = watchdog_command("j", 10, 0);
-  EXPECT_TRUE(w2.ends_with("' msrun-ssh-watchdog 'j' 10.000 0 0")) << w2;
+  EXPECT_TRUE(w.ends_with("' msrun-ssh-watchdog 'j-1' 1.000 3 2 ''")) << w;
+  std::string w2 = watchdog_command("j", 10, 0, "/home/u/my job");
+  EXPECT_TRUE(w2.ends_with("' msrun-ssh-watchdog 'j' 10.000 0 0 '/home/u/my job'")) << w2;
   std::string w3 = watchdog_command("j", 0.5, 0.01);
-  EXPECT_TRUE(w3.ends_with("' msrun-ssh-watchdog 'j' 0.500 1 1")) << w3;
+  EXPECT_TRUE(w3.ends_with("' msrun-ssh-watchdog 'j' 0.500 1 1 ''")) << w3;
   std::string s = stop_command("j-1", 5);
   EXPECT_EQ(s.rfind("exec sh -c '", 0), 0u);
   EXPECT_TRUE(s.ends_with("' msrun-ssh-stop 'j-1' 25")) << s;
@@ -390,10 +390,12 @@ TEST(WatchdogProtocol, ArgsRoundUpTheGraceAndCapTheLostGrace) {
 TEST(WatchdogProtocol, ArgsAreReadBackFromTheCommand) {
   for (const char* job : {"j-1", "", "it's", "''", "x'; touch pwned; '", "a b\nc 1 2 3"})
     for (double timeout : {0.0, 0.5, 10.0, 1234.567})
-      for (double grace : {0.0, 0.01, 5.0}) {
-        WatchdogArgs a = watchdog_args(job, timeout, grace);
-        EXPECT_EQ(watchdog_args_of(watchdog_command(a)), a) << job << " " << timeout;
-      }
+      for (double grace : {0.0, 0.01, 5.0})
+        for (const char* workdir : {"", "/w", "/it's here", "/a ' b", "/x 1 2 3 'y'"}) {
+          WatchdogArgs a = watchdog_args(job, timeout, grace);
+          a.workdir = workdir;
+          EXPECT_EQ(watchdog_args_of(watchdog_command(a)), a) << job << " " << workdir;
+        }
 }
 
 TEST(WatchdogProtocol, OtherCommandsAreNoWatchdogs) {
@@ -403,8 +405,11 @@ TEST(WatchdogProtocol, OtherCommandsAreNoWatchdogs) {
   p.argv = {"msrun-ssh-watchdog", "'j'", "10.000", "25", "13"};
   for (const std::string& c : {process_command(p, "j"), detached_command(p, "j", "w.log"),
                                stop_command("j", 5), std::string(), w + " ", w + " 7", w.substr(1),
-                               w.substr(0, w.rfind("'j'")) + "j 10.000 25 13",
-                               w.substr(0, w.rfind("'j'")) + "'j'\\'' 10.000 25 13"})
+                               w.substr(0, w.rfind("'j'")) + "j 10.000 25 13 ''",
+                               w.substr(0, w.rfind("'j'")) + "'j'\\'' 10.000 25 13 ''",
+                               w.substr(0, w.rfind("'j'")) + "'j' 10.000 25 13",
+                               w.substr(0, w.rfind("'j'")) + "'j' 10.000 25 13 '' ''",
+                               w.substr(0, w.rfind("'j'")) + "'j' 10.000 25 '/w'"})
     EXPECT_EQ(watchdog_args_of(c), std::nullopt) << c.substr(c.size() > 40 ? c.size() - 40 : 0);
 }
 
@@ -912,9 +917,24 @@ class WatchdogCommand : public CommandTest {
     EXPECT_TRUE(read_to_eof(dog_.out, out_, timeout_s)) << out_;
     return wait_for(dog_.pid, timeout_s);
   }
+  void resume_then_tear_down(pid_t sleeper);
   Child dog_;
   std::string out_;
 };
+
+// A workdir the host does not have is said instead of the ready line, before anything starts.
+TEST_F(WatchdogCommand, AMissingWorkdirIsSaidInsteadOfReady) {
+  dog_ = spawn({"/bin/sh", "-c", watchdog_command(job_, 10, 1, dir_ + "/no such dir")}, kShellEnv,
+               dir_, true);
+  EXPECT_EQ(finish(5), 0);
+  EXPECT_EQ(out_, std::string(kWatchdogNoWorkdir) + "\n");
+  dog_ = spawn({"/bin/sh", "-c", watchdog_command(job_, 10, 1, dir_)}, kShellEnv, dir_, true);
+  out_.clear();
+  ASSERT_TRUE(read_line()) << out_;
+  EXPECT_TRUE(out_.starts_with(kWatchdogReady)) << out_;
+  send(kQuit);
+  EXPECT_EQ(finish(5), 0);
+}
 
 TEST_F(WatchdogCommand, EchoesHeartbeatsAndTearsDownAfterSilence) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
@@ -992,6 +1012,20 @@ bool state_becomes(pid_t pid, char want, double timeout_s) {
   return proc_state(pid) == want;
 }
 
+// The end of the suspend tests: 'r' continues `sleeper` (the watchdog says so), then a teardown
+// ends it and the watchdog.
+void WatchdogCommand::resume_then_tear_down(pid_t sleeper) {
+  out_.clear();
+  send(kResume);
+  ASSERT_TRUE(read_line()) << out_;
+  EXPECT_EQ(out_, std::string(kWatchdogResumed) + "\n");
+  EXPECT_TRUE(state_becomes(sleeper, 'S', 2)) << proc_state(sleeper);
+  out_.clear();
+  send(kTeardown);
+  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 3));
+  EXPECT_EQ(finish(3), 0);
+}
+
 TEST_F(WatchdogCommand, SuspendStopsTheJobWithoutATimeLimitAndResumeContinuesIt) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
   start(1, 1);  // a launcher silent for 1 s would be lost, but not while suspended
@@ -1002,15 +1036,7 @@ TEST_F(WatchdogCommand, SuspendStopsTheJobWithoutATimeLimitAndResumeContinuesIt)
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // over twice the silence
   EXPECT_EQ(proc_state(sleeper), 'T');
   EXPECT_FALSE(wait_for(dog_.pid, 0).has_value()) << "the watchdog gave up while suspended";
-  out_.clear();
-  send(kResume);
-  ASSERT_TRUE(read_line()) << out_;
-  EXPECT_EQ(out_, std::string(kWatchdogResumed) + "\n");
-  EXPECT_TRUE(state_becomes(sleeper, 'S', 2)) << proc_state(sleeper);
-  out_.clear();
-  send(kTeardown);
-  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 3));
-  EXPECT_EQ(finish(3), 0);
+  resume_then_tear_down(sleeper);
 }
 
 // The launcher waits for every host's "paused" before it stops itself, and its heartbeats go on
@@ -1028,15 +1054,7 @@ TEST_F(WatchdogCommand, AHeartbeatAfterTheSuspendKeepsTheJobStopped) {
   EXPECT_EQ(out_, "h\n");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(proc_state(sleeper), 'T') << "a heartbeat resumed the suspended job";
-  out_.clear();
-  send(kResume);
-  ASSERT_TRUE(read_line()) << out_;
-  EXPECT_EQ(out_, std::string(kWatchdogResumed) + "\n");
-  EXPECT_TRUE(state_becomes(sleeper, 'S', 2)) << proc_state(sleeper);
-  out_.clear();
-  send(kTeardown);
-  ASSERT_TRUE(killed_by(sleeper, SIGTERM, 3));
-  EXPECT_EQ(finish(3), 0);
+  resume_then_tear_down(sleeper);
 }
 
 TEST_F(WatchdogCommand, ALauncherGoneWhileSuspendedContinuesTheJobAndTearsItDown) {

@@ -65,6 +65,7 @@ struct HostScript {
   double lost_at = -1;    // then the transport reports kHostLost
   std::string lost_reason = "connection reset by peer";
   double watchdog_exits_at = -1;         // then the watchdog channel closes by itself
+  bool no_workdir = false;               // the watchdog says the workdir is missing and ends
   std::vector<std::string> sweep_lines;  // printed by the watchdog when it sweeps ("killed ...")
   bool honours_signals = true;           // sshd delivers SSH "signal" requests (OpenSSH >= 7.9)
   std::string name;                      // the host's own name in the ready line (may be "")
@@ -368,6 +369,15 @@ class FakeTransport : public Transport, public FakeClock {
     ChannelId id = c.id;
     if (s.watchdog_exits_at >= 0) at(s.watchdog_exits_at, [this, id] { end(id, 0, ""); });
     if (!s.watchdog_answers) return;
+    if (s.no_workdir) {
+      after(s.ready_after, [this, id] {
+        std::string line(kWatchdogNoWorkdir);
+        line += '\n';  // appended: g++ 12 warns wrongly on operator+ here
+        emit_data(chan(id), line);
+        end(id, 0, "");
+      });
+      return;
+    }
     after(s.ready_after, [this, id] {
       Channel& w = chan(id);
       if (!w.running) return;

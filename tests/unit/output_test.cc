@@ -10,11 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "msrun_ssh/error.h"
@@ -133,6 +135,112 @@ class Output : public ms::test::TempDirTest {
 
   ms::OutputConfig config_;
 };
+
+// A log that cannot be written (a full disk): said once on the console with the file and what it
+// holds, counted, the console keeps every line, and when writing works again the log goes on after
+// a line saying how many bytes are missing there.
+TEST_F(Output, AFullDiskIsSaidCountedMarkedAndTheLogGoesOnWhenThereIsSpaceAgain) {
+  bool full = false;
+  std::vector<ms::LogGap> said;
+  config_.write_log = [&](int fd, const void* data, size_t n) -> ssize_t {
+    if (full) {
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::write(fd, data, n);
+  };
+  config_.on_log_error = [&](const ms::LogGap& g) { said.push_back(g); };
+  ms::Output o(config_);
+  int p = o.add_process("0@node0", "worker_0.log", true);
+  o.data(p, false, "one\n");
+  o.flush();
+  full = true;
+  o.data(p, false, "two\n");
+  o.flush();
+  o.data(p, false, "three\n");
+  o.flush();
+  full = false;
+  o.data(p, false, "four\n");
+  o.flush();
+  const std::string path = config_.log_dir + "/worker_0.log";
+  EXPECT_EQ(log("worker_0.log"),
+            "one\n\n[msrun-ssh: 10 bytes of this log are missing here: No space left on "
+            "device]\nfour\n");
+  EXPECT_EQ(out(), "[0@node0] one\n[0@node0] two\n[0@node0] three\n[0@node0] four\n");
+  EXPECT_EQ(err(), "msrun-ssh: warning: cannot write " + path +
+                       ": No space left on device; it holds 4 bytes, the console keeps every "
+                       "line, and the log goes on when it can (the bytes missing are counted)\n"
+                       "msrun-ssh: " +
+                       path +
+                       " is written again; 10 bytes are missing in it, at a line that says so\n");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_EQ(said[0].path, path);
+  EXPECT_EQ(said[0].written, 4u);
+  EXPECT_EQ(said[0].missing, 4u);
+  ms::LogGap gap = o.log_gap(p);
+  EXPECT_EQ(gap.missing, 10u);
+  EXPECT_EQ(gap.error, "No space left on device");
+  EXPECT_EQ(gap.written, log("worker_0.log").size());
+}
+
+// A disk that stays full, a quota, an I/O error, a file too large: one warning with the error,
+// however much more is lost; a partial write counts what went through.
+TEST_F(Output, ALogThatStaysUnwritableIsSaidOnce) {
+  for (int error : {EDQUOT, EIO, EFBIG, ENOSPC}) {
+    ASSERT_EQ(::ftruncate(config_.console_err, 0), 0);
+    ::lseek(config_.console_err, 0, SEEK_SET);
+    bool first = true;
+    config_.write_log = [&](int fd, const void* data, size_t) -> ssize_t {
+      if (std::exchange(first, false)) return ::write(fd, data, 2);  // "li" goes through
+      errno = error;
+      return -1;
+    };
+    ms::Output o(config_);
+    int p = o.add_process("1@node0", "worker_1.log", false);
+    for (int i = 0; i < 100; ++i) {
+      o.data(p, true, "line\n");
+      o.flush();
+    }
+    EXPECT_EQ(ms::test::count(err(), "cannot write"), 1u) << err();
+    EXPECT_NE(err().find(std::strerror(error)), std::string::npos) << err();
+    EXPECT_EQ(o.log_gap(p).missing, 498u);
+    EXPECT_EQ(o.log_gap(p).error, std::strerror(error));
+    EXPECT_EQ(log("worker_1.log"), "li");
+  }
+}
+
+TEST(EventLog, AFullDiskIsSaidOnceAndTheJobGoesOn) {
+  testing::internal::CaptureStderr();
+  {
+    ms::EventLog events("/dev/full");
+    events.emit("attempt");
+    events.emit("summary");
+  }
+  std::string e = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(ms::test::count(e,
+                            "msrun-ssh: warning: cannot write the events file /dev/full: No "
+                            "space left on device\n"),
+            1u)
+      << e;
+}
+
+TEST(Summary, IncompleteLogsAreNamedInTheReportAndTheJson) {
+  ms::SummaryRow r;
+  r.host = "n1";
+  r.process = "rank 1";
+  r.status = "exit 0";
+  r.rank = 1;
+  r.log_gap = {"logs/worker_1.log", 246000, 1254000, "No space left on device"};
+  std::string s = ms::format_summary({r});
+  EXPECT_NE(s.find("--- incomplete log: logs/worker_1.log (rank 1 on n1) misses 1254000 bytes "
+                   "(No space left on device); it holds 246000 bytes ---\n"),
+            std::string::npos)
+      << s;
+  auto j = ms::summary_json({r});
+  ASSERT_EQ(j["incomplete_logs"].size(), 1u);
+  EXPECT_EQ(j["incomplete_logs"][0]["bytes_missing"], 1254000);
+  EXPECT_EQ(j["incomplete_logs"][0]["path"], "logs/worker_1.log");
+}
 
 TEST_F(Output, LogGetsEveryByteInOrder) {
   ms::Output o(config_);

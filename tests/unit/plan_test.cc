@@ -795,10 +795,11 @@ TEST_F(MakePlan, MsrunContractTableHolds) {
       listed.insert(name);
       if (name == kJobMarker) continue;
       for (auto [proc, cell] : {std::pair{&worker, cells[1]}, std::pair{&scheduler, cells[2]}}) {
-        if (cell == "—")
+        if (cell == "—") {
           EXPECT_EQ(env_of(*proc, name), nullptr) << name << " on the " << proc->label();
-        else if (cell.find("when") == std::string::npos)
+        } else if (cell.find("when") == std::string::npos) {
           EXPECT_NE(env_of(*proc, name), nullptr) << name << " on the " << proc->label();
+        }
       }
     }
   }
@@ -806,8 +807,9 @@ TEST_F(MakePlan, MsrunContractTableHolds) {
   for (const Process* proc : {&worker, &scheduler})
     for (const auto& [name, value] : proc->env)
       if (name.starts_with("MS_") || name.starts_with("RANK") || name == "DEVICE_ID" ||
-          name.starts_with("PYTHON"))
+          name.starts_with("PYTHON")) {
         EXPECT_TRUE(listed.count(name)) << name << " is set but not in docs/remote.md";
+      }
 }
 
 }  // namespace

@@ -209,6 +209,21 @@ TEST_F(Runner, WatchdogsStartFirstAndProcessesOnlyWhenAllAreReady) {
             0u);
 }
 
+// A workdir a host does not have: named with the host before any process starts, exit 2.
+TEST_F(Runner, AMissingWorkdirIsNamedBeforeAnythingStarts) {
+  plan_ = make_plan({1, 1});
+  plan_.hosts[1].host.workdir = "/x/y";
+  HostScript missing = host({exits(1)});
+  missing.no_workdir = true;
+  FakeTransport fake({host({exits(1)}), missing});
+  EXPECT_EQ(run(fake), 2);
+  EXPECT_NE(fake.channel(1).command.find("msrun-ssh-watchdog 'job-1' 10.000 25 13 '/x/y'"),
+            std::string::npos);
+  EXPECT_EQ(fake.channels().size(), 2u) << "a process started";
+  EXPECT_EQ(runner().cause(), "workdir /x/y does not exist on node1 (or cannot be entered)");
+  EXPECT_NE(console_err().find("workdir /x/y does not exist on node1"), std::string::npos);
+}
+
 TEST_F(Runner, LeftoversSweptAfterQuitAreReported) {
   plan_ = make_plan({1});
   HostScript h = host({exits(1)});
