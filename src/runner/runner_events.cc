@@ -1,0 +1,235 @@
+// The Runner's reactions (runner.h): to signals, stdin, the watchdogs' lines and the processes'
+// events; stack dumps on demand.
+#include <errno.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "internal.h"
+#include "msrun_ssh/base.h"
+#include "msrun_ssh/command.h"
+#include "msrun_ssh/error.h"
+#include "msrun_ssh/runner.h"
+#include "msrun_ssh/stacks.h"
+
+namespace msrun_ssh {
+
+using namespace runner_detail;  // NOLINT(google-build-using-namespace)
+
+void Runner::on_signal(int signo) {
+  if (signo == SIGQUIT) return request_stacks();
+  if (signo == SIGTSTP) return suspend_job();
+  if (signo == SIGCONT) return;  // a stop is seen by the time it took (poll_for)
+  int code = exit_status_of_signal(signo);
+  interrupted_ = true;
+  if (tearing_down_ && signo == SIGINT && !killed_now_) {
+    out_.message("second interrupt: killing every process now");
+    if (exit_code_ < 0) exit_code_ = code;
+    teardown(kKillNow);
+    return;
+  }
+  fail(code, fmt::format("received SIG{}", sigabbrev_np(signo)));
+}
+
+void Runner::request_stacks() {
+  if (tearing_down_ || quit_sent_ || started_ms_ < 0) {
+    out_.message("stacks: not now, the job is not running");
+    return;
+  }
+  if (stacks_) {
+    out_.message("stacks: a dump is already under way");
+    return;
+  }
+  std::vector<size_t> live;
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (!hosts_[h].lost) live.push_back(h);
+  out_.message(fmt::format("stacks: asking {} hosts for every process's stack; the job goes on",
+                           live.size()));
+  stacks_ = std::make_unique<Batch>(t_);
+  start_stacks(*stacks_, live, plan_.job_id);
+  stacks_deadline_ms_ = t_.now_ms() + kStackBatchSeconds * 1000;
+}
+
+// A stack dump that is over (every host answered, its bound passed, or the job ends: `now` < 0)
+// is reported and written to its file.
+void Runner::check_stacks(double now) {
+  if (!stacks_ || (now >= 0 && stacks_->open() > 0 && now < stacks_deadline_ms_)) return;
+  stacks_->abandon();
+  std::vector<std::string> addresses;
+  for (size_t h = 0; h < hosts_.size(); ++h) addresses.push_back(host_name(h));
+  std::vector<HostStacks> answers =
+      collect_stacks(stacks_->results(), addresses, std::vector<std::string>(hosts_.size()));
+  std::vector<HostStacks> asked;
+  for (const BatchResult& r : stacks_->results()) asked.push_back(answers[r.host]);
+  stacks_.reset();
+  std::string report = format_stack_report(plan_.job_id, asked);
+  out_.report(report);
+  if (std::string path = write_stacks_file(options_.log_dir, report, attempt_); !path.empty())
+    out_.message(fmt::format("the stacks are also in {}", path));
+}
+
+void Runner::read_signals() {
+  while (int signo = next_signal(signal_fd_)) on_signal(signo);
+}
+
+void Runner::read_stdin() {
+  char buf[65536];
+  ssize_t n = ::read(stdin_fd_, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    t_.unwatch_fd(stdin_fd_);
+    for (ChannelId c : stdin_targets_) t_.send_eof(c);
+    stdin_fd_ = -1;
+    return;
+  }
+  for (ChannelId c : stdin_targets_) t_.write(c, std::string_view(buf, static_cast<size_t>(n)));
+}
+
+void Runner::watchdog_line(size_t host, std::string_view line) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  HostState& h = hosts_[host];
+  h.last_echo_ms = t_.now_ms();
+  if (line.rfind(kWatchdogReady, 0) == 0) {
+    h.ready = true;
+    // "ready PID NAME": NAME is the host's uname -n.
+    std::string_view rest = line.substr(kWatchdogReady.size());
+    size_t space = rest.find(' ');
+    if (space != std::string_view::npos) h.name = std::string(rest.substr(space + 1));
+    if (start_view_) start_view_->host_done(host, true);
+    emit_event(events_, "watchdog_ready",
+               {{"host", host_name(host)},
+                {"name", h.name},
+                {"pid", std::string(rest.substr(0, std::min(space, rest.size())))}});
+  } else if (line.size() == 1 && line[0] == kBeat) {
+    h.may_have_given_up = false;  // it still listens
+  } else if (line == kWatchdogNoWorkdir) {
+    fail(kExitUsage, fmt::format("workdir {} does not exist on {} (or cannot be entered)",
+                                 plan_.hosts[host].host.workdir, host_name(host)));
+  } else if (line == kWatchdogPaused) {
+    h.paused = true;
+  } else if (line == kWatchdogResumed) {
+    h.paused = false;
+  } else if (line == kWatchdogLost) {
+    // Not the host's fault: the launcher was silent for too long (excuse_stall says why). The
+    // watchdog is tearing its host's processes down; everyone else follows.
+    if (!quit_sent_ && !tearing_down_)
+      fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
+                                         host_name(host), watchdog_gave_up_why()));
+  } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
+    out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
+                             line.substr(7)));
+  }
+}
+
+void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
+  HostState& h = hosts_[host];
+  switch (e.kind) {
+    case TransportEvent::Kind::kData:
+      if (!e.is_stderr)
+        h.framer.feed(e.data, [&](std::string_view l) { watchdog_line(host, l); });
+      else
+        out_.message(fmt::format("{}: watchdog: {}", host_name(host), e.data));
+      break;
+    case TransportEvent::Kind::kOpenFailed:
+      h.watchdog_closed = true;
+      fail(kExitHostFailure,
+           fmt::format("cannot start the watchdog on {}: {}", host_name(host), e.data));
+      break;
+    case TransportEvent::Kind::kClosed:
+      h.watchdog_closed = true;
+      if (!quit_sent_ && !tearing_down_)
+        fail(kExitHostFailure,
+             fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
+      break;
+    default:
+      break;
+  }
+}
+
+void Runner::handle_process(size_t index, const TransportEvent& e) {
+  Proc& p = procs_[index];
+  switch (e.kind) {
+    case TransportEvent::Kind::kData:
+      out_.data(p.out, e.is_stderr, e.data);
+      last_output_ms_ = t_.now_ms();
+      break;
+    case TransportEvent::Kind::kExit:
+      p.end_ms = t_.now_ms();
+      p.status = e.status;
+      p.signal = e.signal;
+      emit_event(
+          events_, "process_exited",
+          {{"host", host_name(p.host)},
+           {"process", p.spec->label()},
+           {"exit_status", e.status},
+           {"signal", e.signal.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.signal)}});
+      if (e.status != 0 && !tearing_down_ && restarts_in_place(p)) {
+        p.restart_cause = fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
+                                      describe_status(e.status, e.signal));
+        break;
+      }
+      p.exited = true;
+      if (e.status != 0 && !tearing_down_ && !e.signal.empty() &&
+          hosts_[p.host].may_have_given_up) {
+        // Killed after the launcher stood still longer than the watchdogs wait, before its
+        // watchdog answered again: by that watchdog's teardown, not by a failure of its own (the
+        // watchdog's line may come after this).
+        p.note = "ended by its watchdog";
+        fail(kExitHostFailure,
+             fmt::format("{} on {} was ended by its watchdog ({}): {}", p.spec->label(),
+                         host_name(p.host), describe_status(e.status, e.signal),
+                         watchdog_gave_up_why()));
+        break;
+      }
+      if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);
+      if (e.status != 0 && !tearing_down_)
+        fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
+                                   describe_status(e.status, e.signal)));
+      // A process the teardown killed reports the teardown's signal, whatever the job's status
+      // (143 after a SIGTERM to the launcher is not a failure of every process).
+      else if (tearing_down_ && e.status != 0 && (!e.signal.empty() || exit_code_ != e.status))
+        p.note = teardown_note_;
+      break;
+    case TransportEvent::Kind::kOpenFailed:
+      finish_process(p, fmt::format("not started: {}", e.data));
+      fail(kExitHostFailure,
+           fmt::format("cannot start {} on {}: {}", p.spec->label(), host_name(p.host), e.data));
+      break;
+    case TransportEvent::Kind::kClosed:
+      if (!p.restart_cause.empty()) {
+        if (!tearing_down_) return restart_process(index);
+        p.exited = true;  // the teardown came first: the failed run's status stands
+      }
+      if (!p.exited && !tearing_down_)
+        fail(kExitHostFailure, fmt::format("{} on {} ended without an exit status", p.spec->label(),
+                                           host_name(p.host)));
+      finish_process(p, p.exited ? "" : "no exit status");
+      break;
+    default:
+      break;
+  }
+}
+
+void Runner::handle(const TransportEvent& e) {
+  if (e.kind == TransportEvent::Kind::kFdReady) {
+    if (e.fd == signal_fd_)
+      read_signals();
+    else if (e.fd == stdin_fd_)
+      read_stdin();
+    return;
+  }
+  if (stacks_ && stacks_->offer(e)) return;
+  if (e.kind == TransportEvent::Kind::kHostLost) return lose_host(e.host, std::string(e.data));
+  int proc = get(proc_of_channel_, e.channel);
+  if (proc >= 0) return handle_process(static_cast<size_t>(proc), e);
+  int host = get(host_of_watchdog_, e.channel);
+  if (host >= 0) handle_watchdog(static_cast<size_t>(host), e);
+}
+
+}  // namespace msrun_ssh
