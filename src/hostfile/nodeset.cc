@@ -79,7 +79,7 @@ void expand_item(std::string_view item, std::vector<std::string>& out) {
   if (count > kMaxNames || out.size() + static_cast<size_t>(count) > kMaxNames)
     throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
   // "01-16" pads every name to 2 digits. The first bound alone decides, as in Slurm: "01-100" is
-  // n01 .. n99, n100 (ClusterShell refuses bounds of different widths; README, node sets).
+  // n01 .. n99, n100 (ClusterShell refuses bounds of different widths; docs/host-file.md).
   size_t width = padded(lo_s) ? lo_s.size() : 0;
   for (Wide i = 0; i < count; ++i) out.push_back(decimal(*lo + i * *step, width));
 }
