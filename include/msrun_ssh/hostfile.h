@@ -79,6 +79,9 @@ void take_spares(Cluster& cluster, int n);
 // ranges, or more than 16384 names.
 std::vector<std::string> expand_nodeset(std::string_view pattern);
 
+// `value` split at the commas outside brackets: "n[1-2,5], m" -> "n[1-2,5]", " m" (blanks kept).
+std::vector<std::string_view> split_node_sets(std::string_view value);
+
 // The other way round, for display: names that differ only in their last number fold into one
 // bracket group ("198.18.2.1".."198.18.2.4", "198.18.2.9" -> "198.18.2.[1-4,9]"; "node01",
 // "node02" -> "node[01-02]"); one name stays as it is. Groups are listed in name order.

@@ -158,19 +158,29 @@ std::vector<std::string> expand_one(std::string_view pattern) {
 
 }  // namespace
 
+std::vector<std::string_view> split_node_sets(std::string_view value) {
+  std::vector<std::string_view> items;
+  size_t start = 0;
+  int depth = 0;
+  for (size_t i = 0; i <= value.size(); ++i) {
+    if (i == value.size() || (value[i] == ',' && depth == 0)) {
+      items.push_back(value.substr(start, i - start));
+      start = i + 1;
+    } else if (value[i] == '[') {
+      ++depth;
+    } else if (value[i] == ']') {
+      --depth;
+    }
+  }
+  return items;
+}
+
 std::vector<std::string> expand_nodeset(std::string_view pattern) {
   // A comma outside brackets separates node sets ("node[1-3,5], gpu01", as Slurm prints them);
   // blanks around each are dropped, as ClusterShell drops them.
   std::vector<std::string> names;
-  size_t start = 0;
-  int depth = 0;
-  for (size_t i = 0; i <= pattern.size(); ++i) {
-    if (i < pattern.size() && pattern[i] != ',') {
-      depth += pattern[i] == '[' ? 1 : pattern[i] == ']' ? -1 : 0;
-      continue;
-    }
-    if (depth > 0 && i < pattern.size()) continue;
-    std::string_view item = trim(pattern.substr(start, i - start));
+  for (std::string_view set : split_node_sets(pattern)) {
+    std::string_view item = trim(set);
     if (item.empty())
       throw InputError(pattern.find(',') == std::string_view::npos
                            ? "empty host name"
@@ -183,7 +193,6 @@ std::vector<std::string> expand_nodeset(std::string_view pattern) {
     else
       names.insert(names.end(), std::make_move_iterator(more.begin()),
                    std::make_move_iterator(more.end()));
-    start = i + 1;
   }
   return names;
 }

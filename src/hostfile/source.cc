@@ -43,24 +43,6 @@ std::optional<unsigned long> whole_number(std::string_view s, unsigned long lo, 
   return v;
 }
 
-// `value` split at the commas outside brackets: "n[1-2,5],m" -> "n[1-2,5]", "m".
-std::vector<std::string_view> split_items(std::string_view value) {
-  std::vector<std::string_view> items;
-  size_t start = 0;
-  int depth = 0;
-  for (size_t i = 0; i <= value.size(); ++i) {
-    if (i == value.size() || (value[i] == ',' && depth == 0)) {
-      items.push_back(value.substr(start, i - start));
-      start = i + 1;
-    } else if (value[i] == '[') {
-      ++depth;
-    } else if (value[i] == ']') {
-      --depth;
-    }
-  }
-  return items;
-}
-
 // One item of a compressed count list: "2(x3)" -> {2, 3}, "1" -> {1, 1}.
 std::pair<int, size_t> count_item(std::string_view item) {
   std::string_view count = item, times = "1";
@@ -136,7 +118,7 @@ std::string describe(const Cluster& cluster, const Allocation& a,
 
 std::vector<int> expand_slurm_counts(std::string_view value) {
   std::vector<int> counts;
-  for (std::string_view item : split_items(value)) {
+  for (std::string_view item : split_node_sets(value)) {
     auto [count, times] = count_item(item);
     if (counts.size() + times > kMaxHosts)
       throw InputError(fmt::format("more than {} counts", kMaxHosts));
@@ -149,7 +131,7 @@ std::vector<std::string> expand_node_list(std::string_view value) {
   if (value.empty()) throw InputError("no hosts");
   std::vector<std::string> names;
   std::set<std::string> seen;
-  for (std::string_view item : split_items(value)) {
+  for (std::string_view item : split_node_sets(value)) {
     if (item.empty()) throw InputError("empty item in the node list");
     for (auto& name : expand_nodeset(item)) add_new_host(names, seen, std::move(name));
   }
