@@ -4,13 +4,15 @@
 # the whole corpus before it explores: a regression run), then SECONDS (default 60) of new
 # inputs. CI explores 10 s per target; a long campaign is e.g. `.ci/fuzz.sh 3600`. Nothing is
 # written into the repository. Prints one summary line per target and exits 1 when any target
-# found a crash, sanitizer report, property violation, timeout (>10 s per input) or excessive
-# memory use (>2048 MB); its log and reproducer are kept and their paths printed.
+# found a crash, sanitizer report, property violation, timeout (>FUZZ_TIMEOUT s per input,
+# default 10) or excessive memory use (>2048 MB); its log and reproducer are kept and their paths
+# printed.
 #
 #   .ci/fuzz.sh [SECONDS]
 #
 # Environment: FUZZ_JOBS targets at once (default: number of CPUs), FUZZ_TARGETS a space-separated
-# subset, FUZZ_BUILD_DIR the build directory (default build-fuzz), FUZZ_CONFIGURED=1 when that
+# subset, FUZZ_TIMEOUT the seconds one input may take (CI, whose fuzzers run at the lowest CPU
+# priority behind the cluster tests, gives 60: a 1 s input there can take 20), FUZZ_BUILD_DIR the build directory (default build-fuzz), FUZZ_CONFIGURED=1 when that
 # directory is configured already (with -DMSRUN_SSH_FUZZ=ON). Reproduce a finding with
 #   build-fuzz/tests/fuzz/TARGET path/to/crash-file
 set -euo pipefail
@@ -49,7 +51,7 @@ run_target() {
   local rc=0
   ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "$dir/corpus" \
       >"$dir/log" 2>&1 || rc=$?
   echo "$rc" >"$dir/rc"

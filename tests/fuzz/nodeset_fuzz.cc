@@ -29,7 +29,8 @@
 namespace {
 
 constexpr size_t kMaxNames = 16384;
-constexpr size_t kMaxCompared = 5000;  // names compared one by one (else count, first, last)
+constexpr size_t kMaxCompared = 5000;         // names compared one by one (else count, first, last)
+constexpr size_t kMaxScannedBytes = 1 << 20;  // names scanned one by one (else only those compared)
 
 struct Item {
   std::string lone;  // a lone number, as written; else the range below
@@ -201,9 +202,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(!names.empty(), "no names");
   FUZZ_CHECK(names.size() <= kMaxNames, "%zu names", names.size());
-  for (const auto& n : names) {
-    FUZZ_CHECK(!n.empty(), "empty name");
-    FUZZ_CHECK(n.find_first_of("[]") == std::string::npos, "bracket in \"%s\"", n.c_str());
+  // Every name is looked at when the names are small in all; a pattern that expands into
+  // megabytes (16384 names of a kilobyte) has its sampled names compared with the reference
+  // below instead: scanning 16 MB under the sanitizers' instrumentation takes seconds per input.
+  size_t bytes = 0;
+  for (const auto& n : names) bytes += n.size();
+  if (bytes <= kMaxScannedBytes) {
+    for (const auto& n : names) {
+      FUZZ_CHECK(!n.empty(), "empty name");
+      FUZZ_CHECK(n.find_first_of("[]") == std::string::npos, "bracket in \"%s\"", n.c_str());
+    }
   }
   FUZZ_CHECK(valid, "expand_nodeset accepted a pattern the grammar refuses (%zu names)",
              names.size());
