@@ -101,6 +101,9 @@ class AgentTransport : public Transport {
   Liveness tcp_liveness(size_t host, double within_ms) const override {
     return inner_.tcp_liveness(host, within_ms);
   }
+  std::optional<ServerAlive> server_alive(size_t host) const override {
+    return inner_.server_alive(host);
+  }
   std::optional<double> tcp_ack_age_ms(size_t host) const override {
     return inner_.tcp_ack_age_ms(host);
   }

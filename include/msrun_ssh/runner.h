@@ -141,6 +141,9 @@ class Runner {
     // The launcher stood still longer than the watchdog waits, and no heartbeat came back since.
     bool may_have_given_up = false;
     double last_echo_ms = 0;
+    // How long the host may be silent before it is lost, and its watchdog waits for a silent
+    // launcher: 2 heartbeats, or what its ssh config's ServerAlive* say (see the constructor).
+    double silence_ms = 0;
     std::string name;  // the host's own name (uname -n), from the watchdog's ready line
     LineFramer framer{4096};
   };
@@ -185,7 +188,8 @@ class Runner {
   bool finish_suspend(double now);  // whether the launcher was suspended (and is back)
   void resume_job(double suspended_ms);
   size_t live_watchdogs(bool paused_only) const;
-  std::string watchdog_gave_up_why() const;  // "it heard nothing from the launcher for .."
+  // "it heard nothing from the launcher for ..", of host `host`'s watchdog.
+  std::string watchdog_gave_up_why(size_t host) const;
 
   void update_status(double now);
   void request_stacks();
@@ -224,7 +228,7 @@ class Runner {
   std::vector<ProcessRestart> restarts_;  // the in-place restarts (--restart_policy process)
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
-  double heartbeat_ms_;
+  double heartbeat_ms_;  // how often heartbeats go out (--heartbeat, or a shorter ServerAlive)
   bool suspend_pending_ = false;  // Ctrl-Z before the processes started
   bool suspending_ = false;       // 'z' sent: the launcher stops once the watchdogs paused
   double suspend_deadline_ms_ = 0;

@@ -189,6 +189,8 @@ class SshPool : public HostTransport {
   void unwatch_fd(int fd) override;
   void drop_host(size_t host) override;
   std::optional<double> tcp_ack_age_ms(size_t host) const override;
+  // From OpenSSH's answer for the host (ssh -G); nullopt under libssh's own config parser.
+  std::optional<ServerAlive> server_alive(size_t host) const override;
   void poll(int timeout_ms, const EventHandler& handler) override;
   double now_ms() const override;
 

@@ -87,6 +87,20 @@ struct SshResolution {
   std::string text;  // ssh -G's answer as it printed it
 };
 
+// Whether an `ssh` client is on PATH (else libssh reads the ssh config).
+bool ssh_client_installed();
+
+// Without an ssh client: throws InputError naming the file, line and keyword of the first line of
+// the ssh config libssh is given (`config_file`, "": ~/.ssh/config), or of what it includes, that
+// libssh reads otherwise than OpenSSH (or not at all) where that changes where, as whom, how or
+// through what a connection is made and verified — Match, IdentityFile, ProxyJump other than none,
+// HostKeyAlias, tokens, capitals in Host patterns, ... (docs/ssh.md lists them) — and for a host
+// name in `names` with capitals (libssh lower-cases it before matching). Where no config file is
+// named, /etc/ssh/ssh_config, which ssh reads and libssh is not given, may hold only what changes
+// nothing.
+void refuse_what_libssh_misreads(const std::string& config_file,
+                                 const std::vector<std::string>& names);
+
 // Asks `ssh -G` for each query, at most `parallel` at a time, each within `timeout_s`. Names that
 // the same `Host` lines of the configs match (with the same user, port and known_hosts) are asked
 // once, and the answer stands for the others with their own name as hostname, unless it holds the

@@ -85,6 +85,14 @@ class Transport {
   // How long ago host `host`'s TCP stack last acknowledged something, in ms (0 when everything
   // sent is acknowledged). nullopt where the transport cannot tell.
   virtual std::optional<double> tcp_ack_age_ms(size_t /*host*/) const { return std::nullopt; }
+  // What host `host`'s ssh config asks of a silent server (ServerAliveInterval, in seconds, and
+  // ServerAliveCountMax): OpenSSH's client gives a server up after that many unanswered probes,
+  // one every interval. nullopt where the config sets no interval or the transport cannot tell.
+  struct ServerAlive {
+    double interval_s = 0;
+    int count_max = 3;
+  };
+  virtual std::optional<ServerAlive> server_alive(size_t /*host*/) const { return std::nullopt; }
   // Waits at most `timeout_ms` (-1: no limit) for events and hands each to `handler`.
   virtual void poll(int timeout_ms, const EventHandler& handler) = 0;
   // Monotonic milliseconds; the fake transport's clock is under the test's control.

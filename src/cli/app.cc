@@ -105,6 +105,14 @@ int run_app(const std::vector<std::string>& args) {
     Cluster cluster = load_hosts(
         options.hostfile, getenv,
         options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
+    // Without an ssh client libssh reads the ssh config: what it would read otherwise than ssh
+    // does is refused before anything connects (docs/ssh.md).
+    if (options.transport == TransportKind::kSsh && !ssh_client_installed()) {
+      std::vector<std::string> names;
+      for (const auto* hosts : {&cluster.hosts, &cluster.spares})
+        for (const auto& h : *hosts) names.push_back(h.address);
+      refuse_what_libssh_misreads(options.ssh_config, names);
+    }
     if (options.command == Command::kStop) return stop_job(options, cluster);
     if (options.command == Command::kSync) return sync_job(options, cluster);
     if (options.command == Command::kStack) return stack_job(options, cluster);

@@ -33,6 +33,18 @@ Runner::Runner(const Plan& plan, const Options& options, Transport& transport, O
   hosts_.resize(plan.hosts.size());
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     for (const auto& p : plan.hosts[h].processes) procs_.push_back(Proc{.host = h, .spec = &p});
+  // A host whose ssh config sets ServerAliveInterval I (and ServerAliveCountMax C) is given up as
+  // OpenSSH's client gives it up: after C intervals without an answer (I x C s, at least one),
+  // however much more or less than the launcher's own 2 heartbeats that is; its watchdog waits as
+  // long for a silent launcher. Heartbeats then go out at least every I s, and never less than 2
+  // within a host's limit.
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (auto alive = t_.server_alive(h); alive && alive->interval_s > 0) {
+      hosts_[h].silence_ms = alive->interval_s * 1000 * std::max(1, alive->count_max);
+      heartbeat_ms_ = std::min({heartbeat_ms_, alive->interval_s * 1000, hosts_[h].silence_ms / 2});
+    }
+  for (HostState& s : hosts_)
+    if (s.silence_ms <= 0) s.silence_ms = 2 * options.heartbeat * 1000;
 }
 
 const std::string& Runner::host_name(size_t host) const { return plan_.hosts[host].host.address; }
@@ -153,13 +165,13 @@ void Runner::finish_process(Proc& p, const std::string& note) {
 }
 
 bool Runner::start_watchdogs() {
-  // The watchdog gives up after 2 heartbeats of silence, so that the whole teardown on a host
-  // that lost us fits in the 3 heartbeats docs/life-cycle.md promises.
+  // The watchdog gives up after 2 heartbeats of silence (or its host's ServerAlive limit), so that
+  // the whole teardown on a host that lost us fits in the 3 heartbeats docs/life-cycle.md promises.
   if (start_view_) start_view_->phase(StartProgress::Phase::kWatchdogs);
   double now = t_.now_ms();
   for (size_t h = 0; h < hosts_.size(); ++h) {
     hosts_[h].watchdog =
-        t_.exec(h, watchdog_command(plan_.job_id, 2 * options_.heartbeat, options_.kill_grace,
+        t_.exec(h, watchdog_command(plan_.job_id, hosts_[h].silence_ms / 1000, options_.kill_grace,
                                     plan_.hosts[h].host.workdir));
     hosts_[h].last_echo_ms = now;
     put(host_of_watchdog_, hosts_[h].watchdog, static_cast<int>(h));
@@ -215,7 +227,8 @@ bool Runner::start_watchdogs() {
 
 bool Runner::all_waiting_hosts_ack() const {
   for (size_t h = 0; h < hosts_.size(); ++h)
-    if (!hosts_[h].ready && t_.tcp_liveness(h, 2 * heartbeat_ms_) != Transport::Liveness::kAcking)
+    if (!hosts_[h].ready &&
+        t_.tcp_liveness(h, hosts_[h].silence_ms) != Transport::Liveness::kAcking)
       return false;
   return true;
 }
@@ -309,17 +322,17 @@ void Runner::beat() {
   next_beat_ms_ = t_.now_ms() + heartbeat_ms_;
 }
 
-// A host is lost when its watchdog has not echoed for 2 heartbeats (+ slack), unless the host's
-// TCP stack still acknowledges what we send: then the host is alive but starved of CPU (or its
-// watchdog is stuck) and gets up to starved_limit_ms() before it counts as lost.
+// A host is lost when its watchdog has not echoed for its silence limit (+ slack), unless the
+// host's TCP stack still acknowledges what we send: then the host is alive but starved of CPU (or
+// its watchdog is stuck) and gets up to starved_limit_ms() before it counts as lost.
 void Runner::check_heartbeats(double now) {
   for (size_t h = 0; h < hosts_.size(); ++h) {
     const HostState& s = hosts_[h];
     if (s.lost || s.watchdog_closed) continue;
     double silent = now - s.last_echo_ms;
-    if (silent <= 2 * heartbeat_ms_ + kEchoSlackMs) continue;
-    bool acking = t_.tcp_liveness(h, 2 * heartbeat_ms_) == Transport::Liveness::kAcking;
-    if (acking && silent <= starved_limit_ms()) continue;
+    if (silent <= s.silence_ms + kEchoSlackMs) continue;
+    bool acking = t_.tcp_liveness(h, s.silence_ms) == Transport::Liveness::kAcking;
+    if (acking && silent <= std::max(starved_limit_ms(), s.silence_ms)) continue;
     lose_host(h, fmt::format("no answer to heartbeats for {:.1f} s{}", silent / 1000,
                              acking ? " (its TCP still acknowledges: starved or stuck)" : ""));
   }
@@ -369,10 +382,11 @@ int Runner::timeout_ms(double now) const {
   for (size_t i = 0; i < hosts_.size(); ++i) {
     const HostState& h = hosts_[i];
     if (h.lost || h.watchdog_closed) continue;
-    double due = h.last_echo_ms + 2 * heartbeat_ms_ + kEchoSlackMs;
+    double due = h.last_echo_ms + h.silence_ms + kEchoSlackMs;
     // A silent host that still acknowledges at the TCP level is looked at again every heartbeat.
-    if (due <= now && t_.tcp_liveness(i, 2 * heartbeat_ms_) == Transport::Liveness::kAcking)
-      due = std::min(h.last_echo_ms + starved_limit_ms(), now + heartbeat_ms_);
+    if (due <= now && t_.tcp_liveness(i, h.silence_ms) == Transport::Liveness::kAcking)
+      due = std::min(h.last_echo_ms + std::max(starved_limit_ms(), h.silence_ms),
+                     now + heartbeat_ms_);
     until = std::min(until, due);
   }
   // Gathered console lines go out when their window has passed, not at the next event.

@@ -120,7 +120,7 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
     // watchdog is tearing its host's processes down; everyone else follows.
     if (!quit_sent_ && !tearing_down_)
       fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
-                                         host_name(host), watchdog_gave_up_why()));
+                                         host_name(host), watchdog_gave_up_why(host)));
   } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
                              line.substr(7)));
@@ -143,9 +143,14 @@ void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
       break;
     case TransportEvent::Kind::kClosed:
       h.watchdog_closed = true;
-      if (!quit_sent_ && !tearing_down_)
+      if (!quit_sent_ && !tearing_down_) {
         fail(kExitHostFailure,
              fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
+        // Nothing sweeps its host now: what the job left there that its channels cannot reach (a
+        // grandchild in a session of its own, a process whose command holds no channel) is
+        // ended by the program `msrun-ssh stop` runs, over the same connection.
+        if (!h.lost) t_.exec(host, stop_command(plan_.job_id, options_.kill_grace));
+      }
       break;
     default:
       break;
@@ -184,7 +189,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
         fail(kExitHostFailure,
              fmt::format("{} on {} was ended by its watchdog ({}): {}", p.spec->label(),
                          host_name(p.host), describe_status(e.status, e.signal),
-                         watchdog_gave_up_why()));
+                         watchdog_gave_up_why(p.host)));
         break;
       }
       if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);

@@ -47,23 +47,27 @@ void Runner::excuse_stall(double stuck_ms) {
   for (HostState& h : hosts_) h.last_echo_ms = std::min(now, h.last_echo_ms + stuck_ms);
   if (last_output_ms_ >= 0) last_output_ms_ = std::min(now, last_output_ms_ + stuck_ms);
   stalled_ms_ += stuck_ms;
-  if (stuck_ms >= 2 * heartbeat_ms_)  // their silence limit passed
-    for (HostState& h : hosts_) h.may_have_given_up = true;
+  double shortest = -1;  // the shortest silence limit a watchdog had, when one passed
+  for (HostState& h : hosts_)
+    if (stuck_ms >= h.silence_ms) {  // its silence limit passed
+      h.may_have_given_up = true;
+      if (shortest < 0 || h.silence_ms < shortest) shortest = h.silence_ms;
+    }
   if (stuck_ms < kStallToldMs) return;
   emit_event(events_, "launcher_stalled", {{"seconds", stuck_ms / 1000}});
   out_.message(fmt::format(
       "the launcher itself stood still for {:.1f} s (stopped by SIGSTOP or a debugger, or starved "
       "of CPU); no host is blamed for it{}",
       stuck_ms / 1000,
-      stuck_ms >= 2 * heartbeat_ms_
+      shortest >= 0
           ? fmt::format(", but the watchdogs end the job on their hosts after {:g} s without it",
-                        2 * options_.heartbeat)
+                        shortest / 1000)
           : ""));
 }
 
-std::string Runner::watchdog_gave_up_why() const {
+std::string Runner::watchdog_gave_up_why(size_t host) const {
   return fmt::format(
-      "it heard nothing from the launcher for {:g} s{}", 2 * options_.heartbeat,
+      "it heard nothing from the launcher for {:g} s{}", hosts_[host].silence_ms / 1000,
       stalled_ms_ > 0 ? fmt::format(" (the launcher stood still for {:.1f} s)", stalled_ms_ / 1000)
                       : "");
 }

@@ -431,6 +431,14 @@ void SshPool::drop_host(size_t host) {
   impl_->lost_hosts.insert(host);
 }
 
+std::optional<Transport::ServerAlive> SshPool::server_alive(size_t host) const {
+  if (host >= impl_->openssh.size() || !impl_->openssh[host]) return std::nullopt;
+  const SshHostConfig& c = *impl_->openssh[host];
+  if (c.server_alive_interval_s <= 0) return std::nullopt;
+  return ServerAlive{.interval_s = static_cast<double>(c.server_alive_interval_s),
+                     .count_max = c.server_alive_count_max};
+}
+
 // TCP_INFO of every live connection to the host: all sent data acknowledged, or an ACK within
 // `within_ms`, means the host's kernel answers.
 std::optional<double> SshPool::tcp_ack_age_ms(size_t host) const {

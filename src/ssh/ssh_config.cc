@@ -276,8 +276,9 @@ bool drain(int fd, std::string& into) {
   return n > 0 || (n < 0 && errno == EINTR);
 }
 
-// Whether an `ssh` client is on PATH.
-bool ssh_installed() {
+}  // namespace
+
+bool ssh_client_installed() {
   const char* path = std::getenv("PATH");
   std::string_view dirs = path ? path : "/usr/bin:/bin";
   size_t pos = 0;
@@ -289,6 +290,8 @@ bool ssh_installed() {
   }
   return false;
 }
+
+namespace {
 
 // Waits for `a` to end (it was killed, or its output ended); the resolution it gave.
 SshResolution finish(Asking& a, bool timed_out, double timeout_s) {
@@ -489,7 +492,7 @@ bool stands_for_others(const SshResolution& r, std::string_view name) {
 std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector<SshQuery>& queries,
                                                                const std::string& config_file,
                                                                int parallel, double timeout_s) {
-  if (!ssh_installed()) return std::nullopt;
+  if (!ssh_client_installed()) return std::nullopt;
   std::vector<SshResolution> out(queries.size());
   // Names that the same Host lines match (and that no Match line could tell apart) get the same
   // answer but for their own name: one of them is asked, the others only when its answer holds

@@ -7,9 +7,10 @@ import os
 import re
 import socket
 import subprocess
+import time
 
-from harness import (addresses, binary, check, cluster_dir, job, read, run, tmpdir,
-                     wait_no_leftovers)
+from harness import (addresses, binary, check, cluster, cluster_dir, job, launch,
+                     marked_processes, read, run, running, tmpdir, wait_for, wait_no_leftovers)
 
 
 def _common(known=None):
@@ -190,3 +191,32 @@ def test_a_wrong_port_in_a_match_block_is_honoured_as_ssh_honours_it():
                           cfg, "--dry_run", job("reached.py")], capture_output=True, text=True,
                          timeout=60, cwd=tmpdir())
     check(f"root@{a[0]}:2, workdir" in dry.stdout, f"--dry_run: {dry.stdout[:1500]}")
+
+
+def test_server_alive_in_the_config_gives_a_cut_host_up_as_ssh_would():
+    # n1's config: ServerAliveInterval 1, ServerAliveCountMax 2. At --heartbeat 15 the launcher
+    # alone would wait 2 x 15 s (+2 s) for a cut host; the config's 2 s decide, as they decide
+    # for ssh, and the cut host's watchdog, which waits as long for the launcher, cleans it.
+    a = addresses()
+    cfg = _config("alive", f"Host n0\n  HostName {a[0]}\nHost n1\n  HostName {a[1]}\n"
+                  "  ServerAliveInterval 1\n  ServerAliveCountMax 2\n" + _common())
+    p, _ = launch([job("sleeper.py"), "--sleep", "120"], hostfile=_hostfile("alive", "n0", "n1"),
+                  extra=["--ssh_config", cfg, "--heartbeat", "15"])
+    try:
+        wait_for(lambda: running("sleeper.py") >= 3, 20, "the 3 processes")
+        start = time.monotonic()
+        cluster("cut", 1)
+        wait_for(lambda: not [x for x in marked_processes() if x[0] == "msrs-node1"], 10,
+                 "the cut host to clean itself")
+        _, err = p.communicate(timeout=30)
+        took = time.monotonic() - start
+        check(p.returncode == 255, f"exit {p.returncode}: {err.decode()[-1500:]}")
+        check(re.search(rb"host n1 lost: no answer to heartbeats for [2-5]\.", err),
+              f"not named as lost after the config's 2 s: {err.decode()[-1500:]}")
+        check(took < 12, f"the launcher took {took:.1f} s (2 heartbeats would be 30 s)")
+    finally:
+        cluster("heal", 1)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    wait_no_leftovers(10)

@@ -117,6 +117,23 @@ def _ssh_sees(config, host):
     return r.stdout.split() if r.returncode == 0 else ["ssh failed: " + r.stderr.strip()]
 
 
+def _pick(seen):
+    """Client address, server address, server port, user (the client port differs every time)."""
+    return (seen[0], seen[2], seen[3], seen[4]) if len(seen) == 5 else tuple(seen)
+
+
+def _same_as_ssh(aliases, logs, theirs):
+    """Every alias's worker (rank = its place in the host file) reached what ssh reached."""
+    ours = {}
+    for rank, alias in enumerate(aliases):
+        m = re.search(rb"REACHED (.+)", read(os.path.join(logs, f"worker_{rank}.log")))
+        ours[alias] = m.group(1).decode().split() if m else ["no REACHED line"]
+    problems = [f"{h}: msrun-ssh {_pick(ours[h])}, ssh {_pick(theirs[h])}"
+                for h in aliases if _pick(ours[h]) != _pick(theirs[h])]
+    check(not problems, f"{len(problems)} of {len(aliases)} cases disagree with ssh:\n" +
+          "\n".join(problems))
+
+
 def test_forty_cases_reach_what_ssh_reaches():
     cfg, aliases = _config()
     check(len(aliases) == 40, f"{len(aliases)} cases")
@@ -131,17 +148,103 @@ def test_forty_cases_reach_what_ssh_reaches():
                                extra=["--ssh_config", cfg, "--connect_timeout", "20",
                                       "--heartbeat", "5"])
     check(code == 0, f"exit {code}: {err.decode()[-3000:]}")
-    ours = {}
-    for rank in range(len(aliases)):
-        m = re.search(rb"REACHED (.+)", read(os.path.join(logs, f"worker_{rank}.log")))
-        ours[aliases[rank]] = m.group(1).decode().split() if m else ["no REACHED line"]
-    pick = lambda s: (s[0], s[2], s[3], s[4]) if len(s) == 5 else tuple(s)
-    problems = [f"{h}: msrun-ssh {pick(ours[h])}, ssh {pick(theirs[h])}"
-                for h in aliases if pick(ours[h]) != pick(theirs[h])]
-    check(not problems, f"{len(problems)} of 40 cases disagree with ssh:\n" + "\n".join(problems))
+    _same_as_ssh(aliases, logs, theirs)
     # The corpus is not one case forty times: it reaches every host, directly and through jumps.
-    servers = {pick(theirs[h])[1] for h in aliases}
-    clients = {pick(theirs[h])[0] for h in aliases}
+    servers = {_pick(theirs[h])[1] for h in aliases}
+    clients = {_pick(theirs[h])[0] for h in aliases}
     check(servers == set(addresses()[:3]), f"servers {servers}")
     check(len(clients) >= 3, f"clients (launcher and jump hosts) {clients}")
+    wait_no_leftovers(15)
+
+
+def _path_without_ssh():
+    """A PATH directory holding every program of /usr/bin and /usr/sbin but `ssh`."""
+    d = os.path.join(tmpdir(), "path_without_ssh")
+    if not os.path.isdir(d):
+        os.makedirs(d)
+        for src in ("/usr/sbin", "/usr/bin"):
+            for name in os.listdir(src):
+                if name != "ssh" and not os.path.exists(os.path.join(d, name)):
+                    os.symlink(os.path.join(src, name), os.path.join(d, name))
+    return d
+
+
+def _fallback_config():
+    """The cases libssh's own parser takes (docs/ssh.md): no Match, no IdentityFile, no tokens."""
+    a = addresses()
+    d = cluster_dir()
+    inc = os.path.join(tmpdir(), "fallback_included.conf")
+    open(inc, "w").write(f"Host f10\n  HostName {a[2]}\nHost f11*\n  HostName {a[1]}\n")
+    cases = [
+        ("f01", f"HostName {a[0]}"),
+        ("f02", f"HostName {a[1]}\n  Port 22"),
+        ("f03", f"HostName {a[2]}\n  User root"),
+        ("f04", f"HostName {a[1]}\n  HostName {a[2]}"),               # the first value wins
+        ("f05", f"HostName {a[0]}\n  ProxyJump none"),
+        ("f06", f"HostName {a[1]}\n  StrictHostKeyChecking yes"),
+        ("f07", f"HostName {a[2]}\n  ConnectTimeout 3"),
+        ("f08", f"HostName {a[0]}\n  UserKnownHostsFile {d}/known_hosts"),
+        ("f09", f"HostName {a[1]}\n  GlobalKnownHostsFile {d}/known_hosts"),
+        ("f10", f"Include {inc}"),                                     # HostName from the file
+        ("f11x", f"Include {inc}"),                                    # f11* there
+        ("f21", ""),                                                   # Host f2? !f22
+        ("f22", f"HostName {a[2]}"),                                   # not that block
+        ("f23", ""),                                                   # Host f2? !f22
+    ]
+    path = os.path.join(tmpdir(), "fallback.ssh_config")
+    blocks = [f"Host {alias}\n  {text}\n" for alias, text in cases if text]
+    blocks += [f"Host f2? !f22\n  HostName {a[0]}\n",
+               f"Host *\n  User root\n  UserKnownHostsFile {d}/known_hosts\n"
+               "  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n  ConnectTimeout 5\n"
+               "  SendEnv LANG\n  ForwardAgent no\n"]
+    open(path, "w").write("".join(blocks))
+    return path, [alias for alias, _ in cases]
+
+
+def test_without_an_ssh_client_what_libssh_reads_as_ssh_reaches_what_ssh_reaches():
+    # Without `ssh` on PATH libssh reads the config. What it reads as OpenSSH does, it is given:
+    # every such case reaches what the real ssh reaches (the key comes from the host file, as
+    # IdentityFile is refused there). The whole corpus, which holds what it reads otherwise
+    # (Match, IdentityFile, ProxyJump, HostKeyAlias, tokens, capitals), is refused before
+    # anything connects, naming the file, the line and the keyword.
+    cfg, aliases = _fallback_config()
+    key = os.path.join(cluster_dir(), "id_ed25519")
+    hostfile = os.path.join(tmpdir(), "fallback.toml")
+    open(hostfile, "w").write(f'[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 1\n'
+                              f'identity_file = "{key}"\n' +
+                              "".join(f'\n[[hosts]]\naddress = "{h}"\n' for h in aliases))
+
+    def ssh_sees(h):
+        r = subprocess.run(["/usr/bin/ssh", "-F", cfg, "-i", key, h,
+                            'echo "$SSH_CONNECTION" "$(id -un)"'], capture_output=True,
+                           text=True, timeout=90, stdin=subprocess.DEVNULL)
+        return r.stdout.split() if r.returncode == 0 else ["ssh failed: " + r.stderr.strip()]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        theirs = dict(zip(aliases, pool.map(ssh_sees, aliases)))
+    saved = os.environ["PATH"]
+    os.environ["PATH"] = _path_without_ssh()
+    try:
+        code, _, err, logs = run([job("reached.py")], hostfile=hostfile, timeout=180,
+                                 extra=["--ssh_config", cfg, "--connect_timeout", "20",
+                                        "--heartbeat", "5"])
+        check(code == 0, f"exit {code}: {err.decode()[-3000:]}")
+        _same_as_ssh(aliases, logs, theirs)
+        check({_pick(theirs[h])[1] for h in aliases} == set(addresses()[:3]), "every host")
+
+        corpus, corpus_aliases = _config()
+        corpus_hosts = os.path.join(tmpdir(), "corpus_fallback.toml")
+        open(corpus_hosts, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 1\n' +
+                                      "".join(f'\n[[hosts]]\naddress = "{h}"\n'
+                                              for h in corpus_aliases))
+        code, _, err, _ = run([job("reached.py")], hostfile=corpus_hosts, timeout=60,
+                              extra=["--ssh_config", corpus])
+        # The first line libssh reads otherwise: case c04's IdentityFile.
+        line = open(corpus).read().splitlines().index(
+            next(l for l in open(corpus).read().splitlines() if "IdentityFile" in l)) + 1
+        check(code == 2, f"exit {code}: {err.decode()[-2000:]}")
+        check(f"ssh config {corpus} line {line}: IdentityFile: ".encode() in err and
+              b"install OpenSSH's client" in err, f"not named: {err.decode()[-2000:]}")
+    finally:
+        os.environ["PATH"] = saved
     wait_no_leftovers(15)

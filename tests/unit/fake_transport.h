@@ -62,7 +62,9 @@ struct HostScript {
   double kill_delay = 0.01;      // s from 'K' to the SIGKILL (also after the grace, for survivors)
   double silent_from = -1;       // from then on nothing at all comes from the host (cut off)
   bool tcp_acks = false;  // tcp_liveness() says kAcking until silent_from (default: kUnknown)
-  double lost_at = -1;    // then the transport reports kHostLost
+  // Its ssh config's ServerAliveInterval and ServerAliveCountMax (Transport::server_alive).
+  std::optional<Transport::ServerAlive> server_alive;
+  double lost_at = -1;  // then the transport reports kHostLost
   std::string lost_reason = "connection reset by peer";
   double watchdog_exits_at = -1;         // then the watchdog channel closes by itself
   bool no_workdir = false;               // the watchdog says the workdir is missing and ends
@@ -221,6 +223,7 @@ class FakeTransport : public Transport, public FakeClock {
 
   const std::vector<Channel>& channels() const { return channels_; }
   const Channel& channel(ChannelId id) const { return channels_.at(static_cast<size_t>(id)); }
+  ChannelId channel_count() const { return static_cast<ChannelId>(channels_.size()); }
 
   ChannelId watchdog(size_t host) const {
     for (const Channel& c : channels_)
@@ -285,6 +288,10 @@ class FakeTransport : public Transport, public FakeClock {
 
   void after(double seconds, std::function<void()> fn) {
     schedule(now_ + ms(seconds), std::move(fn));
+  }
+
+  std::optional<ServerAlive> server_alive(size_t host) const override {
+    return script(host).server_alive;
   }
 
   Liveness tcp_liveness(size_t host, double) const override {

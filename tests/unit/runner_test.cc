@@ -323,8 +323,19 @@ TEST_F(Runner, WatchdogEndingUnexpectedlyFailsTheJob) {
   plan_ = make_plan({1, 1});
   HostScript gone = host();
   gone.watchdog_exits_at = 2;
+  gone.other_commands = {{"msrun-ssh-stop", ProcScript{.exit_at = 0.05}}};
   FakeTransport fake({host(), gone});
   EXPECT_EQ(run(fake), 255);
+  // What the job left on node1 beyond its channels' reach is swept by `stop`'s program at once.
+  std::vector<std::string> stops;
+  for (msrun_ssh::ChannelId c = 0; c < fake.channel_count(); ++c)
+    if (fake.channel(c).command.find("msrun-ssh-stop") != std::string::npos) {
+      EXPECT_EQ(fake.channel(c).host, 1u);
+      EXPECT_EQ(fake.channel(c).opened_ms, 2000);
+      stops.push_back(fake.channel(c).command);
+    }
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0], msrun_ssh::stop_command(plan_.job_id, options_.kill_grace));
   EXPECT_EQ(fake.control(0), "hk");
   EXPECT_EQ(fake.control(1), "h");  // nothing is written to a closed watchdog
   EXPECT_EQ(fake.writes_after_close, 0);
@@ -552,6 +563,47 @@ TEST_F(Runner, SilentHostIsLostAfterTwoHeartbeatsAndTwoSeconds) {
             "msrun-ssh: host node1 lost: no answer to heartbeats for 12.0 s; stopping the job on "
             "every host\n");
   EXPECT_EQ(ended_ms_, fake.drops[0].second + 100);
+}
+
+TEST_F(Runner, ServerAliveInTheSshConfigSetsTheHostsSilenceLimitAsOpenSshDoes) {
+  // Host 1's ssh config: ServerAliveInterval 1, ServerAliveCountMax 2. OpenSSH gives that server
+  // up after 2 unanswered probes, 1 s apart: so does the launcher, and its watchdog waits 2 s for
+  // a silent launcher. Heartbeats go out every second. The other host keeps 2 heartbeats.
+  plan_ = make_plan({1, 1});
+  HostScript cut = host();
+  cut.silent_from = 1;  // its last echo came at 11 ms
+  cut.server_alive = msrun_ssh::Transport::ServerAlive{.interval_s = 1, .count_max = 2};
+  FakeTransport fake({host(), cut});
+  EXPECT_EQ(run(fake), 255);
+  ASSERT_EQ(fake.drops.size(), 1u);
+  EXPECT_EQ(fake.drops[0].first, 1u);
+  double silence = fake.drops[0].second - 11;
+  EXPECT_GT(silence, 2 * 1000 + 2000);
+  EXPECT_LE(silence, 2 * 1000 + 2000 + 5);
+  EXPECT_EQ(fake.channel(0).args.silence_s, 10);  // 2 x --heartbeat 5
+  EXPECT_EQ(fake.channel(1).args.silence_s, 2);
+  EXPECT_EQ(fake.control_times(0, 'h'), (Times{10, 1010, 2010, 3010, 4010}));
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: host node1 lost: no answer to heartbeats for 4.0 s; stopping the job on "
+            "every host\n");
+}
+
+TEST_F(Runner, ALongerServerAliveLetsTheHostBeSilentLongerThanTwoHeartbeats) {
+  // ServerAliveInterval 10, ServerAliveCountMax 6: the user tolerates a minute of silence (a
+  // flaky link), and so does the launcher, where 2 heartbeats would have been 10 s.
+  plan_ = make_plan({1, 1});
+  HostScript flaky = host({exits(90)});
+  flaky.silent_from = 20;
+  flaky.server_alive = msrun_ssh::Transport::ServerAlive{.interval_s = 10, .count_max = 6};
+  FakeTransport fake({host({exits(90)}), flaky});
+  EXPECT_EQ(run(fake), 255);
+  ASSERT_EQ(fake.drops.size(), 1u);
+  EXPECT_GT(fake.drops[0].second, 20000 + 60000 - 5000);  // its last echo was before 20 s
+  EXPECT_LE(fake.drops[0].second, 20000 + 60000 + 2000 + 5);
+  EXPECT_EQ(fake.channel(1).args.silence_s, 60);
+  EXPECT_NE(console_err().find("msrun-ssh: host node1 lost: no answer to heartbeats for 6"),
+            std::string::npos)
+      << console_err();
 }
 
 TEST_F(Runner, HostLostEventTearsDownTheOthers) {

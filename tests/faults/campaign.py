@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""The seeded, randomized fault campaign (issue #37, docs/reliability.md) on the test cluster.
+
+Each trial draws, from the seed and its number, a job shape (hosts, processes per host, contract,
+launch agent, restarts), a fault and a moment, runs tests/integration/jobs/chatter.py (numbered
+lines, a grandchild in its own session) under msrun-ssh, injects the fault at that moment, and
+then checks the invariants:
+  1. no process of the job is left on any host within a bounded time;
+  2. the exit status is the documented one for that fault (FAULTS below, docs/reliability.md);
+  3. every rank's log holds its lines in order without a gap (each attempt from 0), the console
+     shows the same lines in the same order (or says how many it did not show), and a job that
+     ends well has every rank's last line; after SIGKILL of the launcher the logs hold every line
+     the console showed;
+  4. nothing is left in /tmp (stack directories) or in the log directory (.tmp files) that the
+     job does not document.
+A failing trial prints its seed, its number and the command that runs it alone; the campaign goes
+on and exits 1 at the end. With the test cluster up (tests/cluster/cluster.sh up --dir DIR
+--hosts 3), as root:
+
+  MSRUN_SSH_CLUSTER_DIR=DIR MSRUN_SSH_BIN=build/msrun-ssh \\
+    python3 tests/faults/campaign.py --seed 1 --trials 300
+  ... --seed 1 --first 17 --trials 1        # trial 17 of seed 1 alone
+
+CI runs a short slice (ctest: faults.campaign_slice).
+"""
+import argparse
+import glob
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+sys.dont_write_bytecode = True
+import harness  # noqa: E402
+from harness import addresses, binary, cluster, job, marked_processes, tmpdir  # noqa: E402
+
+HEARTBEAT = 1.0
+SECONDS = 6.0  # each rank prints for that long
+LINE = re.compile(rb"^rank (\S+) line (\d+)$")
+CONSOLE = re.compile(rb"^\[(\S+)@[\d.]+(?: a(\d+))?\] rank (\S+) line (\d+)$")
+ATTEMPT_LOG = re.compile(r"\.attempt(\d+)\.log$")
+NOT_SHOWN = re.compile(rb"lines not shown \(the console fell behind\)")
+
+# fault -> where it is injected, and the exit statuses it may end with (docs/reliability.md).
+# "ok" below: the job ends as without the fault.
+FAULTS = {
+    "sigint": "SIGINT to the launcher: 130",
+    "sigterm": "SIGTERM to the launcher: 143",
+    "sigkill": "SIGKILL of the launcher: the watchdogs end the job within 3 heartbeats",
+    "cut": "the host cut off from the network (healed after the trial): 255",
+    "sshd": "the host's sshd killed (started again after the trial): 255",
+    "stop_procs": "the host's processes stopped (SIGSTOP) for 2 s, then continued: ok",
+    "kill_rank": "a process killed (SIGKILL): 137, or ok after a restart",
+    "kill_watchdog": "the host's watchdog killed (SIGKILL): 255, or ok after a restart",
+    "slow_rc": "the host's login rc takes 3 s: ok",
+    "pipe_pause": "the launcher's stdout pipe not read for 4 s: ok",
+}
+MOMENTS = ["connecting", "starting", "running", "backoff"]
+
+
+class Trial:
+    def __init__(self, seed, number):
+        rng = random.Random(f"{seed}/{number}")
+        self.seed, self.number = seed, number
+        self.hosts = rng.choice([2, 3])
+        self.ppn = rng.choice([1, 2])
+        self.contract = rng.choice(["msrun", "torch"])
+        self.agent = rng.choice(["auto", "True", "False"])
+        self.fault = rng.choice(sorted(FAULTS))
+        self.moment = rng.choice(MOMENTS)
+        self.restarts = 1 if self.moment == "backoff" else rng.choice([0, 0, 1])
+        self.victim = rng.randrange(self.hosts)
+        self.delay = rng.uniform(0.0, 1.0)
+
+    def describe(self):
+        return (f"{self.hosts} hosts x {self.ppn}, {self.contract}, agent {self.agent}, "
+                f"restarts {self.restarts}; {self.fault} on host {self.victim} while "
+                f"{self.moment} (+{self.delay:.2f} s)")
+
+    def expected(self, applied, restarted):
+        """The exit statuses this trial may end with."""
+        f = self.fault
+        if not applied:
+            return {0}
+        # A signal before the launcher has set up its handlers (before it connects: it has started
+        # nothing anywhere) ends it the default way, which a shell shows as the same 130 / 143.
+        if f == "sigint":
+            return {130, -signal.SIGINT}
+        if f == "sigterm":
+            return {143, -signal.SIGTERM}
+        if f == "sigkill":
+            return {-9}
+        if f == "kill_watchdog":  # the host itself is fine: a restart runs the job again
+            return {0} if self.restarts else {255}
+        if f in ("cut", "sshd"):  # the host stays unreachable: a restart cannot reach it either
+            return {255}
+        if f == "kill_rank":
+            return {0} if self.restarts else {137}
+        return {0}
+
+
+def hostfile(t):
+    d = harness.cluster_dir()
+    text = open(os.path.join(d, "hosts.toml")).read()
+    # The cluster's host file with the first `t.hosts` hosts and `t.ppn` processes each.
+    head, _, rest = text.partition("[[hosts]]")
+    blocks = ["[[hosts]]" + b for b in rest.split("[[hosts]]")][:t.hosts]
+    head = re.sub(r"^local_worker_num = .*$", "", head, flags=re.M)
+    head = head.replace("[defaults]\n", f"[defaults]\nlocal_worker_num = {t.ppn}\n", 1)
+    path = os.path.join(tmpdir(), f"campaign-{t.seed}-{t.number}.toml")
+    open(path, "w").write(head + "".join(blocks))
+    return path
+
+
+def processes_on(host_index, word):
+    ns = f"msrs-node{host_index}"
+    return [int(pid) for n, pid, cmd in marked_processes() if n == ns and word in cmd]
+
+
+def watchdog_pids(host_index):
+    return [int(pid) for n, pid, cmd in harness.leftovers(f"msrs-node{host_index}")
+            if "msrun-ssh-watchdog" in cmd]
+
+
+def signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class Runner:
+    """One trial: the launcher, its console read on the side, the fault, the checks."""
+
+    def __init__(self, t):
+        self.t = t
+        self.problems = []
+        self.applied = False
+        self.restarted = False
+        self.log_dir = os.path.join(tmpdir(), f"campaign-logs-{t.seed}-{t.number}")
+        self.console = b""
+
+    def fail(self, why):
+        self.problems.append(why)
+
+    def launch(self):
+        t = self.t
+        argv = [binary(), "--hostfile", hostfile(t), "--log_dir", self.log_dir,
+                "--heartbeat", str(HEARTBEAT), "--kill_grace", "2", "--connect_timeout", "8",
+                "--agent", t.agent, "--contract", t.contract]
+        if t.restarts:
+            argv += ["--max_restarts", str(t.restarts), "--restart_backoff", "2"]
+        argv += [job("chatter.py"), str(SECONDS)]
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, cwd=tmpdir())
+        self.started = time.monotonic()
+
+    def read_some(self, seconds):
+        """Reads the launcher's stdout for up to `seconds` (non-blocking pieces)."""
+        import select
+        end = time.monotonic() + seconds
+        fd = self.p.stdout.fileno()
+        while time.monotonic() < end:
+            r, _, _ = select.select([fd], [], [], max(0.0, min(0.1, end - time.monotonic())))
+            if r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return False
+                self.console += chunk
+        return True
+
+    def wait_for_lines(self, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if re.search(rb"\] rank \S+ line \d+\n", self.console):
+                return True
+            if not self.read_some(0.2):
+                return False
+        return False
+
+    def inject(self):
+        t, v = self.t, self.t.victim
+        f = t.fault
+        if f == "sigint":
+            self.p.send_signal(signal.SIGINT)
+        elif f == "sigterm":
+            self.p.send_signal(signal.SIGTERM)
+        elif f == "sigkill":
+            self.p.kill()
+        elif f == "cut":
+            cluster("cut", v)
+        elif f == "sshd":
+            cluster("sshd-stop", v)
+        elif f == "stop_procs":
+            pids = processes_on(v, "chatter.py")
+            if not pids:
+                return
+            signal_all(pids, signal.SIGSTOP)
+            self.read_some(2)
+            signal_all(processes_on(v, "chatter.py"), signal.SIGCONT)
+        elif f == "kill_rank":
+            pids = processes_on(v, "chatter.py")
+            if not pids:
+                return
+            signal_all(pids[:1], signal.SIGKILL)
+        elif f == "kill_watchdog":
+            pids = watchdog_pids(v)
+            if not pids:
+                return
+            signal_all(pids[:1], signal.SIGKILL)
+        elif f == "pipe_pause":
+            time.sleep(4)
+        self.applied = True
+
+    def run(self):
+        t = self.t
+        if t.fault == "slow_rc":
+            cluster("slowrc", t.victim, 3)
+            self.applied = True
+        try:
+            self.launch()
+            if t.moment == "connecting":
+                time.sleep(t.delay * 0.3)
+            elif t.moment == "starting":
+                self.read_some(0.5 + t.delay)
+            elif t.moment == "running":
+                self.wait_for_lines(30)
+                self.read_some(t.delay * 2)
+            elif t.moment == "backoff":
+                # A first failure starts the restart back-off (2 s); the fault comes inside it.
+                self.wait_for_lines(30)
+                pids = processes_on(t.victim, "chatter.py")
+                if pids:
+                    signal_all(pids[:1], signal.SIGKILL)
+                    self.restarted = True
+                self.read_some(0.5 + t.delay)
+            if t.fault != "slow_rc":
+                self.inject()
+            self.finish()
+        finally:
+            if self.p.poll() is None:
+                self.p.kill()
+                self.p.wait()
+            self.repair()
+        self.check_hosts()
+        self.check_output()
+        self.check_files()
+        return self.problems
+
+    def finish(self):
+        # Everything the launcher prints until it ends (bounded).
+        end = time.monotonic() + 120
+        while self.p.poll() is None and time.monotonic() < end:
+            if not self.read_some(0.5):
+                break
+        try:
+            _, self.err = self.p.communicate(timeout=max(1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.fail("the launcher did not end within 120 s")
+            self.p.kill()
+            _, self.err = self.p.communicate()
+        rest = self.p.stdout.read() if self.p.stdout and not self.p.stdout.closed else b""
+        self.console += rest or b""
+        self.code = self.p.returncode
+        if t_ok := self.t.expected(self.applied, self.restarted):
+            # A kill_rank in the back-off trial is the back-off's own failure: the restart that
+            # follows must end well.
+            if self.t.moment == "backoff" and self.restarted and self.t.fault in (
+                    "stop_procs", "kill_rank", "slow_rc", "pipe_pause"):
+                t_ok = {0, 137} if self.t.fault == "kill_rank" else {0}
+            if self.code not in t_ok:
+                self.fail(f"exit {self.code}, expected {sorted(t_ok)}: "
+                          f"{self.err.decode(errors='replace')[-1500:]}")
+
+    def repair(self):
+        t = self.t
+        if t.fault == "cut":
+            cluster("heal", t.victim, check=False)
+        elif t.fault == "sshd":
+            cluster("sshd-start", t.victim, check=False)
+        elif t.fault == "slow_rc":
+            cluster("slowrc", t.victim, 0, check=False)
+
+    def check_hosts(self):
+        try:
+            harness.wait_no_leftovers(3 * HEARTBEAT + 12)
+        except AssertionError as e:
+            self.fail(f"left on the hosts: {e}")
+
+    def rank_logs(self):
+        """{path: [line numbers]} of the per-rank logs, and {path: attempt} (None: the last)."""
+        logs, attempts = {}, {}
+        for path in glob.glob(os.path.join(self.log_dir, "*.log")):
+            if os.path.basename(path) == "msrun-ssh.log":
+                continue
+            m = ATTEMPT_LOG.search(path)
+            attempts[path] = int(m.group(1)) if m else None
+            logs[path] = []
+            for line in harness.read(path).splitlines():
+                m = LINE.match(line)
+                if m:
+                    logs[path].append((m.group(1), int(m.group(2))))
+        return logs, attempts
+
+    def check_output(self):
+        logs, attempts = self.rank_logs()
+        shown = {}
+        for line in self.console.splitlines():
+            m = CONSOLE.match(line)
+            if m:
+                shown.setdefault((m.group(3), int(m.group(2) or 1)), []).append(int(m.group(4)))
+        last = max([a for (_, a) in shown] + [a + 1 for a in attempts.values() if a] + [1])
+        by_attempt = {}
+        for path, lines in logs.items():
+            # One attempt per file: its lines from 0, in order, without a gap.
+            for i, (rank, n) in enumerate(lines):
+                if n != i:
+                    self.fail(f"{os.path.basename(path)}: line {n} where {i} was due")
+                    break
+            for rank, n in lines:
+                by_attempt.setdefault((rank, attempts[path] or last), []).append(n)
+        dropped = NOT_SHOWN.search(self.console) or NOT_SHOWN.search(self.err or b"")
+        for key, seq in shown.items():
+            full = by_attempt.get(key, [])
+            what = f"rank {key[0].decode()} (attempt {key[1]})"
+            if self.t.fault == "sigkill" or dropped:
+                it = iter(full)
+                if not all(any(n == m for m in it) for n in seq):
+                    self.fail(f"{what}: the console shows lines its log lacks")
+            elif seq != full:
+                self.fail(f"{what}: console {len(seq)} lines, log {len(full)}")
+        if self.code == 0:
+            for path, attempt in attempts.items():
+                if attempt is None and not harness.read(path).rstrip().endswith(b"done"):
+                    self.fail(f"{os.path.basename(path)} does not end with its last line")
+
+    def check_files(self):
+        for path in glob.glob(os.path.join(self.log_dir, "**", "*.tmp"), recursive=True):
+            self.fail(f"left behind: {path}")
+        new = set(glob.glob("/tmp/msrun-ssh-stacks-*")) - self.stacks_before
+        if new:
+            self.fail(f"stack directories left in /tmp: {sorted(new)}")
+
+
+def clean_hosts():
+    """Before a trial: the hosts hold nothing but their own processes. What an earlier failed
+    trial left (it was reported there) is killed, so that one finding does not fail the rest."""
+    try:
+        harness.wait_no_leftovers(30)
+    except AssertionError:
+        signal_all([int(pid) for _, pid, _ in harness.leftovers()], signal.SIGKILL)
+        harness.wait_no_leftovers(10)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--first", type=int, default=0, help="the number of the first trial")
+    p.add_argument("--max-minutes", type=float, default=0, help="stop starting trials after it")
+    args = p.parse_args()
+    try:
+        harness.cluster_dir()
+    except harness.Skip as e:
+        print(e, file=sys.stderr)
+        return harness.SKIP
+    start = time.monotonic()
+    failed = []
+    counts = {}
+    ran = 0
+    for number in range(args.first, args.first + args.trials):
+        if args.max_minutes and time.monotonic() - start > args.max_minutes * 60:
+            break
+        t = Trial(args.seed, number)
+        clean_hosts()
+        r = Runner(t)
+        r.stacks_before = set(glob.glob("/tmp/msrun-ssh-stacks-*"))
+        t0 = time.monotonic()
+        problems = r.run()
+        ran += 1
+        key = (t.fault, t.moment)
+        counts[key] = counts.get(key, 0) + 1
+        status = ("ok" if r.applied else "ok (nothing to act on)") if not problems else "FAILED"
+        print(f"trial {number:4d} {status:22} exit {r.code!s:>4} {time.monotonic() - t0:5.1f} s  "
+              f"{t.describe()}", flush=True)
+        if problems:
+            failed.append(number)
+            for why in problems:
+                print(f"    {why}", flush=True)
+            print(f"    again: MSRUN_SSH_CLUSTER_DIR={harness.cluster_dir()} "
+                  f"MSRUN_SSH_BIN={binary()} python3 {os.path.relpath(__file__)} "
+                  f"--seed {args.seed} --first {number} --trials 1", flush=True)
+    print(f"campaign: seed {args.seed}, {ran} trials, {len(failed)} failed "
+          f"({time.monotonic() - start:.0f} s); fault x moment: "
+          + ", ".join(f"{f}/{m} {n}" for (f, m), n in sorted(counts.items())))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
