@@ -25,6 +25,11 @@
 # agent's stdin (the launcher or the connection gone) ends the agent at once: its commands see
 # their stdin end, which a watchdog takes for a lost launcher.
 #
+# Once the job's watchdog on this host (the command that runs msrun-ssh-watchdog) has ended, no
+# command starts here any more: it has swept the host for the last time, and a spawn that reaches
+# the agent after it (frames held up by a cut link and delivered when it heals) would run with
+# nothing left to end it.
+#
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
 use strict;
@@ -36,6 +41,7 @@ my $HELLO = "\nmsrun-ssh-agent 1\n";
 my $MAX_OUT = 1 << 20;
 my $CHUNK = 65536;
 my $REAP_S = 0.25;
+my ($watchdog_pid, $watchdog_gone);
 my $IDLE_S = length($ARGV[0] // '') ? $ARGV[0] + 0 : undef;
 my @KEPT = qw(PERL5LIB PERL5OPT PERLLIB);
 for my $i (0 .. $#KEPT) {
@@ -87,6 +93,8 @@ sub start_child {
 
 sub spawn {
   my ($cid, $command) = @_;
+  return send_frame('f', $cid, "the job's watchdog on this host has ended: nothing starts here")
+    if $watchdog_gone;
   my @pipes;
   for (0 .. 2) {
     my ($r, $w);
@@ -122,6 +130,7 @@ sub spawn {
   nonblocking($child->{fin});
   $children{$cid} = $child;
   $by_pid{$pid} = $child;
+  $watchdog_pid = $pid if $command =~ /msrun-ssh-watchdog/;
 }
 
 sub control {
@@ -192,6 +201,7 @@ sub reap {
     my $pid = waitpid(-1, 1);    # WNOHANG
     return if $pid <= 0;
     my $child = delete $by_pid{$pid} or next;
+    $watchdog_gone = 1 if defined $watchdog_pid && $pid == $watchdog_pid;
     my $raw = $?;
     if ($raw & 127) {
       my $n = $raw & 127;

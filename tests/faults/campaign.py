@@ -260,12 +260,11 @@ class Runner:
             if not self.read_some(0.5):
                 break
         try:
-            _, self.err = self.p.communicate(timeout=max(1, end - time.monotonic()))
+            rest, self.err = self.p.communicate(timeout=max(1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.fail("the launcher did not end within 120 s")
             self.p.kill()
-            _, self.err = self.p.communicate()
-        rest = self.p.stdout.read() if self.p.stdout and not self.p.stdout.closed else b""
+            rest, self.err = self.p.communicate()
         self.console += rest or b""
         self.code = self.p.returncode
         if t_ok := self.t.expected(self.applied, self.restarted):

@@ -252,5 +252,19 @@ TEST_F(AgentOverLocal, AnIdleAgentWhoseLauncherIsSilentEndsItself) {
   EXPECT_TRUE(lost.empty()) << "nothing of its ran any more";
 }
 
+TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
+  // The watchdog swept its host for the last time (it lost the launcher): a spawn that reaches
+  // the agent after that (held up by a cut link) must not run, with nothing left to end it.
+  AgentTransport t(local, 1, agent_command(30));
+  ChannelId dog = t.exec(0, "exec sh -c 'exit 0' msrun-ssh-watchdog");
+  ChannelId before = t.exec(0, "echo before");
+  run_until(t, closed({dog, before}));
+  ChannelId after = t.exec(0, "echo after");
+  run_until(t, closed({after}));
+  EXPECT_EQ(seen[before].out, "before\n");
+  EXPECT_EQ(seen[after].out, "");
+  EXPECT_EQ(seen[after].failed, "the job's watchdog on this host has ended: nothing starts here");
+}
+
 }  // namespace
 }  // namespace msrun_ssh
