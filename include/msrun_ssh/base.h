@@ -24,6 +24,9 @@ std::vector<std::string_view> split_lines(std::string_view text);
 // The words of `text` that `blanks` (default: space and tab) separate; none when it is all blank.
 std::vector<std::string_view> split_words(std::string_view text, std::string_view blanks = " \t");
 
+// `s` with its ASCII letters in lower case.
+std::string to_lower(std::string_view s);
+
 // ---- the shell ----------------------------------------------------------------------------------
 
 // Quotes one word for a POSIX shell: 'it'\''s' style. The empty string becomes ''.

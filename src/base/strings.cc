@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,12 @@ std::vector<std::string_view> split_lines(std::string_view text) {
     pos = nl + 1;
   }
   return lines;
+}
+
+std::string to_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 std::vector<std::string_view> split_words(std::string_view text, std::string_view blanks) {

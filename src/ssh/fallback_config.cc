@@ -130,12 +130,6 @@ const std::map<std::string_view, Keyword>& keywords() {
   return table;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 std::string home_dir() {
   const passwd* pw = ::getpwuid(::getuid());
   return pw && pw->pw_dir ? pw->pw_dir : "";
@@ -167,7 +161,7 @@ void check_file(const std::string& path, const std::string& base, bool read_by_u
     std::string_view line = trim(raw, " \t\r");
     if (line.empty() || line.starts_with('#')) continue;
     size_t end = line.find_first_of(" \t=");
-    std::string keyword = lower(line.substr(0, end));
+    std::string keyword = to_lower(line.substr(0, end));
     std::string_view value = end == std::string_view::npos ? "" : trim(line.substr(end), " \t");
     if (value.starts_with('=')) value = trim(value.substr(1), " \t");
     auto refuse = [&](std::string_view why) {
@@ -180,7 +174,7 @@ void check_file(const std::string& path, const std::string& base, bool read_by_u
     const Keyword& k = it->second;
     if (value.find('"') != std::string_view::npos)
       throw refuse("a quoted value is not read without an ssh client the way ssh reads it");
-    if (!k.only_value.empty() && lower(value) != k.only_value)
+    if (!k.only_value.empty() && to_lower(value) != k.only_value)
       throw refuse(fmt::format("only \"{}\" is read without an ssh client the way ssh reads it",
                                k.only_value));
     if (keyword == "host" || keyword == "include" || k.reading == Reading::kNoEffect) {

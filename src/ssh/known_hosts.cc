@@ -19,12 +19,6 @@ namespace {
 constexpr std::string_view kHashedPrefix = "|1|";
 constexpr size_t kSha1Size = 20;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // Strict base64 (with padding) to bytes; nullopt for anything else.
 std::optional<std::string> decode_base64(std::string_view text) {
   if (text.empty() || text.size() % 4 != 0) return std::nullopt;
@@ -80,7 +74,7 @@ KnownHostsIndex::KnownHostsIndex(std::string_view text) {
       size_t comma = hosts.find(',', start);
       std::string_view name =
           hosts.substr(start, comma == std::string_view::npos ? hosts.npos : comma - start);
-      if (!name.empty()) plain_[lower(name)].push_back(index);
+      if (!name.empty()) plain_[to_lower(name)].push_back(index);
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
@@ -91,7 +85,7 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
   // libssh looks up the lower-cased "host" on port 22 and "[host]:port" otherwise. Plain lines
   // under either spelling are kept (a map lookup each); a hashed line costs an HMAC per name, so
   // it is tested against exactly the name libssh will hash.
-  std::string bare = lower(host);
+  std::string bare = to_lower(host);
   std::string bracketed = "[" + bare + "]:" + std::to_string(port);
   std::vector<size_t> keep = named_only ? std::vector<size_t>{} : always_;
   for (const std::string* name : {&bare, &bracketed}) {
@@ -123,7 +117,7 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
 }
 
 std::string known_hosts_name(std::string_view host, int port) {
-  return port == 22 ? lower(host) : fmt::format("[{}]:{}", lower(host), port);
+  return port == 22 ? to_lower(host) : fmt::format("[{}]:{}", to_lower(host), port);
 }
 
 std::string hash_known_hosts_name(std::string_view name) {

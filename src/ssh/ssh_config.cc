@@ -363,12 +363,6 @@ bool ask(const std::vector<SshQuery>& queries, const std::vector<size_t>& which,
   return true;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // One `Host` line of the configs ssh reads: its patterns, in order ("!" negates one).
 struct HostLine {
   std::vector<std::string> patterns;
@@ -428,7 +422,7 @@ bool read_host_lines(const std::string& path, const std::string& base, const std
     rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
     if (line.empty() || line.starts_with('#')) continue;
     size_t end = line.find_first_of(" \t=");
-    std::string keyword = lower(line.substr(0, end));
+    std::string keyword = to_lower(line.substr(0, end));
     std::string_view args = end == std::string_view::npos ? "" : line.substr(end);
     args = trim(args, " \t");
     if (args.starts_with('=')) args = trim(args.substr(1), " \t");
@@ -474,14 +468,14 @@ std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) 
 // HostName %h), and the host name is not canonicalized (a DNS answer per name).
 bool stands_for_others(const SshResolution& r, std::string_view name) {
   if (!r.config || r.config->canonicalize_hostname) return false;
-  std::string needle = lower(name);
+  std::string needle = to_lower(name);
   std::string_view text = r.text;
   while (!text.empty()) {
     size_t nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
     if (line.starts_with("host ") || line.starts_with("hostname ")) continue;
-    if (lower(line).find(needle) != std::string::npos) return false;
+    if (to_lower(line).find(needle) != std::string::npos) return false;
   }
   const std::string& host = r.config->hostname;
   return host == needle || host.find(needle) == std::string::npos;
@@ -519,8 +513,8 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
         out[m] = out[rep];
       } else if (shared) {
         out[m] = out[rep];
-        if (out[m].config->hostname == lower(queries[rep].name))
-          out[m].config->hostname = lower(queries[m].name);
+        if (out[m].config->hostname == to_lower(queries[rep].name))
+          out[m].config->hostname = to_lower(queries[m].name);
       } else {
         again.push_back(m);
       }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/ssh_config.h"
 
@@ -28,9 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              "cannot write the config");
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  std::string lowered(text);
-  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lowered.find("include") != std::string::npos) return 0;
+  if (msrun_ssh::to_lower(text).find("include") != std::string::npos) return 0;
   std::string name(text.substr(0, std::min<size_t>(text.find('\n'), 64)));
   bool only_comments = true;
   for (std::string_view rest = text; !rest.empty();) {
