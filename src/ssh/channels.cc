@@ -15,8 +15,47 @@
 
 namespace msrun_ssh {
 void SshPool::Impl::emit(const TransportEvent& e) {
-  if (handler) (*handler)(e);
+  if (!handler) return;
+  if (in_libssh == 0) return (*handler)(e);
+  Held h{e, held_bytes.size(), e.data.size()};
+  h.event.data = {};
+  held_bytes.append(e.data);
+  held.push_back(std::move(h));
 }
+
+// Hands the held events over, in the order they came; called with no libssh call on the stack,
+// so whatever the handler does to the pool (drop_host, disconnect_all) frees nothing in use.
+void SshPool::Impl::deliver_held() {
+  if (in_libssh != 0 || held.empty()) return;
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (held[i].dropped) continue;
+    TransportEvent e = held[i].event;
+    e.data = std::string_view(held_bytes).substr(held[i].offset, held[i].size);
+    if (handler) (*handler)(e);
+  }
+  held.clear();  // the capacity stays: no allocation per wake-up
+  held_bytes.clear();
+}
+
+// A host torn down hears nothing more of itself: what it sent before is not handed over after.
+void SshPool::Impl::drop_held(std::optional<size_t> host) {
+  for (Held& h : held)
+    if (!host || h.event.host == *host) h.dropped = true;
+}
+
+namespace {
+// Marks a stretch in which libssh may run the pool's callbacks.
+class InLibssh {
+ public:
+  explicit InLibssh(int& depth) : depth_(depth) { ++depth_; }
+  ~InLibssh() { --depth_; }
+  InLibssh(const InLibssh&) = delete;
+  InLibssh& operator=(const InLibssh&) = delete;
+
+ private:
+  int& depth_;
+};
+}  // namespace
 
 int SshPool::Impl::wait(std::vector<epoll_event>& evs, int timeout_ms) {
   if (timeout_ms > 0 && !busy) {
@@ -80,6 +119,7 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
 }
 
 void SshPool::Impl::close_all() {
+  drop_held(std::nullopt);
   for (auto& [id, ch] : chans)
     if (ch->channel) {
       ssh_channel_free(ch->channel);
@@ -246,9 +286,18 @@ bool SshPool::Impl::needs_step(const Chan& ch) const {
           (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent) || !ch.signal_wanted.empty()));
 }
 
+// Steps the channels, then hands over the events their libssh calls gave.
+void SshPool::Impl::step_all() {
+  {
+    InLibssh guard(in_libssh);
+    step_unsettled();
+  }
+  deliver_held();
+}
+
 // Takes the pending steps of the unsettled channels only: a wake-up costs nothing per idle
 // channel.
-void SshPool::Impl::step_all() {
+void SshPool::Impl::step_unsettled() {
   std::set<size_t> touched;
   for (auto it = unsettled.begin(); it != unsettled.end();) {
     auto found = chans.find(*it);
@@ -358,7 +407,11 @@ void SshPool::Impl::poll(int timeout_ms, const EventHandler& h) {
       e.fd = static_cast<int>(key - kFdKey);
       emit(e);
     } else {
-      pump(static_cast<size_t>(key));
+      {
+        InLibssh guard(in_libssh);
+        pump(static_cast<size_t>(key));
+      }
+      deliver_held();
     }
   }
   step_all();
@@ -420,6 +473,7 @@ void SshPool::kill(ChannelId channel, const char* signal) {
 }
 
 void SshPool::drop_host(size_t host) {
+  impl_->drop_held(host);
   for (auto& [id, ch] : impl_->chans)
     if (impl_->conns[ch->conn].host == host && ch->state != Impl::ChanState::kClosed) {
       ch->state = Impl::ChanState::kClosed;

@@ -88,6 +88,19 @@ struct SshPool::Impl {
   std::set<int> watched;
   std::vector<ConnectWarning> warnings;
   const EventHandler* handler = nullptr;
+  // Events that came while a libssh call was on the stack (inside its callbacks, or a channel
+  // step that reads packets): they are held, their bytes copied, and handed to the handler only
+  // once libssh has returned. A handler may tear a host down (drop_host frees its session and
+  // channels); doing that under libssh's own frames freed what libssh was still walking.
+  int in_libssh = 0;
+  struct Held {
+    TransportEvent event;  // its data empty: the bytes are held_bytes[offset, offset + size)
+    size_t offset = 0;
+    size_t size = 0;
+    bool dropped = false;  // its host was dropped (or every connection closed) after it came
+  };
+  std::vector<Held> held;
+  std::string held_bytes;
   ChannelId next_id = 1;
   int epfd = -1;
   std::string home_dir;  // of the user, from the password database, looked up once
@@ -131,6 +144,8 @@ struct SshPool::Impl {
   void watch_fd(int fd);
   void unwatch_fd(int fd);
   void emit(const TransportEvent& e);
+  void deliver_held();
+  void drop_held(std::optional<size_t> host);  // of one host, or of all
 
   // --- phase one: connect, verify, authenticate (connect.cc) ----------------------------------
 
@@ -161,6 +176,7 @@ struct SshPool::Impl {
   void step(Chan* ch);
   bool needs_step(const Chan& ch) const;
   void step_all();
+  void step_unsettled();
   void report_pending_failures();
   static int on_data(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr, void* user);
   static void on_exit_status(ssh_session, ssh_channel, int status, void* user);
