@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/error.h"
 #include "remote/programs.h"
@@ -25,15 +26,9 @@ std::string field(std::string_view line, std::string_view key) {
 }
 
 std::vector<std::string_view> lines_of(std::string_view text) {
-  std::vector<std::string_view> out;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
+  std::vector<std::string_view> out = split_lines(text);
+  for (std::string_view& line : out)
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    out.push_back(line);
-    if (nl == std::string_view::npos) break;
-    text.remove_prefix(nl + 1);
-  }
   return out;
 }
 

@@ -442,10 +442,7 @@ ProbeFacts parse_probe(std::string_view output) {
   ProbeFacts facts;
   size_t nul = output.find('\0');
   if (nul != std::string_view::npos) output = output.substr(0, nul);
-  while (!output.empty()) {
-    size_t nl = output.find('\n');
-    std::string_view line = output.substr(0, nl);
-    output = nl == std::string_view::npos ? std::string_view() : output.substr(nl + 1);
+  for (std::string_view line : split_lines(output)) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     size_t eq = line.find('=');
     if (eq == std::string_view::npos || eq == 0) continue;

@@ -124,8 +124,10 @@ int run_app(const std::vector<std::string>& args) {
     std::map<std::string, std::string> hostnames;
     if (options.transport == TransportKind::kSsh) {
       std::vector<SshQuery> queries;
+      // Asked as the pool asks (its answers are kept for the run), so that no name is asked twice.
       for (const auto* hosts : {&cluster.hosts, &cluster.spares})
-        for (const auto& h : *hosts) queries.push_back({h.address, "", {}, "", ""});
+        for (const auto& h : *hosts)
+          queries.push_back({h.address, h.user, h.port, h.identity_file, h.known_hosts});
       if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10))
         for (size_t i = 0; i < queries.size(); ++i)
           if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <set>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/events.h"
 #include "msrun_ssh/jobs.h"
@@ -124,10 +125,7 @@ std::string job_state_command(const JobRecord& record, size_t host) {
 std::optional<RemoteState> parse_job_state(std::string_view text) {
   RemoteState s;
   bool hz = false, alive = false;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+  for (std::string_view line : split_lines(text)) {
     std::string_view kind = next_word(line);
     if (kind == "hz") {
       auto v = number<long>(line);

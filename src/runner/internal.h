@@ -1,15 +1,18 @@
 // What the files of the runner room share (src/runner/*.cc): the Runner's time constants, two
-// small helpers, and connecting every host (job.cc). Not a header of the room's contract (that
-// is include/msrun_ssh/runner.h).
+// small helpers, and what comes before a process starts (prepare.cc). Not a header of the room's
+// contract (that is include/msrun_ssh/runner.h).
 #pragma once
 
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "msrun_ssh/hostfile.h"
+#include "msrun_ssh/plan.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/status_line.h"
 #include "msrun_ssh/transport.h"
@@ -47,5 +50,27 @@ inline std::string describe_status(int status, const std::string& signal) {
 bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections, StatusLine* status = nullptr,
              std::map<std::string, std::string>* failed_hosts = nullptr);
+
+// Each host's connections: enough channels for its processes and its watchdog.
+struct JobHosts {
+  std::vector<const Host*> hosts;
+  std::vector<SshEndpoint> endpoints;
+  std::vector<int> connections;
+};
+JobHosts job_hosts(const Plan& plan);
+
+// Each host's own name (uname -n), for {hostname} in log names; one round trip, only when a log
+// name asks for it. A host that does not answer keeps its address.
+std::vector<std::string> host_names(Transport& t, const Plan& plan, double timeout_s);
+
+// Everything before a process starts, attached or detached: connect every host (`pool`), then
+// over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
+// torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
+// exit status and why (every step prints its own details); `unreachable` (when given) gets the
+// hosts that could not be connected, with why.
+std::optional<std::pair<int, std::string>> prepare_hosts(
+    HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
+    const Options& options, bool report_bindings, StatusLine* status = nullptr,
+    std::map<std::string, std::string>* unreachable = nullptr);
 
 }  // namespace msrun_ssh::runner_detail

@@ -1,4 +1,4 @@
-// The SSH edge of a run: connect every host (phase one), then hand over to the Runner (attached)
+// The SSH edge of a run: prepare every host (prepare.cc), then hand over to the Runner (attached)
 // or start everything detached (`stop` and `sync` are in commands.cc).
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -24,6 +24,7 @@
 #include <optional>
 #include <utility>
 
+#include "internal.h"
 #include "msrun_ssh/agent.h"
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/batch.h"
@@ -43,37 +44,11 @@
 #include "msrun_ssh/topology.h"
 
 namespace msrun_ssh {
-namespace runner_detail {
 
-// Phase one. Prints every failed host and returns false when any failed: then every host is
-// disconnected (two-phase start: nothing runs anywhere unless every host is ready), and `failed`
-// (when given) maps each failed host's address to why.
-bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
-             const std::vector<int>& connections, StatusLine* status,
-             std::map<std::string, std::string>* failed_hosts) {
-  auto results = pool.connect_all(connections);
-  if (status) status->hide();
-  for (const auto& w : pool.warnings())
-    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", hosts[w.host]->address.c_str(),
-                 w.message.c_str());
-  size_t failed = 0;
-  for (size_t h = 0; h < results.size(); ++h)
-    if (results[h]) {
-      ++failed;
-      std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[h]->address.c_str(),
-                   results[h]->reason.c_str());
-      if (failed_hosts) (*failed_hosts)[hosts[h]->address] = results[h]->reason;
-    }
-  if (failed == 0) return true;
-  std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failed,
-               hosts.size());
-  pool.disconnect_all();
-  return false;
-}
-
-}  // namespace runner_detail
-
-using runner_detail::connect;
+using runner_detail::host_names;
+using runner_detail::job_hosts;
+using runner_detail::JobHosts;
+using runner_detail::prepare_hosts;
 
 namespace {
 
@@ -87,98 +62,6 @@ std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
     throw InputError(
         fmt::format("--log_dir={}: cannot write the launcher log: {}", log_dir, e.what()));
   }
-}
-
-bool needs_topology(const HostPlan& h) {
-  for (const auto& p : h.processes)
-    if (p.bind_pending || !p.cpus.empty() || !p.numa_nodes.empty()) return true;
-  return false;
-}
-
-// Binding from each host's real topology (decide_binding, plan.h): one probe per host, all hosts
-// at once, then the binding step; the same round trip tells whether the host has the taskset /
-// numactl the bound commands start with.
-// Returns false (after printing why) when a host could not be probed; bad binding input throws
-// InputError naming the host.
-bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options) {
-  std::vector<size_t> hosts;
-  for (size_t h = 0; h < plan.hosts.size(); ++h)
-    if (needs_topology(plan.hosts[h])) hosts.push_back(h);
-  if (hosts.empty()) return true;
-  double timeout = std::max(10.0, options.connect_timeout);
-  auto probes = exited_output(run_batch(pool, hosts, binding_probe_command(), timeout));
-  bool ok = true;
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    HostPlan& hp = plan.hosts[hosts[i]];
-    if (!probes[i]) {
-      std::fprintf(stderr, "msrun-ssh: %s: cannot read the host's topology\n",
-                   hp.host.address.c_str());
-      ok = false;
-      continue;
-    }
-    try {
-      Topology topo = parse_probe_output(*probes[i]);
-      apply_binding(hp, decide_binding(hp, options, &topo), options);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("host {}: {}", hp.host.address, e.what()));
-    }
-    for (const auto& p : hp.processes) {
-      if (p.argv.empty()) continue;
-      const std::string& tool = p.argv[0];
-      if ((tool == "taskset" || tool == "numactl") && !probe_found_tool(*probes[i], tool))
-        throw InputError(fmt::format("host {}: binding needs {}, which is not installed there",
-                                     hp.host.address, tool));
-    }
-  }
-  return ok;
-}
-
-// Each host's own name (uname -n), for {hostname} in log names; one round trip, only when a log
-// name asks for it. A host that does not answer keeps its address.
-std::vector<std::string> host_names(Transport& t, const Plan& plan, double timeout_s) {
-  std::vector<std::string> names;
-  bool wanted = false;
-  for (const auto& h : plan.hosts) {
-    names.push_back(h.host.address);
-    for (const auto& p : h.processes)
-      wanted = wanted || p.log_name.find(kHostnameToken) != std::string::npos;
-  }
-  if (!wanted) return names;
-  std::vector<size_t> all;
-  for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
-  auto got = exited_output(run_batch(t, all, "uname -n", timeout_s));
-  for (size_t h = 0; h < got.size(); ++h) {
-    std::string n = got[h].value_or("");
-    while (!n.empty() && (n.back() == '\n' || n.back() == '\r')) n.pop_back();
-    if (!n.empty()) names[h] = n;
-  }
-  return names;
-}
-
-// The torch contract's rendezvous (rank 0's TCPStore) listens on MASTER_PORT on the master; a port
-// already listened on is the most common rendezvous failure, so it is checked before anything
-// starts: one read of the master's /proc/net/tcp and tcp6 (no program but awk needed).
-bool master_port_free(Transport& t, const Plan& plan, double timeout_s) {
-  if (plan.contract != Contract::kTorch) return true;
-  size_t master = 0;
-  while (master < plan.hosts.size() && !plan.hosts[master].is_master) ++master;
-  std::string cmd = fmt::format(
-      "awk 'FNR > 1 && $4 == \"0A\" {{ n = split($2, a, \":\"); if (a[n] == \"{:04X}\") f = 1 }} "
-      "END {{ print (f ? \"taken\" : \"free\") }}' /proc/net/tcp /proc/net/tcp6 2>/dev/null",
-      plan.master_port);
-  auto got = exited_output(run_batch(t, {master}, cmd, timeout_s));
-  std::string answer = got[0].value_or("");
-  if (answer.rfind("free", 0) == 0) return true;
-  const std::string& host = plan.hosts[master].host.address;
-  if (answer.rfind("taken", 0) == 0)
-    std::fprintf(stderr,
-                 "msrun-ssh: error: --master_port=%d is taken on the master %s (a process "
-                 "listens there); choose another port or end what holds it\n",
-                 plan.master_port, host.c_str());
-  else
-    std::fprintf(stderr, "msrun-ssh: error: cannot tell whether --master_port=%d is free on %s\n",
-                 plan.master_port, host.c_str());
-  return false;
 }
 
 // Whether a process of a detached start did not start: its starter failed or did not end in time.
@@ -300,23 +183,6 @@ Plan attempt_plan(const Plan& plan, const Options& options, int attempt) {
   return p;
 }
 
-struct JobHosts {
-  std::vector<const Host*> hosts;
-  std::vector<SshEndpoint> endpoints;
-  std::vector<int> connections;
-};
-
-JobHosts job_hosts(const Plan& plan) {
-  JobHosts j;
-  for (const auto& h : plan.hosts) {
-    j.hosts.push_back(&h.host);
-    j.endpoints.push_back(endpoint_of(h.host));
-    int channels = static_cast<int>(h.processes.size()) + 1;  // + the watchdog
-    j.connections.push_back((channels + kChannelsPerConnection - 1) / kChannelsPerConnection);
-  }
-  return j;
-}
-
 // The grouped stacks of a time limit, also in <log_dir>/stacks-<UTC time>[-a<attempt>].txt.
 // Writes `text` to `path` (created with the launcher's umask, 077); on failure warns, naming the
 // file, and returns false.
@@ -352,36 +218,6 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
                  std::strerror(errno));
     std::remove(tmp.c_str());
   }
-}
-
-// Everything before a process starts, attached or detached: connect every host (`pool`), then
-// over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
-// torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
-// exit status and why (every step prints its own details); `unreachable` (when given) gets the
-// hosts that could not be connected, with why.
-std::optional<std::pair<int, std::string>> prepare_hosts(
-    HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
-    const Options& options, bool report_bindings, StatusLine* status = nullptr,
-    std::map<std::string, std::string>* unreachable = nullptr) {
-  std::optional<SyncSource> sync;
-  std::vector<std::string> addresses, workdirs;
-  for (const auto& h : plan.hosts) {
-    addresses.push_back(h.host.address);
-    workdirs.push_back(h.host.workdir);
-  }
-  if (options.sync) sync = make_sync_source(options, workdirs);
-  if (!connect(pool, jh.hosts, jh.connections, status, unreachable))
-    return std::pair{kExitHostFailure, std::string("a host could not be reached")};
-  if (sync && !sync_and_report(commands, *sync, addresses, stderr)) {
-    std::fprintf(stderr, "msrun-ssh: the sync failed; nothing was started\n");
-    return std::pair{kExitHostFailure, std::string("the sync failed")};
-  }
-  if (!bind_from_topologies(commands, plan, options))
-    return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
-  if (!master_port_free(commands, plan, options.connect_timeout))
-    return std::pair{kExitUsage, std::string("the master port is taken")};
-  if (report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
-  return std::nullopt;
 }
 
 // The start-up progress on the terminal's status row: every host, every process of the plan.

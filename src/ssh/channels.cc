@@ -94,6 +94,17 @@ void SshPool::Impl::update_epoll(size_t ci) {
   c.mask = mask;
 }
 
+// A channel libssh still holds after ssh_channel_free (one not yet closed by the server: its exec
+// refused, or torn down before its command ran) lives on in the session until the server's close
+// comes, and that close runs the channel's callbacks: they must not point into the Chan, which
+// is freed before then.
+void SshPool::Impl::free_channel(Chan& ch) {
+  if (!ch.channel) return;
+  ssh_remove_channel_callbacks(ch.channel, &ch.callbacks);
+  ssh_channel_free(ch.channel);
+  ch.channel = nullptr;
+}
+
 void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
   Conn& c = conns[ci];
   close_known_hosts(c);
@@ -101,10 +112,7 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
   c.fd = -1;
   c.mask = 0;
   for (auto& [id, ch] : chans)
-    if (ch->conn == ci && ch->channel) {
-      ssh_channel_free(ch->channel);
-      ch->channel = nullptr;
-    }
+    if (ch->conn == ci) free_channel(*ch);
   if (c.event) {
     ssh_event_remove_session(c.event, c.session);
     ssh_event_free(c.event);
@@ -120,11 +128,7 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
 
 void SshPool::Impl::close_all() {
   drop_held(std::nullopt);
-  for (auto& [id, ch] : chans)
-    if (ch->channel) {
-      ssh_channel_free(ch->channel);
-      ch->channel = nullptr;
-    }
+  for (auto& [id, ch] : chans) free_channel(*ch);
   for (size_t i = 0; i < conns.size(); ++i)
     if (conns[i].session) drop_conn(i, ConnState::kClosed);
 }
@@ -192,10 +196,7 @@ void SshPool::Impl::open_failed(Chan* ch, const std::string& why) {
   ch->state = ChanState::kClosed;
   ended.push_back(ch->id);
   if (conns[ch->conn].channels > 0) --conns[ch->conn].channels;
-  if (ch->channel) {
-    ssh_channel_free(ch->channel);
-    ch->channel = nullptr;
-  }
+  free_channel(*ch);
   emit(e);
 }
 
@@ -205,12 +206,6 @@ void SshPool::Impl::host_lost(size_t ci, const std::string& why) {
   for (size_t i = 0; i < conns.size(); ++i)
     if (conns[i].host == host && conns[i].state == ConnState::kReady) host_conns.push_back(i);
   for (size_t i : host_conns) {
-    for (auto& [id, ch] : chans)
-      if (ch->conn == i && ch->channel) {
-        ssh_remove_channel_callbacks(ch->channel, &ch->callbacks);
-        ssh_channel_free(ch->channel);
-        ch->channel = nullptr;
-      }
     drop_conn(i, ConnState::kFailed);
   }
   if (lost_hosts.insert(host).second) {
@@ -319,8 +314,8 @@ void SshPool::Impl::step_unsettled() {
     Chan& ch = *it->second;
     if (ch.channel && linger && conns[ch.conn].state == ConnState::kReady)
       ssh_remove_channel_callbacks(ch.channel, &ch.callbacks);  // left to ssh_disconnect
-    else if (ch.channel)
-      ssh_channel_free(ch.channel);
+    else
+      free_channel(ch);
     chans.erase(it);
   }
 }

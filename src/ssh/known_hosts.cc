@@ -139,10 +139,7 @@ std::string hash_known_hosts_name(std::string_view name) {
 
 std::string renamed_known_hosts_lines(std::string_view lines, std::string_view name) {
   std::string out;
-  while (!lines.empty()) {
-    size_t nl = lines.find('\n');
-    std::string_view line = lines.substr(0, nl);
-    lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
+  for (std::string_view line : split_lines(lines)) {
     size_t field = line.starts_with('@') ? line.find(' ') + 1 : 0;  // after a marker
     size_t end = line.find(' ', field);
     if (field == 0 && line.starts_with('@')) continue;

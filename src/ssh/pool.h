@@ -137,6 +137,7 @@ struct SshPool::Impl {
   int wait(std::vector<epoll_event>& evs, int timeout_ms);
   void update_epoll(size_t ci);
   void drop_conn(size_t ci, ConnState state);
+  void free_channel(Chan& ch);
   void close_all();
   void poll(int timeout_ms, const EventHandler& h);
   void pump(size_t ci);

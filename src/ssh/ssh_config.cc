@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 
 #include "msrun_ssh/base.h"
@@ -52,10 +53,7 @@ bool yes_no(std::string_view line, std::string_view value) {
 
 SshHostConfig parse_ssh_g(std::string_view text) {
   SshHostConfig c;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+  for (std::string_view line : split_lines(text)) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (trim(line).empty()) continue;
     size_t sp = line.find(' ');
@@ -415,11 +413,8 @@ bool read_host_lines(const std::string& path, const std::string& base, const std
   std::optional<std::string> text = read_whole_file(path);
   if (!text) return !must_exist;
   if (depth > 16) return false;
-  std::string_view rest = *text;
-  while (!rest.empty()) {
-    size_t nl = rest.find('\n');
-    std::string_view line = trim(rest.substr(0, nl), " \t\r");
-    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  for (std::string_view raw : split_lines(*text)) {
+    std::string_view line = trim(raw, " \t\r");
     if (line.empty() || line.starts_with('#')) continue;
     size_t end = line.find_first_of(" \t=");
     std::string keyword = to_lower(line.substr(0, end));
@@ -469,11 +464,7 @@ std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) 
 bool stands_for_others(const SshResolution& r, std::string_view name) {
   if (!r.config || r.config->canonicalize_hostname) return false;
   std::string needle = to_lower(name);
-  std::string_view text = r.text;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+  for (std::string_view line : split_lines(r.text)) {
     if (line.starts_with("host ") || line.starts_with("hostname ")) continue;
     if (to_lower(line).find(needle) != std::string::npos) return false;
   }
@@ -488,12 +479,31 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
                                                                int parallel, double timeout_s) {
   if (!ssh_client_installed()) return std::nullopt;
   std::vector<SshResolution> out(queries.size());
+  // An answer is asked once per run: the plan (host names) and the pool (every setting) ask the
+  // same questions, and each `ssh -G` costs 10-60 ms of CPU.
+  static std::mutex cache_lock;
+  static std::map<std::string, SshResolution> cache;
+  std::lock_guard<std::mutex> hold(cache_lock);
+  // The file's text is in the key: a config rewritten between two questions is asked anew.
+  const std::string config_hash =
+      sha256_hex(config_file.empty() ? "" : read_whole_file(config_file).value_or(""));
+  auto cache_key = [&](const SshQuery& q) {
+    return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}", config_file, config_hash, q.name, q.user,
+                       q.port.value_or(0), q.known_hosts, q.identity_file);
+  };
+  std::vector<bool> known(queries.size(), false);
+  for (size_t i = 0; i < queries.size(); ++i)
+    if (auto it = cache.find(cache_key(queries[i])); it != cache.end()) {
+      out[i] = it->second;
+      known[i] = true;
+    }
   // Names that the same Host lines match (and that no Match line could tell apart) get the same
   // answer but for their own name: one of them is asked, the others only when its answer holds
   // its name elsewhere. Without that reading of the config, every distinct query is asked.
   std::optional<std::vector<HostLine>> lines = host_lines(config_file);
   std::map<std::string, std::vector<size_t>> groups;  // key -> queries, the first one asked
   for (size_t i = 0; i < queries.size(); ++i) {
+    if (known[i]) continue;
     const SshQuery& q = queries[i];
     std::string key = lines ? matched_lines(*lines, q.name) : "name " + q.name;
     key += fmt::format("\n{}\n{}\n{}\n", q.user, q.port.value_or(0), q.known_hosts);
@@ -521,6 +531,8 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
     }
   }
   if (!ask(queries, again, config_file, parallel, timeout_s, out)) return std::nullopt;
+  for (size_t i = 0; i < queries.size(); ++i)
+    if (!known[i] && out[i].config) cache.emplace(cache_key(queries[i]), out[i]);
   // The host file's identity comes first, as ssh's -i does (ssh -G leaves a missing one out).
   for (size_t i = 0; i < queries.size(); ++i)
     if (out[i].config && !queries[i].identity_file.empty()) {

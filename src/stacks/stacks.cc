@@ -6,6 +6,7 @@
 #include <charconv>
 #include <sstream>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/output.h"
 #include "remote/programs.h"
@@ -103,10 +104,7 @@ std::string stack_command(const std::string& job_id, double wait_s, double gdb_s
 HostStacks parse_stacks(std::string_view output) {
   HostStacks h;
   StackProcess* p = nullptr;
-  while (!output.empty()) {
-    size_t nl = output.find('\n');
-    std::string_view line = output.substr(0, nl);
-    output = nl == std::string_view::npos ? std::string_view() : output.substr(nl + 1);
+  for (std::string_view line : split_lines(output)) {
     size_t sp = line.find(' ');
     std::string_view kind = line.substr(0, sp);
     std::string_view rest = sp == std::string_view::npos ? "" : line.substr(sp + 1);

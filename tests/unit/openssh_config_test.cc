@@ -4,12 +4,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_config.h"
 
@@ -158,11 +164,60 @@ TEST_F(RealSshG, AsksSshOncePerNameAndKeepsItsAnswers) {
   EXPECT_EQ((*answers)[4].config->hostname, "198.18.7.1");
 }
 
+// The plan and the pool ask the same questions: the second asking runs no `ssh -G`, and a config
+// rewritten in between is asked anew. A stand-in `ssh` first on PATH counts the runs.
+TEST_F(RealSshG, AnAnswerIsAskedOncePerRunAndAgainWhenTheConfigChanges) {
+  std::filesystem::create_directories(dir_ / "bin");
+  const std::string count = (dir_ / "count").string();
+  std::ofstream(dir_ / "bin" / "ssh")
+      << "#!/bin/sh\necho x >> " << count << "\nexec /usr/bin/ssh \"$@\"\n";
+  std::filesystem::permissions(dir_ / "bin" / "ssh", std::filesystem::perms::owner_all);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  ::setenv("PATH", ((dir_ / "bin").string() + ":" + path).c_str(), 1);
+  auto runs = [&] {
+    return std::count(std::istreambuf_iterator<char>(std::ifstream(count).rdbuf()), {}, '\n');
+  };
+  const std::string config = (dir_ / "cached").string();
+  std::ofstream(config) << "Match host *\n  Port 2201\n";
+  std::vector<SshQuery> q{{"c1", "", {}, "", ""}, {"c2", "", {}, "", ""}};
+  auto first = resolve_with_openssh(q, config, 2, 10);
+  long after_first = runs();
+  auto second = resolve_with_openssh(q, config, 2, 10);
+  long after_second = runs();
+  std::ofstream(config) << "Match host *\n  Port 2202\n";
+  auto third = resolve_with_openssh(q, config, 2, 10);
+  long after_third = runs();
+  ::setenv("PATH", path.c_str(), 1);
+  ASSERT_TRUE(first && second && third);
+  EXPECT_EQ(after_first, 2) << "a Match line: each name asked";
+  EXPECT_EQ(after_second, 2) << "asked again";
+  EXPECT_EQ(after_third, 4) << "the rewritten config was not asked";
+  ASSERT_TRUE((*second)[1].config && (*third)[1].config);
+  EXPECT_EQ((*second)[1].config->port, 2201);
+  EXPECT_EQ((*third)[1].config->port, 2202);
+}
+
 TEST_F(RealSshG, AnUnreadableConfigIsAnErrorOfItsHost) {
   auto answers = resolve_with_openssh({{"node0", "", {}, "", ""}}, config_ + ".missing", 1, 10);
   ASSERT_TRUE(answers);
   EXPECT_FALSE(answers->front().config);
   EXPECT_NE(answers->front().error.find(".missing"), std::string::npos) << answers->front().error;
+}
+
+// ssh itself asked for one query, past resolve_with_openssh (and its answers kept for the run):
+// the host file's identity first, as resolve_with_openssh puts it.
+std::optional<SshHostConfig> ask_ssh_alone(const SshQuery& q, const std::string& config) {
+  std::string command;
+  for (const auto& word : ssh_g_command(q, config)) command += shell_quote(word) + " ";
+  FILE* p = ::popen((command + "2>/dev/null").c_str(), "r");
+  if (!p) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+  if (::pclose(p) != 0) return std::nullopt;
+  SshHostConfig c = parse_ssh_g(text);
+  if (!q.identity_file.empty()) c.identity_files.insert(c.identity_files.begin(), q.identity_file);
+  return c;
 }
 
 // The shortcut (names of the same Host lines asked once) against ssh itself asked for every name:
@@ -195,13 +250,11 @@ TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
     auto together = resolve_with_openssh(queries, config, 4, 10);
     ASSERT_TRUE(together);
     for (size_t q = 0; q < queries.size(); ++q) {
-      auto alone = resolve_with_openssh({queries[q]}, config, 1, 10);
-      ASSERT_TRUE(alone);
+      std::optional<SshHostConfig> alone = ask_ssh_alone(queries[q], config);
       const SshResolution& a = (*together)[q];
-      const SshResolution& b = alone->front();
       std::string where = "config " + std::to_string(i) + ", " + queries[q].name;
-      ASSERT_TRUE(a.config && b.config) << where << ": " << a.error << b.error;
-      const SshHostConfig &x = *a.config, &y = *b.config;
+      ASSERT_TRUE(a.config && alone) << where << ": " << a.error;
+      const SshHostConfig &x = *a.config, &y = *alone;
       EXPECT_EQ(x.hostname, y.hostname) << where;
       EXPECT_EQ(x.port, y.port) << where;
       EXPECT_EQ(x.user, y.user) << where;

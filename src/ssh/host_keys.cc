@@ -1,0 +1,250 @@
+// The SSH pool's host keys: each host's known_hosts lines, narrowed and handed to libssh, the key
+// verified as OpenSSH's StrictHostKeyChecking says, and a new key recorded (accept-new).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+namespace msrun_ssh {
+namespace {
+
+// An in-memory file holding `text`, readable by path as /proc/self/fd/N; -1 on failure.
+int memory_file(const std::string& text) {
+  int fd = memfd_create("msrun-ssh-known_hosts", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
+}
+
+std::string option_string(ssh_session s, ssh_options_e option) {
+  char* value = nullptr;
+  if (ssh_options_get(s, option, &value) != SSH_OK || !value) return "";
+  std::string out = value;
+  ssh_string_free_char(value);
+  return out;
+}
+
+}  // namespace
+
+// The path libssh would open for a known_hosts option value; "" when it holds what only libssh
+// expands (%d, %u, ~user).
+std::string SshPool::Impl::expand_path(const std::string& value) const {
+  if (value.find('%') != std::string::npos) return "";
+  if (value.starts_with("~/")) return home_dir.empty() ? "" : home_dir + value.substr(1);
+  if (value.starts_with('~')) return "";
+  return value;
+}
+
+// The lines of known_hosts file `path` for a host, computed once per file and host: a host with
+// several connections (past MaxSessions) does not pay its HMACs again.
+const std::string& SshPool::Impl::known_hosts_lines(const std::string& path,
+                                                    const std::string& host, int port) {
+  auto key = std::make_tuple(path, host, port);
+  auto it = known_hosts_lines_of.find(key);
+  if (it == known_hosts_lines_of.end())
+    it = known_hosts_lines_of.emplace(key, known_hosts_index(path).lines_for(host, port)).first;
+  return it->second;
+}
+
+const KnownHostsIndex& SshPool::Impl::known_hosts_index(const std::string& path) {
+  auto& index = known_hosts_files[path];
+  if (!index) index = std::make_unique<KnownHostsIndex>(read_whole_file(path).value_or(""));
+  return *index;
+}
+
+// Points the session's known_hosts options at in-memory copies of its files that hold only the
+// lines for its host (KnownHostsIndex). Leaves the session as it is when a path cannot be told
+// for sure or a copy cannot be made: libssh then reads the files themselves.
+void SshPool::Impl::narrow_known_hosts(Conn& c) {
+  if (c.host < openssh.size() && openssh[c.host]) return narrow_openssh_known_hosts(c);
+  std::string user = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+  user = user.empty() ? (ssh_dir.empty() ? "" : ssh_dir + "/known_hosts") : expand_path(user);
+  std::string global = option_string(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS);
+  global = global.empty() ? "/etc/ssh/ssh_known_hosts" : expand_path(global);
+  std::string host = option_string(c.session, SSH_OPTIONS_HOST);
+  unsigned int port = 22;
+  if (!narrowing || user.empty() || global.empty() || host.empty() ||
+      ssh_options_get_port(c.session, &port) != SSH_OK)
+    return;
+  if (hand_known_hosts(c, known_hosts_lines(user, host, static_cast<int>(port)),
+                       known_hosts_lines(global, host, static_cast<int>(port)))) {
+    c.known_hosts = user;
+    c.global_known_hosts = global;
+  }
+}
+
+// Hands the session in-memory copies holding `user_lines` and `global_lines` as its known_hosts
+// files; false (the session as it was) when they cannot be made.
+bool SshPool::Impl::hand_known_hosts(Conn& c, const std::string& user_lines,
+                                     const std::string& global_lines) {
+  int user_fd = narrowing ? memory_file(user_lines) : -1;
+  int global_fd = narrowing ? memory_file(global_lines) : -1;
+  if (user_fd < 0 || global_fd < 0) {
+    if (user_fd >= 0) close(user_fd);
+    if (global_fd >= 0) close(global_fd);
+    return false;
+  }
+  c.known_hosts_fds = {user_fd, global_fd};
+  c.known_hosts_empty = user_lines.empty() && global_lines.empty();
+  ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS,
+                  fmt::format("/proc/self/fd/{}", user_fd).c_str());
+  ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
+                  fmt::format("/proc/self/fd/{}", global_fd).c_str());
+  return true;
+}
+
+// With OpenSSH's settings: every UserKnownHostsFile and GlobalKnownHostsFile, each narrowed to
+// the lines for the host as ssh looks it up (its HostKeyAlias, else "host" or "[host]:port"); the
+// lines found under an alias are renamed to what libssh looks up. Without /proc, libssh reads the
+// first file of each list itself.
+void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
+  const SshHostConfig& h = *openssh[c.host];
+  SshTokens t = tokens;
+  t.original_host = hosts[c.host].address;
+  t.host = &h;
+  auto expanded = [&](const std::vector<std::string>& files) {
+    std::vector<std::string> out;
+    for (const auto& f : files) {
+      std::string path = f;
+      try {
+        path = expand_ssh_tokens(f, t);
+      } catch (const std::runtime_error&) {
+      }
+      if (!path.empty()) out.push_back(path);
+    }
+    return out;
+  };
+  std::vector<std::string> user = expanded(h.user_known_hosts_files);
+  std::vector<std::string> global = expanded(h.global_known_hosts_files);
+  c.known_hosts = user.empty() ? "" : user[0];
+  c.global_known_hosts = global.empty() ? "" : global[0];
+  const bool alias = !h.host_key_alias.empty();
+  const std::string& name = alias ? h.host_key_alias : h.hostname;
+  const int port = alias ? 22 : h.port;
+  auto lines_of = [&](const std::vector<std::string>& files) {
+    std::string lines;
+    for (const auto& f : files)
+      if (access(f.c_str(), R_OK) == 0)
+        lines += alias ? known_hosts_index(f).lines_for(name, port, true)
+                       : known_hosts_lines(f, name, port);
+    return alias ? renamed_known_hosts_lines(lines, known_hosts_name(h.hostname, h.port)) : lines;
+  };
+  if (!hand_known_hosts(c, lines_of(user), lines_of(global))) {
+    ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, c.known_hosts.c_str());
+    ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, c.global_known_hosts.c_str());
+  }
+}
+
+// After the host key check: the session's options name the real files again (accept-new writes
+// there) and the copies are closed.
+void SshPool::Impl::close_known_hosts(Conn& c) {
+  if (c.known_hosts_fds.empty()) return;
+  if (c.session) {
+    ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, c.known_hosts.c_str());
+    ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, c.global_known_hosts.c_str());
+  }
+  for (int fd : c.known_hosts_fds) close(fd);
+  c.known_hosts_fds.clear();
+}
+
+// accept-new with OpenSSH's settings: the server's key appended to the first UserKnownHostsFile
+// under `name` (hashed when HashKnownHosts says so), as ssh records it.
+bool SshPool::Impl::record_host_key(Conn& c, const std::string& name, bool hashed) {
+  char* entry = nullptr;
+  if (c.known_hosts.empty() || ssh_session_export_known_hosts_entry(c.session, &entry) != SSH_OK)
+    return false;
+  std::string line = entry;
+  ssh_string_free_char(entry);
+  size_t sp = line.find(' ');
+  if (sp == std::string::npos) return false;
+  line = (hashed ? hash_known_hosts_name(name) : name) + line.substr(sp);
+  if (!line.ends_with('\n')) line += '\n';
+  int fd = open(c.known_hosts.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  return close(fd) == 0 && ok;
+}
+
+bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
+  Conn& c = conns[ci];
+  const SshEndpoint& ep = hosts[c.host];
+  HostKeyPolicy policy = host_key_policy(c.host);
+  const SshHostConfig* h = c.host < openssh.size() && openssh[c.host] ? &*openssh[c.host] : nullptr;
+  // What ssh connects to, and the name it keeps the key under.
+  std::string target = h ? h->hostname : ep.address;
+  int port = h ? h->port : ep.port.value_or(22);
+  std::string key_name =
+      h && !h->host_key_alias.empty() ? h->host_key_alias : known_hosts_name(target, port);
+  std::string known = c.known_hosts;
+  if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+  if (known.empty()) known = "~/.ssh/known_hosts";
+  enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);
+  close_known_hosts(c);
+  switch (verdict) {
+    case SSH_KNOWN_HOSTS_OK:
+      // libssh also says OK for a host it has no line for when the ssh config says
+      // StrictHostKeyChecking no: not verified, and the user is told so.
+      if (c.known_hosts_empty)
+        warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
+                            fmt::format("host key NOT verified (not in {}) because the ssh "
+                                        "config says StrictHostKeyChecking no",
+                                        known)});
+      return true;
+    case SSH_KNOWN_HOSTS_CHANGED:
+      error = {ConnectError::kHostKeyChanged,
+               fmt::format("host key CHANGED (does not match {}): possible man-in-the-middle, "
+                           "refused; if the host was reinstalled, remove its old key with: "
+                           "ssh-keygen -R '{}' -f {}",
+                           known, key_name, known)};
+      return false;
+    case SSH_KNOWN_HOSTS_OTHER:
+      error = {ConnectError::kHostKeyChanged,
+               fmt::format("host key of another type than the one in {}: refused", known)};
+      return false;
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+      if (policy == HostKeyPolicy::kAcceptNew) {
+        if (h ? !record_host_key(c, key_name, h->hash_known_hosts)
+              : ssh_session_update_known_hosts(c.session) != SSH_OK)
+          return error = {ConnectError::kHostKeyUnverifiable,
+                          fmt::format("cannot add its host key to {}", known)},
+                 false;
+        warnings.push_back({c.host, ConnectWarningKind::kHostKeyAdded,
+                            fmt::format("new host key added to {}", known)});
+        return true;
+      }
+      if (policy == HostKeyPolicy::kNo) {
+        warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
+                            fmt::format("host key NOT verified (not in {}) because {}", known,
+                                        settings.host_key_policy
+                                            ? "of --strict_host_key_checking=no"
+                                            : "the ssh config says StrictHostKeyChecking no")});
+        return true;
+      }
+      error = {ConnectError::kHostKeyUnknown,
+               h && !h->host_key_alias.empty()
+                   ? fmt::format("unknown host key (not in {} under HostKeyAlias {}); after "
+                                 "checking it, add it with: ssh-keyscan -p {} {} | sed 's/^[^ "
+                                 "]*/{}/' >> {}",
+                                 known, key_name, port, target, key_name, known)
+                   : fmt::format("unknown host key (not in {}); after checking it, add it with: "
+                                 "ssh-keyscan -p {} {} >> {}",
+                                 known, port, target, known)};
+      return false;
+    default:
+      error = {ConnectError::kHostKeyUnverifiable,
+               fmt::format("cannot check the host key: {}", describe_error(c.session))};
+      return false;
+  }
+}
+
+}  // namespace msrun_ssh
