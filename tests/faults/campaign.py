@@ -60,7 +60,9 @@ FAULTS = {
     "slow_rc": "the host's login rc takes 3 s: ok",
     "pipe_pause": "the launcher's stdout pipe not read for 4 s: ok",
 }
-MOMENTS = ["connecting", "starting", "running", "backoff"]
+# "login_rc": the victim's login rc takes 3 s and the fault comes inside it; "teardown": the
+# launcher is interrupted (SIGINT) once lines flow and the fault comes while it tears down.
+MOMENTS = ["connecting", "login_rc", "starting", "running", "teardown", "backoff"]
 
 
 class Trial:
@@ -85,6 +87,8 @@ class Trial:
     def expected(self, applied, restarted):
         """The exit statuses this trial may end with."""
         f = self.fault
+        if self.moment == "teardown":  # the interrupt decides; a SIGKILL still ends it at once
+            return {-9} if f == "sigkill" and applied else {130, -signal.SIGINT}
         if not applied:
             return {0}
         # A signal before the launcher has set up its handlers (before it connects: it has started
@@ -220,13 +224,19 @@ class Runner:
 
     def run(self):
         t = self.t
-        if t.fault == "slow_rc":
+        if t.fault == "slow_rc" or t.moment == "login_rc":
             cluster("slowrc", t.victim, 3)
-            self.applied = True
+            self.applied = t.fault == "slow_rc"
         try:
             self.launch()
             if t.moment == "connecting":
                 time.sleep(t.delay * 0.3)
+            elif t.moment == "login_rc":
+                self.read_some(0.5 + t.delay * 2)  # inside the victim's 3 s rc
+            elif t.moment == "teardown":
+                self.wait_for_lines(30)
+                self.p.send_signal(signal.SIGINT)
+                self.read_some(0.1 + t.delay * 0.5)
             elif t.moment == "starting":
                 self.read_some(0.5 + t.delay)
             elif t.moment == "running":
@@ -283,7 +293,7 @@ class Runner:
             cluster("heal", t.victim, check=False)
         elif t.fault == "sshd":
             cluster("sshd-start", t.victim, check=False)
-        elif t.fault == "slow_rc":
+        if t.fault == "slow_rc" or t.moment == "login_rc":
             cluster("slowrc", t.victim, 0, check=False)
 
     def check_hosts(self):
