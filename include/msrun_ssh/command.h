@@ -109,6 +109,18 @@ inline constexpr double kWatchdogGraceStepS = 0.2;
 // The ready line (without its newline) of the watchdog with pid `pid` on the host named `host`.
 std::string watchdog_ready_line(long pid, std::string_view host);
 
+// A signal a sweep sent (its line "killed PID SIGNAL ARGV", from the watchdog or from stop's
+// program): the process, the signal's name ("SIGTERM") and the command line.
+struct SweptProcess {
+  long pid = 0;
+  std::string signal;
+  std::string argv;  // its words, each followed by a space, as the sweep prints them
+};
+// The sweep's line read back; nullopt for any other line.
+std::optional<SweptProcess> parse_swept_line(std::string_view line);
+// "PID SIGNAL ARGV" without the trailing space: how the launcher names the process to the user.
+std::string describe_swept(const SweptProcess& p);
+
 // What a watchdog is started with: its job and its times, as the script gets them, and the
 // host's workdir, which it checks before it is ready.
 struct WatchdogArgs {

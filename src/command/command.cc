@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
+#include "msrun_ssh/base.h"
 #include "remote/programs.h"
 
 namespace msrun_ssh {
@@ -130,6 +132,27 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 
 std::string watchdog_ready_line(long pid, std::string_view host) {
   return fmt::format("{}{} {}", kWatchdogReady, pid, host);
+}
+
+std::optional<SweptProcess> parse_swept_line(std::string_view line) {
+  constexpr std::string_view kKilled = "killed ";
+  if (!line.starts_with(kKilled)) return std::nullopt;
+  line.remove_prefix(kKilled.size());
+  size_t sp = line.find(' ');
+  if (sp == std::string_view::npos) return std::nullopt;
+  SweptProcess p;
+  auto [end, ec] = std::from_chars(line.data(), line.data() + sp, p.pid);
+  if (ec != std::errc() || end != line.data() + sp || p.pid <= 0) return std::nullopt;
+  line.remove_prefix(sp + 1);
+  sp = line.find(' ');
+  p.signal = line.substr(0, sp);
+  if (!p.signal.starts_with("SIG") || p.signal.size() < 4) return std::nullopt;
+  p.argv = sp == std::string_view::npos ? "" : line.substr(sp + 1);
+  return p;
+}
+
+std::string describe_swept(const SweptProcess& p) {
+  return std::string(trim(fmt::format("{} {} {}", p.pid, p.signal, p.argv), " "));
 }
 
 WatchdogArgs watchdog_args(const std::string& job_id, double timeout_s, double grace_s) {

@@ -102,13 +102,11 @@ int stop_on_hosts(Transport& t, const std::vector<std::string>& addresses, const
       code = kExitHostFailure;
       continue;
     }
-    for (std::string_view line : split_lines(*results[i])) {
-      if (line.starts_with("killed ")) {
-        std::fprintf(out, "%s: %.*s\n", addresses[i].c_str(), static_cast<int>(line.size()),
-                     line.data());
+    for (std::string_view line : split_lines(*results[i]))
+      if (auto swept = parse_swept_line(line)) {
+        std::fprintf(out, "%s: killed %s\n", addresses[i].c_str(), describe_swept(*swept).c_str());
         ++killed;
       }
-    }
   }
   std::fprintf(out, "job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed,
                addresses.size());

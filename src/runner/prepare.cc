@@ -68,8 +68,10 @@ bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options) {
 // The torch contract's rendezvous (rank 0's TCPStore) listens on MASTER_PORT on the master; a port
 // already listened on is the most common rendezvous failure, so it is checked before anything
 // starts: one read of the master's /proc/net/tcp and tcp6 (no program but awk needed).
-bool master_port_free(Transport& t, const Plan& plan, double timeout_s) {
-  if (plan.contract != Contract::kTorch) return true;
+enum class PortCheck { kFree, kTaken, kNoAnswer };
+
+PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
+  if (plan.contract != Contract::kTorch) return PortCheck::kFree;
   size_t master = 0;
   while (master < plan.hosts.size() && !plan.hosts[master].is_master) ++master;
   std::string cmd = fmt::format(
@@ -78,17 +80,21 @@ bool master_port_free(Transport& t, const Plan& plan, double timeout_s) {
       plan.master_port);
   auto got = exited_output(run_batch(t, {master}, cmd, timeout_s));
   std::string answer = got[0].value_or("");
-  if (answer.rfind("free", 0) == 0) return true;
+  if (answer.rfind("free", 0) == 0) return PortCheck::kFree;
   const std::string& host = plan.hosts[master].host.address;
-  if (answer.rfind("taken", 0) == 0)
+  if (answer.rfind("taken", 0) == 0) {
     std::fprintf(stderr,
                  "msrun-ssh: error: --master_port=%d is taken on the master %s (a process "
                  "listens there); choose another port or end what holds it\n",
                  plan.master_port, host.c_str());
-  else
-    std::fprintf(stderr, "msrun-ssh: error: cannot tell whether --master_port=%d is free on %s\n",
-                 plan.master_port, host.c_str());
-  return false;
+    return PortCheck::kTaken;
+  }
+  // The host, not the user's input: its connection or its session ended before it answered.
+  std::fprintf(stderr,
+               "msrun-ssh: the master %s did not answer whether --master_port=%d is free (its "
+               "connection or session ended); nothing was started\n",
+               host.c_str(), plan.master_port);
+  return PortCheck::kNoAnswer;
 }
 
 }  // namespace
@@ -176,8 +182,14 @@ std::optional<std::pair<int, std::string>> prepare_hosts(
   }
   if (!bind_from_topologies(commands, plan, options))
     return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
-  if (!master_port_free(commands, plan, options.connect_timeout))
-    return std::pair{kExitUsage, std::string("the master port is taken")};
+  switch (master_port_free(commands, plan, options.connect_timeout)) {
+    case PortCheck::kFree:
+      break;
+    case PortCheck::kTaken:
+      return std::pair{kExitUsage, std::string("the master port is taken")};
+    case PortCheck::kNoAnswer:
+      return std::pair{kExitHostFailure, std::string("the master did not answer")};
+  }
   if (report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
   return std::nullopt;
 }

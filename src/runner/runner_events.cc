@@ -121,9 +121,9 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
     if (!quit_sent_ && !tearing_down_)
       fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
                                          host_name(host), watchdog_gave_up_why(host)));
-  } else if (line.rfind("killed ", 0) == 0 && quit_sent_ && !tearing_down_) {
+  } else if (auto swept = parse_swept_line(line); swept && quit_sent_ && !tearing_down_) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
-                             line.substr(7)));
+                             describe_swept(*swept)));
   }
 }
 

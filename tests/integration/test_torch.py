@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import (Skip, addresses, check, cluster_dir, interrupt, job, launch,
+from harness import (Skip, addresses, check, cluster, cluster_dir, interrupt, job, launch,
                      marked_processes, read, run, tmpdir, wait_for, wait_no_leftovers, SOURCE_DIR)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "torch_ddp", "train.py")
@@ -90,6 +90,24 @@ def test_taken_master_port_is_a_clear_error_before_anything_starts():
     check(code == 2, f"exit {code}: {err.decode()[-2000:]}")
     check(b"--master_port=29500 is taken on the master 198.18.1.10" in err, f"{err.decode()}")
     check(not os.path.exists(os.path.join(logs, "worker_0.log")), "something started")
+
+
+def test_the_master_lost_during_the_port_check_is_a_host_failure():
+    # The master's sshd dies while its login rc (3 s) still runs, before it answers whether the
+    # master port is free: that is the host's failure (255), not the user's input (2). Found by the
+    # fault campaign (seed 11, trials 16 and 19).
+    cluster("slowrc", 0, 3)
+    try:
+        p, _ = launch([job("show.py")], extra=[*TORCH, "--agent", "True"])
+        time.sleep(1.2)
+        cluster("sshd-stop", 0)
+        _, err = p.communicate(timeout=60)
+    finally:
+        cluster("sshd-start", 0, check=False)
+        cluster("slowrc", 0, 0, check=False)
+    check(p.returncode == 255, f"exit {p.returncode}: {err.decode()[-2000:]}")
+    check(b"did not answer whether --master_port=29500 is free" in err, err.decode()[-2000:])
+    wait_no_leftovers(3)
 
 
 # ---- the real torchrun, variable by variable -------------------------------------------------

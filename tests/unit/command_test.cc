@@ -376,6 +376,21 @@ TEST(WatchdogProtocol, LinesAndBytes) {
   EXPECT_EQ(std::string({kBeat, kQuit, kTeardown, kKillNow, kStacksThenTeardown}), "hqkKa");
 }
 
+TEST(WatchdogProtocol, TheSweepsKilledLineIsReadBack) {
+  auto p = parse_swept_line("killed 77 SIGTERM sleep 30 ");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->pid, 77);
+  EXPECT_EQ(p->signal, "SIGTERM");
+  EXPECT_EQ(p->argv, "sleep 30 ");
+  EXPECT_EQ(describe_swept(*p), "77 SIGTERM sleep 30");
+  auto bare = parse_swept_line("killed 5 SIGKILL");
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(describe_swept(*bare), "5 SIGKILL");
+  for (const char* other : {"killed", "killed x SIGTERM a ", "killed 7 TERM a ",
+                            "killed -3 SIGTERM", "h", "Killed 7 SIGTERM a ", "killed 7"})
+    EXPECT_FALSE(parse_swept_line(other)) << other;
+}
+
 TEST(WatchdogProtocol, ArgsRoundUpTheGraceAndCapTheLostGrace) {
   EXPECT_EQ(watchdog_args("j-1", 1.0, 0.5), (WatchdogArgs{"j-1", 1.0, 3, 2}));
   EXPECT_EQ(watchdog_args("j", 10, 0), (WatchdogArgs{"j", 10, 0, 0}));
