@@ -11,6 +11,8 @@
 //   6 parse_remote_answer (sync's hash answer; sync.h)
 //   7 parse_apply_summary (sync's apply step; sync.h)
 //   8 parse_cpu_list (a CPU list from a host file or a host; binding.h)
+// and, whatever byte 0 says, each line through parse_swept_line (a sweep's "killed PID SIGNAL
+// ARGV" line, from the watchdog or stop's program; command.h).
 //
 // Properties: no crash, no sanitizer report, and the contracts of the headers:
 //  - stacks: complete only when an "end" line came; each process's pid > 0;
@@ -19,7 +21,9 @@
 //    finite and >= 0;
 //  - manifest: no entry that the rules exclude; the same result with and without the JSON
 //    parser's shortcut for plain entry lines (parse_remote_manifest's plain_lines);
-//  - CPU list: sorted, unique ids in 0..65535, or InputError.
+//  - CPU list: sorted, unique ids in 0..65535, or InputError;
+//  - swept line: pid > 0 and a SIG... name, and what describe_swept makes of it reads back the
+//    same.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -28,6 +32,7 @@
 #include "fuzz_check.h"
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/check.h"
+#include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/jobs.h"
 #include "msrun_ssh/stacks.h"
@@ -85,11 +90,24 @@ void cpu_list(std::string_view out) {
   }
 }
 
+void swept_lines(std::string_view out) {
+  for (std::string_view line : ms::split_lines(out)) {
+    auto p = ms::parse_swept_line(line);
+    if (!p) continue;
+    FUZZ_CHECK(p->pid > 0 && p->signal.starts_with("SIG"), "pid %ld signal %s", p->pid,
+               p->signal.c_str());
+    auto again = ms::parse_swept_line("killed " + ms::describe_swept(*p));
+    FUZZ_CHECK(again && again->pid == p->pid && again->signal == p->signal,
+               "describe_swept does not read back");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view out(reinterpret_cast<const char*>(data) + 1, size - 1);
+  swept_lines(out);
   switch (data[0] % 9) {
     case 0:
       stacks(out);
