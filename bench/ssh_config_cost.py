@@ -9,8 +9,10 @@ repetition in a rotating order:
                  no `ssh -G` at all: the baseline;
   one-host-block a config of one `Host *` block: every name is matched by the same Host lines,
                  so one `ssh -G` stands for all of them;
-  match          a config with a `Match` line: every name is asked on its own (--hosts `ssh -G`s,
-                 32 at a time at most), the worst case.
+  match-host     a config with a `Match host *` line: names are grouped as under Host lines,
+                 one `ssh -G` for all;
+  match-user     a config with a `Match user` line: every name is asked on its own (--hosts
+                 `ssh -G`s, two per CPU at a time), the worst case.
 Prints, per way, the medians (min-max) of the wall time, the launcher's CPU (itself and every
 local process it started: the `ssh -G`s) and the machine's busy CPU (/proc/stat: the farm's sshd
 and shells share the 2 CPUs), and each way's wall time over the baseline's of the same
@@ -32,7 +34,8 @@ from common import log  # noqa: E402
 # read.
 CONFIGS = {
     "one-host-block": "Host *\n  ConnectTimeout 10\n",
-    "match": "Match host *\n  ConnectTimeout 10\n",
+    "match-host": "Match host *\n  ConnectTimeout 10\n",
+    "match-user": "Match user root\n  ConnectTimeout 10\n",
 }
 
 

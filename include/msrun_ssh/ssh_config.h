@@ -105,7 +105,9 @@ void refuse_what_libssh_misreads(const std::string& config_file,
 // the same `Host` lines of the configs match (with the same user, port and known_hosts) are asked
 // once, and the answer stands for the others with their own name as hostname, unless it holds the
 // name anywhere else (a token, a HostName built from it), the host name is canonicalized, or the
-// configs hold a Match line, an Include with tokens or quoted patterns: then each is asked. Returns
+// configs hold a Match line with a criterion other than `all`, `originalhost` and `host` (the
+// last only before any HostName line), an Include with tokens or quoted patterns: then each is
+// asked. Returns
 // nullopt when no `ssh` client can be run at all (the caller falls back).
 std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector<SshQuery>& queries,
                                                                const std::string& config_file,

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -362,8 +363,13 @@ bool ask(const std::vector<SshQuery>& queries, const std::vector<size_t>& which,
 }
 
 // One `Host` line of the configs ssh reads: its patterns, in order ("!" negates one).
+// A Host line (its patterns), or a Match line whose criteria are all `all`, `originalhost` or
+// `host` before any HostName (so that host is still the name itself): each criterion's
+// comma-separated patterns, every one of which must match.
 struct HostLine {
   std::vector<std::string> patterns;
+  bool is_match = false;
+  std::vector<std::vector<std::string>> criteria;
 };
 
 // OpenSSH's pattern matching: "*" any run, "?" any one character, case-sensitive.
@@ -398,18 +404,46 @@ bool host_line_matches(const HostLine& line, std::string_view name) {
   return any;
 }
 
-// Which Host lines match `name`, as a string of 0 and 1.
+// Unlike Host lines, a Match line's host and originalhost compare without regard to case
+// (OpenSSH's match_hostname): its patterns are kept lower-cased.
+bool match_line_matches(const HostLine& line, std::string_view name) {
+  std::string lower = to_lower(name);
+  return std::all_of(line.criteria.begin(), line.criteria.end(), [&](const auto& patterns) {
+    return host_line_matches(HostLine{patterns}, lower);
+  });
+}
+
+// Which Host and Match lines match `name`, as a string of 0 and 1.
 std::string matched_lines(const std::vector<HostLine>& lines, std::string_view name) {
   std::string out;
-  for (const auto& l : lines) out += host_line_matches(l, name) ? '1' : '0';
+  for (const auto& l : lines)
+    out += (l.is_match ? match_line_matches(l, name) : host_line_matches(l, name)) ? '1' : '0';
   return out;
 }
 
-// Reads the Host lines of config `path` and the files it includes (relative names under
-// `base`); false when the file holds what this reading cannot follow (a Match line, a quoted
-// pattern, an Include with tokens or variables) or `must_exist` and it cannot be read.
+// A Match line's criteria as HostLine reads them; false for any other criterion (user, exec,
+// canonical, final, localuser, a negated one ...), or `host` once a HostName came before it.
+bool read_match_line(std::string_view args, bool hostname_seen, HostLine& out) {
+  out.is_match = true;
+  std::vector<std::string> w = words(args);
+  for (size_t i = 0; i < w.size(); ++i) {
+    std::string criterion = to_lower(w[i]);
+    if (criterion == "all") continue;
+    if ((criterion != "originalhost" && criterion != "host") || i + 1 == w.size()) return false;
+    if (criterion == "host" && hostname_seen) return false;
+    std::vector<std::string> patterns;
+    for (std::string_view p : split_words(w[++i], ",")) patterns.push_back(to_lower(p));
+    out.criteria.push_back(std::move(patterns));
+  }
+  return true;
+}
+
+// Reads the Host and Match lines of config `path` and the files it includes (relative names under
+// `base`); false when the file holds what this reading cannot follow (a Match line other than
+// read_match_line's, a quoted pattern, an Include with tokens or variables) or `must_exist` and it
+// cannot be read. `hostname_seen`: a HostName line came before, in ssh's reading order.
 bool read_host_lines(const std::string& path, const std::string& base, const std::string& home,
-                     bool must_exist, int depth, std::vector<HostLine>& out) {
+                     bool must_exist, int depth, std::vector<HostLine>& out, bool& hostname_seen) {
   std::optional<std::string> text = read_whole_file(path);
   if (!text) return !must_exist;
   if (depth > 16) return false;
@@ -421,9 +455,14 @@ bool read_host_lines(const std::string& path, const std::string& base, const std
     std::string_view args = end == std::string_view::npos ? "" : line.substr(end);
     args = trim(args, " \t");
     if (args.starts_with('=')) args = trim(args.substr(1), " \t");
-    if (keyword == "match" || args.find('"') != std::string_view::npos) return false;
+    if (args.find('"') != std::string_view::npos) return false;
+    if (keyword == "hostname") hostname_seen = true;
     if (keyword == "host") {
       out.push_back({words(args)});
+    } else if (keyword == "match") {
+      HostLine m;
+      if (!read_match_line(args, hostname_seen, m)) return false;
+      out.push_back(std::move(m));
     } else if (keyword == "include") {
       for (const auto& word : words(args)) {
         if (word.find_first_of("%$") != std::string::npos) return false;
@@ -433,7 +472,7 @@ bool read_host_lines(const std::string& path, const std::string& base, const std
         glob_t g{};
         if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
           for (size_t i = 0; i < g.gl_pathc; ++i)
-            if (!read_host_lines(g.gl_pathv[i], base, home, false, depth + 1, out)) {
+            if (!read_host_lines(g.gl_pathv[i], base, home, false, depth + 1, out, hostname_seen)) {
               ::globfree(&g);
               return false;
             }
@@ -450,10 +489,13 @@ std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) 
   const passwd* pw = ::getpwuid(::getuid());
   std::string home = pw && pw->pw_dir ? pw->pw_dir : "";
   std::vector<HostLine> lines;
+  bool hostname_seen = false;
   bool ok = config_file.empty()
-                ? read_host_lines(home + "/.ssh/config", home + "/.ssh", home, false, 0, lines) &&
-                      read_host_lines("/etc/ssh/ssh_config", "/etc/ssh", home, false, 0, lines)
-                : read_host_lines(config_file, home + "/.ssh", home, true, 0, lines);
+                ? read_host_lines(home + "/.ssh/config", home + "/.ssh", home, false, 0, lines,
+                                  hostname_seen) &&
+                      read_host_lines("/etc/ssh/ssh_config", "/etc/ssh", home, false, 0, lines,
+                                      hostname_seen)
+                : read_host_lines(config_file, home + "/.ssh", home, true, 0, lines, hostname_seen);
   if (!ok) return std::nullopt;
   return lines;
 }

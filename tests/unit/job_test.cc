@@ -68,20 +68,20 @@ Options stop_options() {
 TEST(Stop, PrintsEveryProcessSignalledAndTheTally) {
   ReplyTransport t;
   t.on("msrun-ssh-stop",
-       Reply{.output = {{0.1, "killed 101 python train.py\nkilled 102 python"},
-                        {0.2, " train.py\nmsrun-ssh-stop: done\n"}},
+       Reply{.output = {{0.1, "killed 101 SIGTERM python train.py \nkilled 102 SIGTERM python"},
+                        {0.2, " train.py \nmsrun-ssh-stop: done\n"}},
              .exit_at = 0.3},
        0);
   // A host where the stop itself failed still answered: what it killed counts.
   t.on("msrun-ssh-stop",
-       Reply{.output = {{0.1, "killed 7 sleep 100\n"}}, .exit_at = 0.2, .status = 1}, 1);
+       Reply{.output = {{0.1, "killed 7 SIGKILL sleep 100 \n"}}, .exit_at = 0.2, .status = 1}, 1);
   Options o = stop_options();
   Stopped s = stop(t, o);
   EXPECT_EQ(s.status, kExitOk);
   EXPECT_EQ(s.out,
-            "198.18.1.10: killed 101 python train.py\n"
-            "198.18.1.10: killed 102 python train.py\n"
-            "198.18.1.11: killed 7 sleep 100\n"
+            "198.18.1.10: killed 101 SIGTERM python train.py\n"
+            "198.18.1.10: killed 102 SIGTERM python train.py\n"
+            "198.18.1.11: killed 7 SIGKILL sleep 100\n"
             "job 20260101-000000-abcdef: 3 signals sent on 2 hosts\n");
   EXPECT_EQ(s.err, "");
   ASSERT_EQ(t.execs.size(), 2u);
