@@ -362,10 +362,10 @@ bool ask(const std::vector<SshQuery>& queries, const std::vector<size_t>& which,
   return true;
 }
 
-// One `Host` line of the configs ssh reads: its patterns, in order ("!" negates one).
-// A Host line (its patterns), or a Match line whose criteria are all `all`, `originalhost` or
-// `host` before any HostName (so that host is still the name itself): each criterion's
-// comma-separated patterns, every one of which must match.
+// One `Host` line of the configs ssh reads (its patterns, in order; "!" negates one), or a
+// Match line whose criteria are all `all`, `originalhost` or `host` before any HostName (so that
+// host is still the name itself): each criterion's comma-separated patterns, all of which must
+// match.
 struct HostLine {
   std::vector<std::string> patterns;
   bool is_match = false;
