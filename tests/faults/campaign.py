@@ -88,7 +88,8 @@ class Trial:
         """The exit statuses this trial may end with."""
         f = self.fault
         if self.moment == "teardown":  # the interrupt decides; a SIGKILL still ends it at once
-            return {-9} if f == "sigkill" and applied else {130, -signal.SIGINT}
+            # (unless the teardown was over first: a short job's takes well under a second)
+            return {-9, 130} if f == "sigkill" and applied else {130, -signal.SIGINT}
         if not applied:
             return {0}
         # A signal before the launcher has set up its handlers (before it connects: it has started
