@@ -99,9 +99,6 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
 
 }  // namespace
 
-// Phase one. Prints every failed host and returns false when any failed: then every host is
-// disconnected (two-phase start: nothing runs anywhere unless every host is ready), and `failed`
-// (when given) maps each failed host's address to why.
 bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections, StatusLine* status,
              std::map<std::string, std::string>* failed_hosts) {
@@ -125,8 +122,6 @@ bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
   return false;
 }
 
-// Each host's own name (uname -n), for {hostname} in log names; one round trip, only when a log
-// name asks for it. A host that does not answer keeps its address.
 std::vector<std::string> host_names(Transport& t, const Plan& plan, double timeout_s) {
   std::vector<std::string> names;
   bool wanted = false;
@@ -158,11 +153,6 @@ JobHosts job_hosts(const Plan& plan) {
   return j;
 }
 
-// Everything before a process starts, attached or detached: connect every host (`pool`), then
-// over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
-// torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
-// exit status and why (every step prints its own details); `unreachable` (when given) gets the
-// hosts that could not be connected, with why.
 std::optional<std::pair<int, std::string>> prepare_hosts(
     HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
     const Options& options, bool report_bindings, StatusLine* status,
