@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What reading the ssh config as OpenSSH reads it (`ssh -G`, docs/ssh.md) adds to a start.
 
-  bench/ssh_config_cost.py --msrun BINARY [--hosts 512] [--reps 3]
+  bench/ssh_config_cost.py --msrun BINARY [--hosts 512] [--reps 3] [--ways W,W]
 
 Launches /bin/true on --hosts farm addresses (one process per host), three ways in turn, each
 repetition in a rotating order:
@@ -11,8 +11,11 @@ repetition in a rotating order:
                  so one `ssh -G` stands for all of them;
   match-host     a config with a `Match host *` line: names are grouped as under Host lines,
                  one `ssh -G` for all;
-  match-user     a config with a `Match user` line: every name is asked on its own (--hosts
-                 `ssh -G`s, two per CPU at a time), the worst case.
+  match-user     a config with a `Match user` line: the user is the same for every name the
+                 same Host lines match, so names are grouped as under Host lines, one `ssh -G`;
+  match-exec-h   a config with a `Match exec` whose command names the host (%h): every name is
+                 asked on its own (--hosts `ssh -G`s, two per CPU at a time), the worst case,
+                 and what ssh itself runs on every connection it makes with that config.
 Prints, per way, the medians (min-max) of the wall time, the launcher's CPU (itself and every
 local process it started: the `ssh -G`s) and the machine's busy CPU (/proc/stat: the farm's sshd
 and shells share the 2 CPUs), and each way's wall time over the baseline's of the same
@@ -36,6 +39,7 @@ CONFIGS = {
     "one-host-block": "Host *\n  ConnectTimeout 10\n",
     "match-host": "Match host *\n  ConnectTimeout 10\n",
     "match-user": "Match user root\n  ConnectTimeout 10\n",
+    "match-exec-h": "Match exec \"test %h != none\"\n  ConnectTimeout 10\n",
 }
 
 
@@ -47,6 +51,8 @@ def main():
     p.add_argument("--work", default="/tmp/msrun-bench")
     p.add_argument("--no-up", action="store_true", help="use the cluster already in --work/cluster")
     p.add_argument("--keep-cluster", action="store_true")
+    p.add_argument("--ways", default=",".join(CONFIGS),
+                   help="the configs to pair with no-ssh-client (default: all)")
     args = p.parse_args()
     msrun = os.path.abspath(args.msrun)
     os.makedirs(args.work, exist_ok=True)
@@ -54,7 +60,9 @@ def main():
     cluster = common.Cluster(os.path.join(args.work, "cluster"), 4, args.hosts)
     no_ssh = os.path.join(args.work, "path-without-ssh")  # an empty directory as PATH
     os.makedirs(no_ssh, exist_ok=True)
-    ways = ["no-ssh-client", *CONFIGS]
+    ways = ["no-ssh-client", *args.ways.split(",")]
+    if any(w not in CONFIGS for w in ways[1:]):
+        p.error(f"--ways: one of {', '.join(CONFIGS)}")
     results = {}
     runs = os.path.join(args.work, "runs-ssh-config")
     shutil.rmtree(runs, ignore_errors=True)  # what an interrupted run left

@@ -421,18 +421,63 @@ std::string matched_lines(const std::vector<HostLine>& lines, std::string_view n
   return out;
 }
 
-// A Match line's criteria as HostLine reads them; false for any other criterion (user, exec,
-// canonical, final, localuser, a negated one ...), or `host` once a HostName came before it.
+// A Match line's arguments split as OpenSSH 9.2 splits them (blanks, and "..." around a word with
+// blanks); nullopt for what this reading does not follow (a backslash, a quote elsewhere).
+std::optional<std::vector<std::string>> match_words(std::string_view args) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (true) {
+    while (i < args.size() && (args[i] == ' ' || args[i] == '\t')) ++i;
+    if (i == args.size()) return out;
+    std::string word;
+    if (args[i] == '"') {
+      size_t close = args.find(args[i], i + 1);
+      if (close == std::string_view::npos) return std::nullopt;
+      word = args.substr(i + 1, close - i - 1);
+      i = close + 1;
+      if (i < args.size() && args[i] != ' ' && args[i] != '\t') return std::nullopt;
+    } else {
+      size_t end = args.find_first_of(" \t", i);
+      if (end == std::string_view::npos) end = args.size();
+      word = args.substr(i, end - i);
+      i = end;
+    }
+    if (word.find_first_of("\\\"'") != std::string::npos) return std::nullopt;
+    out.push_back(std::move(word));
+  }
+}
+
+// Whether an exec command's tokens are the same for every name of the same Host lines: none of
+// %h, %n, %C, %k, %j (the name, its hash, its alias, its jump hosts) or a token this reading
+// does not know.
+bool exec_is_name_free(std::string_view command) {
+  for (size_t i = command.find('%'); i != std::string_view::npos; i = command.find('%', i + 2)) {
+    if (i + 1 == command.size()) return false;
+    if (std::string_view("%LldiurpU").find(command[i + 1]) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+// A Match line's criteria as HostLine reads them: host and originalhost kept as patterns; all,
+// user, localuser and an exec whose command does not name the host dropped, since they answer
+// alike for every name the same earlier lines matched (the user is the same, the command the
+// same). False for any other criterion (canonical, final, a negated one, an exec that names the
+// host ...), or `host` once a HostName came before it.
 bool read_match_line(std::string_view args, bool hostname_seen, HostLine& out) {
   out.is_match = true;
-  std::vector<std::string> w = words(args);
-  for (size_t i = 0; i < w.size(); ++i) {
-    std::string criterion = to_lower(w[i]);
+  std::optional<std::vector<std::string>> w = match_words(args);
+  if (!w) return false;
+  for (size_t i = 0; i < w->size(); ++i) {
+    std::string criterion = to_lower((*w)[i]);
     if (criterion == "all") continue;
-    if ((criterion != "originalhost" && criterion != "host") || i + 1 == w.size()) return false;
+    if (i + 1 == w->size()) return false;
+    const std::string& value = (*w)[++i];
+    if (criterion == "user" || criterion == "localuser") continue;
+    if (criterion == "exec" && exec_is_name_free(value)) continue;
+    if (criterion != "originalhost" && criterion != "host") return false;
     if (criterion == "host" && hostname_seen) return false;
     std::vector<std::string> patterns;
-    for (std::string_view p : split_words(w[++i], ",")) patterns.push_back(to_lower(p));
+    for (std::string_view p : split_words(value, ",")) patterns.push_back(to_lower(p));
     out.criteria.push_back(std::move(patterns));
   }
   return true;
@@ -455,7 +500,7 @@ bool read_host_lines(const std::string& path, const std::string& base, const std
     std::string_view args = end == std::string_view::npos ? "" : line.substr(end);
     args = trim(args, " \t");
     if (args.starts_with('=')) args = trim(args.substr(1), " \t");
-    if (args.find('"') != std::string_view::npos) return false;
+    if (keyword != "match" && args.find('"') != std::string_view::npos) return false;
     if (keyword == "hostname") hostname_seen = true;
     if (keyword == "host") {
       out.push_back({words(args)});

@@ -197,6 +197,40 @@ TEST_F(RealSshG, AnAnswerIsAskedOncePerRunAndAgainWhenTheConfigChanges) {
   EXPECT_EQ((*third)[1].config->port, 2202);
 }
 
+// Match user, localuser and an exec that does not name the host answer alike for every name of
+// the same Host lines: 3 names are asked once; an exec naming the host (%h) asks each name.
+TEST_F(RealSshG, UserAndExecMatchesAskOncePerHostLinesAndAnExecNamingTheHostEachName) {
+  std::filesystem::create_directories(dir_ / "bin");
+  const std::string count = (dir_ / "count").string();
+  std::ofstream(dir_ / "bin" / "ssh")
+      << "#!/bin/sh\necho x >> " << count << "\nexec /usr/bin/ssh \"$@\"\n";
+  std::filesystem::permissions(dir_ / "bin" / "ssh", std::filesystem::perms::owner_all);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  ::setenv("PATH", ((dir_ / "bin").string() + ":" + path).c_str(), 1);
+  auto runs = [&] {
+    return std::count(std::istreambuf_iterator<char>(std::ifstream(count).rdbuf()), {}, '\n');
+  };
+  const std::string config = (dir_ / "user-exec").string();
+  std::ofstream(config) << "Match user root localuser * exec \"true %r\"\n  Port 2201\n";
+  std::vector<SshQuery> q{{"u1", "", {}, "", ""}, {"u2", "", {}, "", ""}, {"u3", "", {}, "", ""}};
+  auto grouped = resolve_with_openssh(q, config, 2, 10);
+  long after_grouped = runs();
+  const std::string per_name = (dir_ / "exec-h").string();
+  std::ofstream(per_name) << "Match exec \"true %h\"\n  Port 2202\n";
+  auto each = resolve_with_openssh(q, per_name, 2, 10);
+  long after_each = runs();
+  ::setenv("PATH", path.c_str(), 1);
+  ASSERT_TRUE(grouped && each);
+  EXPECT_EQ(after_grouped, 1) << "Match user/localuser/exec without the host: asked once";
+  EXPECT_EQ(after_each - after_grouped, 3) << "an exec naming the host: asked per name";
+  for (size_t i = 0; i < q.size(); ++i) {
+    ASSERT_TRUE((*grouped)[i].config && (*each)[i].config);
+    EXPECT_EQ((*grouped)[i].config->hostname, q[i].name);
+    EXPECT_EQ((*grouped)[i].config->port, getuid() == 0 ? 2201 : 22);
+    EXPECT_EQ((*each)[i].config->port, 2202);
+  }
+}
+
 TEST_F(RealSshG, AnUnreadableConfigIsAnErrorOfItsHost) {
   auto answers = resolve_with_openssh({{"node0", "", {}, "", ""}}, config_ + ".missing", 1, 10);
   ASSERT_TRUE(answers);
@@ -243,6 +277,14 @@ TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
       "Host node1\n  HostName 10.2.2.2\nMatch host 10.*\n  Port 2302\n",
       "Match host Node1\n  Port 2303\nMatch OriginalHost n*\n  User cap\n",
       "Match exec true\n  Port 2304\n",
+      "Host node1\n  User alice\nMatch user alice\n  Port 2305\n",
+      "Match user root,alice\n  Port 2306\nMatch localuser root\n  User lu\n",
+      "Match exec \"test %h = node1\"\n  Port 2307\n",
+      "Match exec \"test %n = node2\"\n  Port 2308\n",
+      "Match exec \"test %r = root\" host node*\n  Port 2309\n",
+      "Match host node1 user other\n  Port 2310\n",
+      "Match !user root\n  Port 2311\n",
+      "Host node2\n  Port 2312\nMatch exec \"test %p = 2312\"\n  User p\n",
   };
   const std::vector<std::string> names{"node1", "node2", "node10", "Node1", "a",    "b",
                                        "c",     "cx",    "xay",    "inc1",  "inc2", "198.18.1.10"};
