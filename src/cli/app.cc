@@ -60,8 +60,18 @@ int run_job_command(const Options& options) {
   if ((options.command != Command::kStop && !stack) || !options.hostfile.empty()) return -1;
   JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
   Options from_record = options_from_record(options, record);
-  return stack ? stack_job(from_record, cluster_of(record))
-               : stop_job(from_record, cluster_of(record));
+  if (stack) return stack_job(from_record, cluster_of(record));
+  stop_attached_launcher(record, from_record, stdout);
+  return stop_job(from_record, cluster_of(record));
+}
+
+// `stop --hostfile F --job ID`: as without --hostfile, an attached job's launcher still running
+// on this machine is ended first, when the job's record is here.
+void stop_recorded_launcher(const Options& options) {
+  try {
+    stop_attached_launcher(load_job_record(jobs_dir(std::getenv), options.job), options, stdout);
+  } catch (const InputError&) {
+  }
 }
 
 }  // namespace
@@ -113,7 +123,10 @@ int run_app(const std::vector<std::string>& args) {
         for (const auto& h : *hosts) names.push_back(h.address);
       refuse_what_libssh_misreads(options.ssh_config, names);
     }
-    if (options.command == Command::kStop) return stop_job(options, cluster);
+    if (options.command == Command::kStop) {
+      stop_recorded_launcher(options);
+      return stop_job(options, cluster);
+    }
     if (options.command == Command::kSync) return sync_job(options, cluster);
     if (options.command == Command::kStack) return stack_job(options, cluster);
     take_spares(cluster, options.spares);

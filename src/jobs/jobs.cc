@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 
@@ -49,12 +50,22 @@ Reached reach(const JobRecord& record, const Options& options) {
 }
 
 // Whether the launcher of an attached job still runs here: its pid is alive and is msrun-ssh.
+// Whether the record's launcher ran on another machine (a home shared between machines): its pid
+// says nothing here.
+bool launched_elsewhere(const JobRecord& record) {
+  return !record.launcher_host.empty() && record.launcher_host != this_machine();
+}
+
+// Whether process `pid` is a running msrun-ssh (an exited one not yet reaped by its parent, a
+// zombie, has ended).
 bool launcher_alive(long pid) {
   if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
-  std::ifstream comm(fmt::format("/proc/{}/comm", pid));
-  std::string name;
-  std::getline(comm, name);
-  return name == "msrun-ssh";
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')'), open = text.find('(');
+  if (close == std::string::npos || open == std::string::npos || close + 2 >= text.size())
+    return false;
+  return text.substr(open + 1, close - open - 1) == "msrun-ssh" && text[close + 2] != 'Z';
 }
 
 std::string records_dir() { return jobs_dir(std::getenv); }
@@ -105,6 +116,34 @@ Options options_from_record(Options options, const JobRecord& record) {
   options.fanout = record.ssh.fanout;
   if (options.hostfile.empty()) options.hostfile = record.hostfile;
   return options;
+}
+
+bool stop_attached_launcher(const JobRecord& record, const Options& options, std::FILE* out) {
+  if (record.detached || record.exit_status || launched_elsewhere(record) ||
+      !launcher_alive(record.launcher_pid))
+    return false;
+  auto pid = static_cast<pid_t>(record.launcher_pid);
+  if (::kill(pid, SIGTERM) != 0) return false;
+  std::fprintf(out, "job %s: SIGTERM sent to its launcher (process %d); waiting for it to end\n",
+               record.id.c_str(), static_cast<int>(pid));
+  std::fflush(out);
+  const double limit_ms = (options.kill_grace + options.connect_timeout + 30) * 1e3;
+  const double start = monotonic_ms();
+  while (launcher_alive(record.launcher_pid) && monotonic_ms() - start < limit_ms)
+    ::usleep(50 * 1000);
+  if (launcher_alive(record.launcher_pid)) {
+    std::fprintf(out, "job %s: its launcher (process %d) still runs after %.0f s\n",
+                 record.id.c_str(), static_cast<int>(pid), limit_ms / 1e3);
+    return true;
+  }
+  std::optional<int> status;
+  try {
+    status = load_job_record(records_dir(), record.id).exit_status;
+  } catch (const InputError&) {
+  }
+  std::fprintf(out, "job %s: its launcher ended%s\n", record.id.c_str(),
+               status ? fmt::format(" (exit {})", *status).c_str() : "");
+  return true;
 }
 
 int logs_on_hosts(Transport& transport, const JobRecord& record,
@@ -164,7 +203,9 @@ int list_jobs(const Options& options) {
       rows = query_processes(*r.pool, record, r.unreachable, record.ssh.connect_timeout + 5);
       r.pool->disconnect_all();
     }
-    std::string state = job_state(record, rows, launcher_alive(record.launcher_pid));
+    std::string state = !record.detached && !record.exit_status && launched_elsewhere(record)
+                            ? fmt::format("launched on {} (ask there)", record.launcher_host)
+                            : job_state(record, rows, launcher_alive(record.launcher_pid));
     jobs.push_back({std::move(record), std::move(state)});
   }
   if (options.json)

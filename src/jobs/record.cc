@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,6 +77,11 @@ JobRecord read_record_file(const std::string& path) {
 
 }  // namespace
 
+std::string this_machine() {
+  utsname u{};
+  return ::uname(&u) == 0 ? std::string(u.nodename) : std::string();
+}
+
 std::string jobs_dir(const EnvLookup& getenv) {
   const char* state = getenv("XDG_STATE_HOME");
   if (state && state[0] == '/') return fmt::format("{}/msrun-ssh/jobs", state);
@@ -96,6 +102,7 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
   r.started = format_timestamp(std::chrono::system_clock::now());
   r.detached = detached;
   r.launcher_pid = static_cast<long>(::getpid());
+  r.launcher_host = this_machine();
   r.ssh = {options.ssh_config, options.strict_host_key_checking, options.connect_timeout,
            options.fanout};
   for (size_t h = 0; h < plan.hosts.size(); ++h) {
@@ -129,6 +136,7 @@ nlohmann::json record_json(const JobRecord& r) {
           {"started", r.started},
           {"detached", r.detached},
           {"launcher_pid", r.launcher_pid},
+          {"launcher_host", r.launcher_host},
           {"ssh",
            {{"ssh_config", r.ssh.ssh_config},
             {"strict_host_key_checking", policy_word(r.ssh.strict_host_key_checking)},
@@ -150,6 +158,7 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     r.started = j.value("started", "");
     r.detached = j.at("detached").get<bool>();
     r.launcher_pid = j.value("launcher_pid", 0L);
+    r.launcher_host = j.value("launcher_host", "");
     const nlohmann::json& ssh = j.at("ssh");
     r.ssh = {ssh.value("ssh_config", ""), policy_of(ssh.value("strict_host_key_checking", "")),
              ssh.value("connect_timeout", 10.0), ssh.value("fanout", 64)};

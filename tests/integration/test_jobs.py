@@ -8,7 +8,8 @@ import subprocess
 import tempfile
 import time
 
-from harness import binary, check, job, marked_processes, run, tmpdir, wait_clean, wait_for
+from harness import (binary, check, job, launch, marked_processes, run, tmpdir, wait_clean,
+                     wait_for)
 
 
 def _state_env():
@@ -164,6 +165,39 @@ def test_stop_by_job_id_alone():
     check(not _tickers(), "tickers left")
     procs = _status(env, job_id)["processes"]
     check(all(x["state"] != "alive" for x in procs), f"still alive: {procs}")
+
+
+def test_stop_of_an_attached_job_ends_it_as_sigterm_would():
+    """`stop --job ID` from another terminal on an attached job: its launcher tears the job down
+    everywhere and exits 143, and a restart budget restarts nothing (docs/restarts.md)."""
+    env = _state_env()
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]  # launch() passes os.environ on
+    try:
+        p, _ = launch([job("ticker.py"), "120"], extra=["--max_restarts", "2"])
+    finally:
+        if old is None:
+            del os.environ["XDG_STATE_HOME"]
+        else:
+            os.environ["XDG_STATE_HOME"] = old
+    try:
+        wait_for(lambda: len(_tickers()) == 7, 20, "7 tickers")
+        records = os.listdir(os.path.join(env["XDG_STATE_HOME"], "msrun-ssh", "jobs"))
+        check(len(records) == 1, f"records {records}")
+        job_id = records[0][:-len(".json")]
+        r = _tool(env, "stop", "--job", job_id, "--kill_grace", "2")
+        check(r.returncode == 0, f"stop exit {r.returncode}: {r.stderr.decode()}")
+        check(f"job {job_id}: its launcher ended (exit 143)".encode() in r.stdout,
+              f"stop: {r.stdout.decode()}")
+        out, err = p.communicate(timeout=30)
+        check(p.returncode == 143, f"launcher exit {p.returncode}: {err.decode()[-2000:]}")
+        check(b"restart" not in err, f"a restart after stop: {err.decode()[-2000:]}")
+        wait_clean(3)
+        check(not _tickers(), "tickers left")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_unknown_job_is_a_usage_error():

@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -39,6 +42,7 @@ JobRecord two_hosts(const std::string& log_dir = "/w/logs") {
   r.started = "2026-01-01T00:00:00.000Z";
   r.detached = true;
   r.launcher_pid = 4242;
+  r.launcher_host = "login1";
   r.ssh = {"/home/u/.ssh/config", HostKeyPolicy::kAcceptNew, 7, 32};
   r.hosts = {{{"node0", "u", 2222, "/k", "/kh"}, 0, "/w"}, {{"node1", "", {}, "", ""}, 1, "/w"}};
   r.processes = {{-1, 0, 0, log_dir + "/scheduler.log"},
@@ -81,6 +85,7 @@ TEST_F(JobRecords, WrittenAndReadBack) {
   EXPECT_EQ(back.ssh.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
   EXPECT_EQ(back.processes[2].host, 1u);
   EXPECT_EQ(back.processes[0].rank, -1);
+  EXPECT_EQ(back.launcher_host, "login1");
   nlohmann::json j = record_json(r);
   EXPECT_TRUE(j["processes"][0]["rank"].is_null());
   EXPECT_EQ(j["processes"][2]["host"], "node1");
@@ -153,6 +158,9 @@ TEST_F(JobRecords, MadeFromThePlan) {
   EXPECT_EQ(r.hostfile, "/home/u/hosts.toml");
   EXPECT_EQ(r.argv, o.command_line);
   EXPECT_EQ(r.launcher_pid, static_cast<long>(getpid()));
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  EXPECT_EQ(r.launcher_host, u.nodename);
   EXPECT_EQ(r.hosts[0].workdir, "/w");
   EXPECT_EQ(r.hosts[0].endpoint.port, 22);
   ASSERT_EQ(r.processes.size(), 2u);
@@ -464,6 +472,66 @@ TEST_F(JobScripts, FollowEndsWhenItsStdinEnds) {
   ASSERT_EQ(s.processes.size(), 1u);
   ASSERT_TRUE(s.processes[0].pid.has_value());
   ::kill(static_cast<pid_t>(*s.processes[0].pid), SIGKILL);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+// `stop --job ID` of an attached job: SIGTERM to its launcher when that runs here (a process
+// named msrun-ssh), and a wait that ends when it has exited (a zombie not yet reaped has); never
+// for a detached job, an ended one, or one launched on another machine.
+TEST_F(JobRecords, StopOfAnAttachedJobEndsItsLauncherHereOnly) {
+  const std::string fake = dir_ + "/msrun-ssh";
+  std::filesystem::copy_file("/bin/sleep", fake);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(fake.c_str(), "msrun-ssh", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 200; ++i) {  // until the child is the fake launcher (exec done)
+    std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+    std::string name;
+    std::getline(comm, name);
+    if (name == "msrun-ssh") break;
+    usleep(10 * 1000);
+  }
+  JobRecord r = two_hosts();
+  r.launcher_pid = pid;
+  r.launcher_host = this_machine();
+  Options o;
+  o.kill_grace = 1;
+  o.connect_timeout = 1;
+  std::FILE* out = std::tmpfile();
+  EXPECT_FALSE(stop_attached_launcher(r, o, out)) << "a detached job";
+  r.detached = false;
+  r.launcher_host = "elsewhere";
+  EXPECT_FALSE(stop_attached_launcher(r, o, out)) << "launched on another machine";
+  r.launcher_host = this_machine();
+  r.exit_status = 0;
+  EXPECT_FALSE(stop_attached_launcher(r, o, out)) << "an attached job that ended";
+  r.exit_status.reset();
+  EXPECT_EQ(kill(pid, 0), 0) << "none of these signalled it";
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(stop_attached_launcher(r, o, out));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20))
+      << "a zombie counts as ended";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  std::rewind(out);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), out));
+  std::fclose(out);
+  EXPECT_NE(text.find(fmt::format("SIGTERM sent to its launcher (process {})", pid)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("its launcher ended"), std::string::npos) << text;
+  EXPECT_FALSE(stop_attached_launcher(r, o, out = std::tmpfile())) << "nothing runs any more";
+  std::fclose(out);
 }
 
 }  // namespace
