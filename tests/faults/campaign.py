@@ -20,14 +20,18 @@ on and exits 1 at the end. With the test cluster up (tests/cluster/cluster.sh up
   MSRUN_SSH_CLUSTER_DIR=DIR MSRUN_SSH_BIN=build/msrun-ssh \\
     python3 tests/faults/campaign.py --seed 1 --trials 300
   ... --seed 1 --first 17 --trials 1        # trial 17 of seed 1 alone
+  ... --seed 1 --trials 30 --faults stop,log_full  # only these faults
 
 CI runs a short slice (ctest: faults.campaign_slice).
 """
 import argparse
 import glob
+import json
 import os
+import pty
 import random
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -44,6 +48,8 @@ SECONDS = 6.0  # each rank prints for that long
 LINE = re.compile(rb"^rank (\S+) line (\d+)$")
 CONSOLE = re.compile(rb"^\[(\S+)@[\d.]+(?: a(\d+))?\] rank (\S+) line (\d+)$")
 ATTEMPT_LOG = re.compile(r"\.attempt(\d+)\.log$")
+ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
+GAP = re.compile(rb"\[msrun-ssh: \d+ bytes of this log are missing here: ")
 NOT_SHOWN = re.compile(rb"lines not shown \(the console fell behind\)")
 
 # fault -> where it is injected, and the exit statuses it may end with (docs/reliability.md).
@@ -59,6 +65,9 @@ FAULTS = {
     "kill_watchdog": "the host's watchdog killed (SIGKILL): 255, or ok after a restart",
     "slow_rc": "the host's login rc takes 3 s: ok",
     "pipe_pause": "the launcher's stdout pipe not read for 4 s: ok",
+    "log_full": "the log directory's file system (a 1 MB tmpfs) full for 2 s: ok",
+    "ctrl_s": "the console, a terminal, stopped by Ctrl-S for 4 s, then Ctrl-Q: ok",
+    "stop": "`msrun-ssh stop --job ID` from another terminal: 143",
 }
 # "login_rc": the victim's login rc takes 3 s and the fault comes inside it; "teardown": the
 # launcher is interrupted (SIGINT) once lines flow and the fault comes while it tears down.
@@ -66,14 +75,14 @@ MOMENTS = ["connecting", "login_rc", "starting", "running", "teardown", "backoff
 
 
 class Trial:
-    def __init__(self, seed, number):
+    def __init__(self, seed, number, faults=None):
         rng = random.Random(f"{seed}/{number}")
         self.seed, self.number = seed, number
         self.hosts = rng.choice([2, 3])
         self.ppn = rng.choice([1, 2])
         self.contract = rng.choice(["msrun", "torch"])
         self.agent = rng.choice(["auto", "True", "False"])
-        self.fault = rng.choice(sorted(FAULTS))
+        self.fault = rng.choice(sorted(faults or FAULTS))
         self.moment = rng.choice(MOMENTS)
         self.restarts = 1 if self.moment == "backoff" else rng.choice([0, 0, 1])
         self.victim = rng.randrange(self.hosts)
@@ -96,7 +105,7 @@ class Trial:
         # nothing anywhere) ends it the default way, which a shell shows as the same 130 / 143.
         if f == "sigint":
             return {130, -signal.SIGINT}
-        if f == "sigterm":
+        if f in ("sigterm", "stop"):
             return {143, -signal.SIGTERM}
         if f == "sigkill":
             return {-9}
@@ -150,40 +159,70 @@ class Runner:
         self.restarted = False
         self.log_dir = os.path.join(tmpdir(), f"campaign-logs-{t.seed}-{t.number}")
         self.console = b""
+        self.err = b""
+        self.disk = None
+        self.tty = None
+        # Job records (docs/jobs.md) where `stop` finds them, away from the user's own.
+        self.env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmpdir(), "campaign-state"))
 
     def fail(self, why):
         self.problems.append(why)
 
     def launch(self):
         t = self.t
+        if t.fault == "log_full":  # the log directory on a file system of its own, 1 MB
+            self.disk = os.path.join(tmpdir(), f"campaign-disk-{t.seed}-{t.number}")
+            os.makedirs(self.disk)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs",
+                            self.disk], check=True, timeout=30)
+            self.log_dir = os.path.join(self.disk, "logs")
         argv = [binary(), "--hostfile", hostfile(t), "--log_dir", self.log_dir,
                 "--heartbeat", str(HEARTBEAT), "--kill_grace", "2", "--connect_timeout", "8",
                 "--agent", t.agent, "--contract", t.contract]
         if t.restarts:
             argv += ["--max_restarts", str(t.restarts), "--restart_backoff", "2"]
         argv += [job("chatter.py"), str(SECONDS)]
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, cwd=tmpdir())
+        if t.fault == "ctrl_s":  # the console a terminal: stdout and stderr on a pty
+            self.tty, slave = pty.openpty()
+            self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                                      cwd=tmpdir(), env=self.env)
+            os.close(slave)
+            self.out_fd = self.tty
+        else:
+            self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, cwd=tmpdir(), env=self.env)
+            self.out_fd = self.p.stdout.fileno()
         self.started = time.monotonic()
 
     def read_some(self, seconds):
-        """Reads the launcher's stdout for up to `seconds` (non-blocking pieces)."""
-        import select
+        """Reads the launcher's console for up to `seconds` (non-blocking pieces); False at its
+        end."""
         end = time.monotonic() + seconds
-        fd = self.p.stdout.fileno()
         while time.monotonic() < end:
-            r, _, _ = select.select([fd], [], [], max(0.0, min(0.1, end - time.monotonic())))
+            r, _, _ = select.select([self.out_fd], [], [],
+                                    max(0.0, min(0.1, end - time.monotonic())))
             if r:
-                chunk = os.read(fd, 65536)
+                try:
+                    chunk = os.read(self.out_fd, 65536)
+                except OSError:  # a pty whose other side is closed
+                    chunk = b""
                 if not chunk:
                     return False
                 self.console += chunk
         return True
 
+    def shown(self):
+        """The console's lines as a terminal shows them: without colours, each line what its last
+        carriage return left (the status line is redrawn over and over)."""
+        if self.tty is None:
+            return self.console
+        text = ANSI.sub(b"", self.console).replace(b"\r\n", b"\n")
+        return b"\n".join(line.rsplit(b"\r", 1)[-1] for line in text.split(b"\n"))
+
     def wait_for_lines(self, timeout):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if re.search(rb"\] rank \S+ line \d+\n", self.console):
+            if re.search(rb"\] rank \S+ line \d+\n", self.shown()):
                 return True
             if not self.read_some(0.2):
                 return False
@@ -221,6 +260,38 @@ class Runner:
             signal_all(pids[:1], signal.SIGKILL)
         elif f == "pipe_pause":
             time.sleep(4)
+        elif f == "log_full":
+            filler = os.path.join(self.disk, "filler")
+            subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"],
+                           capture_output=True, timeout=30)
+            self.read_some(2)
+            os.remove(filler)
+        elif f == "ctrl_s":
+            os.write(self.tty, b"\x13")
+            time.sleep(4)  # the terminal shows nothing while stopped
+            os.write(self.tty, b"\x11")
+        elif f == "stop":
+            return self.stop()
+        self.applied = True
+
+    def stop(self):
+        """`msrun-ssh stop --job ID` with the id from the job's record (none yet: nothing to
+        stop by id, the fault is not applied)."""
+        records = glob.glob(os.path.join(self.env["XDG_STATE_HOME"], "msrun-ssh", "jobs", "*.json"))
+        ids = []
+        for path in records:
+            try:
+                r = json.load(open(path))
+            except (OSError, ValueError):
+                continue
+            if r.get("launcher_pid") == self.p.pid:
+                ids.append(r["id"])
+        if not ids:
+            return
+        r = subprocess.run([binary(), "stop", "--job", ids[-1], "--kill_grace", "2"],
+                           capture_output=True, timeout=60, env=self.env)
+        if r.returncode != 0:
+            self.fail(f"stop exit {r.returncode}: {r.stderr.decode(errors='replace')[-1500:]}")
         self.applied = True
 
     def run(self):
@@ -259,9 +330,15 @@ class Runner:
                 self.p.kill()
                 self.p.wait()
             self.repair()
-        self.check_hosts()
-        self.check_output()
-        self.check_files()
+        try:
+            self.check_hosts()
+            self.check_output()
+            self.check_files()
+        finally:
+            if self.tty is not None:
+                os.close(self.tty)
+            if self.disk:
+                subprocess.run(["umount", "-l", self.disk], timeout=30)
         return self.problems
 
     def finish(self):
@@ -270,13 +347,24 @@ class Runner:
         while self.p.poll() is None and time.monotonic() < end:
             if not self.read_some(0.5):
                 break
-        try:
-            rest, self.err = self.p.communicate(timeout=max(1, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.fail("the launcher did not end within 120 s")
-            self.p.kill()
-            rest, self.err = self.p.communicate()
-        self.console += rest or b""
+        if self.tty is not None:  # stderr is on the terminal too
+            try:  # the pty may say its end a moment before the process has ended
+                self.p.wait(timeout=max(1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.fail("the launcher did not end within 120 s")
+                self.p.kill()
+                self.p.wait()
+            while self.read_some(0.5):
+                pass
+            self.console = self.shown()
+        else:
+            try:
+                rest, self.err = self.p.communicate(timeout=max(1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.fail("the launcher did not end within 120 s")
+                self.p.kill()
+                rest, self.err = self.p.communicate()
+            self.console += rest or b""
         self.code = self.p.returncode
         if t_ok := self.t.expected(self.applied, self.restarted):
             # A kill_rank in the back-off trial is the back-off's own failure: the restart that
@@ -304,7 +392,8 @@ class Runner:
             self.fail(f"left on the hosts: {e}")
 
     def rank_logs(self):
-        """{path: [line numbers]} of the per-rank logs, and {path: attempt} (None: the last)."""
+        """{path: [(rank, line number, after a gap marker)]} of the per-rank logs, and
+        {path: attempt} (None: the last)."""
         logs, attempts = {}, {}
         for path in glob.glob(os.path.join(self.log_dir, "*.log")):
             if os.path.basename(path) == "msrun-ssh.log":
@@ -312,14 +401,19 @@ class Runner:
             m = ATTEMPT_LOG.search(path)
             attempts[path] = int(m.group(1)) if m else None
             logs[path] = []
+            marked = False
             for line in harness.read(path).splitlines():
                 m = LINE.match(line)
                 if m:
-                    logs[path].append((m.group(1), int(m.group(2))))
+                    logs[path].append((m.group(1), int(m.group(2)), marked))
+                    marked = False
+                elif GAP.search(line):
+                    marked = True
         return logs, attempts
 
     def check_output(self):
         logs, attempts = self.rank_logs()
+        said = self.console + self.err
         shown = {}
         for line in self.console.splitlines():
             m = CONSOLE.match(line)
@@ -328,18 +422,35 @@ class Runner:
         last = max([a for (_, a) in shown] + [a + 1 for a in attempts.values() if a] + [1])
         by_attempt = {}
         for path, lines in logs.items():
-            # One attempt per file: its lines from 0, in order, without a gap.
-            for i, (rank, n) in enumerate(lines):
-                if n != i:
-                    self.fail(f"{os.path.basename(path)}: line {n} where {i} was due")
+            # One attempt per file: its lines from 0, in order, without a gap; where a write
+            # failed, a gap after the line that marks it, or at the end of a log said to be
+            # incomplete, and the failure said on the console.
+            name = os.path.basename(path)
+            gaps = any(marked for _, _, marked in lines)
+            cut = f"--- incomplete log: {path} ".encode() in said
+            if (gaps or cut) and f"cannot write {path}".encode() not in said:
+                self.fail(f"{name}: bytes missing, and no warning names it")
+            due = 0
+            for rank, n, marked in lines:
+                if n != due and not (marked and n > due):
+                    self.fail(f"{name}: line {n} where {due} was due")
                     break
-            for rank, n in lines:
+                due = n + 1
+            for rank, n, _ in lines:
                 by_attempt.setdefault((rank, attempts[path] or last), []).append(n)
-        dropped = NOT_SHOWN.search(self.console) or NOT_SHOWN.search(self.err or b"")
+        dropped = NOT_SHOWN.search(said)
         for key, seq in shown.items():
             full = by_attempt.get(key, [])
             what = f"rank {key[0].decode()} (attempt {key[1]})"
-            if self.t.fault == "sigkill" or dropped:
+            if self.t.fault == "log_full":
+                # The console keeps every line (unless it says it dropped some); the log holds
+                # them but for its gaps.
+                if not dropped and seq != list(range(len(seq))):
+                    self.fail(f"{what}: the console misses lines")
+                it = iter(seq)
+                if not all(any(n == m for m in it) for n in full):
+                    self.fail(f"{what}: the log holds lines the console lacks, or out of order")
+            elif self.t.fault == "sigkill" or dropped:
                 it = iter(full)
                 if not all(any(n == m for m in it) for n in seq):
                     self.fail(f"{what}: the console shows lines its log lacks")
@@ -374,7 +485,12 @@ def main():
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--first", type=int, default=0, help="the number of the first trial")
     p.add_argument("--max-minutes", type=float, default=0, help="stop starting trials after it")
+    p.add_argument("--faults", default="",
+                   help="draw only these faults (comma-separated; default: all)")
     args = p.parse_args()
+    faults = [f for f in args.faults.split(",") if f]
+    if any(f not in FAULTS for f in faults):
+        p.error(f"--faults: of {', '.join(sorted(FAULTS))}")
     try:
         harness.cluster_dir()
     except harness.Skip as e:
@@ -387,7 +503,7 @@ def main():
     for number in range(args.first, args.first + args.trials):
         if args.max_minutes and time.monotonic() - start > args.max_minutes * 60:
             break
-        t = Trial(args.seed, number)
+        t = Trial(args.seed, number, faults)
         clean_hosts()
         r = Runner(t)
         r.stacks_before = set(glob.glob("/tmp/msrun-ssh-stacks-*"))
@@ -405,7 +521,8 @@ def main():
                 print(f"    {why}", flush=True)
             print(f"    again: MSRUN_SSH_CLUSTER_DIR={harness.cluster_dir()} "
                   f"MSRUN_SSH_BIN={binary()} python3 {os.path.relpath(__file__)} "
-                  f"--seed {args.seed} --first {number} --trials 1", flush=True)
+                  f"--seed {args.seed} --first {number} --trials 1"
+                  + (f" --faults {args.faults}" if faults else ""), flush=True)
     print(f"campaign: seed {args.seed}, {ran} trials, {len(failed)} failed "
           f"({time.monotonic() - start:.0f} s); fault x moment: "
           + ", ".join(f"{f}/{m} {n}" for (f, m), n in sorted(counts.items())))
