@@ -1,4 +1,5 @@
-// Everything the command line says, parsed and validated (see cli.h), before the host file is read.
+// Everything the command line says, parsed and validated by the CLI (cli.h) before the host file
+// is read; the options room stands below every room that reads them (docs/architecture.md).
 #pragma once
 
 #include <optional>
@@ -24,13 +25,25 @@ enum class TransportKind { kSsh, kSrun };
 // in place while the others keep running.
 enum class RestartPolicy { kJob, kProcess };
 
-struct Options {
-  Command command = Command::kRun;
-  std::string hostfile;
+// The options, grouped by the concern they configure; each room's interface takes the group it
+// reads (ssh_settings.h takes ConnectionOptions), and `Options` holds them all. A field is read
+// as before (`options.kill_grace`): the groups are bases of Options.
+
+// How the hosts are reached: the SSH pool's settings (ssh_settings.h) and the transport.
+struct ConnectionOptions {
+  std::string ssh_config;  // empty: ~/.ssh/config when it exists
+  int fanout = 64;
+  double connect_timeout = 10;
+  bool connect_timeout_given = false;  // else a ConnectTimeout in the ssh config decides
+  int ssh_debug = -1;  // libssh's log verbosity 0..4 (-1: not given; see set_ssh_log in ssh.h)
+  std::optional<HostKeyPolicy> strict_host_key_checking;  // (ssh.h) unset: ssh config, else yes
+  TransportKind transport = TransportKind::kSsh;          // --transport ssh|srun
+};
+
+// What runs where (plan.h): msrun's options, the contract, the task and its environment.
+struct PlanOptions {
   std::string task_script;  // empty only for `check` without a script, and `stop`
   std::vector<std::string> task_args;
-
-  // msrun's options.
   std::optional<int> worker_num;
   int local_worker_num = 8;
   // --local_worker_num was given: a host source's slot counts yield to it (host_source.h).
@@ -47,18 +60,19 @@ struct Options {
   std::string rank_table_file;
   std::string worker_log_name = "worker";
   std::vector<int> tail_worker_log;  // empty: every rank
+  std::optional<Contract> contract;  // unset: the host file's [defaults] contract, else msrun
+  EnvList env;                       // --env, resolved against the launcher's environment
+  std::string python;
+  // --recovery_path: MS_RECOVERY_PATH's base directory under --restart_policy process (relative
+  // to each host's workdir); every job gets its own directory in it.
+  std::string recovery_path = "msrun-ssh-recovery";
+};
 
-  // Our own.
-  bool dry_run = false;
-  std::string ssh_config;  // empty: ~/.ssh/config when it exists
-  int fanout = 64;
-  double connect_timeout = 10;
-  bool connect_timeout_given = false;  // else a ConnectTimeout in the ssh config decides
-  int ssh_debug = -1;  // libssh's log verbosity 0..4 (-1: not given; see set_ssh_log in ssh.h)
+// How a running job is watched, ended and restarted (runner.h).
+struct LifeCycleOptions {
   double heartbeat = 5;
   double kill_grace = 5;
-  std::optional<Contract> contract;  // unset: the host file's [defaults] contract, else msrun
-  double timeout = 0;                // the job's wall-time limit in seconds (0: none)
+  double timeout = 0;       // the job's wall-time limit in seconds (0: none)
   double hang_timeout = 0;  // seconds without output from any process that count as a hang (0: off)
   bool hang_kills = true;   // --on_hang=kill (default) or report
   bool log_error_stops = false;  // --on_log_error=stop: a log that cannot be written ends the job
@@ -67,44 +81,59 @@ struct Options {
   int spares = 0;                // --spares N: the host file's last N hosts are spares (runner.h)
   int host_failures_to_exclude = 2;  // attempts a host may fail before a spare replaces it
   RestartPolicy restart_policy = RestartPolicy::kJob;
-  // --recovery_path: MS_RECOVERY_PATH's base directory under --restart_policy process (relative
-  // to each host's workdir); every job gets its own directory in it.
-  std::string recovery_path = "msrun-ssh-recovery";
-  bool report_bindings = false;
   // --agent: one launch agent per host (agent.h) or a channel per command; unset: auto (use_agent)
   std::optional<bool> agent;
+};
+
+// What the user sees: the console and the files beside the logs (output.h).
+struct OutputOptions {
+  bool report_bindings = false;
   bool quiet = false;           // --quiet: no start-up progress (nor status line) on the terminal
   bool status_line = false;     // --status_line: the running job's state on the terminal's last row
   bool output_gather = false;   // --output gather: identical lines of many ranks printed once
   bool timestamps = false;      // --timestamps: console lines carry the launcher's receive time
   bool log_timestamps = false;  // --log_timestamps: so do the lines of the per-rank logs
   std::string events;           // --events FILE: the job's life as JSON Lines ("-": stdout)
-  std::optional<HostKeyPolicy> strict_host_key_checking;  // (ssh.h) unset: ssh config, else yes
-  TransportKind transport = TransportKind::kSsh;          // --transport ssh|srun
-  EnvList env;  // --env, resolved against the launcher's environment
-  std::string python;
+};
 
-  // Sync (sync.h; docs/sync.md): --sync / `msrun-ssh sync DIR [DEST]`.
+// Sync (sync.h; docs/sync.md): --sync / `msrun-ssh sync DIR [DEST]`.
+struct SyncOptions {
   bool sync = false;
   std::string sync_dir;   // "" : the task script's directory
   std::string sync_dest;  // "" : each host's workdir joined with DIR relative to the launcher's cwd
   std::vector<std::string> sync_excludes;
   double persist = 0;  // sync --persist SECONDS: keep the connections that long (mux.h); 0: not
+};
 
-  // check / stop.
+// `msrun-ssh check` (check.h).
+struct CheckOptions {
   std::vector<std::string> imports;
-  bool json = false;
   bool net = false;  // check --net: host-to-host bandwidth and RTT
   // check --net=collective: --net, then one all-reduce through a job started as a run starts it
   bool net_collective = false;
   NetPairs net_pairs = NetPairs::kAuto;
   double net_seconds = 1;      // per direction of one pair
   double net_min_ratio = 0.5;  // a host below this fraction of the median fails
-  std::string job;
+};
 
-  // logs (docs/jobs.md).
+// The commands on a job already started (jobs.h, stacks.h; docs/jobs.md).
+struct JobOptions {
+  std::string job;
   std::optional<int> log_rank;  // --rank R: only that rank's log (-1: the scheduler's)
   bool follow = false;          // --follow: until the job has ended
+};
+
+struct Options : ConnectionOptions,
+                 PlanOptions,
+                 LifeCycleOptions,
+                 OutputOptions,
+                 SyncOptions,
+                 CheckOptions,
+                 JobOptions {
+  Command command = Command::kRun;
+  std::string hostfile;
+  bool dry_run = false;
+  bool json = false;  // check, list, status: JSON instead of the table
 
   // Set by main, not by the user: the job id and the launcher's working directory.
   std::string job_id;

@@ -15,7 +15,7 @@
 
 namespace msrun_ssh {
 
-inline SshSettings ssh_settings(const Options& o) {
+inline SshSettings ssh_settings(const ConnectionOptions& o) {
   SshSettings s;
   s.ssh_config = o.ssh_config;
   s.fanout = o.fanout;
@@ -32,7 +32,7 @@ inline SshEndpoint endpoint_of(const Host& h) {
 
 // The transport --transport asks for, to the hosts `endpoints` name: the SSH pool with `settings`,
 // or srun (each host's address its Slurm node name; settings' connect timeout and progress).
-inline std::unique_ptr<HostTransport> host_transport(const Options& o,
+inline std::unique_ptr<HostTransport> host_transport(const ConnectionOptions& o,
                                                      std::vector<SshEndpoint> endpoints,
                                                      SshSettings settings) {
   if (o.transport == TransportKind::kSsh)

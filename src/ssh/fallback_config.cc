@@ -1,8 +1,6 @@
 // Without an `ssh` client, libssh reads the ssh config: what it would read otherwise than OpenSSH
 // is refused here, by file, line and keyword (docs/ssh.md, "Without an ssh client").
 #include <fmt/format.h>
-#include <glob.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config_walk.h"
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/ssh_config.h"
@@ -130,45 +129,19 @@ const std::map<std::string_view, Keyword>& keywords() {
   return table;
 }
 
-std::string home_dir() {
-  const passwd* pw = ::getpwuid(::getuid());
-  return pw && pw->pw_dir ? pw->pw_dir : "";
-}
-
-// The files a glob pattern names, in glob(3)'s order (none when it names none).
-struct Glob {
-  std::vector<std::string> paths;
-  explicit Glob(const std::string& pattern) {
-    glob_t g{};
-    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
-    ::globfree(&g);
-  }
-};
-
 constexpr std::string_view kInstall =
     "; install OpenSSH's client (openssh-client), whose reading msrun-ssh then asks for";
 
 // Checks config `path` and what it includes; `read_by_us`: false for a file only ssh reads
 // (/etc/ssh/ssh_config: libssh is not given it), where anything with an effect is refused.
-void check_file(const std::string& path, const std::string& base, bool read_by_us, int depth) {
-  std::optional<std::string> text = read_whole_file(path);
-  if (!text) return;  // ssh skips a config it cannot read, and so does libssh
-  if (depth > 16) throw InputError(fmt::format("ssh config {}: Include nested too deeply", path));
-  size_t number = 0;
-  for (std::string_view raw : split_lines(*text)) {
-    ++number;
-    std::string_view line = trim(raw, " \t\r");
-    if (line.empty() || line.starts_with('#')) continue;
-    size_t end = line.find_first_of(" \t=");
-    std::string keyword = to_lower(line.substr(0, end));
-    std::string_view value = end == std::string_view::npos ? "" : trim(line.substr(end), " \t");
-    if (value.starts_with('=')) value = trim(value.substr(1), " \t");
+void check_file(const std::string& path, const std::string& base, bool read_by_us) {
+  auto visit = [&](const ConfigLine& l) {
+    std::string_view value = l.value;
     auto refuse = [&](std::string_view why) {
-      return InputError(fmt::format("ssh config {} line {}: {}: {}{}", path, number,
-                                    line.substr(0, end), why, kInstall));
+      return InputError(fmt::format("ssh config {} line {}: {}: {}{}", l.path, l.number,
+                                    l.keyword_as_written, why, kInstall));
     };
-    auto it = keywords().find(keyword);
+    auto it = keywords().find(l.keyword);
     if (it == keywords().end() || it->second.reading == Reading::kRefused)
       throw refuse("not read without an ssh client the way ssh reads it");
     const Keyword& k = it->second;
@@ -177,42 +150,36 @@ void check_file(const std::string& path, const std::string& base, bool read_by_u
     if (!k.only_value.empty() && to_lower(value) != k.only_value)
       throw refuse(fmt::format("only \"{}\" is read without an ssh client the way ssh reads it",
                                k.only_value));
-    if (keyword == "host" || keyword == "include" || k.reading == Reading::kNoEffect) {
+    if (l.keyword == "host" || l.keyword == "include" || k.reading == Reading::kNoEffect) {
       // checked below
     } else if (!read_by_us && k.only_value.empty()) {
       throw refuse("this file is read by ssh, not by msrun-ssh without an ssh client");
     }
     if (k.reading == Reading::kSame && value.find_first_of("%$") != std::string_view::npos)
       throw refuse("tokens and variables are not expanded without an ssh client as ssh does");
-    std::vector<std::string_view> args = split_words(value);
-    if ((keyword == "userknownhostsfile" || keyword == "globalknownhostsfile") && args.size() > 1)
+    if ((l.keyword == "userknownhostsfile" || l.keyword == "globalknownhostsfile") &&
+        split_words(value).size() > 1)
       throw refuse("only one file is read without an ssh client");
-    if (keyword == "host") {
-      // libssh matches the name lower-cased, OpenSSH as written: equal where patterns have no
-      // capitals (and names, see refuse_what_libssh_misreads).
-      if (std::any_of(value.begin(), value.end(), [](char c) { return std::isupper(c); }))
-        throw refuse("a pattern with capitals is matched otherwise without an ssh client");
-    } else if (keyword == "include") {
-      for (std::string_view word : args) {
-        std::string pattern = word.starts_with("~/")  ? home_dir() + std::string(word.substr(1))
-                              : word.starts_with('/') ? std::string(word)
-                                                      : fmt::format("{}/{}", base, word);
-        Glob g(pattern);  // freed also when an included file is refused
-        for (const std::string& included : g.paths)
-          check_file(included, base, read_by_us, depth + 1);
-      }
-    }
-  }
+    // libssh matches the name lower-cased, OpenSSH as written: equal where patterns have no
+    // capitals (and names, see refuse_what_libssh_misreads).
+    if (l.keyword == "host" &&
+        std::any_of(value.begin(), value.end(), [](char c) { return std::isupper(c); }))
+      throw refuse("a pattern with capitals is matched otherwise without an ssh client");
+    return true;  // an Include's files are walked next, and checked alike
+  };
+  // ssh skips a config it cannot read, and so does libssh.
+  if (walk_config(path, base, visit) == ConfigWalk::kTooDeep)
+    throw InputError(fmt::format("ssh config {}: Include nested too deeply", path));
 }
 
 }  // namespace
 
 void refuse_what_libssh_misreads(const std::string& config_file,
                                  const std::vector<std::string>& names) {
-  const std::string home = home_dir();
+  const std::string home = config_home();
   std::string user_config = config_file.empty() ? home + "/.ssh/config" : config_file;
   if (!config_file.empty() || ::access(user_config.c_str(), R_OK) == 0) {
-    check_file(user_config, home + "/.ssh", true, 0);
+    check_file(user_config, home + "/.ssh", true);
     for (const auto& name : names)
       if (std::any_of(name.begin(), name.end(), [](char c) { return std::isupper(c); }))
         throw InputError(fmt::format(
@@ -221,7 +188,7 @@ void refuse_what_libssh_misreads(const std::string& config_file,
             name, user_config, kInstall));
   }
   // ssh also reads the system's config where no -F names one; libssh is not given it.
-  if (config_file.empty()) check_file("/etc/ssh/ssh_config", "/etc/ssh", false, 0);
+  if (config_file.empty()) check_file("/etc/ssh/ssh_config", "/etc/ssh", false);
 }
 
 }  // namespace msrun_ssh

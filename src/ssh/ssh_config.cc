@@ -3,9 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <glob.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -21,6 +19,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "config_walk.h"
 #include "msrun_ssh/base.h"
 
 extern char** environ;
@@ -484,63 +483,41 @@ bool read_match_line(std::string_view args, bool hostname_seen, HostLine& out) {
 }
 
 // Reads the Host and Match lines of config `path` and the files it includes (relative names under
-// `base`); false when the file holds what this reading cannot follow (a Match line other than
-// read_match_line's, a quoted pattern, an Include with tokens or variables) or `must_exist` and it
-// cannot be read. `hostname_seen`: a HostName line came before, in ssh's reading order.
-bool read_host_lines(const std::string& path, const std::string& base, const std::string& home,
-                     bool must_exist, int depth, std::vector<HostLine>& out, bool& hostname_seen) {
-  std::optional<std::string> text = read_whole_file(path);
-  if (!text) return !must_exist;
-  if (depth > 16) return false;
-  for (std::string_view raw : split_lines(*text)) {
-    std::string_view line = trim(raw, " \t\r");
-    if (line.empty() || line.starts_with('#')) continue;
-    size_t end = line.find_first_of(" \t=");
-    std::string keyword = to_lower(line.substr(0, end));
-    std::string_view args = end == std::string_view::npos ? "" : line.substr(end);
-    args = trim(args, " \t");
-    if (args.starts_with('=')) args = trim(args.substr(1), " \t");
-    if (keyword != "match" && args.find('"') != std::string_view::npos) return false;
-    if (keyword == "hostname") hostname_seen = true;
-    if (keyword == "host") {
-      out.push_back({words(args)});
-    } else if (keyword == "match") {
+// `base`) into `out`; false when they hold what this reading cannot follow (a Match line other
+// than read_match_line's, a quoted pattern, an Include with tokens or variables, Includes nested
+// too deeply) or `must_exist` and `path` cannot be read. `hostname_seen`: a HostName line came
+// before, in ssh's reading order.
+bool read_host_lines(const std::string& path, const std::string& base, bool must_exist,
+                     std::vector<HostLine>& out, bool& hostname_seen) {
+  auto visit = [&](const ConfigLine& l) {
+    if (l.keyword != "match" && l.value.find('"') != std::string_view::npos) return false;
+    if (l.keyword == "hostname") hostname_seen = true;
+    if (l.keyword == "host") {
+      out.push_back({words(l.value)});
+    } else if (l.keyword == "match") {
       HostLine m;
-      if (!read_match_line(args, hostname_seen, m)) return false;
+      if (!read_match_line(l.value, hostname_seen, m)) return false;
       out.push_back(std::move(m));
-    } else if (keyword == "include") {
-      for (const auto& word : words(args)) {
-        if (word.find_first_of("%$") != std::string::npos) return false;
-        std::string pattern = word.starts_with("~/")  ? home + word.substr(1)
-                              : word.starts_with('/') ? word
-                                                      : fmt::format("{}/{}", base, word);
-        glob_t g{};
-        if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
-          for (size_t i = 0; i < g.gl_pathc; ++i)
-            if (!read_host_lines(g.gl_pathv[i], base, home, false, depth + 1, out, hostname_seen)) {
-              ::globfree(&g);
-              return false;
-            }
-        ::globfree(&g);
-      }
+    } else if (l.keyword == "include") {
+      return l.value.find_first_of("%$") == std::string_view::npos;
     }
-  }
-  return true;
+    return true;
+  };
+  ConfigWalk w = walk_config(path, base, visit);
+  return w == ConfigWalk::kRead || (w == ConfigWalk::kMissing && !must_exist);
 }
 
 // The Host lines of every config ssh reads for `config_file` ("": the user's and the system's),
 // in ssh's order; nullopt when one holds what read_host_lines cannot follow.
 std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) {
-  const passwd* pw = ::getpwuid(::getuid());
-  std::string home = pw && pw->pw_dir ? pw->pw_dir : "";
+  const std::string home = config_home();
   std::vector<HostLine> lines;
   bool hostname_seen = false;
-  bool ok = config_file.empty()
-                ? read_host_lines(home + "/.ssh/config", home + "/.ssh", home, false, 0, lines,
-                                  hostname_seen) &&
-                      read_host_lines("/etc/ssh/ssh_config", "/etc/ssh", home, false, 0, lines,
-                                      hostname_seen)
-                : read_host_lines(config_file, home + "/.ssh", home, true, 0, lines, hostname_seen);
+  bool ok =
+      config_file.empty()
+          ? read_host_lines(home + "/.ssh/config", home + "/.ssh", false, lines, hostname_seen) &&
+                read_host_lines("/etc/ssh/ssh_config", "/etc/ssh", false, lines, hostname_seen)
+          : read_host_lines(config_file, home + "/.ssh", true, lines, hostname_seen);
   if (!ok) return std::nullopt;
   return lines;
 }

@@ -74,6 +74,14 @@ TEST_F(FallbackConfig, AnIncludedFileIsCheckedAndNamed) {
       << refused(cfg);
 }
 
+TEST_F(FallbackConfig, AConfigThatIncludesItselfIsRefusedByName) {
+  std::string cfg = dir_ + "/config";
+  write("config", "Host n1\n  Include " + cfg + "\n");
+  EXPECT_NE(refused(cfg).find("ssh config " + cfg + ": Include nested too deeply"),
+            std::string::npos)
+      << refused(cfg);
+}
+
 TEST_F(FallbackConfig, AHostNameWithCapitalsIsRefusedWhereAConfigIsRead) {
   std::string cfg = write("config", "Host n1\n  Port 22\n");
   std::string got = refused(cfg, {"n1", "Node2"});

@@ -1,0 +1,63 @@
+// The lines of an ssh config and of the files it includes (config_walk.h).
+#include "config_walk.h"
+
+#include <fmt/format.h>
+#include <glob.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <optional>
+#include <vector>
+
+#include "msrun_ssh/base.h"
+
+namespace msrun_ssh {
+namespace {
+
+// The files a glob pattern names, in glob(3)'s order (none when it names none).
+std::vector<std::string> glob_paths(const std::string& pattern) {
+  std::vector<std::string> paths;
+  glob_t g{};
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  return paths;
+}
+
+}  // namespace
+
+std::string config_home() {
+  const passwd* pw = ::getpwuid(::getuid());
+  return pw && pw->pw_dir ? pw->pw_dir : "";
+}
+
+ConfigWalk walk_config(const std::string& path, const std::string& base,
+                       const std::function<bool(const ConfigLine&)>& visit, int depth) {
+  std::optional<std::string> text = read_whole_file(path);
+  if (!text) return ConfigWalk::kMissing;
+  if (depth > 16) return ConfigWalk::kTooDeep;
+  size_t number = 0;
+  for (std::string_view raw : split_lines(*text)) {
+    ++number;
+    std::string_view line = trim(raw, " \t\r");
+    if (line.empty() || line.starts_with('#')) continue;
+    size_t end = line.find_first_of(" \t=");
+    std::string_view value = end == std::string_view::npos ? "" : trim(line.substr(end), " \t");
+    if (value.starts_with('=')) value = trim(value.substr(1), " \t");
+    ConfigLine l{path, number, line, to_lower(line.substr(0, end)), line.substr(0, end), value};
+    if (!visit(l)) return ConfigWalk::kStopped;
+    if (l.keyword != "include") continue;
+    for (std::string_view word : split_words(value)) {
+      std::string pattern = word.starts_with("~/")  ? config_home() + std::string(word.substr(1))
+                            : word.starts_with('/') ? std::string(word)
+                                                    : fmt::format("{}/{}", base, word);
+      for (const std::string& included : glob_paths(pattern)) {
+        ConfigWalk w = walk_config(included, base, visit, depth + 1);
+        if (w != ConfigWalk::kRead && w != ConfigWalk::kMissing) return w;
+      }
+    }
+  }
+  return ConfigWalk::kRead;
+}
+
+}  // namespace msrun_ssh
