@@ -66,6 +66,12 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& tokens);
 // std::runtime_error for a hop that is not [user@]host[:port].
 std::string proxy_jump_command(std::string_view hops, const std::string& config_file);
 
+// A Match line's arguments split as OpenSSH 9.2 splits them (blanks, and "..." around a word with
+// blanks: the quotes dropped); nullopt for what this reading does not follow (a backslash, a
+// single quote, a double quote elsewhere than around a word), where names are then asked one by
+// one.
+std::optional<std::vector<std::string>> match_words(std::string_view args);
+
 // A host name as the host file gives it, with what the host file sets for it (ssh -l, -p and
 // -o UserKnownHostsFile; its identity file is put first in the answer's list, as ssh -i does): what
 // `ssh -G` is asked.

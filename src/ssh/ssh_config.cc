@@ -420,8 +420,8 @@ std::string matched_lines(const std::vector<HostLine>& lines, std::string_view n
   return out;
 }
 
-// A Match line's arguments split as OpenSSH 9.2 splits them (blanks, and "..." around a word with
-// blanks); nullopt for what this reading does not follow (a backslash, a quote elsewhere).
+}  // namespace
+
 std::optional<std::vector<std::string>> match_words(std::string_view args) {
   std::vector<std::string> out;
   size_t i = 0;
@@ -445,6 +445,8 @@ std::optional<std::vector<std::string>> match_words(std::string_view args) {
     out.push_back(std::move(word));
   }
 }
+
+namespace {
 
 // Whether an exec command's tokens are the same for every name of the same Host lines: none of
 // %h, %n, %C, %k, %j (the name, its hash, its alias, its jump hosts) or a token this reading

@@ -8,7 +8,10 @@
 //  - expand_ssh_tokens returns or throws std::runtime_error; a value without '%' and not starting
 //    with "~/" comes back unchanged;
 //  - proxy_jump_command returns or throws std::runtime_error; a command it returns ends with the
-//    last hop, quoted, and holds no newline.
+//    last hop, quoted, and holds no newline;
+//  - match_words (a Match line's arguments) returns words that are not empty unless quoted, hold
+//    no blank unless quoted and no quote or backslash; on a line without quotes or backslashes it
+//    returns the blank-separated words.
 // Findings: any crash or sanitizer report, any other exception, any property violation.
 #include <cstdint>
 #include <stdexcept>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/ssh_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -46,6 +50,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (value.find('%') == std::string::npos && !value.starts_with("~/"))
       FUZZ_CHECK(out == value, "\"%s\" became \"%s\"", value.c_str(), out.c_str());
   } catch (const std::runtime_error&) {
+  }
+  if (auto words = msrun_ssh::match_words(value)) {
+    for (const auto& w : *words)
+      FUZZ_CHECK(w.find_first_of("\"'\\") == std::string::npos, "quote left in \"%s\"", w.c_str());
+    if (value.find_first_of("\"'\\") == std::string::npos) {
+      std::vector<std::string> plain;
+      for (std::string_view w : msrun_ssh::split_words(value)) plain.emplace_back(w);
+      FUZZ_CHECK(*words == plain, "\"%s\" split otherwise than at blanks", value.c_str());
+    }
+  } else {
+    FUZZ_CHECK(value.find_first_of("\"'\\") != std::string::npos,
+               "\"%s\" refused without a quote or backslash", value.c_str());
   }
   try {
     std::string cmd = msrun_ssh::proxy_jump_command(value, "/cfg");
