@@ -155,4 +155,10 @@ std::optional<WatchdogArgs> watchdog_args_of(std::string_view command);
 // SIGTERM has two), then "msrun-ssh-stop: done", and exits 0 (also when nothing was running).
 std::string stop_command(const std::string& job_id, double grace_s);
 
+// Ends what a failed run of `process` left on its host before it is started again in place
+// (leftovers.sh): SIGTERM, grace, SIGKILL of every process of the job whose environment holds the
+// run's own words (MS_ROLE, RANK_ID, RANK as the plan set them). Prints "killed ..." lines as
+// stop_command does, then "msrun-ssh-leftovers: done".
+std::string leftovers_command(const Process& process, const std::string& job_id, double grace_s);
+
 }  // namespace msrun_ssh

@@ -130,6 +130,9 @@ class Runner {
     double end_ms = 0;
     std::string note;           // how it ended when not by itself
     std::string restart_cause;  // not empty: it failed and starts again once its channel closed
+                                // and what its failed run left has been ended (`leftovers`)
+    ChannelId leftovers = -1;   // the command ending what the failed run left, while it runs
+    bool closed = false;        // its channel closed while `leftovers` still ran
     std::string log_name;       // its log file, {hostname} resolved (empty: never started)
   };
   struct HostState {
@@ -208,8 +211,9 @@ class Runner {
   int stdin_fd_;
   std::vector<Proc> procs_;
   std::vector<HostState> hosts_;
-  std::vector<int> proc_of_channel_;   // channel id -> proc index (-1: none)
-  std::vector<int> host_of_watchdog_;  // channel id -> host index (-1: none)
+  std::vector<int> proc_of_channel_;    // channel id -> proc index (-1: none)
+  std::vector<int> host_of_watchdog_;   // channel id -> host index (-1: none)
+  std::vector<int> proc_of_leftovers_;  // channel id -> proc index (-1: none)
   std::vector<ChannelId> stdin_targets_;
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   bool tearing_down_ = false;

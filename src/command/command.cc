@@ -200,6 +200,16 @@ std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
   return args;
 }
 
+std::string leftovers_command(const Process& process, const std::string& job_id, double grace_s) {
+  std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kLeftoversSh);
+  std::string words;
+  for (const auto& [name, value] : process.env)
+    if (name == "MS_ROLE" || name == "RANK_ID" || name == "RANK")
+      words += fmt::format(" {}", shell_quote(fmt::format("{}={}", name, value)));
+  return fmt::format("exec sh -c {} msrun-ssh-leftovers {} {}{}", shell_quote(script),
+                     shell_quote(job_id), grace_steps(grace_s), words);
+}
+
 std::string stop_command(const std::string& job_id, double grace_s) {
   std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kStopSh);
   return fmt::format("exec sh -c {} msrun-ssh-stop {} {}", shell_quote(script), shell_quote(job_id),

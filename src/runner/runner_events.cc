@@ -177,6 +177,12 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       if (e.status != 0 && !tearing_down_ && restarts_in_place(p)) {
         p.restart_cause = fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
                                       describe_status(e.status, e.signal));
+        // Its channel closes once nothing holds the run's output any more: what the run left (a
+        // grandchild in a session of its own) is ended first, or it would never close.
+        // It starts again only once that has ended (it would take the new run for a leftover).
+        p.leftovers =
+            t_.exec(p.host, leftovers_command(*p.spec, plan_.job_id, options_.kill_grace));
+        put(proc_of_leftovers_, p.leftovers, static_cast<int>(index));
         break;
       }
       p.exited = true;
@@ -208,6 +214,10 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       break;
     case TransportEvent::Kind::kClosed:
       if (!p.restart_cause.empty()) {
+        if (!tearing_down_ && p.leftovers >= 0) {
+          p.closed = true;  // restart_process once the leftovers are gone
+          return;
+        }
         if (!tearing_down_) return restart_process(index);
         p.exited = true;  // the teardown came first: the failed run's status stands
       }
@@ -234,7 +244,18 @@ void Runner::handle(const TransportEvent& e) {
   int proc = get(proc_of_channel_, e.channel);
   if (proc >= 0) return handle_process(static_cast<size_t>(proc), e);
   int host = get(host_of_watchdog_, e.channel);
-  if (host >= 0) handle_watchdog(static_cast<size_t>(host), e);
+  if (host >= 0) return handle_watchdog(static_cast<size_t>(host), e);
+  int failed = get(proc_of_leftovers_, e.channel);
+  if (failed >= 0 &&
+      (e.kind == TransportEvent::Kind::kClosed || e.kind == TransportEvent::Kind::kOpenFailed)) {
+    Proc& p = procs_[static_cast<size_t>(failed)];
+    put(proc_of_leftovers_, p.leftovers, -1);
+    p.leftovers = -1;
+    if (!std::exchange(p.closed, false)) return;  // its own channel has not closed yet
+    if (!tearing_down_) return restart_process(static_cast<size_t>(failed));
+    p.exited = true;  // the teardown came first: the failed run's status stands
+    finish_process(p, "");
+  }
 }
 
 }  // namespace msrun_ssh

@@ -49,6 +49,7 @@ LINE = re.compile(rb"^rank (\S+) line (\d+)$")
 CONSOLE = re.compile(rb"^\[(\S+)@[\d.]+(?: a(\d+))?\] rank (\S+) line (\d+)$")
 ATTEMPT_LOG = re.compile(r"\.attempt(\d+)\.log$")
 ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
+IN_PLACE = re.compile(rb"^----- msrun-ssh: process restart \d+ of \d+: ")
 GAP = re.compile(rb"\[msrun-ssh: \d+ bytes of this log are missing here: ")
 NOT_SHOWN = re.compile(rb"lines not shown \(the console fell behind\)")
 
@@ -87,10 +88,12 @@ class Trial:
         self.restarts = 1 if self.moment == "backoff" else rng.choice([0, 0, 1])
         self.victim = rng.randrange(self.hosts)
         self.delay = rng.uniform(0.0, 1.0)
+        # Drawn last, so that a seed's earlier draws stay what they were before it came.
+        self.policy = rng.choice(["job", "process"]) if self.restarts else "job"
 
     def describe(self):
         return (f"{self.hosts} hosts x {self.ppn}, {self.contract}, agent {self.agent}, "
-                f"restarts {self.restarts}; {self.fault} on host {self.victim} while "
+                f"restarts {self.restarts} ({self.policy}); {self.fault} on host {self.victim} while "
                 f"{self.moment} (+{self.delay:.2f} s)")
 
     def expected(self, applied, restarted):
@@ -110,7 +113,8 @@ class Trial:
         if f == "sigkill":
             return {-9}
         if f == "kill_watchdog":  # the host itself is fine: a restart runs the job again
-            return {0} if self.restarts else {255}
+            # (in place, only a failed worker is started again: a lost host ends the job)
+            return {0} if self.restarts and self.policy == "job" else {255}
         if f in ("cut", "sshd"):  # the host stays unreachable: a restart cannot reach it either
             return {255}
         if f == "kill_rank":
@@ -134,6 +138,21 @@ def hostfile(t):
 def processes_on(host_index, word):
     ns = f"msrs-node{host_index}"
     return [int(pid) for n, pid, cmd in marked_processes() if n == ns and word in cmd]
+
+
+def is_worker(pid):
+    """Whether job process `pid` is a worker (a rank), not msrun's scheduler."""
+    try:
+        return b"MS_ROLE=MS_SCHED" not in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return False
+
+
+def ranks_on(t, host_index):
+    """The job's processes on the host that a killed rank stands for: under --restart_policy
+    process only workers (a failed scheduler is never started again in place)."""
+    pids = processes_on(host_index, "chatter.py")
+    return [p for p in pids if is_worker(p)] if t.policy == "process" else pids
 
 
 def watchdog_pids(host_index):
@@ -180,7 +199,8 @@ class Runner:
                 "--heartbeat", str(HEARTBEAT), "--kill_grace", "2", "--connect_timeout", "8",
                 "--agent", t.agent, "--contract", t.contract]
         if t.restarts:
-            argv += ["--max_restarts", str(t.restarts), "--restart_backoff", "2"]
+            argv += ["--max_restarts", str(t.restarts), "--restart_backoff", "2",
+                     "--restart_policy", t.policy]
         argv += [job("chatter.py"), str(SECONDS)]
         if t.fault == "ctrl_s":  # the console a terminal: stdout and stderr on a pty
             self.tty, slave = pty.openpty()
@@ -249,7 +269,7 @@ class Runner:
             self.read_some(2)
             signal_all(processes_on(v, "chatter.py"), signal.SIGCONT)
         elif f == "kill_rank":
-            pids = processes_on(v, "chatter.py")
+            pids = ranks_on(t, v)
             if not pids:
                 return
             signal_all(pids[:1], signal.SIGKILL)
@@ -317,7 +337,7 @@ class Runner:
             elif t.moment == "backoff":
                 # A first failure starts the restart back-off (2 s); the fault comes inside it.
                 self.wait_for_lines(30)
-                pids = processes_on(t.victim, "chatter.py")
+                pids = ranks_on(t, t.victim)
                 if pids:
                     signal_all(pids[:1], signal.SIGKILL)
                     self.restarted = True
@@ -401,14 +421,16 @@ class Runner:
             m = ATTEMPT_LOG.search(path)
             attempts[path] = int(m.group(1)) if m else None
             logs[path] = []
-            marked = False
+            marked = restart = False
             for line in harness.read(path).splitlines():
                 m = LINE.match(line)
                 if m:
-                    logs[path].append((m.group(1), int(m.group(2)), marked))
-                    marked = False
+                    logs[path].append((m.group(1), int(m.group(2)), marked, restart))
+                    marked = restart = False
                 elif GAP.search(line):
                     marked = True
+                elif IN_PLACE.match(line):
+                    restart = True
         return logs, attempts
 
     def check_output(self):
@@ -426,17 +448,19 @@ class Runner:
             # failed, a gap after the line that marks it, or at the end of a log said to be
             # incomplete, and the failure said on the console.
             name = os.path.basename(path)
-            gaps = any(marked for _, _, marked in lines)
+            gaps = any(marked for _, _, marked, _ in lines)
             cut = f"--- incomplete log: {path} ".encode() in said
             if (gaps or cut) and f"cannot write {path}".encode() not in said:
                 self.fail(f"{name}: bytes missing, and no warning names it")
             due = 0
-            for rank, n, marked in lines:
+            for rank, n, marked, restart in lines:
+                if restart:  # a worker started again in place goes on in the same log, from 0
+                    due = 0
                 if n != due and not (marked and n > due):
                     self.fail(f"{name}: line {n} where {due} was due")
                     break
                 due = n + 1
-            for rank, n, _ in lines:
+            for rank, n, _, _ in lines:
                 by_attempt.setdefault((rank, attempts[path] or last), []).append(n)
         dropped = NOT_SHOWN.search(said)
         for key, seq in shown.items():

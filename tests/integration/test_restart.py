@@ -117,3 +117,33 @@ def test_process_policy_starts_a_killed_worker_again_alone_and_the_weights_agree
     check(read(os.path.join(logs, "scheduler.log")).rstrip().endswith(
         b"weights identical on all ranks"), "the scheduler's verdict")
     wait_no_leftovers(2)
+
+
+def test_process_policy_ends_what_the_failed_run_left_before_starting_it_again():
+    """A worker whose grandchild (a session of its own) still holds its output when it dies: its
+    channel would never close. The launcher ends what the failed run left on its host (that rank's
+    processes only), starts it again in place, and the job ends well; nothing is left."""
+    p, logs = launch([job("chatter.py"), "8", "0.1"],
+                     extra=["--restart_policy", "process", "--max_restarts", "1"])
+    try:
+        log4 = os.path.join(logs, "worker_4.log")
+        wait_for(lambda: os.path.exists(log4) and b"rank 4 line 5\n" in read(log4), 30,
+                 "rank 4 at line 5")
+        chatters = [(ns, pid, cmd) for ns, pid, cmd in marked_processes()
+                    if "chatter.py" in cmd and "python" in cmd]
+        sleeps = {pid for _, pid, cmd in marked_processes() if cmd.startswith("sleep")}
+        rank4 = [pid for ns, pid, _ in chatters if ns == "msrs-node2" and
+                 b"RANK_ID=4" in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")]
+        check(len(rank4) == 1 and len(sleeps) == 7, f"rank 4: {rank4}, grandchildren {sleeps}")
+        os.kill(int(rank4[0]), signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = err.decode(errors="replace")
+    check(p.returncode == 0, f"exit {p.returncode}: {err[-2000:]}")
+    check("process restart 1 of 1: rank 4 on 198.18.1.12 failed: killed by SIGKILL; started "
+          "again in place" in err, err[-2000:])
+    text = read(log4).decode()
+    check(text.endswith("rank 4 done\n"), f"the restarted run did not finish: {text[-300:]}")
+    wait_no_leftovers(5)

@@ -906,6 +906,33 @@ TEST_F(StopCommand, ReachesGrandchildrenInOtherSessions) {
   EXPECT_TRUE(wait_for(grandchild, 2).has_value());  // orphaned to us: reaped here
 }
 
+// A failed worker's leftovers (leftovers_command): only the processes of the job whose
+// environment holds every one of the run's own words are ended; the job's other ranks, the
+// scheduler with the same RANK_ID, and other jobs are left alone.
+TEST_F(StopCommand, LeftoversOfOneRunOnly) {
+  pid_t mine = start_marked(job_, {"MS_ROLE=MS_WORKER", "RANK_ID=1", "sleep", "30"}, "sleep");
+  pid_t other_rank =
+      start_marked(job_, {"MS_ROLE=MS_WORKER", "RANK_ID=11", "sleep", "30"}, "sleep");
+  pid_t scheduler = start_marked(job_, {"MS_ROLE=MS_SCHED", "RANK_ID=1", "sleep", "30"}, "sleep");
+  pid_t other_job =
+      start_marked(random_job_id(), {"MS_ROLE=MS_WORKER", "RANK_ID=1", "sleep", "30"}, "sleep");
+  Process worker;
+  worker.role = Role::kWorker;
+  worker.rank = 1;
+  worker.env = {{"MS_ROLE", "MS_WORKER"}, {"RANK_ID", "1"}, {"PATH", "/usr/bin:/bin"}};
+  std::string command = leftovers_command(worker, job_, 0.5);
+  EXPECT_THAT(command,
+              HasSubstr("' msrun-ssh-leftovers '" + job_ + "' 3 'MS_ROLE=MS_WORKER' 'RANK_ID=1'"));
+  EXPECT_THAT(command, ::testing::Not(HasSubstr("PATH=")));
+  Result r = run_shell("/bin/sh", command, dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "killed " + std::to_string(mine) + " SIGTERM sleep 30 \n" +
+                          "msrun-ssh-leftovers: done\n");
+  ASSERT_TRUE(killed_by(mine, SIGTERM, 2));
+  for (pid_t left : {other_rank, scheduler, other_job})
+    EXPECT_FALSE(wait_for(left, 0.05).has_value()) << left;
+}
+
 // ---- watchdog
 // -------------------------------------------------------------------------------------
 

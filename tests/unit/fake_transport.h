@@ -130,6 +130,10 @@ class FakeTransport : public Transport, public FakeClock {
     if (args) c.args = std::move(*args);
     for (const auto& [key, proc] : script(host).other_commands)
       if (!c.other && command.find(key) != std::string::npos) c.other = &proc;
+    // What ends a failed run's leftovers before it starts again in place (leftovers_command):
+    // unless a test scripts it, it ends 50 ms after its exec.
+    static const ProcScript kLeftovers{.exit_at = 0.05};
+    if (!c.other && command.find("msrun-ssh-leftovers") != std::string::npos) c.other = &kLeftovers;
     if (!no_more_channels_at.empty() && !c.other)
       throw std::logic_error("FakeTransport: a process's exec after no_more_channels");
     int before = 0;
@@ -235,9 +239,16 @@ class FakeTransport : public Transport, public FakeClock {
       if (c.host == host && !c.watchdog && c.index == index) return c.id;
     return -1;
   }
+  // The execs of processes (neither a watchdog nor one of the other commands).
   size_t process_execs() const {
     size_t n = 0;
-    for (const Channel& c : channels_) n += c.watchdog ? 0 : 1;
+    for (const Channel& c : channels_) n += c.watchdog || c.other ? 0 : 1;
+    return n;
+  }
+  // The execs of commands containing `key`.
+  size_t execs_of(std::string_view key) const {
+    size_t n = 0;
+    for (const Channel& c : channels_) n += c.command.find(key) != std::string::npos ? 1 : 0;
     return n;
   }
 

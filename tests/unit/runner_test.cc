@@ -1575,7 +1575,11 @@ TEST_F(ProcessRecovery, AFailedWorkerAloneIsStartedAgainOnItsHostAndTheJobEndsWe
   const auto& again = fake.channel(fake.process(1, 2));
   EXPECT_EQ(again.host, 1u);
   EXPECT_EQ(again.command, first.command);
-  EXPECT_EQ(again.opened_ms, 1010);  // as soon as the failed run's channel closed
+  // As soon as the failed run's channel closed and what it left on node1 was ended (the command
+  // sent at its exit, 1000 ms, ends 50 ms later on the fake and its channel closes at 1060 ms),
+  // not before.
+  ASSERT_EQ(fake.execs_of("msrun-ssh-leftovers"), 1u);
+  EXPECT_EQ(again.opened_ms, 1060);
   // Nothing else was touched: no cancel, no kill, no teardown byte; a normal end at 10 s.
   EXPECT_TRUE(fake.cancels.empty());
   EXPECT_TRUE(fake.kills.empty());
@@ -1625,11 +1629,11 @@ TEST_F(ProcessRecovery, AWorkerFailingBeyondTheBudgetEndsTheJobWithItsStatus) {
   FakeTransport fake(
       {host({ProcScript{}, ProcScript{}}), host({exits(1, 3), ProcScript{}, killed})});
   EXPECT_EQ(run(fake), 137);
-  ASSERT_EQ(process_channels(fake), 5u);  // one restart, no second one
-  EXPECT_EQ(fake.channel(fake.process(1, 2)).opened_ms, 1010);
-  // The usual teardown, from the second failure (1 s after the restart at 1010 ms).
-  EXPECT_EQ(fake.control_times(0, 'k'), Times{2010});
-  EXPECT_EQ(fake.control_times(1, 'k'), Times{2010});
+  ASSERT_EQ(process_channels(fake), 5u);                        // one restart, no second one
+  EXPECT_EQ(fake.channel(fake.process(1, 2)).opened_ms, 1060);  // the leftovers ended first
+  // The usual teardown, from the second failure (1 s after the restart at 1060 ms).
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{2060});
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{2060});
   EXPECT_EQ(runner().cause(), "rank 1 on node1 failed: killed by SIGKILL");
   EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "killed by SIGKILL", kTerm}));
   EXPECT_EQ(runner().process_restarts().size(), 1u);
@@ -1659,7 +1663,8 @@ TEST_F(ProcessRecovery, AWorkerThatCannotBeStartedAgainEndsTheJob) {
   EXPECT_EQ(run(fake), ms::kExitHostFailure);
   EXPECT_EQ(process_channels(fake), 5u);
   EXPECT_EQ(runner().cause(), "cannot start rank 1 on node1: channel open refused");
-  EXPECT_EQ(fake.control_times(0, 'k'), Times{1011});  // the refusal comes 1 ms after the exec
+  // The refusal comes 1 ms after the exec, at 1060 ms once the leftovers were ended.
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{1061});
 }
 
 TEST_F(ProcessRecovery, CtrlCAsAWorkerFailsRestartsNothing) {

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Sent after sweep.sh when a worker of job $1 failed and is started again in place
+# (--restart_policy process): ends what its failed run left on this host (a grandchild in a
+# session of its own still holding the run's output open, so that its channel never closes),
+# with a grace of $2 steps of 0.2 s between SIGTERM and SIGKILL. The rest of the arguments are the
+# run's own NAME=VALUE words (MS_ROLE=MS_WORKER RANK_ID=3, or RANK=3): a process of the job is
+# the failed run's only when its environment holds every one of them. Prints what it signalled.
+G=$2
+shift 2
+M=$*
+pids() {
+  grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null | while read -r f; do
+    mine=1
+    for m in $M; do grep -qzxF -e "$m" "$f" 2>/dev/null || { mine=0; break; }; done
+    [ "$mine" = 1 ] || continue
+    p=${f#/proc/}
+    echo "${p%/environ}"
+  done
+}
+teardown "$G" </dev/null
+echo "msrun-ssh-leftovers: done"
