@@ -49,7 +49,6 @@ Reached reach(const JobRecord& record, const Options& options) {
   return r;
 }
 
-// Whether the launcher of an attached job still runs here: its pid is alive and is msrun-ssh.
 // Whether the record's launcher ran on another machine (a home shared between machines): its pid
 // says nothing here.
 bool launched_elsewhere(const JobRecord& record) {
