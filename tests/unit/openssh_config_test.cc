@@ -133,9 +133,31 @@ class RealSshG : public ::testing::Test {
                               "  IdentityFile /k/b\n  ConnectTimeout 3\n"
                               "Host *\n  StrictHostKeyChecking accept-new\n";
   }
-  ~RealSshG() override { std::filesystem::remove_all(dir_); }
+  ~RealSshG() override {
+    restore_path();
+    std::filesystem::remove_all(dir_);
+  }
+  // Puts a stand-in `ssh` first on PATH that counts its runs, then runs the real one.
+  void count_ssh_runs() {
+    std::filesystem::create_directories(dir_ / "bin");
+    std::ofstream(dir_ / "bin" / "ssh")
+        << "#!/bin/sh\necho x >> " << (dir_ / "count").string() << "\nexec /usr/bin/ssh \"$@\"\n";
+    std::filesystem::permissions(dir_ / "bin" / "ssh", std::filesystem::perms::owner_all);
+    saved_path_ = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+    ::setenv("PATH", ((dir_ / "bin").string() + ":" + *saved_path_).c_str(), 1);
+  }
+  // How many times the stand-in `ssh` ran so far.
+  long runs() const {
+    return std::count(std::istreambuf_iterator<char>(std::ifstream(dir_ / "count").rdbuf()), {},
+                      '\n');
+  }
+  void restore_path() {
+    if (saved_path_) ::setenv("PATH", saved_path_->c_str(), 1);
+    saved_path_.reset();
+  }
   std::filesystem::path dir_;
   std::string config_;
+  std::optional<std::string> saved_path_;
 };
 
 TEST_F(RealSshG, AsksSshOncePerNameAndKeepsItsAnswers) {
@@ -167,16 +189,7 @@ TEST_F(RealSshG, AsksSshOncePerNameAndKeepsItsAnswers) {
 // The plan and the pool ask the same questions: the second asking runs no `ssh -G`, and a config
 // rewritten in between is asked anew. A stand-in `ssh` first on PATH counts the runs.
 TEST_F(RealSshG, AnAnswerIsAskedOncePerRunAndAgainWhenTheConfigChanges) {
-  std::filesystem::create_directories(dir_ / "bin");
-  const std::string count = (dir_ / "count").string();
-  std::ofstream(dir_ / "bin" / "ssh")
-      << "#!/bin/sh\necho x >> " << count << "\nexec /usr/bin/ssh \"$@\"\n";
-  std::filesystem::permissions(dir_ / "bin" / "ssh", std::filesystem::perms::owner_all);
-  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
-  ::setenv("PATH", ((dir_ / "bin").string() + ":" + path).c_str(), 1);
-  auto runs = [&] {
-    return std::count(std::istreambuf_iterator<char>(std::ifstream(count).rdbuf()), {}, '\n');
-  };
+  count_ssh_runs();
   const std::string config = (dir_ / "cached").string();
   std::ofstream(config) << "Match host *\n  Port 2201\n";
   std::vector<SshQuery> q{{"c1", "", {}, "", ""}, {"c2", "", {}, "", ""}};
@@ -187,7 +200,7 @@ TEST_F(RealSshG, AnAnswerIsAskedOncePerRunAndAgainWhenTheConfigChanges) {
   std::ofstream(config) << "Match host *\n  Port 2202\n";  // the same length, another text
   auto third = resolve_with_openssh(q, config, 2, 10);
   long after_third = runs();
-  ::setenv("PATH", path.c_str(), 1);
+  restore_path();
   ASSERT_TRUE(first && second && third);
   EXPECT_EQ(after_first, 1) << "a Match host line of patterns: the names asked once";
   EXPECT_EQ(after_second, 1) << "asked again";
@@ -200,16 +213,7 @@ TEST_F(RealSshG, AnAnswerIsAskedOncePerRunAndAgainWhenTheConfigChanges) {
 // Match user, localuser and an exec that does not name the host answer alike for every name of
 // the same Host lines: 3 names are asked once; an exec naming the host (%h) asks each name.
 TEST_F(RealSshG, UserAndExecMatchesAskOncePerHostLinesAndAnExecNamingTheHostEachName) {
-  std::filesystem::create_directories(dir_ / "bin");
-  const std::string count = (dir_ / "count").string();
-  std::ofstream(dir_ / "bin" / "ssh")
-      << "#!/bin/sh\necho x >> " << count << "\nexec /usr/bin/ssh \"$@\"\n";
-  std::filesystem::permissions(dir_ / "bin" / "ssh", std::filesystem::perms::owner_all);
-  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
-  ::setenv("PATH", ((dir_ / "bin").string() + ":" + path).c_str(), 1);
-  auto runs = [&] {
-    return std::count(std::istreambuf_iterator<char>(std::ifstream(count).rdbuf()), {}, '\n');
-  };
+  count_ssh_runs();
   const std::string config = (dir_ / "user-exec").string();
   std::ofstream(config) << "Match user root localuser * exec \"true %r\"\n  Port 2201\n";
   std::vector<SshQuery> q{{"u1", "", {}, "", ""}, {"u2", "", {}, "", ""}, {"u3", "", {}, "", ""}};
@@ -219,7 +223,7 @@ TEST_F(RealSshG, UserAndExecMatchesAskOncePerHostLinesAndAnExecNamingTheHostEach
   std::ofstream(per_name) << "Match exec \"true %h\"\n  Port 2202\n";
   auto each = resolve_with_openssh(q, per_name, 2, 10);
   long after_each = runs();
-  ::setenv("PATH", path.c_str(), 1);
+  restore_path();
   ASSERT_TRUE(grouped && each);
   EXPECT_EQ(after_grouped, 1) << "Match user/localuser/exec without the host: asked once";
   EXPECT_EQ(after_each - after_grouped, 3) << "an exec naming the host: asked per name";
