@@ -11,6 +11,8 @@ results.md into --out. See docs/benchmarks.md for what is measured and why.
   bench/bench.py --suite relay --tools msrun-ssh,mpirun
   bench/bench.py --suite login --reps 3 --login-sizes 16,64 --login-ppn 1,8
   bench/bench.py --plot docs/benchmarks    # also draw docs/benchmarks-launch.png (matplotlib)
+  bench/bench.py --suite memory --mem-sizes 64,512 --tools msrun-ssh,libssh-floor
+                                          # peak RSS per host against libssh's own floor
 
 Needs root (network namespaces), a release build of msrun-ssh (--msrun), pdsh, clush, mpirun.
 """
@@ -36,6 +38,11 @@ VARIANTS = {"msrun-ssh+gather": ["--output", "gather"], "msrun-ssh+timestamps": 
             "msrun-ssh+agent": ["--agent=True"]}
 
 
+# Not a launcher: one authenticated libssh session and one open channel per host, nothing else
+# (libssh_floor.cc); the memory suite's floor for any libssh launcher.
+FLOOR = "libssh-floor"
+
+
 def is_msrun(tool):
     return tool == "msrun-ssh" or tool in VARIANTS
 FANOUT = 64
@@ -56,9 +63,10 @@ exec ssh -F "$cfg" "$host" "TMPDIR=/tmp/ompi-bench/$host; export TMPDIR; mkdir -
 class Tools:
     """Builds each tool's command line. `addrs`: the hosts; `program`: what runs on each."""
 
-    def __init__(self, cluster, msrun, work):
+    def __init__(self, cluster, msrun, work, floor=None):
         self.c = cluster
         self.msrun = msrun
+        self.floor = floor
         self.work = work
         self.ompi_agent = os.path.join(work, "ompi-ssh.sh")
         with open(self.ompi_agent, "w") as f:
@@ -73,6 +81,9 @@ class Tools:
     def argv(self, tool, addrs, program, log_dir, toml, ppn=1):
         """`ppn` processes of `program` per host: msrun-ssh's host file says so (toml), mpirun
         gets HOST:ppn, and pdsh/clush run one remote shell per host that starts them all."""
+        if tool == FLOOR:
+            return [self.floor, os.path.join(self.c.dir, "id_ed25519"),
+                    os.path.join(self.c.dir, "known_hosts"), "1", *addrs]
         if is_msrun(tool):
             return [self.msrun, "--hostfile", toml, "--log_dir", log_dir, "--fanout", str(FANOUT),
                     *VARIANTS.get(tool, []), program]
@@ -369,7 +380,8 @@ def memory_table(results):
              "process tree (sum of VmRSS, sampled every 20 ms)\n",
              "| tool | " + " | ".join(f"{n} hosts" for n in sizes) + " |",
              "|---|" + "---|" * len(sizes)]
-    for tool in TOOLS:
+    slopes = {}
+    for tool in TOOLS + list(VARIANTS) + [FLOOR]:
         if tool not in runs:
             continue
         cells = []
@@ -379,6 +391,17 @@ def memory_table(results):
             b = common.summarize([r["tree_peak_kb"] for r in rs])
             cells.append(f"{fmt_stat(a, 1 / 1024, 1)} / {fmt_stat(b, 1 / 1024, 1)}")
         lines.append(f"| {tool} | " + " | ".join(cells) + " |")
+        lo, hi = sizes[0], sizes[-1]
+        a = common.summarize([r["root_peak_kb"] for r in ok_runs(runs, tool, lo)])
+        b = common.summarize([r["root_peak_kb"] for r in ok_runs(runs, tool, hi)])
+        if hi > lo and a and b:
+            slopes[tool] = (b["median"] - a["median"]) / (hi - lo)
+    if slopes:
+        lines.append(f"\nthe launcher's peak RSS per host from {sizes[0]} to {sizes[-1]} hosts "
+                     "(difference of the medians / difference of the host counts):\n")
+        for tool, kb in slopes.items():
+            ratio = f" ({kb / slopes[FLOOR]:.2f}× the libssh floor)" if slopes.get(FLOOR) else ""
+            lines.append(f"- {tool}: {kb:.1f} KB/host{ratio}")
     return "\n".join(lines)
 
 
@@ -492,6 +515,8 @@ def main():
                    help="login: CPU seconds the login rc burns")
     p.add_argument("--relay-mb", type=int, default=50, help="MB printed by each of the 4 processes")
     p.add_argument("--msrun", default=common.DEFAULT_MSRUN)
+    p.add_argument("--floor", default=os.path.join(common.REPO, "build-rel", "bench", "libssh_floor"),
+                   help=f"the {FLOOR} program (cmake --build build-rel --target libssh_floor)")
     p.add_argument("--work", default="/tmp/msrun-bench", help="scratch directory (wiped)")
     p.add_argument("--out", default="/tmp/msrun-bench-results", help="results.json, results.md")
     p.add_argument("--timeout", type=float, default=180, help="per run, seconds")
@@ -520,7 +545,7 @@ def main():
         print("bench.py needs root (the test cluster uses network namespaces)", file=sys.stderr)
         return 77
     for t in args.tools:
-        exe = args.msrun if is_msrun(t) else t
+        exe = args.msrun if is_msrun(t) else args.floor if t == FLOOR else t
         if not shutil.which(exe):
             print(f"bench.py: {exe} not found", file=sys.stderr)
             return 2
@@ -535,7 +560,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     args.cluster = common.Cluster(os.path.join(args.work, "cluster"), 4,
                                   max(args.sizes + args.mem_sizes + args.login_sizes))
-    tools = Tools(args.cluster, msrun_copy, args.work)
+    tools = Tools(args.cluster, msrun_copy, args.work, os.path.abspath(args.floor))
     try:
         if not args.no_up:
             args.cluster.up()

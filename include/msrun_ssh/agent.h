@@ -65,13 +65,11 @@ class AgentReader {
   size_t noise_dropped_ = 0;
 };
 
-// Whether a host with `processes` processes runs them through an agent: as --agent says (`option`),
-// else (auto) when it has at least kAgentAutoProcesses. With one process and a clean login rc, its
-// channel and the watchdog's cost the host less than the agent does (docs/benchmarks.md).
-inline constexpr size_t kAgentAutoProcesses = 2;
-inline bool use_agent(std::optional<bool> option, size_t processes) {
-  return option ? *option : processes >= kAgentAutoProcesses;
-}
+// Whether a host runs its commands through an agent: as --agent says (`option`); auto (unset) is
+// every host, whatever its process count: the agent makes the host pay its login rc once, and its
+// start (perl with no module loaded) costs about what the watchdog's own channel costs sshd
+// (docs/benchmarks.md).
+inline bool use_agent(std::optional<bool> option) { return option.value_or(true); }
 
 // The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent AGENT_PY
 // IDLE`. With no command running and no byte from the launcher for `idle_s` seconds (a host cut
@@ -150,7 +148,7 @@ class AgentTransport : public Transport {
   void on_frame(size_t host, AgentFrame&& f, const EventHandler& handler);
   void release_queued(size_t host, Mode mode);
   void agent_ended(size_t host, const EventHandler& handler);
-  void send_to_agent(size_t host, ChannelId id, const Chan& c);
+  void send_to_agent(size_t host, ChannelId id, Chan& c);
   void finish(ChannelId id);
   void maybe_end(size_t host);
   void unqueue(ChannelId id, const std::string& why);

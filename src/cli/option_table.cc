@@ -313,8 +313,7 @@ const std::vector<OptionSpec>& option_table() {
        kRunCheck, S::kOwn, [](O& o, V n, V v, G) { o.python = non_empty(n, v); }},
       {"--agent", "", "BOOL|auto",
        "True: one launch agent per host starts its processes, so each host runs its login rc once; "
-       "False: one SSH channel per process; auto: the agent on hosts with 2 or more processes "
-       "(default auto)",
+       "False: one SSH channel per process; auto: the same as True (default auto)",
        kRunCheck, S::kOwn,
        [](O& o, V n, V v, G) {
          bool on = false;

@@ -240,7 +240,7 @@ std::unique_ptr<AgentTransport> launch_agents(Transport& pool, const Plan& plan,
   auto agents = std::make_unique<AgentTransport>(pool, plan.hosts.size(),
                                                  agent_command(2 * options.heartbeat));
   for (size_t h = 0; h < plan.hosts.size(); ++h)
-    if (!use_agent(options.agent, plan.hosts[h].processes.size())) agents->run_directly(h);
+    if (!use_agent(options.agent)) agents->run_directly(h);
   return agents;
 }
 
@@ -391,9 +391,11 @@ int run_job(const Options& options, Plan& plan) {
   if (!options.join) {
     JobHosts jh = job_hosts(plan);
     auto pool = host_transport(options, jh.endpoints, ssh_settings(options));
-    if (auto failed = prepare_hosts(*pool, *pool, plan, jh, options, options.report_bindings))
+    // The agents carry the start too: a host pays its login rc once, not once per process.
+    auto agents = launch_agents(*pool, plan, options);
+    if (auto failed = prepare_hosts(*pool, *agents, plan, jh, options, options.report_bindings))
       return failed->first;
-    return run_detached(options, plan, *pool);
+    return run_detached(options, plan, *agents);
   }
   Output::make_log_dir(options.log_dir);
   std::shared_ptr<spdlog::logger> log = launcher_log(options.log_dir);

@@ -258,6 +258,7 @@ void SshPool::Impl::step(Chan* ch) {
       return open_failed(ch,
                          fmt::format("cannot execute the command: {}", describe_error(c.session)));
     ch->state = ChanState::kRunning;
+    std::string().swap(ch->command);  // sent: its bytes (the launch agent's are ~6 KB) go
   }
   if (!ch->signal_wanted.empty()) {
     // want_reply is false: the request is sent at once, never pending.

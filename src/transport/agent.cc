@@ -121,6 +121,7 @@ ChannelId AgentTransport::exec(size_t host, const std::string& command) {
       break;
     case Mode::kDirect:
       chans_[id].state = State::kDirect;
+      std::string().swap(chans_[id].command);
       chans_[id].real = inner_.exec(host, command);
       direct_of_[chans_[id].real] = id;
       break;
@@ -132,13 +133,16 @@ ChannelId AgentTransport::exec(size_t host, const std::string& command) {
 }
 
 // A command's spawn frame, with the stdin it was given while it waited.
-void AgentTransport::send_to_agent(size_t host, ChannelId id, const Chan& c) {
+// The command's text is not kept once sent.
+void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   const Host& h = hosts_[host];
   auto wire = static_cast<uint32_t>(id);
   std::string out = agent_frame('S', wire, c.command);
   if (!c.stdin_buf.empty()) out += agent_frame('I', wire, c.stdin_buf);
   if (c.eof) out += agent_frame('E', wire);
   inner_.write(h.agent, out);
+  std::string().swap(c.command);
+  std::string().swap(c.stdin_buf);
 }
 
 void AgentTransport::write(ChannelId channel, std::string_view data) {
@@ -298,6 +302,8 @@ void AgentTransport::release_queued(size_t host, Mode mode) {
       direct_of_[c.real] = id;
       if (!c.stdin_buf.empty()) inner_.write(c.real, c.stdin_buf);
       if (c.eof) inner_.send_eof(c.real);
+      std::string().swap(c.command);
+      std::string().swap(c.stdin_buf);
     }
     c.stdin_buf.clear();
   }

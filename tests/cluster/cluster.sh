@@ -39,6 +39,8 @@
 #                                       conda init or module load do); 0: clean again
 #   burnrc I CPU_SECONDS                host I's login rc burns CPU_SECONDS of CPU in a python3
 #                                       start-up (as `conda init` does); 0: clean again
+#   countrc I FILE                      host I's login rc appends a line to FILE (a path both
+#                                       sides see, under /tmp): how many logins the host paid
 #   status                              one line per namespace
 #   slurm-up --dir DIR | slurm-down --dir DIR
 #                                       a real Slurm on the cluster's hosts (slurmd per host,
@@ -97,7 +99,7 @@ usage() {
 usage: cluster.sh up --dir DIR --hosts N [--farm M]
        cluster.sh down [--dir DIR]
        cluster.sh pids I | ps I | cut I | heal I | sshd-stop I | sshd-start I
-       cluster.sh slowrc I SECONDS | burnrc I CPU_SECONDS
+       cluster.sh slowrc I SECONDS | burnrc I CPU_SECONDS | countrc I FILE
        cluster.sh status
 I is a host index (0..N-1) or "farm". See the comment at the top of this script.
 EOF
@@ -422,7 +424,8 @@ write_host_files() {
 
 # write_rc FILE SECONDS [burn]: the login rc of a host; SECONDS > 0 makes it as slow as a real one
 # (conda init, module load): a `sleep` in the login shell's process group, before the command;
-# with "burn", a python3 that spins SECONDS of CPU time instead (conda's hook is a python start-up).
+# with "burn", a python3 that spins SECONDS of CPU time instead (conda's hook is a python start-up);
+# with "count", SECONDS is a file the rc appends a line to at each login.
 # Written in place (same inode): the host's bind mount keeps showing it.
 write_rc() {
   if [[ $2 == 0 ]]; then
@@ -431,6 +434,9 @@ write_rc() {
     printf '# test-cluster host: a login rc that burns CPU (cluster.sh burnrc)\n%s\n' \
       "python3 -c 'import time; t = time.process_time()
 while time.process_time() - t < $2: pass'" >"$1"
+  elif [[ ${3:-} == count ]]; then
+    printf '# test-cluster host: a login rc that counts logins (cluster.sh countrc)\n%s\n' \
+      "echo \"rc \$\$\" >> '$2'" >"$1"
   else
     printf '# test-cluster host: a slow login rc (cluster.sh slowrc)\nsleep %s\n' "$2" >"$1"
   fi
@@ -817,14 +823,22 @@ cmd_slowrc() {
   local kind=${RC_KIND:-}
   (($# == 2)) || die "slowrc/burnrc want a host and a number of seconds"
   local seconds=$2
-  [[ $seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "slowrc: '$seconds' is not a number of seconds"
+  if [[ $kind == count ]]; then
+    [[ $seconds =~ ^/tmp/[A-Za-z0-9._/-]+$ ]] || die "countrc: '$seconds' is not a path under /tmp"
+  else
+    [[ $seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "slowrc: '$seconds' is not a number of seconds"
+  fi
   host_command "$1"
   local init config
   init=$(ns_init_pid "$HOST_NS") || die "$HOST_NAME: the host's init is gone"
   config=$(tr '\0' '\n' <"/proc/$init/cmdline" | tail -n 1)
   [[ -f $config ]] || die "$HOST_NAME: cannot find the host's directory (from $config)"
   write_rc "$(dirname "$config")/bashrc" "$seconds" "$kind"
-  log "$HOST_NAME: login rc takes $seconds s${kind:+ of CPU}"
+  if [[ $kind == count ]]; then
+    log "$HOST_NAME: login rc counts logins in $seconds"
+  else
+    log "$HOST_NAME: login rc takes $seconds s${kind:+ of CPU}"
+  fi
 }
 
 cmd_status() {
@@ -879,6 +893,7 @@ main() {
     status) cmd_status "$@" ;;
     slowrc) cmd_slowrc "$@" ;;
     burnrc) RC_KIND=burn cmd_slowrc "$@" ;;
+    countrc) RC_KIND=count cmd_slowrc "$@" ;;
     slurm-up | slurm-down) cmd_slurm "${cmd#slurm-}" "$@" ;;
     -h | --help | help) usage ;;
     *)

@@ -7,10 +7,11 @@ must hold nothing but the host's own processes (harness.leftovers), not only no 
 import os
 import re
 import signal
+import tempfile
 import time
 
-from harness import (check, cluster, interrupt, job, launch, leftovers, marked_processes,
-                     tmpdir, wait_for, wait_no_leftovers, running)
+from harness import (check, cluster, hosts_file, interrupt, job, launch, leftovers,
+                     marked_processes, run, running, tmpdir, wait_for, wait_no_leftovers)
 
 HEARTBEAT = 1.0
 SLOW = 1      # the host with the slow rc
@@ -229,3 +230,55 @@ def test_cut_of_the_slow_host_while_its_agent_is_in_rc():
         wait_no_leftovers(5)
         check(not marked_processes(), "a process was started")
     _with_slow_rc(body)
+
+
+# --- How many logins a job start costs each host: exactly one, whatever its process count ---------
+
+def _logins_per_host(args, extra=(), hostfile=None, env=None):
+    """Runs msrun-ssh with every host's rc counting its logins; returns (exit code, stderr text,
+    [logins of host 0, 1, 2])."""
+    counts = [os.path.join(tmpdir(), f"rc-count-{i}-{time.time_ns()}") for i in range(3)]
+    for i, path in enumerate(counts):
+        cluster("countrc", i, path)
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        code, _, err, _ = run(args, extra=extra, hostfile=hostfile)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+        for i in range(3):
+            cluster("slowrc", i, 0)
+    logins = [len(open(p).read().splitlines()) if os.path.exists(p) else 0 for p in counts]
+    return code, err.decode(errors="replace"), logins
+
+
+def test_one_login_per_host_at_one_process_per_host():
+    # torch: one process per host, no scheduler.
+    code, err, logins = _logins_per_host(
+        [job("show.py")], extra=["--contract", "torch", "--bind_core=True"],
+        hostfile=hosts_file(local_worker_num="1"))
+    check(code == 0, f"exit {code}: {err[-1500:]}")
+    check(logins == [1, 1, 1], f"logins per host {logins}, expected one each")
+
+
+def test_one_login_per_host_with_the_sync_and_several_processes():
+    proj = os.path.join(tmpdir(), "rc-count-proj")
+    os.makedirs(proj, exist_ok=True)
+    with open(os.path.join(proj, "data.txt"), "w") as f:
+        f.write("synced\n")
+    code, err, logins = _logins_per_host(
+        [job("show.py")], extra=["--sync=rc-count-proj", "--sync_dest",
+                                 f"/srv/msrs-private/rccount{time.time_ns()}", "--bind_core=True",
+                                 "--worker_log_name", "w-{hostname}"])
+    check(code == 0, f"exit {code}: {err[-1500:]}")
+    check(logins == [1, 1, 1], f"logins per host {logins}, expected one each")
+
+
+def test_one_login_per_host_for_a_detached_start():
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+    code, err, logins = _logins_per_host(
+        [job("show.py")], extra=["--join=False", "--worker_log_name", "w-{hostname}"],
+        env={"XDG_STATE_HOME": state})
+    check(code == 0, f"exit {code}: {err[-1500:]}")
+    check(logins == [1, 1, 1], f"logins per host {logins}, expected one each")

@@ -186,12 +186,10 @@ TEST_F(AgentOverLocal, AHostRunDirectlyGetsAChannelPerCommandAndNoAgent) {
   EXPECT_EQ(t.direct_hosts(), std::vector<size_t>{1});
 }
 
-TEST(UseAgent, AutoTakesTheAgentFromTwoProcessesOnAndTheOptionDecidesOtherwise) {
-  EXPECT_FALSE(use_agent(std::nullopt, 1));
-  EXPECT_TRUE(use_agent(std::nullopt, 2));
-  EXPECT_TRUE(use_agent(std::nullopt, 9));
-  EXPECT_TRUE(use_agent(true, 1));
-  EXPECT_FALSE(use_agent(false, 9));
+TEST(UseAgent, AutoTakesTheAgentOnEveryHostAndTheOptionDecidesOtherwise) {
+  EXPECT_TRUE(use_agent(std::nullopt));
+  EXPECT_TRUE(use_agent(true));
+  EXPECT_FALSE(use_agent(false));
 }
 
 TEST_F(AgentOverLocal, AnAgentThatFailsToStartFailsItsCommandsWithItsReason) {

@@ -516,6 +516,30 @@ TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
   }
 }
 
+// The launch agent loads no module on the machines whose constants it knows (agent.pl): on this
+// machine those constants must be perl's own (Errno, Fcntl, Config's signal names).
+TEST_F(CommandSyntax, TheAgentsBuiltInConstantsArePerlsOwn) {
+  std::string text(remote::kAgentPl);
+  size_t from = text.find("if (defined $SETSID_NR) {");
+  size_t to = text.find("} else {", from);
+  ASSERT_NE(from, std::string::npos);
+  ASSERT_NE(to, std::string::npos);
+  std::string fast = text.substr(from + 25, to - from - 25);
+  std::string script =
+      "my ($EAGAIN, $EINTR, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);" + fast +
+      "require Config; require Errno; require Fcntl; Config->import; our %Config;"
+      "my @own = (split ' ', $Config{sig_name})[0 .. $#SIG_NAME];"
+      "print join(',', $EAGAIN, $EINTR, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME), \"\\n\";"
+      "print join(',', Errno::EAGAIN(), Errno::EINTR(), Fcntl::F_GETFL(), Fcntl::F_SETFL(),"
+      " Fcntl::O_NONBLOCK(), @own), \"\\n\";";
+  Result r = run_shell("/bin/sh", "exec perl -e " + shell_quote(script) + " 2>&1", dir_);
+  ASSERT_EQ(r.status, 0) << r.output;
+  size_t nl = r.output.find('\n');
+  ASSERT_NE(nl, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.substr(0, nl + 1), r.output.substr(nl + 1)) << "built-in, then perl's own";
+  EXPECT_NE(r.output.find(",KILL,"), std::string::npos) << r.output;
+}
+
 TEST_F(CommandSyntax, EveryEmbeddedPerlProgramCompilesUnderStrictWithoutWarnings) {
   int checked = 0;
   for (const auto& file : remote::kFiles) {
