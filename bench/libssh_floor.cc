@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
     ssh_options_set(s, SSH_OPTIONS_PROCESS_CONFIG, &no_config);
     ssh_channel c = nullptr;
     if (ssh_connect(s) != SSH_OK || ssh_session_is_known_server(s) != SSH_KNOWN_HOSTS_OK ||
-        ssh_userauth_publickey(s, nullptr, key) != SSH_AUTH_SUCCESS ||
-        !(c = ssh_channel_new(s)) || ssh_channel_open_session(c) != SSH_OK ||
+        ssh_userauth_publickey(s, nullptr, key) != SSH_AUTH_SUCCESS || !(c = ssh_channel_new(s)) ||
+        ssh_channel_open_session(c) != SSH_OK ||
         ssh_channel_request_exec(c, command.c_str()) != SSH_OK) {
       std::fprintf(stderr, "libssh_floor: %s: %s\n", argv[i], ssh_get_error(s));
       return 1;

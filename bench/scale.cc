@@ -1,8 +1,8 @@
 // The launcher at 1,000 to 10,000 hosts without SSH: the real command line, host file, planner,
 // runner (its event loop, heartbeats, start, fail-fast and teardown logic) and output (the console
 // and one log per rank) over a simulated transport whose hosts answer at once, so what is measured
-// is the launcher's own cost per host. Each size runs in a child process of its own (its peak RSS is
-// its own) and every repetition runs each size once, in rotated order.
+// is the launcher's own cost per host. Each size runs in a child process of its own (its peak RSS
+// is its own) and every repetition runs each size once, in rotated order.
 //
 // A simulated host plays the watchdog protocol of command.h (the ready line, an echo per heartbeat,
 // the sweep on 'q' / 'k' / 'K', the done line) and its processes print --lines lines over --run_s
@@ -11,7 +11,7 @@
 //
 //   cmake --build build --target scale        # not part of `all`
 //   build/bench/scale [--hosts 1000,4000,10000] [--ppn 8] [--reps 3] [--lines 10] [--run_s 2]
-//                     [--json FILE]
+//                     [--json FILE] [--dir /dev/shm]
 //
 // Per size (medians over the repetitions): launcher CPU per host (user + system of the child,
 // which includes the simulated hosts' small share), peak RSS and RSS per host, the time from
@@ -57,6 +57,10 @@ struct Settings {
   int lines = 10;
   double run_s = 2;
   std::string json;
+  // Where each run's host file and logs go. /dev/shm by default: on a disk, creating 80,000 log
+  // files right after the last run deleted as many measures the file system (ext4 scans recently
+  // deleted inodes on each creation), not the launcher.
+  std::string dir = "/dev/shm";
 };
 
 double wall_ms() {
@@ -86,10 +90,8 @@ class SimTransport : public ms::Transport {
       hosts_[host].processes.push_back(id);
       last_process_exec_ms = wall_ms();
       ++process_execs;
-      for (int i = 0; i < lines_; ++i)
-        emit(id, run_ms_ * (i + 1) / (lines_ + 1),
-             fmt::format("step {} loss 0.{:04d} lr 1e-4 throughput 1234.5 samples/s\n", i, id % 10000));
-      later(id, run_ms_, Ev::kExit, 0);
+      // One event at a time per process: its next line, then its exit.
+      later(id, run_ms_ / (lines_ + 1), Ev::kLine, 0);
     }
     return id;
   }
@@ -137,10 +139,14 @@ class SimTransport : public ms::Transport {
       ms::TransportEvent t;
       t.channel = e.channel;
       t.host = c.host;
-      if (e.kind == Ev::kData) {
+      if (e.kind == Ev::kData || e.kind == Ev::kLine) {
         if (c.closed) continue;
         t.kind = ms::TransportEvent::Kind::kData;
-        t.data = texts_[e.text];
+        t.data = e.kind == Ev::kData ? std::string_view(texts_[e.text]) : step_line(c.lines);
+        if (e.kind == Ev::kLine && ++c.lines < lines_)
+          later(e.channel, run_ms_ / (lines_ + 1), Ev::kLine, 0);
+        else if (e.kind == Ev::kLine)
+          later(e.channel, run_ms_ / (lines_ + 1), Ev::kExit, 0);
         handler(t);
       } else if (e.kind == Ev::kExit) {
         if (c.closed) continue;
@@ -166,16 +172,26 @@ class SimTransport : public ms::Transport {
  private:
   struct Chan {
     size_t host = 0;
+    int lines = 0;  // printed so far
     bool watchdog = false;
     bool running = false;
     bool closed = false;
   };
+
+  // A process's line `i`: the same text in every process, as a training log's lines are alike.
+  std::string_view step_line(int i) {
+    if (steps_.empty())
+      for (int k = 0; k < lines_; ++k)
+        steps_.push_back(
+            fmt::format("step {} loss 0.{:04d} lr 1e-4 throughput 1234.5 samples/s\n", k, k * 37));
+    return steps_[static_cast<size_t>(i)];
+  }
   struct Host {
     ms::ChannelId watchdog = -1;
     std::vector<ms::ChannelId> processes;
   };
   struct Ev {
-    enum Kind { kData, kExit } kind = kData;
+    enum Kind { kData, kLine, kExit } kind = kData;
     double due = 0;
     uint64_t seq = 0;
     ms::ChannelId channel = -1;
@@ -223,6 +239,7 @@ class SimTransport : public ms::Transport {
   uint64_t seq_ = 0;
   std::vector<std::string> texts_;
   std::map<std::string, size_t> text_ids_;
+  std::vector<std::string> steps_;
 };
 
 struct Result {
@@ -243,20 +260,20 @@ int run_child(const Settings& s, int hosts, const std::string& dir) {
   }
   std::string hostfile = dir + "/hosts.toml";
   {
-    std::string text = fmt::format("[defaults]\nworkdir = \"/tmp\"\nlocal_worker_num = {}\n", s.ppn);
+    std::string text =
+        fmt::format("[defaults]\nworkdir = \"/tmp\"\nlocal_worker_num = {}\n", s.ppn);
     for (int h = 0; h < hosts; ++h)
-      text += fmt::format("[[hosts]]\naddress = \"198.{}.{}.{}\"\n", 18 + h / 65536,
-                          h / 256 % 256, h % 256);
+      text += fmt::format("[[hosts]]\naddress = \"198.{}.{}.{}\"\n", 18 + h / 65536, h / 256 % 256,
+                          h % 256);
     FILE* f = std::fopen(hostfile.c_str(), "w");
     if (!f) throw std::runtime_error("cannot write " + hostfile);
     std::fputs(text.c_str(), f);
     std::fclose(f);
   }
   double started = wall_ms();
-  ms::CliResult cli = ms::parse_args(
-      {"--hostfile", hostfile, "--log_dir", dir + "/logs", "--worker_num",
-       std::to_string(hosts * s.ppn - 1), "train.py"},
-      [](const char* n) { return std::getenv(n); });
+  ms::CliResult cli = ms::parse_args({"--hostfile", hostfile, "--log_dir", dir + "/logs",
+                                      "--worker_num", std::to_string(hosts * s.ppn), "train.py"},
+                                     [](const char* n) { return std::getenv(n); });
   ms::Options& options = cli.options;
   ms::Cluster cluster = ms::load_hostfile(options.hostfile);
   ms::Plan plan = ms::make_plan(options, cluster, [](const std::string& a) { return a; });
@@ -283,8 +300,8 @@ int run_child(const Settings& s, int hosts, const std::string& dir) {
 }
 
 Result run_size(const Settings& s, int hosts) {
-  char tmpl[] = "/tmp/msrun-ssh-scale-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  std::string tmpl = s.dir + "/msrun-ssh-scale-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + s.dir);
   std::string dir = tmpl;
   int pipefd[2];
   if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
@@ -320,14 +337,17 @@ Result run_size(const Settings& s, int hosts) {
                   &r.cpu_s, &rss, &r.all_running_s, &r.total_s, &execs) != 7)
     throw std::runtime_error(fmt::format("{} hosts: no result (child status {})", hosts, ws));
   r.maxrss_kb = static_cast<double>(rss);
-  if (execs != static_cast<size_t>(hosts) * static_cast<size_t>(s.ppn))
+  // The workers and the scheduler (msrun's contract: on the master, beside its workers).
+  if (execs != static_cast<size_t>(hosts) * static_cast<size_t>(s.ppn) + 1)
     throw std::runtime_error(fmt::format("{} hosts: {} processes started", hosts, execs));
   return r;
 }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  return v.empty()      ? 0
+         : v.size() % 2 ? v[v.size() / 2]
+                        : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 std::vector<int> int_list(const std::string& s) {
@@ -360,6 +380,8 @@ int main(int argc, char** argv) {
       s.run_s = std::stod(v);
     else if (k == "--json")
       s.json = v;
+    else if (k == "--dir")
+      s.dir = v;
     else {
       std::fprintf(stderr, "scale: unknown option %s\n", k.c_str());
       return 2;
@@ -375,7 +397,8 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < s.hosts.size(); ++k) {
         int hosts = s.hosts[(k + static_cast<size_t>(rep)) % s.hosts.size()];
         Result r = run_size(s, hosts);
-        std::fprintf(stderr, "rep %d: %d hosts: status %d, cpu %.2f s, rss %.1f MB, all running %.2f s\n",
+        std::fprintf(stderr,
+                     "rep %d: %d hosts: status %d, cpu %.2f s, rss %.1f MB, all running %.2f s\n",
                      rep, hosts, r.status, r.cpu_s, r.maxrss_kb / 1024, r.all_running_s);
         runs[hosts].push_back(r);
       }
@@ -384,7 +407,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "| hosts × %d | launcher CPU, ms/host | peak RSS, MB | RSS, KB/host | start to all running, s "
+      "| hosts × %d | launcher CPU, ms/host | peak RSS, MB | RSS, KB/host | start to all running, "
+      "s "
       "| whole run, s | exit |\n|---|---|---|---|---|---|---|\n",
       s.ppn);
   std::string json = "[";

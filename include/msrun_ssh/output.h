@@ -259,6 +259,10 @@ class Gatherer {
 // A log file the launcher could not write all of (a full disk, a quota, an I/O error, a removed
 // directory). The job goes on and the console keeps every line; writing the log goes on as soon as
 // it can, after a line in the file saying how many bytes are missing there.
+// Half the descriptors this process may open (RLIMIT_NOFILE's soft limit), at least 16: the
+// default of OutputConfig::max_open_logs.
+size_t default_max_open_logs();
+
 struct LogGap {
   std::string path;
   size_t written = 0;  // bytes the file holds
@@ -291,6 +295,9 @@ struct OutputConfig {
   std::function<void(const LogGap&)> on_log_error;
   // How log bytes are written: ::write unless a test puts a failing one here.
   std::function<ssize_t(int, const void*, size_t)> write_log;
+  // At most this many log files are open at once; the others are opened again (appending) when
+  // they have bytes to write. Default: half the descriptors the process may open.
+  size_t max_open_logs = default_max_open_logs();
 };
 
 class Output {
@@ -343,7 +350,7 @@ class Output {
   void report(const std::string& text);
 
   // The last lines the process printed (both streams), oldest first.
-  const std::deque<std::string>& last_lines(int proc) const;
+  std::deque<std::string> last_lines(int proc) const;
 
   // The last Python traceback the process printed (both streams), whole.
   const TracebackCatcher& traceback(int proc) const;
@@ -365,6 +372,8 @@ class Output {
   void line(Proc& p, bool is_stderr, std::string_view text);
   void console_line(Proc& p, bool is_stderr, std::string_view text);
   void write_log(Proc& p);
+  void touch(Proc& p);
+  bool open_log(Proc& p, int flags);
   static LogGap log_gap_of(const Proc& p);
   size_t write_some_log(Proc& p, std::string_view data);
   void say_log_notes();
@@ -380,6 +389,8 @@ class Output {
   double stamp_ms_ = -1;
   std::string stamp_;
   std::vector<Proc*> procs_;
+  std::vector<Proc*> touched_;   // touch()
+  std::deque<Proc*> open_logs_;  // the procs whose log is open, oldest first (open_log)
   std::string out_buf_;
   std::string err_buf_;
   std::vector<std::string> log_notes_;  // what write_log has to say, said by say_log_notes

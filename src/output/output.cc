@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "msrun_ssh/binding.h"
 #include "msrun_ssh/console_sink.h"
@@ -46,16 +48,16 @@ struct Output::Proc {
   std::string redraw_shown[2];
   std::string path;
   bool on_console = true;
-  int fd = -1;
+  int fd = -1;           // the log's descriptor while it is open (open_logs_)
+  bool has_log = false;  // the process has a log file (`path`)
   LineFramer framers[2];
   std::string log_buf;
   size_t logged = 0;
   // The last lines, in a ring whose strings keep their capacity: a flood of output costs no
-  // allocation per line. `last` is the oldest-first copy that last_lines() hands out.
+  // allocation per line.
   std::vector<std::string> ring;
   size_t ring_next = 0;
   size_t ring_count = 0;
-  mutable std::deque<std::string> last;
   TracebackCatcher traceback;
   StackCatcher stacks;
   std::optional<ErrorFile> error_file;
@@ -65,7 +67,14 @@ struct Output::Proc {
   size_t gap = 0;
   int write_errno = 0;
   std::string first_error;
+  bool touched = false;  // in Output::touched_
 };
+
+size_t default_max_open_logs() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::max<size_t>(16, static_cast<size_t>(rl.rlim_cur / 2));
+}
 
 Output::Output(OutputConfig config)
     : config_(std::move(config)), gatherer_(config_.gather_window_s * 1000, config_.color) {
@@ -119,14 +128,14 @@ int Output::add_process(const std::string& prefix, const std::string& log_name, 
     return static_cast<int>(procs_.size() - 1);
   }
   p->path = config_.log_dir + "/" + log_name;
-  p->fd = ::open(p->path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (p->fd < 0) {
+  if (!open_log(*p, O_CREAT | O_TRUNC)) {
     std::string why = std::strerror(errno);
     delete p;
     throw std::runtime_error(
         fmt::format("cannot open log file {}: {}", config_.log_dir + "/" + log_name, why));
   }
   ::fchmod(p->fd, 0600);
+  p->has_log = true;
   procs_.push_back(p);
   return static_cast<int>(procs_.size() - 1);
 }
@@ -156,7 +165,7 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
       return;
     }
   }
-  if (p.fd >= 0) {
+  if (p.has_log) {
     if (config_.log_timestamps && p.line_start[s]) p.log_buf += stamp();
     p.line_start[s] = !text.empty() && text.back() == '\n';
     p.log_buf.append(text);
@@ -197,6 +206,7 @@ void Output::data(int proc, bool is_stderr, std::string_view bytes) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
   if (config_.timestamps || config_.log_timestamps || config_.gather) now_ms_ = now_ms();
   p.framers[is_stderr ? 1 : 0].feed(bytes, [&](std::string_view l) { line(p, is_stderr, l); });
+  touch(p);
   if (p.log_buf.size() >= kLogFlushBytes) write_log(p);
   std::string& console = is_stderr ? err_buf_ : out_buf_;
   if (console.size() >= kConsoleFlushBytes) {
@@ -208,25 +218,34 @@ void Output::data(int proc, bool is_stderr, std::string_view bytes) {
 void Output::finish(int proc) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
   for (int s = 0; s < 2; ++s) p.framers[s].finish([&](std::string_view l) { line(p, s == 1, l); });
+  touch(p);
+}
+
+// `p` has log bytes to write or a partial line to redraw: flush() looks at it (and only at the
+// processes touched since, so that a turn of the event loop costs what happened in it, not the
+// number of processes).
+void Output::touch(Proc& p) {
+  if (!std::exchange(p.touched, true)) touched_.push_back(&p);
 }
 
 void Output::separate(int proc, std::string_view text) {
   finish(proc);
   Proc& p = *procs_.at(static_cast<size_t>(proc));
-  if (p.fd < 0) return;
+  if (!p.has_log) return;
   if (config_.log_timestamps) {
     now_ms_ = now_ms();
     p.log_buf += stamp();
   }
   p.log_buf.append(text);
   p.log_buf += '\n';
+  touch(p);
 }
 
 // A progress bar redrawn with '\r' has no newline until it ends: its newest complete redraw is
 // shown as a console line, at most every redraw_interval_s, when it changed.
 void Output::show_redraws() {
   now_ms_ = now_ms();
-  for (Proc* p : procs_) {
+  for (Proc* p : touched_) {
     if (!p->on_console) continue;
     for (int s = 0; s < 2; ++s) {
       if (p->framers[s].pending() == 0 ||
@@ -271,7 +290,14 @@ void Output::flush() {
     now_ms_ = now_ms();
     write_console();
   }
-  for (Proc* p : procs_) write_log(*p);
+  for (Proc* p : touched_) write_log(*p);
+  // A partial line stays touched: its redraw may be due at a later turn.
+  std::erase_if(touched_, [](Proc* p) {
+    bool keep = !p->log_buf.empty() ||
+                (p->on_console && (p->framers[0].pending() > 0 || p->framers[1].pending() > 0));
+    p->touched = keep;
+    return !keep;
+  });
   say_log_notes();
   if (!out_buf_.empty()) console_write(config_.console_out, out_buf_);
   if (!err_buf_.empty()) console_write(config_.console_err, err_buf_);
@@ -295,9 +321,31 @@ void Output::report(const std::string& text) {
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
 
+// At most max_open_logs log files are open at once (a launcher of 10,000 hosts × 8 ranks would
+// need 80,000 descriptors): opening one more closes the one opened longest ago, which is opened
+// again (appending) when it has bytes to write. `flags`: O_CREAT | O_TRUNC for the first open.
+bool Output::open_log(Proc& p, int flags) {
+  if (p.fd >= 0) return true;
+  size_t limit = std::max<size_t>(1, config_.max_open_logs);
+  while (open_logs_.size() >= limit) {
+    Proc* oldest = open_logs_.front();
+    open_logs_.pop_front();
+    ::close(oldest->fd);
+    oldest->fd = -1;
+  }
+  p.fd = ::open(p.path.c_str(), O_WRONLY | O_CLOEXEC | (flags ? flags : O_APPEND), 0600);
+  if (p.fd < 0) return false;
+  open_logs_.push_back(&p);
+  return true;
+}
+
 // Writes what `data` it can to the log of `p`; returns how much went through.
 size_t Output::write_some_log(Proc& p, std::string_view data) {
   size_t done = 0;
+  if (!open_log(p, 0)) {
+    p.write_errno = errno;
+    return 0;
+  }
   while (done < data.size()) {
     ssize_t n = config_.write_log ? config_.write_log(p.fd, data.data() + done, data.size() - done)
                                   : ::write(p.fd, data.data() + done, data.size() - done);
@@ -316,7 +364,7 @@ size_t Output::write_some_log(Proc& p, std::string_view data) {
 // are counted as missing; the first write that goes through afterwards is a line saying how many
 // bytes are missing at that place, and that the log goes on.
 void Output::write_log(Proc& p) {
-  if (p.fd < 0 || p.log_buf.empty()) return;
+  if (!p.has_log || p.log_buf.empty()) return;
   if (p.gap > 0) {
     std::string marker = fmt::format("\n[msrun-ssh: {} bytes of this log are missing here: {}]\n",
                                      p.gap, std::strerror(p.write_errno));
@@ -358,13 +406,13 @@ LogGap Output::log_gap_of(const Proc& p) {
 
 LogGap Output::log_gap(int proc) const { return log_gap_of(*procs_.at(static_cast<size_t>(proc))); }
 
-const std::deque<std::string>& Output::last_lines(int proc) const {
+std::deque<std::string> Output::last_lines(int proc) const {
   const Proc& p = *procs_.at(static_cast<size_t>(proc));
-  p.last.clear();
+  std::deque<std::string> last;
   size_t size = p.ring.size();
   for (size_t i = 0; i < p.ring_count; ++i)
-    p.last.push_back(p.ring[(p.ring_next + size - p.ring_count + i) % size]);
-  return p.last;
+    last.push_back(p.ring[(p.ring_next + size - p.ring_count + i) % size]);
+  return last;
 }
 
 const std::vector<std::string>& Output::stacks(int proc) const {

@@ -4,6 +4,7 @@
 #include "msrun_ssh/output.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -253,6 +254,42 @@ TEST_F(Output, LogGetsEveryByteInOrder) {
   o.flush();
   EXPECT_EQ(log("worker_0.log"), "step 1\nstep 2\nwarning\n\n\nlast");
   EXPECT_EQ(o.log_bytes(p), 28u);
+}
+
+// The logs open in the log directory now, counted from the process's descriptors.
+size_t open_logs_in(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().starts_with(dir + "/")) ++n;
+  }
+  return n;
+}
+
+// More ranks than descriptors: at most max_open_logs logs are open at once, and every log still
+// gets every byte in order (a closed one is opened again, appending).
+TEST_F(Output, MoreLogsThanOpenDescriptorsKeepEveryByteInOrder) {
+  config_.max_open_logs = 2;
+  ms::Output o(config_);
+  std::vector<int> procs;
+  for (int r = 0; r < 5; ++r)
+    procs.push_back(
+        o.add_process(fmt::format("{}@node0", r), fmt::format("worker_{}.log", r), r == 0));
+  EXPECT_LE(open_logs_in(config_.log_dir), 2u);
+  for (int step = 0; step < 4; ++step) {
+    for (int r = 0; r < 5; ++r)
+      o.data(procs[r], step % 2 == 1, fmt::format("rank {} step {}\n", r, step));
+    o.flush();
+    EXPECT_LE(open_logs_in(config_.log_dir), 2u) << "step " << step;
+  }
+  for (int r = 0; r < 5; ++r) {
+    o.finish(procs[r]);
+    EXPECT_EQ(
+        log(fmt::format("worker_{}.log", r)),
+        fmt::format("rank {0} step 0\nrank {0} step 1\nrank {0} step 2\nrank {0} step 3\n", r));
+  }
+  EXPECT_EQ(o.log_gap(procs[4]).missing, 0u);
 }
 
 TEST_F(Output, StdoutAndStderrLinesNeverSplitEachOtherInTheLog) {
