@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,10 +72,16 @@ class AgentReader {
 // (docs/benchmarks.md).
 inline bool use_agent(std::optional<bool> option) { return option.value_or(true); }
 
-// The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent AGENT_PY
-// IDLE`. With no command running and no byte from the launcher for `idle_s` seconds (a host cut
-// off before its watchdog started: nothing else would end the agent), the agent exits.
+// The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent LOADER IDLE`,
+// where LOADER is a one-line Perl program that reads agent_program() from stdin and runs it. The
+// program (about 7 KB) goes over the channel's stdin, not in the exec request: a big request (or
+// packet) grows libssh's session buffers for the session's life, about 11 KB per host more for a
+// 7 KB request (bench/libssh_floor.cc with FLOOR_PAD). AgentTransport writes it to every agent
+// it starts, right after the exec (a stand-in command in a test reads no stdin). With no command
+// running and no byte from the launcher for `idle_s` seconds (a host cut off before its watchdog
+// started: nothing else would end the agent), the agent exits.
 std::string agent_command(double idle_s);
+std::string_view agent_program();
 
 // The exit status and signal name (empty when none) of an agent's x frame ("143 TERM", "3"); false
 // when the payload is not one.
@@ -132,7 +139,7 @@ class AgentTransport : public Transport {
   };
   struct Chan {
     size_t host = 0;
-    std::string command;
+    std::shared_ptr<const std::string> command;  // until sent
     State state = State::kQueued;
     ChannelId real = -1;
     std::string stdin_buf;
@@ -156,6 +163,7 @@ class AgentTransport : public Transport {
 
   Transport& inner_;
   std::string command_;
+  std::shared_ptr<const std::string> last_command_;  // exec(): shared by equal commands
   std::vector<Host> hosts_;
   std::vector<Chan> chans_;                   // a channel's id is its index
   std::map<ChannelId, size_t> agent_host_;    // agent channel -> host

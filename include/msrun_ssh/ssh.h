@@ -180,6 +180,7 @@ class SshPool : public HostTransport {
 
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;
+  void write_stable(ChannelId channel, std::string_view data) override;
   void send_eof(ChannelId channel) override;
   size_t unsent(ChannelId channel) const override;
   void no_more_channels() override;

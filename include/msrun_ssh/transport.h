@@ -49,6 +49,9 @@ class Transport {
   virtual ChannelId exec(size_t host, const std::string& command) = 0;
   // Queues bytes for the channel's stdin; never blocks.
   virtual void write(ChannelId channel, std::string_view data) = 0;
+  // The same for bytes of static storage (they outlive the transport): it may keep a view of them
+  // instead of a copy while they wait (the same program sent to every host at once).
+  virtual void write_stable(ChannelId channel, std::string_view data) { write(channel, data); }
   // Sends EOF on the channel's stdin.
   virtual void send_eof(ChannelId channel) = 0;
   // Bytes given to write() for the channel that the transport still holds (not handed to the

@@ -1,6 +1,7 @@
 #!/bin/sh
-# Starts the launch agent (agent.pl, given as $1; $2 its idle limit in seconds) with perl, away
-# from the user's Perl module settings: PERL5LIB, PERL5OPT and PERLLIB are unset for perl and
+# Starts the launch agent with perl ($1: a loader that reads agent.pl from stdin and runs it; $2
+# the agent's idle limit in seconds), away from the user's Perl module settings: PERL5LIB,
+# PERL5OPT and PERLLIB are unset for perl and
 # handed to it as arguments ("" when unset, else "=" and the value), and the agent sets them again
 # for the commands it starts, which get the whole environment the login shell made. Without perl
 # it exits 97 before writing anything: the launcher then runs this host's commands on channels of

@@ -62,7 +62,9 @@ struct SshPool::Impl {
     ssh_channel channel = nullptr;
     ChanState state = ChanState::kNew;
     std::string command;
-    std::string out;  // stdin bytes not yet accepted by libssh
+    std::string_view stable;  // stdin bytes of static storage (write_stable), before `out`
+    std::string out;          // stdin bytes not yet accepted by libssh
+    size_t written = 0;       // stdin bytes libssh accepted
     bool eof_wanted = false;
     bool eof_sent = false;
     bool exited = false;
@@ -131,7 +133,10 @@ struct SshPool::Impl {
   // libssh reads at most 4 KB from the socket per poll. While a connection has more waiting (a
   // process flooding output), keep reading it here rather than going back through epoll_wait and
   // the whole loop for every 4 KB; bounded, so that one busy host cannot starve the others.
-  static constexpr int kMaxPumpRounds = 16;       // 64 KB per connection per wake-up
+  static constexpr int kMaxPumpRounds = 16;  // 64 KB per connection per wake-up
+  // A channel's first kSmallPacketsFor stdin bytes go in packets of at most kSmallPacket.
+  static constexpr size_t kSmallPacket = 1024;
+  static constexpr size_t kSmallPacketsFor = 32768;
   static constexpr uint64_t kFdKey = 1ULL << 40;  // epoll keys from here on: watched descriptors
 
   int wait(std::vector<epoll_event>& evs, int timeout_ms);

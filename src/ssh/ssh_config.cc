@@ -597,8 +597,10 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
     }
   }
   if (!ask(queries, again, config_file, parallel, timeout_s, out)) return std::nullopt;
+  // Kept without ssh's text (about 4 KB a host, read only while grouping the names above).
   for (size_t i = 0; i < queries.size(); ++i)
-    if (!known[i] && out[i].config) cache.emplace(cache_key(queries[i]), out[i]);
+    if (!known[i] && out[i].config)
+      cache.emplace(cache_key(queries[i]), SshResolution{out[i].config, out[i].error, {}});
   // The host file's identity comes first, as ssh's -i does (ssh -G leaves a missing one out).
   for (size_t i = 0; i < queries.size(); ++i)
     if (out[i].config && !queries[i].identity_file.empty()) {

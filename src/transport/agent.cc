@@ -83,9 +83,19 @@ void AgentReader::frames(const FrameHandler& on_frame) {
 }
 
 std::string agent_command(double idle_s) {
+  // The loader reads exactly the program's bytes from stdin (raw whatever PERL_UNICODE says,
+  // unbuffered: what follows them is the agent's frames) and runs it; stdin's end before that
+  // ends it quietly.
+  std::string loader = fmt::format(
+      "binmode STDIN; my $n = {}; my $c = ''; while (length $c < $n) {{ sysread(STDIN, $c, $n - "
+      "length $c, "
+      "length $c) or exit 0 }} eval $c; die $@ if $@;",
+      remote::kAgentPl.size());
   return fmt::format("exec sh -c {} msrun-ssh-agent {} {:.3f}", shell_quote(remote::kAgentSh),
-                     shell_quote(remote::kAgentPl), idle_s);
+                     shell_quote(loader), idle_s);
 }
+
+std::string_view agent_program() { return remote::kAgentPl; }
 
 bool parse_agent_exit(std::string_view payload, int& status, std::string& signal) {
   size_t space = payload.find(' ');
@@ -102,12 +112,17 @@ AgentTransport::AgentTransport(Transport& inner, size_t hosts, std::string comma
 
 ChannelId AgentTransport::exec(size_t host, const std::string& command) {
   auto id = static_cast<ChannelId>(chans_.size());
-  chans_.push_back(Chan{.host = host, .command = command});
+  // The hosts' commands are often the same text (the watchdog's): waiting for their agents, they
+  // share one copy.
+  if (!last_command_ || *last_command_ != command)
+    last_command_ = std::make_shared<const std::string>(command);
+  chans_.push_back(Chan{.host = host, .command = last_command_});
   Host& h = hosts_[host];
   ++h.open;
   switch (h.mode) {
     case Mode::kIdle:
       h.agent = inner_.exec(host, command_);
+      inner_.write_stable(h.agent, agent_program());
       agent_host_[h.agent] = host;
       h.mode = Mode::kStarting;
       h.queued.push_back(id);
@@ -121,7 +136,7 @@ ChannelId AgentTransport::exec(size_t host, const std::string& command) {
       break;
     case Mode::kDirect:
       chans_[id].state = State::kDirect;
-      std::string().swap(chans_[id].command);
+      chans_[id].command.reset();
       chans_[id].real = inner_.exec(host, command);
       direct_of_[chans_[id].real] = id;
       break;
@@ -137,11 +152,11 @@ ChannelId AgentTransport::exec(size_t host, const std::string& command) {
 void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   const Host& h = hosts_[host];
   auto wire = static_cast<uint32_t>(id);
-  std::string out = agent_frame('S', wire, c.command);
+  std::string out = agent_frame('S', wire, *c.command);
   if (!c.stdin_buf.empty()) out += agent_frame('I', wire, c.stdin_buf);
   if (c.eof) out += agent_frame('E', wire);
   inner_.write(h.agent, out);
-  std::string().swap(c.command);
+  c.command.reset();
   std::string().swap(c.stdin_buf);
 }
 
@@ -298,11 +313,11 @@ void AgentTransport::release_queued(size_t host, Mode mode) {
       send_to_agent(host, id, c);
     } else {
       c.state = State::kDirect;
-      c.real = inner_.exec(host, c.command);
+      c.real = inner_.exec(host, *c.command);
       direct_of_[c.real] = id;
       if (!c.stdin_buf.empty()) inner_.write(c.real, c.stdin_buf);
       if (c.eof) inner_.send_eof(c.real);
-      std::string().swap(c.command);
+      c.command.reset();
       std::string().swap(c.stdin_buf);
     }
     c.stdin_buf.clear();
