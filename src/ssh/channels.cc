@@ -450,14 +450,6 @@ void SshPool::write(ChannelId channel, std::string_view data) {
   if (it != impl_->chans.end() && !it->second->eof_wanted) {
     it->second->out.append(data);
     impl_->unsettled.insert(channel);
-    // A running channel takes the bytes at once, outside libssh: what every host is sent in the
-    // same turn (the spawn frames when the agents say hello) is not held here for all of them.
-    // Events its step raises are held and handed over at the next poll.
-    Impl::Chan& ch = *it->second;
-    if (impl_->in_libssh == 0 && ch.state == Impl::ChanState::kRunning && ch.stable.empty()) {
-      InLibssh guard(impl_->in_libssh);
-      impl_->step(&ch);
-    }
   }
 }
 
