@@ -239,8 +239,8 @@ std::unique_ptr<AgentTransport> launch_agents(Transport& pool, const Plan& plan,
                                               const Options& options) {
   auto agents = std::make_unique<AgentTransport>(pool, plan.hosts.size(),
                                                  agent_command(2 * options.heartbeat));
-  for (size_t h = 0; h < plan.hosts.size(); ++h)
-    if (!use_agent(options.agent)) agents->run_directly(h);
+  if (!use_agent(options.agent))
+    for (size_t h = 0; h < plan.hosts.size(); ++h) agents->run_directly(h);
   return agents;
 }
 

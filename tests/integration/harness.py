@@ -92,13 +92,14 @@ def addresses():
     return m.group(1).split()
 
 
-def launch(args, hostfile=None, stdin=subprocess.DEVNULL, log_dir=None, extra=()):
-    """Starts msrun-ssh (not waiting). Returns (Popen, log_dir)."""
+def launch(args, hostfile=None, stdin=subprocess.DEVNULL, log_dir=None, extra=(), env=None):
+    """Starts msrun-ssh (not waiting), in this process's environment with `env`'s variables set
+    over it. Returns (Popen, log_dir)."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="logs-", dir=tmpdir())
     cmd = [binary(), "--hostfile", hostfile or hosts_file(), "--log_dir", log_dir,
            "--heartbeat", "1", "--kill_grace", "2", "--connect_timeout", "5", *extra, *args]
     p = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         cwd=tmpdir())
+                         cwd=tmpdir(), env=dict(os.environ, **(env or {})))
     return p, log_dir
 
 

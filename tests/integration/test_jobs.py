@@ -20,16 +20,8 @@ def _state_env():
 
 def _start(env, seconds=20, task=None):
     """Starts `task` (default: ticker.py SECONDS) detached with `env`; returns its job id."""
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]  # run() passes os.environ on
-    try:
-        code, out, err, _ = run(task or [job("ticker.py"), str(seconds)], extra=["--join=False"],
-                                log_dir="msrun_jobs")
-    finally:
-        if old is None:
-            del os.environ["XDG_STATE_HOME"]
-        else:
-            os.environ["XDG_STATE_HOME"] = old
+    code, out, err, _ = run(task or [job("ticker.py"), str(seconds)], extra=["--join=False"],
+                            log_dir="msrun_jobs", env={"XDG_STATE_HOME": env["XDG_STATE_HOME"]})
     check(code == 0, f"detached start exit {code}: {err.decode()}")
     job_id = out.decode().strip()
     check(re.fullmatch(r"[0-9a-z-]+", job_id), f"job id {job_id!r}")
@@ -171,15 +163,8 @@ def test_stop_of_an_attached_job_ends_it_as_sigterm_would():
     """`stop --job ID` from another terminal on an attached job: its launcher tears the job down
     everywhere and exits 143, and a restart budget restarts nothing (docs/restarts.md)."""
     env = _state_env()
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]  # launch() passes os.environ on
-    try:
-        p, _ = launch([job("ticker.py"), "120"], extra=["--max_restarts", "2"])
-    finally:
-        if old is None:
-            del os.environ["XDG_STATE_HOME"]
-        else:
-            os.environ["XDG_STATE_HOME"] = old
+    p, _ = launch([job("ticker.py"), "120"], extra=["--max_restarts", "2"],
+                  env={"XDG_STATE_HOME": env["XDG_STATE_HOME"]})
     try:
         wait_for(lambda: len(_tickers()) == 7, 20, "7 tickers")
         records = os.listdir(os.path.join(env["XDG_STATE_HOME"], "msrun-ssh", "jobs"))

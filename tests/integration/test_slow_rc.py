@@ -240,13 +240,9 @@ def _logins_per_host(args, extra=(), hostfile=None, env=None):
     counts = [os.path.join(tmpdir(), f"rc-count-{i}-{time.time_ns()}") for i in range(3)]
     for i, path in enumerate(counts):
         cluster("countrc", i, path)
-    old = dict(os.environ)
-    os.environ.update(env or {})
     try:
-        code, _, err, _ = run(args, extra=extra, hostfile=hostfile)
+        code, _, err, _ = run(args, extra=extra, hostfile=hostfile, env=env)
     finally:
-        os.environ.clear()
-        os.environ.update(old)
         for i in range(3):
             cluster("slowrc", i, 0)
     logins = [len(open(p).read().splitlines()) if os.path.exists(p) else 0 for p in counts]
