@@ -45,7 +45,9 @@ def _start_and_wait_for_rc(args=()):
     # at once, node1's sit in the rc for 4 s more.
     try:
         wait_for(_fast_running, 3 * RC, "the processes of the fast hosts")
-        check(_in_rc(), "node1's processes are not in their rc")
+        # node1's processes were started with the fast ones; under load their login shells may
+        # take a moment to reach the rc's sleep (well inside its RC seconds).
+        wait_for(_in_rc, 1.5, "node1's processes in their rc")
     except BaseException:
         p.kill()  # a launcher left running would keep its job going into the next tests
         raise
