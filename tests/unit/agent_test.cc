@@ -254,7 +254,9 @@ TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
   // The watchdog swept its host for the last time (it lost the launcher): a spawn that reaches
   // the agent after that (held up by a cut link) must not run, with nothing left to end it.
   AgentTransport t(local, 1, agent_command(30));
-  ChannelId dog = t.exec(0, "exec sh -c 'exit 0' msrun-ssh-watchdog");
+  // The watchdog lives a moment: "before" reaches the agent (right behind it) while it runs, even
+  // when the agent is slow to read (a loaded machine; CI under the sanitizers).
+  ChannelId dog = t.exec(0, "exec sh -c 'sleep 0.5' msrun-ssh-watchdog");
   ChannelId before = t.exec(0, "echo before");
   run_until(t, closed({dog, before}));
   ChannelId after = t.exec(0, "echo after");
