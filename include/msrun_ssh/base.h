@@ -45,6 +45,12 @@ std::optional<std::string> read_whole_file(const std::string& path);
 // the file and the error, when it cannot.
 bool write_text_file(const std::string& path, std::string_view text);
 
+// ---- numbers ----------------------------------------------------------------------------------
+
+// The upper median (of two values the larger; 0 of none): one slow value of two does not make it
+// slow. The check's verdicts compare hosts with it.
+double upper_median(std::vector<double> values);
+
 // ---- signals ----------------------------------------------------------------------------------
 
 // Blocks `signals` (their default actions no longer run; they wait to be read) and returns a
@@ -54,6 +60,8 @@ int signal_fd(std::initializer_list<int> signals);
 
 // The next signal waiting on the signalfd `fd`, or 0 when none is.
 int next_signal(int fd);
+// The exit status of the next signal waiting on `fd` (128+N, error.h), or 0 when none is.
+int signal_status(int fd);
 
 // ---- hashing (OpenSSL's libcrypto) --------------------------------------------------------------
 

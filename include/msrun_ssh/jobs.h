@@ -57,6 +57,10 @@ struct JobRecord {
   std::string cwd;                // the launcher's working directory
   std::string started;            // UTC, ISO 8601 (format_timestamp, output.h)
   bool detached = false;
+  // A detached job's record is written before its start and again once the start is over: true
+  // in between, while its launcher starts it (that launcher then owns the job, as an attached
+  // job's does).
+  bool starting = false;
   long launcher_pid = 0;
   std::string launcher_host;  // the launcher's machine (uname -n); "" in a record of an older one
   JobSsh ssh;
@@ -183,11 +187,12 @@ int show_job_logs(const Options& options);
 // This machine's name (uname -n), as a record's launcher_host holds it.
 std::string this_machine();
 
-// `stop --job ID` of an attached job whose launcher still runs on this machine: SIGTERM to the
-// launcher, which ends the job everywhere as on `kill` (exit 143, docs/life-cycle.md), then a
-// bounded wait (--kill_grace + --connect_timeout + 30 s) for it to end. Says on `out` what it did.
-// False when there was no such launcher (a detached job, one that ended, one launched on another
-// machine): the sweep of the hosts, which follows in any case, is all `stop` does then.
+// `stop --job ID` of an attached job whose launcher still runs on this machine, or of a detached
+// job whose launcher is still starting it: SIGTERM to the launcher, which ends the job everywhere
+// as on `kill` (exit 143, docs/life-cycle.md), then a bounded wait (--kill_grace +
+// --connect_timeout + 30 s) for it to end. Says on `out` what it did. False when there was no such
+// launcher (a detached job started, one that ended, one launched on another machine): the sweep of
+// the hosts, which follows in any case, is all `stop` does then.
 bool stop_attached_launcher(const JobRecord& record, const Options& options, std::FILE* out);
 
 // The options `stop --job ID` without --hostfile runs with: the record's SSH options where the

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "msrun_ssh/base.h"
+#include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
 
@@ -19,6 +20,11 @@ int next_signal(int fd) {
   signalfd_siginfo info{};
   if (::read(fd, &info, sizeof info) != static_cast<ssize_t>(sizeof info)) return 0;
   return static_cast<int>(info.ssi_signo);
+}
+
+int signal_status(int fd) {
+  int signo = next_signal(fd);
+  return signo == 0 ? 0 : exit_status_of_signal(signo);
 }
 
 }  // namespace msrun_ssh

@@ -80,11 +80,6 @@ JobRecord load_detached(const Options& options, const char* command) {
 }
 
 // The exit status of the first signal the signalfd `sfd` holds, else 0.
-int signal_status(int sfd) {
-  int signo = next_signal(sfd);
-  return signo == 0 ? 0 : exit_status_of_signal(signo);
-}
-
 void print_json(const nlohmann::json& j) {
   std::printf("%s\n", j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -118,7 +113,7 @@ Options options_from_record(Options options, const JobRecord& record) {
 }
 
 bool stop_attached_launcher(const JobRecord& record, const Options& options, std::FILE* out) {
-  if (record.detached || record.exit_status || launched_elsewhere(record) ||
+  if ((record.detached && !record.starting) || record.exit_status || launched_elsewhere(record) ||
       !launcher_alive(record.launcher_pid))
     return false;
   auto pid = static_cast<pid_t>(record.launcher_pid);

@@ -215,6 +215,7 @@ std::string job_state(const JobRecord& record, const std::vector<ProcessStatus>&
     if (record.exit_status) return fmt::format("ended (exit {})", *record.exit_status);
     return launcher_alive ? "running" : "ended (launcher gone)";
   }
+  if (record.starting && launcher_alive) return "starting";
   std::set<std::string> lost;
   size_t alive = 0, failed = 0;
   for (const auto& s : rows) {

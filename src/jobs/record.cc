@@ -135,6 +135,7 @@ nlohmann::json record_json(const JobRecord& r) {
           {"cwd", r.cwd},
           {"started", r.started},
           {"detached", r.detached},
+          {"starting", r.starting},
           {"launcher_pid", r.launcher_pid},
           {"launcher_host", r.launcher_host},
           {"ssh",
@@ -157,6 +158,7 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     r.cwd = j.value("cwd", "");
     r.started = j.value("started", "");
     r.detached = j.at("detached").get<bool>();
+    r.starting = j.value("starting", false);
     r.launcher_pid = j.value("launcher_pid", 0L);
     r.launcher_host = j.value("launcher_host", "");
     const nlohmann::json& ssh = j.at("ssh");

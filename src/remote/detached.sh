@@ -14,6 +14,21 @@ trap : TERM INT HUP
 # log back as its stderr (fd 3) first thing, so that its shell's own errors (no such program) are
 # in the log.
 exec 3>&2 2>/dev/null
+# The command and everything it starts carry the keeper's pid in their environment.
 # shellcheck disable=SC2016
-sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$s" "$@"
-echo $? > "$s.exit"
+MSRUN_SSH_KEEPER=$$ sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$s" "$@"
+rc=$?
+# What the command left behind (a child in a session of its own, a daemon) ends with it, as the
+# end of an attached job takes it along: SIGTERM, up to 2 s, SIGKILL. Then the status: a process
+# "ended" leaves nothing running. Zombies have an empty environ and count as gone.
+left() {
+  grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" /proc/[0-9]*/environ 2>/dev/null | sed 's,^/proc/,,;s,/.*,,'
+}
+sig=TERM i=0
+while [ -n "$(left)" ] && [ "$i" -le 10 ]; do
+  [ "$i" -eq 10 ] && sig=KILL
+  for p in $(left); do kill -"$sig" "$p" 2>/dev/null; done
+  [ "$i" -eq 0 ] || sleep 0.2
+  i=$((i+1))
+done
+echo $rc > "$s.exit"

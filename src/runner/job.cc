@@ -80,18 +80,26 @@ std::vector<std::string> log_paths(const Plan& plan, const std::string& log_dir,
 }
 
 // The record of a detached job (jobs.h): each log path as its host sees it (workdir resolved).
-void record_detached(const Options& options, const Plan& plan,
-                     const std::vector<std::string>& logs) {
+JobRecord detached_record(const Options& options, const Plan& plan,
+                          const std::vector<std::string>& logs) {
   std::vector<std::string> absolute;
   size_t i = 0;
   for (const auto& h : plan.hosts)
     for (const auto& p : h.processes) absolute.push_back(absolute_path(logs[i++], p.workdir));
-  write_job_record(jobs_dir(std::getenv), make_job_record(options, plan, absolute, true), stderr);
+  return make_job_record(options, plan, absolute, true);
 }
 
-int run_detached(const Options& options, const Plan& plan, Transport& t) {
+// A detached start: the record first (marked as starting: a launcher killed half-way leaves a job
+// that `stop --job ID` finds), then every process at once. A failed start, or SIGINT, SIGTERM or
+// SIGHUP (on `sfd`) before it is over, stops what did start on every host.
+int run_detached(const Options& options, const Plan& plan, Transport& t, int sfd) {
   std::vector<std::string> names = host_names(t, plan, options.connect_timeout);
   std::vector<std::string> logs = log_paths(plan, options.log_dir, names);
+  JobRecord record = detached_record(options, plan, logs);
+  record.starting = true;
+  const std::string dir = jobs_dir(std::getenv);
+  write_job_record(dir, record, stderr);
+  record.starting = false;
   Batch start(t, [](size_t, const TransportEvent& e) {
     if (e.kind == TransportEvent::Kind::kData && e.is_stderr)
       std::fprintf(stderr, "msrun-ssh: host %zu: %.*s", e.host, static_cast<int>(e.data.size()),
@@ -101,19 +109,31 @@ int run_detached(const Options& options, const Plan& plan, Transport& t) {
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     for (const auto& p : plan.hosts[h].processes)
       start.start(h, detached_command(p, plan.job_id, logs[i++]));
-  start.wait(t.now_ms() + options.connect_timeout * 1000);
+  int interrupted = 0;
+  t.watch_fd(sfd);
+  start.wait(t.now_ms() + options.connect_timeout * 1000, [&] {
+    interrupted = signal_status(sfd);
+    return interrupted == 0;
+  });
+  t.unwatch_fd(sfd);
+  if (interrupted == 0) interrupted = signal_status(sfd);  // one that came as the last one ended
   const auto& results = start.results();
   auto failures = std::count_if(results.begin(), results.end(), start_failed);
-  if (failures > 0) {
-    std::fprintf(stderr, "msrun-ssh: %d processes failed to start; stopping job %s\n",
-                 static_cast<int>(failures), plan.job_id.c_str());
+  if (failures > 0 || interrupted != 0) {
+    if (interrupted != 0)
+      std::fprintf(stderr, "msrun-ssh: interrupted while starting job %s; stopping it\n",
+                   plan.job_id.c_str());
+    else
+      std::fprintf(stderr, "msrun-ssh: %d processes failed to start; stopping job %s\n",
+                   static_cast<int>(failures), plan.job_id.c_str());
     std::vector<size_t> all;
     for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
     run_batch(t, all, stop_command(plan.job_id, options.kill_grace),
               options.kill_grace + options.connect_timeout);
-    return kExitHostFailure;
+    write_job_record(dir, record, stderr);
+    return interrupted != 0 ? interrupted : kExitHostFailure;
   }
-  record_detached(options, plan, logs);
+  write_job_record(dir, record, stderr);
   std::fprintf(stderr,
                "msrun-ssh: job %s started detached: %zu processes on %zu hosts, logs in %s on "
                "each host (relative to its workdir)\nmsrun-ssh: stop it with: msrun-ssh stop "
@@ -392,10 +412,19 @@ int run_job(const Options& options, Plan& plan) {
     JobHosts jh = job_hosts(plan);
     auto pool = host_transport(options, jh.endpoints, ssh_settings(options));
     // The agents carry the start too: a host pays its login rc once, not once per process.
+    // From here on a signal waits on `sfd`: the start ends cleanly, stopping what it started.
+    int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP});
     auto agents = launch_agents(*pool, plan, options);
+    int status = 0;
     if (auto failed = prepare_hosts(*pool, *agents, plan, jh, options, options.report_bindings))
-      return failed->first;
-    return run_detached(options, plan, *agents);
+      status = failed->first;
+    else if ((status = signal_status(sfd)) != 0)
+      std::fprintf(stderr, "msrun-ssh: interrupted before job %s started: nothing was started\n",
+                   plan.job_id.c_str());
+    else
+      status = run_detached(options, plan, *agents, sfd);
+    ::close(sfd);
+    return status;
   }
   Output::make_log_dir(options.log_dir);
   std::shared_ptr<spdlog::logger> log = launcher_log(options.log_dir);

@@ -73,6 +73,14 @@ FAULTS = {
 # "login_rc": the victim's login rc takes 3 s and the fault comes inside it; "teardown": the
 # launcher is interrupted (SIGINT) once lines flow and the fault comes while it tears down.
 MOMENTS = ["connecting", "login_rc", "starting", "running", "teardown", "backoff"]
+# A detached job (--join=False): the launcher starts it and returns; "running" is then after the
+# launcher's end, once the ranks' logs show lines. Its faults and moments (a detached job has no
+# console, no restarts and no watchdog).
+# (Not the full log disk: a detached process writes its log itself, and what it does when the
+# write fails is its own affair.)
+DETACHED_FAULTS = {"sigint", "sigterm", "sigkill", "cut", "sshd", "stop_procs", "kill_rank",
+                   "slow_rc", "stop"}
+DETACHED_MOMENTS = {"connecting", "login_rc", "starting", "running"}
 
 
 class Trial:
@@ -90,9 +98,14 @@ class Trial:
         self.delay = rng.uniform(0.0, 1.0)
         # Drawn last, so that a seed's earlier draws stay what they were before it came.
         self.policy = rng.choice(["job", "process"]) if self.restarts else "job"
+        self.detached = (rng.random() < 0.35 and self.fault in DETACHED_FAULTS
+                         and self.moment in DETACHED_MOMENTS)
+        if self.detached:
+            self.restarts, self.policy = 0, "job"
 
     def describe(self):
         return (f"{self.hosts} hosts x {self.ppn}, {self.contract}, agent {self.agent}, "
+                + ("detached, " if self.detached else "") +
                 f"restarts {self.restarts} ({self.policy}); {self.fault} on host {self.victim} while "
                 f"{self.moment} (+{self.delay:.2f} s)")
 
@@ -104,6 +117,14 @@ class Trial:
             return {-9, 130} if f == "sigkill" and applied else {130, -signal.SIGINT}
         if not applied:
             return {0}
+        if self.detached:
+            # The launcher's own: a signal or `stop` before it printed the id stops the job
+            # (130/143); after that it has started the job and exits 0 (its processes' statuses
+            # are checked apart, Runner.check_detached). A lost host fails the start (255) unless
+            # every process there had started.
+            return {"sigint": {0, 130, -signal.SIGINT}, "sigterm": {0, 143, -signal.SIGTERM},
+                    "stop": {0, 143}, "sigkill": {0, -9}, "cut": {0, 255},
+                    "sshd": {0, 255}}.get(f, {0})
         # A signal before the launcher has set up its handlers (before it connects: it has started
         # nothing anywhere) ends it the default way, which a shell shows as the same 130 / 143.
         if f == "sigint":
@@ -181,6 +202,7 @@ class Runner:
         self.err = b""
         self.disk = None
         self.tty = None
+        self.code = None
         # Job records (docs/jobs.md) where `stop` finds them, away from the user's own.
         self.env = dict(os.environ, XDG_STATE_HOME=os.path.join(tmpdir(), "campaign-state"))
 
@@ -198,6 +220,8 @@ class Runner:
         argv = [binary(), "--hostfile", hostfile(t), "--log_dir", self.log_dir,
                 "--heartbeat", str(HEARTBEAT), "--kill_grace", "2", "--connect_timeout", "8",
                 "--agent", t.agent, "--contract", t.contract]
+        if t.detached:
+            argv += ["--join=False"]
         if t.restarts:
             argv += ["--max_restarts", str(t.restarts), "--restart_backoff", "2",
                      "--restart_policy", t.policy]
@@ -261,6 +285,8 @@ class Runner:
     def inject(self):
         t, v = self.t, self.t.victim
         f = t.fault
+        if f in ("sigint", "sigterm", "sigkill") and self.p.poll() is not None:
+            return  # a detached start already over: nothing to signal
         if f == "sigint":
             self.p.send_signal(signal.SIGINT)
         elif f == "sigterm":
@@ -341,6 +367,10 @@ class Runner:
                 self.read_some(0.1 + t.delay * 0.5)
             elif t.moment == "starting":
                 self.read_some(0.5 + t.delay)
+            elif t.moment == "running" and t.detached:
+                self.finish_launcher()
+                self.wait_for_logged_lines(30)
+                time.sleep(t.delay * 2)
             elif t.moment == "running":
                 self.wait_for_lines(30)
                 self.read_some(t.delay * 2)
@@ -372,6 +402,12 @@ class Runner:
         return self.problems
 
     def finish(self):
+        if self.code is None:
+            self.finish_launcher()
+        if self.t.detached:
+            self.check_detached()
+
+    def finish_launcher(self):
         # Everything the launcher prints until it ends (bounded).
         end = time.monotonic() + 120
         while self.p.poll() is None and time.monotonic() < end:
@@ -406,6 +442,59 @@ class Runner:
                 self.fail(f"exit {self.code}, expected {sorted(t_ok)}: "
                           f"{self.err.decode(errors='replace')[-1500:]}")
 
+    def wait_for_logged_lines(self, timeout):
+        """A detached job: waits until a rank's log holds a line."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for path in glob.glob(os.path.join(self.log_dir, "*.log")):
+                if LINE.match(harness.read(path).split(b"\n", 1)[0]):
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def check_detached(self):
+        """A detached job after its launcher's end: when it started (exit 0), every process ends
+        by itself (bounded) with the status its fault gives it, its log ends with its last line
+        when it exited 0, and `logs --job ID` shows each log's lines (checked as the console by
+        check_output) while the hosts can be reached."""
+        if self.code != 0:
+            return
+        job_id = self.console.decode(errors="replace").strip().rsplit("\n", 1)[-1]
+        state = os.path.join(self.log_dir, ".msrun-ssh", job_id)
+        want = self.t.hosts * self.t.ppn + (1 if self.t.contract == "msrun" else 0)  # + scheduler
+        end = time.monotonic() + SECONDS + 60
+        while time.monotonic() < end:
+            pids = glob.glob(os.path.join(state, "*.pid"))
+            if len(pids) == want and all(os.path.exists(p[:-4] + ".exit") for p in pids):
+                break
+            time.sleep(0.2)
+        else:
+            self.fail(f"detached job {job_id}: not every process ended within {SECONDS + 60} s "
+                      f"({sorted(os.listdir(state)) if os.path.isdir(state) else 'no ' + state})")
+            return
+        statuses = {}
+        for path in glob.glob(os.path.join(state, "*.exit")):
+            statuses[os.path.basename(path)[:-5]] = int(open(path).read().strip() or -1)
+        f = self.t.fault if self.applied else None
+        ok = {"kill_rank": {0, 137}, "stop": {0, 143}}.get(f, {0})
+        if any(v not in ok for v in statuses.values()) or (
+                f == "kill_rank" and sorted(statuses.values()).count(137) != 1):
+            self.fail(f"detached job {job_id}: exit statuses {statuses}, expected of {sorted(ok)}"
+                      + (" (one 137)" if f == "kill_rank" else ""))
+        for path in glob.glob(os.path.join(self.log_dir, "*.log")):
+            text = harness.read(path)
+            m = LINE.match(text.split(b"\n", 1)[0])
+            if m and statuses.get(m.group(1).decode()) == 0 and \
+                    not text.rstrip().endswith(b"done"):
+                self.fail(f"{os.path.basename(path)} exited 0 but does not end with its last line")
+        if f in ("cut", "sshd"):
+            return
+        r = subprocess.run([binary(), "logs", "--job", job_id], capture_output=True, timeout=60,
+                           env=self.env, cwd=tmpdir())
+        if r.returncode != 0:
+            self.fail(f"logs --job {job_id}: exit {r.returncode}: {r.stderr.decode()[-800:]}")
+        self.console, self.err = r.stdout, self.err + r.stderr
+
     def repair(self):
         t = self.t
         if t.fault == "cut":
@@ -417,7 +506,8 @@ class Runner:
 
     def check_hosts(self):
         try:
-            harness.wait_no_leftovers(3 * HEARTBEAT + 12)
+            # (a detached job's processes on a host it could not stop end by themselves)
+            harness.wait_no_leftovers(3 * HEARTBEAT + 12 + (SECONDS if self.t.detached else 0))
         except AssertionError as e:
             self.fail(f"left on the hosts: {e}")
 
@@ -496,7 +586,7 @@ class Runner:
                     self.fail(f"{what}: the console shows lines its log lacks")
             elif seq != full:
                 self.fail(f"{what}: console {len(seq)} lines, log {len(full)}")
-        if self.code == 0:
+        if self.code == 0 and not self.t.detached:  # (a detached job's: check_detached)
             for path, attempt in attempts.items():
                 if attempt is None and not harness.read(path).rstrip().endswith(b"done"):
                     self.fail(f"{os.path.basename(path)} does not end with its last line")

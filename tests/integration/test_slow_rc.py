@@ -4,6 +4,8 @@ processes (with --agent=False, one channel and one rc per process) or its launch
 default: one rc per host) are still inside a 4-second rc. Afterwards every host's process list
 must hold nothing but the host's own processes (harness.leftovers), not only no marked process.
 """
+import glob
+import json
 import os
 import re
 import signal
@@ -142,6 +144,32 @@ def test_sigint_while_the_watchdog_is_in_rc():
 
 
 # --- With the launch agent (the default): a host's rc runs once, in front of its agent ------------
+
+def test_sigint_while_a_detached_start_is_in_rc():
+    """Ctrl-C while a detached job starts (--agent=False: the fast hosts' processes run, node1's
+    sit in their rc): the launcher stops what did start on every host, says so, and exits 130;
+    nothing starts after it, and the job's record no longer says it is starting."""
+    def body():
+        state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+        p, _ = launch([job("sleeper.py")], extra=["--agent=False", "--join=False"],
+                      env={"XDG_STATE_HOME": state})
+        try:
+            wait_for(_fast_running, 3 * RC, "the processes of the fast hosts")
+            wait_for(_in_rc, 1.5, "node1's processes in their rc")
+        except BaseException:
+            p.kill()
+            raise
+        err, _ = interrupt(p, signal.SIGINT, 40)
+        check(p.returncode == 130, f"exit {p.returncode}, expected 130: {err.decode()[-2000:]}")
+        check(b"interrupted while starting job" in err, f"not said: {err.decode()[-2000:]}")
+        wait_no_leftovers(3)
+        time.sleep(RC)
+        check(not leftovers(), f"started after the stop: {leftovers()}")
+        records = [json.load(open(f)) for f in glob.glob(f"{state}/msrun-ssh/jobs/*.json")]
+        check(len(records) == 1 and records[0]["starting"] is False,
+              f"records {[(r['id'], r.get('starting')) for r in records]}")
+    _with_slow_rc(body)
+
 
 def _agent_in_rc():
     return any(ns == f"msrs-node{SLOW}" and cmd == f"sleep {RC}" for ns, _, cmd in leftovers())

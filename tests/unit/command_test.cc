@@ -878,6 +878,34 @@ TEST_F(CommandRoundTrip, DetachedProcessLeavesItsExitStatus) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
+// What a detached process leaves behind ends with it before its status is written: a child in a
+// session of its own, and one that ignores SIGTERM (SIGKILL after 2 s). Other processes of the
+// job on the host (another rank's) are not touched.
+TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
+  Process other = process_;
+  other.rank = 1;
+  other.argv = {"/bin/sh", "-c", "exec sleep 30"};
+  Result o = run_shell("/bin/sh", detached_command(other, job_, "w1.log"), dir_, 5);
+  ASSERT_EQ(o.status, 0) << o.output;
+  pid_t other_pid = keeper_pid_file(state_stem(workdir_, "w1.log", job_, other));
+  ASSERT_GT(other_pid, 0);
+
+  process_.argv = {"/bin/sh", "-c",
+                   "setsid sleep 31 & (trap '' TERM; exec setsid sleep 32) & sleep 0.3; exit 5"};
+  Result r = run_shell("/bin/sh", detached_command(process_, job_, "w0.log"), dir_, 5);
+  ASSERT_EQ(r.status, 0) << r.output;
+  pid_t keeper = std::stoi(r.output.substr(19));
+  std::string stem = state_stem(workdir_, "w0.log", job_, process_);
+  std::optional<int> status = wait_for(keeper, 8);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(slurp(stem + ".exit"), "5\n");
+  // Reap what came back to us (subreaper), then look: only the other rank's process is left.
+  auto t0 = Clock::now();
+  while (since(t0) < 1 && waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  EXPECT_EQ(marked(job_), std::vector<pid_t>{other_pid});
+}
+
 // ---- stop
 // -----------------------------------------------------------------------------------------
 
