@@ -31,4 +31,13 @@ while [ -n "$(left)" ] && [ "$i" -le 10 ]; do
   [ "$i" -eq 0 ] || sleep 0.2
   i=$((i+1))
 done
+# The last of the job's processes on this host to end removes the job's stack-dump directory
+# (stack_dir.sh), as an attached job's watchdog does: the keeper whose process (and leftovers) went
+# last finds no process of the job here any more.
+J=${s%/*}
+J=${J##*/}
+if ! grep -qz "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null; then
+  d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
+  if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
+fi
 echo $rc > "$s.exit"

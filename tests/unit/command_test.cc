@@ -882,9 +882,14 @@ TEST_F(CommandRoundTrip, DetachedProcessLeavesItsExitStatus) {
 // session of its own, and one that ignores SIGTERM (SIGKILL after 2 s). Other processes of the
 // job on the host (another rank's) are not touched.
 TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
+  // The job's stack-dump directory on this host (stack_dir.sh makes it): the last process of the
+  // job to end here removes it, not an earlier one.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string stacks = std::string(tmp && *tmp ? tmp : "/tmp") + "/msrun-ssh-stacks-" + job_;
+  ASSERT_TRUE(fs::create_directory(stacks));
   Process other = process_;
   other.rank = 1;
-  other.argv = {"/bin/sh", "-c", "exec sleep 30"};
+  other.argv = {"/bin/sh", "-c", "exec sleep 3"};
   Result o = run_shell("/bin/sh", detached_command(other, job_, "w1.log"), dir_, 5);
   ASSERT_EQ(o.status, 0) << o.output;
   pid_t other_pid = keeper_pid_file(state_stem(workdir_, "w1.log", job_, other));
@@ -904,6 +909,15 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   while (since(t0) < 1 && waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   EXPECT_EQ(marked(job_), std::vector<pid_t>{other_pid});
+  EXPECT_TRUE(fs::exists(stacks)) << "removed while another process of the job runs";
+  // The other one ends by itself: its keeper finds nothing of the job left, and removes it.
+  std::string other_stem = state_stem(workdir_, "w1.log", job_, other);
+  t0 = Clock::now();
+  while (since(t0) < 8 && slurp(other_stem + ".exit").empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(slurp(other_stem + ".exit"), "0\n");
+  EXPECT_FALSE(fs::exists(stacks));
+  fs::remove_all(stacks);
 }
 
 // ---- stop
