@@ -154,9 +154,96 @@ struct CollectiveResult {
   std::string log_dir;                  // its logs, kept when it failed ("" once removed)
 };
 
+// ---- the node test (--perf) -----------------------------------------------------------------
+
+struct CheckReport;
+struct HostExpectation;
+
+// One directory's throughput on one host (src/remote/perf.py): writing then fsync, reading back
+// from the disk (the page cache dropped); `error` instead when it could not be measured.
+struct DiskRate {
+  std::string path;
+  std::optional<double> write_mbps;
+  std::optional<double> read_mbps;
+  std::string error;
+};
+
+// One accelerator as nvidia-smi or npu-smi reports it; what a tool does not report is absent.
+struct AccelDevice {
+  std::string id;      // nvidia: the index; npu: "NPU/CHIP"
+  std::string name;    // "NVIDIA A100-SXM4-80GB", "910B3"
+  std::string health;  // npu-smi's Health ("OK", "Warning", "Alarm", "Critical"); "" for nvidia
+  std::optional<double> temp_c;
+  std::optional<double> util_pct;  // GPU or AICore utilisation before the job starts
+  std::optional<double> sm_mhz;
+  std::optional<double> max_sm_mhz;
+  std::optional<long> ecc_uncorrected;  // volatile uncorrected ECC errors
+  bool hw_slowdown = false;             // nvidia: clocks held down by the hardware
+  std::vector<std::string> processes;   // npu: "PID NAME" of processes already on it
+};
+
+// What one host measured (parse_perf).
+struct HostPerf {
+  std::string error;             // the test did not run or answer: why ("" when it measured)
+  int cpus = 0;                  // CPUs the job's processes may run on
+  std::string kernel;            // "numpy" or "python": the unit of cpu_each
+  std::vector<double> cpu_each;  // per allowed CPU (at most 64): kernel runs per second
+  double mem_gbps = 0;           // one process copying a 32 MiB buffer
+  std::vector<DiskRate> disks;   // the workdir first, then each --perf_path
+  std::string accel_tool;        // "nvidia-smi", "npu-smi", or "" when neither is installed
+  std::string accel_error;       // the tool failed or printed nothing it could read
+  std::vector<AccelDevice> accel;
+  double cpu_median() const;  // the upper median of cpu_each (0 when none)
+};
+
+struct PerfReport {
+  std::vector<std::optional<HostPerf>> hosts;  // per plan host; nullopt: not connected
+  double min_ratio = 0.5;
+  double seconds = 0;   // wall time of the whole test
+  size_t retested = 0;  // hosts found slow and measured once more (their better figures kept)
+  // Upper medians over the hosts measured (CPU: per kernel, hosts of another kernel are not
+  // compared); disks per path.
+  std::map<std::string, double> median_cpu;
+  double median_mem_gbps = 0;
+  std::map<std::string, std::pair<double, double>> median_disk;  // path -> (write, read) MB/s
+};
+
+// The node test of one host: python.sh + perf.py, `seconds` per measurement, `paths` the
+// directories to time (the workdir first), within 6 x `seconds` + 60 s.
+std::string perf_command(const std::string& python, double seconds,
+                         const std::vector<std::string>& paths);
+// perf.py's JSON line; `trouble` (batch_trouble) when it gave none.
+HostPerf parse_perf(const std::string& output, const std::string& trouble);
+// `nvidia-smi --query-gpu=index,name,temperature.gpu,utilization.gpu,clocks.sm,clocks.max.sm,
+// ecc.errors.uncorrected.volatile.total,clocks_throttle_reasons.hw_slowdown
+// --format=csv,noheader,nounits` and `npu-smi info` (its tables of devices and processes). A line
+// that cannot be read sets `error` and is skipped.
+std::vector<AccelDevice> parse_nvidia_smi(std::string_view csv, std::string& error);
+std::vector<AccelDevice> parse_npu_smi(std::string_view text, std::string& error);
+
+// Verdicts (the "perf" check of each measured host; medians as in PerfReport):
+//   fail  the host's CPU (the upper median of its per-CPU rates), its memory copy rate, or a
+//         path's write or read rate is below --perf_min_ratio x the median of the hosts (named:
+//         "CPU at 0.12 k/s per CPU: below 0.5 x the median 0.45 k/s"); an accelerator whose
+//         health is not OK or that has uncorrected ECC errors; a path it could not write.
+//   warn  an accelerator at 85 C or more, busy (10% or more) or with processes before the job,
+//         or held down by the hardware; the accelerator tool failed.
+//   pass  otherwise, with the host's per-CPU rate as the value.
+void evaluate_perf(PerfReport& perf, CheckReport& report);
+
+// Runs the node test on every host of `hosts` at once (plan indexes) and evaluates it; a host
+// found slow is measured once more (alone with the other slow ones) and keeps its better figures.
+PerfReport run_perf_test(Transport& transport, const std::vector<size_t>& hosts,
+                         const std::vector<HostExpectation>& expectations, const Options& options,
+                         CheckReport& report);
+
+// The terminal form: one line per host with every figure, the medians first.
+std::string format_perf(const PerfReport& perf, const CheckReport& report);
+
 struct CheckReport {
   std::string master;  // "198.18.1.10:8118"
   std::vector<HostReport> hosts;
+  std::optional<PerfReport> perf;              // with --perf
   std::optional<NetReport> net;                // with --net
   std::optional<CollectiveResult> collective;  // with --net=collective
 };

@@ -114,6 +114,10 @@ struct CheckOptions {
   NetPairs net_pairs = NetPairs::kAuto;
   double net_seconds = 1;      // per direction of one pair
   double net_min_ratio = 0.5;  // a host below this fraction of the median fails
+  bool perf = false;           // check --perf: each host's CPU, memory, disks and accelerators
+  double perf_seconds = 1;     // per measurement
+  std::vector<std::string> perf_paths;  // directories timed beside the workdir
+  double perf_min_ratio = 0.5;          // a host below this fraction of the median fails
 };
 
 // The commands on a job already started (jobs.h, stacks.h; docs/jobs.md).

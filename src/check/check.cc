@@ -326,6 +326,12 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan, const JobL
   }
   check_connected_hosts(pool, connected, es, options, master, report, facts);
   if (sync) fill_sync(report, pool, *sync, connected);
+  if (options.perf) {
+    report.perf = run_perf_test(pool, connected, es, options, report);
+    for (size_t h = 0; h < plan.hosts.size(); ++h)
+      if (!report.perf->hosts[h])
+        report.hosts[h].set("perf", CheckStatus::kSkip, "not tested: the host is not connected");
+  }
   if (options.net) report.net = net_check(pool, connected, es, facts, options, report);
   pool.disconnect_all();
   std::optional<std::string> local_sha;
@@ -345,6 +351,7 @@ int check_cluster(const Options& options, const Cluster&, Plan& plan, const JobL
 
   std::string text = options.json ? format_json(report)
                                   : format_table(report, isatty(1) && !std::getenv("NO_COLOR"));
+  if (report.perf && !options.json) text += format_perf(*report.perf, report);
   if (report.net && !options.json) text += format_net(*report.net, report);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

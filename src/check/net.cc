@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/check.h"
 #include "python_command.h"
@@ -52,12 +53,6 @@ std::vector<Round> ring(size_t n) {
   return rounds;
 }
 
-// The upper median (of two values the larger): one slow value of two does not make it slow.
-double upper_median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 std::string value_of(const std::string& out, std::string_view key) {
   std::string needle = fmt::format("{}=", key);

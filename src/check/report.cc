@@ -190,6 +190,62 @@ std::string format_table(const CheckReport& report, bool color) {
 
 namespace {
 
+nlohmann::ordered_json perf_json(const PerfReport& perf, const CheckReport& report) {
+  nlohmann::ordered_json out;
+  out["min_ratio"] = perf.min_ratio;
+  out["seconds"] = perf.seconds;
+  out["retested"] = perf.retested;
+  out["median_cpu"] = perf.median_cpu;
+  out["median_mem_gbps"] = perf.median_mem_gbps;
+  out["median_disk"] = nlohmann::ordered_json::object();
+  for (const auto& [path, wr] : perf.median_disk)
+    out["median_disk"][path] = {{"write_mbps", wr.first}, {"read_mbps", wr.second}};
+  out["hosts"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < perf.hosts.size(); ++i) {
+    const auto& h = perf.hosts[i];
+    if (!h) continue;
+    nlohmann::ordered_json j{{"address", report.hosts.at(i).address}};
+    if (!h->error.empty()) {
+      j["error"] = h->error;
+      out["hosts"].push_back(std::move(j));
+      continue;
+    }
+    j["cpus"] = h->cpus;
+    j["kernel"] = h->kernel;
+    j["cpu_per_cpu"] = h->cpu_median();
+    j["cpu_each"] = h->cpu_each;
+    j["mem_gbps"] = h->mem_gbps;
+    j["disks"] = nlohmann::ordered_json::array();
+    for (const auto& d : h->disks) {
+      nlohmann::ordered_json dj{{"path", d.path}};
+      if (d.error.empty()) {
+        dj["write_mbps"] = d.write_mbps.value_or(0);
+        dj["read_mbps"] = d.read_mbps.value_or(0);
+      } else {
+        dj["error"] = d.error;
+      }
+      j["disks"].push_back(std::move(dj));
+    }
+    j["accel_tool"] = h->accel_tool;
+    if (!h->accel_error.empty()) j["accel_error"] = h->accel_error;
+    j["accel"] = nlohmann::ordered_json::array();
+    for (const auto& a : h->accel) {
+      nlohmann::ordered_json aj{{"id", a.id}, {"name", a.name}};
+      if (!a.health.empty()) aj["health"] = a.health;
+      if (a.temp_c) aj["temp_c"] = *a.temp_c;
+      if (a.util_pct) aj["util_pct"] = *a.util_pct;
+      if (a.sm_mhz) aj["sm_mhz"] = *a.sm_mhz;
+      if (a.max_sm_mhz) aj["max_sm_mhz"] = *a.max_sm_mhz;
+      if (a.ecc_uncorrected) aj["ecc_uncorrected"] = *a.ecc_uncorrected;
+      aj["hw_slowdown"] = a.hw_slowdown;
+      aj["processes"] = a.processes;
+      j["accel"].push_back(std::move(aj));
+    }
+    out["hosts"].push_back(std::move(j));
+  }
+  return out;
+}
+
 nlohmann::ordered_json net_json(const NetReport& net, const CheckReport& report) {
   nlohmann::ordered_json out;
   out["median_gbps"] = net.median_gbps;
@@ -246,6 +302,7 @@ std::string format_json(const CheckReport& report) {
           {"status", status_name(c.status)}, {"detail", c.detail}, {"value", c.value}};
     doc["hosts"][h.address] = std::move(host);
   }
+  if (report.perf) doc["perf"] = perf_json(*report.perf, report);
   if (report.net) doc["net"] = net_json(*report.net, report);
   if (report.collective) doc["net"]["collective"] = collective_json(*report.collective);
   // Replace invalid UTF-8 (a host may print anything) instead of throwing.

@@ -379,6 +379,25 @@ const std::vector<OptionSpec>& option_table() {
       {"--net_min_ratio", "", "R",
        "fraction of the median rate below which a host or link fails --net (default 0.5)", kCheck,
        S::kOwn, [](O& o, V n, V v, G) { o.net_min_ratio = to_number(n, v, 0, 1, ""); }},
+      {"--perf", "", "",
+       "also time each host (a few seconds): its allowed CPUs (numpy, else pure Python), a memory "
+       "copy, writing and reading its workdir and each --perf_path, and its accelerators' health "
+       "(nvidia-smi / npu-smi); a host below --perf_min_ratio of the median fails (a \"perf\" "
+       "column)",
+       kCheck, S::kOwn, [](O& o, V n, V v, G) { o.perf = v.empty() || to_bool(n, v); }},
+      {"--perf_seconds", "", "S", "--perf's time per measurement (default 1)", kCheck, S::kOwn,
+       [](O& o, V n, V v, G) { o.perf_seconds = to_seconds(n, v, 0.05, 60); }},
+      {"--perf_path", "", "DIR",
+       "also time writing and reading DIR on each host, e.g. the dataset's (repeatable; implies "
+       "--perf)",
+       kCheck, S::kOwn,
+       [](O& o, V n, V v, G) {
+         o.perf_paths.push_back(non_empty(n, v));
+         o.perf = true;
+       }},
+      {"--perf_min_ratio", "", "R",
+       "fraction of the hosts' median below which a host fails --perf (default 0.5)", kCheck,
+       S::kOwn, [](O& o, V n, V v, G) { o.perf_min_ratio = to_number(n, v, 0, 1, ""); }},
       {"--json", "", "", "print the report as JSON instead of a table", kCheck | kList | kStatus,
        S::kOwn, [](O& o, V n, V v, G) { o.json = v.empty() || to_bool(n, v); }},
       {"--job", "", "ID",

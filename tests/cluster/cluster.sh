@@ -41,6 +41,9 @@
 #                                       start-up (as `conda init` does); 0: clean again
 #   countrc I FILE                      host I's login rc appends a line to FILE (a path both
 #                                       sides see, under /tmp): how many logins the host paid
+#   throttle I PERCENT                  host I's sshd, and with it everything started over ssh
+#                                       from then on, gets PERCENT % of one CPU (a cgroup CPU
+#                                       quota: a throttled node); 0: no quota again
 #   status                              one line per namespace
 #   slurm-up --dir DIR | slurm-down --dir DIR
 #                                       a real Slurm on the cluster's hosts (slurmd per host,
@@ -99,7 +102,7 @@ usage() {
 usage: cluster.sh up --dir DIR --hosts N [--farm M]
        cluster.sh down [--dir DIR]
        cluster.sh pids I | ps I | cut I | heal I | sshd-stop I | sshd-start I
-       cluster.sh slowrc I SECONDS | burnrc I CPU_SECONDS | countrc I FILE
+       cluster.sh slowrc I SECONDS | burnrc I CPU_SECONDS | countrc I FILE | throttle I PERCENT
        cluster.sh status
 I is a host index (0..N-1) or "farm". See the comment at the top of this script.
 EOF
@@ -271,6 +274,8 @@ cmd_down() {
   take_lock
   if [[ -n $dir && -d $dir/slurm ]]; then bash "$(dirname "${BASH_SOURCE[0]}")/slurm.sh" down "$dir" || true; fi
   teardown_network
+  # CPU cgroups of `throttle` (empty now: their processes are gone)
+  rmdir /sys/fs/cgroup/cpu/msrs-throttle-* /sys/fs/cgroup/msrs-throttle-* 2>/dev/null || true
   if [[ -n $dir ]]; then empty_dir "$dir"; fi
   local left
   left=$( (list_cluster_ns; list_cluster_links) | tr '\n' ' ')
@@ -841,6 +846,41 @@ cmd_slowrc() {
   fi
 }
 
+# throttle I PERCENT: a CPU cgroup of its own for host I's sshd processes (cgroup v1's cpu
+# controller, else v2's cpu.max), with a quota of PERCENT % of one CPU; sessions opened from then
+# on are forked by that sshd and inherit it. 0: every process of the cgroup back to the root, the
+# cgroup removed.
+cmd_throttle() {
+  (($# == 2)) || die "throttle wants a host and a percentage"
+  [[ $2 =~ ^[0-9]+$ ]] || die "throttle: '$2' is not a whole percentage"
+  host_command "$1"
+  local percent=$2 root=/sys/fs/cgroup/cpu quota=cpu.cfs_quota_us v2=0 pid
+  if [[ ! -f $root/cpu.cfs_quota_us ]]; then
+    root=/sys/fs/cgroup quota=cpu.max v2=1
+    [[ -f $root/cgroup.controllers ]] || die "throttle: no cgroup CPU controller on this machine"
+  fi
+  local group=$root/msrs-throttle-$HOST_NAME
+  if ((percent == 0)); then
+    if [[ -d $group ]]; then
+      while read -r pid; do
+        echo "$pid" >"$root/cgroup.procs" 2>/dev/null || true
+      done <"$group/cgroup.procs"
+      rmdir "$group" 2>/dev/null || true
+    fi
+    log "$HOST_NAME: no CPU quota"
+    return 0
+  fi
+  mkdir -p "$group"
+  if ((v2)); then
+    echo "$((percent * 1000)) 100000" >"$group/$quota"
+  else
+    echo 100000 >"$group/cpu.cfs_period_us"
+    echo "$((percent * 1000))" >"$group/$quota"
+  fi
+  for pid in $(ns_sshd_pids "$HOST_NS"); do echo "$pid" >"$group/cgroup.procs"; done
+  log "$HOST_NAME: sshd and what it starts get $percent% of one CPU"
+}
+
 cmd_status() {
   (($# == 0)) || die "status takes no arguments"
   require_root_and_tools
@@ -894,6 +934,7 @@ main() {
     slowrc) cmd_slowrc "$@" ;;
     burnrc) RC_KIND=burn cmd_slowrc "$@" ;;
     countrc) RC_KIND=count cmd_slowrc "$@" ;;
+    throttle) cmd_throttle "$@" ;;
     slurm-up | slurm-down) cmd_slurm "${cmd#slurm-}" "$@" ;;
     -h | --help | help) usage ;;
     *)

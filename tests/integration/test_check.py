@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import time
 
-from harness import (addresses, binary, check, cluster_dir, hosts_file, tmpdir,
+from harness import (addresses, binary, check, cluster, cluster_dir, hosts_file, tmpdir,
                      wait_no_leftovers)
 
 SCRIPT = "import sys\nprint('hello from', sys.argv)\n"
@@ -104,7 +104,7 @@ def leftovers():
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if re.search(r"msrun-ssh-(check|listen|connect|net)", cmd):
+            if re.search(r"msrun-ssh-(check|listen|connect|net|perf)", cmd):
                 found.append((ns, pid, cmd[:200]))
     return found
 
@@ -256,6 +256,46 @@ def test_unwritable_workdir():
     check(bad in detail(doc, a[1], "workdir"), detail(doc, a[1], "workdir"))
     check(status(doc, a[1], "disk") == "skip", "disk on the bad host")
     assert_nothing_left([dirs[0], dirs[2]])
+
+
+# ---- check --perf -----------------------------------------------------------------------------
+
+def perf_statuses(doc):
+    return {a: h["checks"]["perf"]["status"] for a, h in doc["hosts"].items()}
+
+
+def test_perf_names_the_throttled_host_only():
+    """Host 1's sshd, and with it everything started over ssh, gets 15% of one CPU (a cgroup CPU
+    quota): check --perf fails that host and only it, names its CPU against the median, times
+    the workdir and a --perf_path on every host and leaves no file there; without the quota every
+    host passes."""
+    addrs = addresses()
+    dirs = per_host_workdirs("perf")
+    data = os.path.join(tmpdir(), "perf-data")
+    os.makedirs(data, exist_ok=True)
+    hf = hostfile_with({i: [f'workdir = "{d}"'] for i, d in enumerate(dirs)})
+    cluster("throttle", 1, 15)
+    try:
+        code, doc, _ = check_json(["--perf", "--perf_seconds", "0.5", "--perf_path", data], hf)
+    finally:
+        cluster("throttle", 1, 0)
+    expect_only(code, doc, {(addrs[1], "perf")})
+    why = detail(doc, addrs[1], "perf")
+    check(re.search(r"CPU at \S+ \S+ per CPU \((numpy|python)\): below 0.5 x the median", why), why)
+    hosts = {h["address"]: h for h in doc["perf"]["hosts"]}
+    check(set(hosts) == set(addrs), f"hosts measured: {sorted(hosts)}")
+    for a, h in hosts.items():
+        paths = [d["path"] for d in h["disks"]]
+        check(len(paths) == 2 and paths[1] == data and all("write_mbps" in d for d in h["disks"]),
+              f"{a}: disks {h['disks']}")
+        check(h["cpus"] >= 1 and len(h["cpu_each"]) >= 1, f"{a}: {h}")
+    for d in dirs + [data]:
+        left = [n for n in os.listdir(d) if n.startswith(".msrun-ssh-perf")]
+        check(not left, f"files left in {d}: {left}")
+    assert_nothing_left([])
+    code, doc, _ = check_json(["--perf", "--perf_seconds", "0.5"], hf)
+    expect_only(code, doc, set())
+    check(set(perf_statuses(doc).values()) == {"pass"}, f"perf verdicts {perf_statuses(doc)}")
 
 
 # ---- check --net ------------------------------------------------------------------------------
