@@ -23,12 +23,12 @@ FLOORS = [
     ["options"],                               # the command line's values, grouped by concern
     ["plan", "command", "output"],             # pure planning, remote commands, console and logs
     ["transport"],                             # batches, agents, child processes, kept connections
-    ["check", "sync", "stacks", "jobs", "keeper"],  # the subcommands' rooms; the keeper
+    ["check", "sync", "stacks", "jobs", "keeper", "watch"],  # the subcommands' rooms; the keeper
     ["runner"],                                # the attached and detached runs
     ["cli"],                                   # options, help, main
 ]
 # Rooms of one floor that one may include (never both ways).
-SIDEWAYS = {("command", "plan"), ("check", "sync"), ("check", "stacks")}
+SIDEWAYS = {("command", "plan"), ("check", "sync"), ("check", "stacks"), ("watch", "jobs")}
 
 # Which room a header of include/msrun_ssh/ belongs to. transport.h is the seam every connection
 # kind implements (the ssh room's pool among them); binding.h holds the CPU-binding values that
@@ -46,7 +46,7 @@ HEADERS = {
     "batch.h": "transport", "agent.h": "transport", "process.h": "transport", "mux.h": "transport",
     "ssh_settings.h": "transport",
     "keeper.h": "keeper",
-    "check.h": "check", "sync.h": "sync", "stacks.h": "stacks", "jobs.h": "jobs",
+    "check.h": "check", "sync.h": "sync", "stacks.h": "stacks", "jobs.h": "jobs", "watch.h": "watch",
     "runner.h": "runner",
     "options.h": "options", "option_table.h": "cli", "cli.h": "cli", "app.h": "cli", "help.h": "cli", "dry_run.h": "cli",
 }

@@ -35,7 +35,9 @@ VARIANTS = {"msrun-ssh+gather": ["--output", "gather"], "msrun-ssh+timestamps": 
             # a channel (and a login rc) per process, as before the launch agent
             "msrun-ssh+no_agent": ["--agent=False"],
             # the launch agent also on hosts with one process (auto, the default, skips those)
-            "msrun-ssh+agent": ["--agent=True"]}
+            "msrun-ssh+agent": ["--agent=True"],
+            # without the hosts' samplers (straggler events, top): what --watch costs
+            "msrun-ssh+no_watch": ["--watch=False"]}
 
 
 # Not a launcher: one authenticated libssh session and one open channel per host, nothing else

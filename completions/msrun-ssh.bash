@@ -6,7 +6,7 @@
 # table that also makes --help and the man page), so they never go stale. Job ids are the names of
 # the job records, ${XDG_STATE_HOME:-~/.local/state}/msrun-ssh/jobs/<ID>.json.
 
-_msrun_ssh_commands="check stop list status logs stack"
+_msrun_ssh_commands="check stop list status logs stack sync top"
 
 # Prints the ids of the recorded jobs, one per line.
 _msrun_ssh_job_ids() {

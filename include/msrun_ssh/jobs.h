@@ -195,6 +195,9 @@ std::string this_machine();
 // the hosts, which follows in any case, is all `stop` does then.
 bool stop_attached_launcher(const JobRecord& record, const Options& options, std::FILE* out);
 
+// Whether the record's launcher is a running msrun-ssh on this machine.
+bool launcher_runs_here(const JobRecord& record);
+
 // The options `stop --job ID` without --hostfile runs with: the record's SSH options where the
 // command line left them unset, and its hosts as the cluster to stop.
 Cluster cluster_of(const JobRecord& record);

@@ -12,7 +12,7 @@
 
 namespace msrun_ssh {
 
-enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs, kSync, kStack };
+enum class Command { kRun, kCheck, kStop, kList, kStatus, kLogs, kSync, kStack, kTop };
 // Which launcher's environment the processes get: msrun's (scheduler + MS_* variables) or
 // torchrun's (no scheduler; RANK, WORLD_SIZE, MASTER_ADDR, ... for init_method env://).
 enum class Contract { kMsrun, kTorch };
@@ -83,6 +83,8 @@ struct LifeCycleOptions {
   RestartPolicy restart_policy = RestartPolicy::kJob;
   // --agent: one launch agent per host (agent.h) or a channel per command; unset: auto (use_agent)
   std::optional<bool> agent;
+  bool watch = true;  // --watch: each host's sampler, the straggler events (watch.h)
+  std::string progress_regex;  // --progress_regex: the step in a rank's line ("": the defaults)
 };
 
 // What the user sees: the console and the files beside the logs (output.h).
@@ -125,6 +127,7 @@ struct JobOptions {
   std::string job;
   std::optional<int> log_rank;  // --rank R: only that rank's log (-1: the scheduler's)
   bool follow = false;          // --follow: until the job has ended
+  bool once = false;            // top --once: one screen, then exit
 };
 
 struct Options : ConnectionOptions,

@@ -363,6 +363,8 @@ class Output {
 
   // Bytes written to the log file of `proc` so far.
   size_t log_bytes(int proc) const;
+  // Lines `proc` printed so far (both streams; a line cut at the framer's limit counts per piece).
+  uint64_t lines(int proc) const;
 
   // What could not be written to the log of `proc` so far (missing 0: nothing).
   LogGap log_gap(int proc) const;

@@ -19,10 +19,22 @@
 #include "msrun_ssh/plan.h"
 #include "msrun_ssh/status_line.h"
 #include "msrun_ssh/transport.h"
+#include "msrun_ssh/watch.h"
 
 namespace msrun_ssh {
 
 // One in-place restart of a worker (--restart_policy process): the n-th of the job, and why.
+// A straggler the job had (watch.h): a host and its ranks, from `since` to `until` (seconds
+// after the processes started; until < 0 while it lasts), the demand that raised it.
+struct StragglerRecord {
+  std::string host;
+  std::vector<std::string> ranks;
+  double since = 0;
+  double until = -1;
+  double demand = 0;
+  double median = 0;
+};
+
 struct ProcessRestart {
   int number = 0;       // 1, 2, ... within the job (counted against --max_restarts)
   std::string host;     // its host's address
@@ -115,6 +127,9 @@ class Runner {
   // process that cannot be started again, a worker failing with no restart left, a signal to the
   // launcher or a time limit end the job as under the job policy. The restarts so far, in order:
   const std::vector<ProcessRestart>& process_restarts() const { return restarts_; }
+  const std::vector<StragglerRecord>& stragglers() const { return stragglers_; }
+  // With --watch: where `msrun-ssh top` finds the job, rewritten once a second (watch.h).
+  void set_top_file(std::string path) { top_file_ = std::move(path); }
 
  private:
   struct Proc {
@@ -240,6 +255,13 @@ class Runner {
   std::function<void()> stop_self_;
   std::unique_ptr<Batch> stacks_;  // the stack dump SIGQUIT asked for, while it runs
   double stacks_deadline_ms_ = 0;
+  std::unique_ptr<JobWatch> watch_;  // the hosts' samplers (--watch), while the job runs
+  std::vector<StragglerRecord> stragglers_;
+  void on_straggler(const StragglerChange& change);
+  std::string top_file_;
+  std::unique_ptr<TopTracker> top_;
+  double top_at_ms_ = -1;
+  void write_top(double now);
 };
 
 // --- Restarts (--max_restarts) ------------------------------------------------------------------
@@ -258,6 +280,7 @@ struct AttemptResult {
   std::vector<std::string> lost_hosts;  // the hosts lost during the attempt (Runner::lost_hosts)
   std::string root_cause_host;          // Runner::root_cause_host
   std::vector<ProcessRestart> process_restarts;  // Runner::process_restarts
+  std::vector<StragglerRecord> stragglers;       // Runner::stragglers
 };
 
 // The whole-job restarts --max_restarts allows: all of them under --restart_policy job, none under

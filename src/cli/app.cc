@@ -23,6 +23,7 @@
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_config.h"
 #include "msrun_ssh/stacks.h"
+#include "msrun_ssh/watch.h"
 
 namespace msrun_ssh {
 
@@ -56,6 +57,7 @@ int run_job_command(const Options& options) {
   if (options.command == Command::kList) return list_jobs(options);
   if (options.command == Command::kStatus) return show_job_status(options);
   if (options.command == Command::kLogs) return show_job_logs(options);
+  if (options.command == Command::kTop) return top_command(options);
   bool stack = options.command == Command::kStack;
   if ((options.command != Command::kStop && !stack) || !options.hostfile.empty()) return -1;
   JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);

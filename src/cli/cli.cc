@@ -13,7 +13,7 @@ namespace {
 constexpr std::pair<const char*, Command> kSubcommands[] = {
     {"check", Command::kCheck},   {"stop", Command::kStop}, {"list", Command::kList},
     {"status", Command::kStatus}, {"logs", Command::kLogs}, {"sync", Command::kSync},
-    {"stack", Command::kStack}};
+    {"stack", Command::kStack},   {"top", Command::kTop}};
 
 const char* command_name(Command c) {
   for (const auto& [word, command] : kSubcommands)
@@ -24,7 +24,7 @@ const char* command_name(Command c) {
 // The job subcommands (docs/jobs.md) work from a job record: no host file needed.
 bool from_record(const Options& o) {
   return o.command == Command::kList || o.command == Command::kStatus ||
-         o.command == Command::kLogs ||
+         o.command == Command::kLogs || o.command == Command::kTop ||
          ((o.command == Command::kStop || o.command == Command::kStack) && !o.job.empty());
 }
 

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
+#include <regex>
 #include <utility>
 
 #include "msrun_ssh/error.h"
@@ -21,10 +22,11 @@ constexpr CommandSet kStatus = command_bit(Command::kStatus);
 constexpr CommandSet kLogs = command_bit(Command::kLogs);
 constexpr CommandSet kSync = command_bit(Command::kSync);
 constexpr CommandSet kStack = command_bit(Command::kStack);
+constexpr CommandSet kTop = command_bit(Command::kTop);
 constexpr CommandSet kRunCheck = kRun | kCheck;
 // Every command that reaches hosts with the SSH options of a run.
 constexpr CommandSet kConnecting = kRun | kCheck | kStop | kSync | kStack;
-constexpr CommandSet kEvery = kConnecting | kList | kStatus | kLogs;
+constexpr CommandSet kEvery = kConnecting | kList | kStatus | kLogs | kTop;
 // How hosts are reached, also for status and logs (which reach the hosts of a job's record).
 constexpr CommandSet kReaching = kConnecting | kStatus | kLogs;
 
@@ -203,6 +205,25 @@ const std::vector<OptionSpec>& option_table() {
        "no output from any process for S seconds is a hang: reported, then handled as --on_hang "
        "says",
        kRunCheck, S::kOwn, [](O& o, V n, V v, G) { o.hang_timeout = to_seconds(n, v, 0, 1e7); }},
+      {"--watch", "", "[True|False]",
+       "sample every host's job processes once a second over the job's own connections (a small "
+       "Perl program): a straggler, the host whose ranks the others wait for, is named on the "
+       "console and in --events and summary.json (docs/slow-nodes.md) (default True)",
+       kRun, S::kOwn, [](O& o, V n, V v, G) { o.watch = v.empty() || to_bool(n, v); }},
+      {"--progress_regex", "", "REGEX",
+       "where `top` finds a rank's step in its last line: the first group of REGEX (ECMAScript), "
+       "else its whole match (default: \"step N\" / \"iter N\", tqdm's \"N/TOTAL [\", \"epoch N\")",
+       kRun, S::kOwn,
+       [](O& o, V n, V v, G) {
+         o.progress_regex = non_empty(n, v);
+         try {
+           std::regex check(o.progress_regex);
+         } catch (const std::regex_error& e) {
+           bad(n, v, fmt::format("is not a regular expression: {}", e.what()));
+         }
+       }},
+      {"--once", "", "", "print one screen and exit", kTop, S::kOwn,
+       [](O& o, V n, V v, G) { o.once = v.empty() || to_bool(n, v); }},
       {"--on_hang", "", "kill|report",
        "with --hang_timeout: kill (the default): a teardown and exit 124; report: reported again "
        "every S seconds, the job goes on",
@@ -403,7 +424,7 @@ const std::vector<OptionSpec>& option_table() {
       {"--job", "", "ID",
        "the job id a run printed (required; see msrun-ssh list); stop and stack without --hostfile "
        "take the hosts from the job's record",
-       kStop | kStatus | kLogs | kStack, S::kOwn,
+       kStop | kStatus | kLogs | kStack | kTop, S::kOwn,
        [](O& o, V n, V v, G) {
          if (v.empty() ||
              v.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyz-") != std::string::npos)

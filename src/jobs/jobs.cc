@@ -240,4 +240,8 @@ int show_job_logs(const Options& options) {
   return code;
 }
 
+bool launcher_runs_here(const JobRecord& record) {
+  return !launched_elsewhere(record) && launcher_alive(record.launcher_pid);
+}
+
 }  // namespace msrun_ssh

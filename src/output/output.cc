@@ -68,6 +68,7 @@ struct Output::Proc {
   int write_errno = 0;
   std::string first_error;
   bool touched = false;  // in Output::touched_
+  uint64_t lines = 0;    // lines it printed (both streams)
 };
 
 size_t default_max_open_logs() {
@@ -159,6 +160,7 @@ const std::string& Output::stamp() {
 
 void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   const int s = is_stderr ? 1 : 0;
+  ++p.lines;
   if (is_stderr && text.starts_with(kErrorFileLine)) {
     if (auto file = parse_error_file(text.substr(kErrorFileLine.size()))) {
       p.error_file = std::move(file);
@@ -426,6 +428,8 @@ const std::optional<ErrorFile>& Output::error_file(int proc) const {
 const TracebackCatcher& Output::traceback(int proc) const {
   return procs_.at(static_cast<size_t>(proc))->traceback;
 }
+
+uint64_t Output::lines(int proc) const { return procs_.at(static_cast<size_t>(proc))->lines; }
 
 size_t Output::log_bytes(int proc) const {
   const Proc& p = *procs_.at(static_cast<size_t>(proc));

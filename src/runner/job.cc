@@ -225,6 +225,16 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
                           {"cause", r.cause}});
     summary["process_restarts"] = restarts;
   }
+  nlohmann::json stragglers = nlohmann::json::array();
+  for (const StragglerRecord& r : result.stragglers)
+    stragglers.push_back(
+        {{"host", r.host},
+         {"ranks", r.ranks},
+         {"since_s", r.since},
+         {"until_s", r.until < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.until)},
+         {"demand", r.demand},
+         {"median", r.median}});
+  summary["stragglers"] = stragglers;
   emit_event(events, "summary", summary);
   summary["version"] = EventLog::kVersion;
   std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
@@ -354,6 +364,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     } unset{running};
     runner.set_attempt(attempt);
     runner.set_events(events);
+    if (std::string dir = jobs_dir(std::getenv); !dir.empty() && options.watch)
+      runner.set_top_file(top_file(dir, roster.plan().job_id));
     runner.set_status(&view, options.status_line && row.enabled() ? &row : nullptr);
     result.status = runner.run();
     result.interrupted = runner.interrupted();
@@ -361,6 +373,9 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.lost_hosts = runner.lost_hosts();
     result.root_cause_host = runner.root_cause_host();
     result.process_restarts = runner.process_restarts();
+    result.stragglers = runner.stragglers();
+    if (std::string dir = jobs_dir(std::getenv); !dir.empty())
+      std::remove(top_file(dir, roster.plan().job_id).c_str());
     out.flush();  // the logs' last bytes, so that the summary says what they miss
     rows = runner.summary();
     logs = runner.log_names();

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "internal.h"
+#include "msrun_ssh/agent.h"
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
@@ -91,6 +92,7 @@ void Runner::teardown(char how) {
     deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
   }
   tearing_down_ = true;
+  if (watch_) watch_->stop();
   promise_no_more_channels();
   // Commands not sent yet never start; the watchdogs end the others (SIGTERM, grace, SIGKILL).
   for (const Proc& p : procs_)
@@ -306,6 +308,17 @@ void Runner::start_processes() {
                 {"log", p.log_name}});
     p.start_ms = t_.now_ms();
   }
+  // The samplers ride on the launch agents: spawned by an agent, a sampler is not a login shell
+  // that could sit in its rc past the job's end.
+  if (options_.watch && use_agent(options_.agent) && options_.transport == TransportKind::kSsh) {
+    std::vector<size_t> live;
+    for (size_t h = 0; h < hosts_.size(); ++h)
+      if (!hosts_[h].lost) live.push_back(h);
+    watch_ = std::make_unique<JobWatch>(t_, hosts_.size(),
+                                        [this](const StragglerChange& c) { on_straggler(c); });
+    watch_->start(live, plan_.job_id, 1);
+    if (!top_file_.empty()) top_ = std::make_unique<TopTracker>(options_.progress_regex);
+  }
   // An in-place restart opens a channel later: the promise waits for the end of the job then.
   if (options_.restart_policy != RestartPolicy::kProcess || options_.max_restarts == 0)
     promise_no_more_channels();
@@ -375,7 +388,7 @@ int Runner::timeout_ms(double now) const {
   // The status row: the start view leaves after kStartedShownMs, the running status every second.
   if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
     until = std::min(until, started_ms_ + kStartedShownMs);
-  if (running_line_) until = std::min(until, now + 1000);
+  if (running_line_ || top_) until = std::min(until, now + 1000);
   if (stacks_) until = std::min(until, stacks_deadline_ms_);
   if (suspending_) until = std::min(until, suspend_deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
@@ -416,6 +429,7 @@ int Runner::run() {
     if (processes_ended() && !quit_sent_) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       quit_sent_ = true;
+      if (watch_) watch_->stop();
       promise_no_more_channels();
       if (!tearing_down_) {
         send_all(kQuit);
@@ -435,6 +449,7 @@ int Runner::run() {
     }
     if (now >= next_beat_ms_) beat();
     update_status(now);
+    write_top(now);
     poll_for(timeout_ms(now));
     out_.flush();
   }

@@ -2,6 +2,7 @@
 // events; stack dumps on demand.
 #include <errno.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -240,6 +241,7 @@ void Runner::handle(const TransportEvent& e) {
     return;
   }
   if (stacks_ && stacks_->offer(e)) return;
+  if (watch_ && watch_->offer(e)) return;
   if (e.kind == TransportEvent::Kind::kHostLost) return lose_host(e.host, std::string(e.data));
   int proc = get(proc_of_channel_, e.channel);
   if (proc >= 0) return handle_process(static_cast<size_t>(proc), e);
@@ -256,6 +258,59 @@ void Runner::handle(const TransportEvent& e) {
     p.exited = true;  // the teardown came first: the failed run's status stands
     finish_process(p, "");
   }
+}
+
+// A straggler raised or cleared (watch.h): one line, an event, and the record for summary.json.
+void Runner::on_straggler(const StragglerChange& c) {
+  const std::string& host = host_name(c.host);
+  std::string ranks = fmt::format("{}", fmt::join(c.ranks, ", "));
+  double at = (t_.now_ms() - started_ms_) / 1000;
+  if (c.raised) {
+    const RankRate& w = c.worst;
+    out_.message(fmt::format(
+        "straggler: {} (rank{} {}): the others wait for it: busy {:.2f} CPU ({:.2f} computing, "
+        "{:.2f} waiting for a CPU, {:.2f} throttled by its CPU quota, {:.2f} stolen) where the "
+        "median rank is busy {:.2f}",
+        host, c.ranks.size() > 1 ? "s" : "", ranks, c.demand, w.cpu, w.wait, w.throttled, w.steal,
+        c.median));
+    emit_event(events_, "straggler",
+               {{"host", host},
+                {"ranks", c.ranks},
+                {"demand", c.demand},
+                {"median", c.median},
+                {"cpu", w.cpu},
+                {"wait", w.wait},
+                {"throttled", w.throttled},
+                {"steal", w.steal}});
+    stragglers_.push_back({host, c.ranks, at, -1, c.demand, c.median});
+    return;
+  }
+  out_.message(
+      fmt::format("straggler cleared: {} (rank{} {})", host, c.ranks.size() > 1 ? "s" : "", ranks));
+  emit_event(events_, "straggler_cleared", {{"host", host}, {"ranks", c.ranks}});
+  for (auto& r : stragglers_)
+    if (r.host == host && r.until < 0) r.until = at;
+}
+
+// Once a second while the job runs: what `msrun-ssh top` shows, through a temporary name.
+void Runner::write_top(double now) {
+  if (!top_ || tearing_down_ || quit_sent_ || (top_at_ms_ >= 0 && now - top_at_ms_ < 1000)) return;
+  top_at_ms_ = now;
+  std::vector<RankOutput> outputs;
+  for (const Proc& p : procs_) {
+    if (p.out < 0) continue;
+    auto last = out_.last_lines(p.out);
+    const Process& s = *p.spec;
+    outputs.push_back({s.role == Role::kScheduler ? "sched" : std::to_string(s.rank), p.host,
+                       out_.lines(p.out), last.empty() ? std::string() : last.back()});
+  }
+  std::vector<std::string> names;
+  for (size_t h = 0; h < hosts_.size(); ++h) names.push_back(host_name(h));
+  std::string text = top_->snapshot(now, plan_.job_id, names, *watch_, outputs).dump() + "\n";
+  std::string tmp = top_file_ + ".tmp";
+  if (write_text_file(tmp, text) && std::rename(tmp.c_str(), top_file_.c_str()) == 0) return;
+  std::remove(tmp.c_str());
+  top_.reset();  // said once (write_text_file warned); the job goes on without it
 }
 
 }  // namespace msrun_ssh

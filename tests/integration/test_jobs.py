@@ -167,7 +167,8 @@ def test_stop_of_an_attached_job_ends_it_as_sigterm_would():
                   env={"XDG_STATE_HOME": env["XDG_STATE_HOME"]})
     try:
         wait_for(lambda: len(_tickers()) == 7, 20, "7 tickers")
-        records = os.listdir(os.path.join(env["XDG_STATE_HOME"], "msrun-ssh", "jobs"))
+        records = [f for f in os.listdir(os.path.join(env["XDG_STATE_HOME"], "msrun-ssh", "jobs"))
+                   if f.endswith(".json")]  # (beside it: the job's .top, for msrun-ssh top)
         check(len(records) == 1, f"records {records}")
         job_id = records[0][:-len(".json")]
         r = _tool(env, "stop", "--job", job_id, "--kill_grace", "2")

@@ -81,7 +81,8 @@ TEST(Help, EveryOptionIsAcceptedExactlyByTheCommandsItIsDocumentedFor) {
 TEST(Help, EveryCommandIsDocumentedOnce) {
   Names names;
   for (const auto& c : command_docs()) EXPECT_TRUE(names.insert(c.name).second) << c.name;
-  EXPECT_EQ(names, (Names{"run", "check", "stop", "list", "status", "logs", "sync", "stack"}));
+  EXPECT_EQ(names,
+            (Names{"run", "check", "stop", "list", "status", "logs", "sync", "stack", "top"}));
   EXPECT_EQ(command_docs()[0].command, Command::kRun);
 }
 

@@ -93,6 +93,7 @@ class Runner : public ms::test::TempDirTest {
     options_.connect_timeout = 10;
     options_.log_dir = dir_ + "/logs";
     options_.job_id = "job-1";
+    options_.watch = false;  // the samplers' channels have a test of their own (Watch*, below)
     console_out_ = ::open((dir_ + "/console.out").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     console_err_ = ::open((dir_ + "/console.err").c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     ASSERT_GE(console_out_, 0);
@@ -167,6 +168,59 @@ class Runner : public ms::test::TempDirTest {
   std::vector<ms::SummaryRow> rows_;
   double ended_ms_ = -1;
 };
+
+// --- The straggler watch (--watch; watch.h) -----------------------------------------------------
+
+// A host's sampler (sampler.pl) printing, once a second for `seconds` s, `busy` CPUs of use for
+// each of `ranks`.
+ProcScript sampler(const Strings& ranks, double busy, int seconds) {
+  ProcScript p;
+  for (int i = 0; i < seconds; ++i) {
+    std::string rs;
+    for (const auto& r : ranks)
+      rs += fmt::format(
+          "{}{{\"rank\":\"{}\",\"pids\":1,\"cpu\":{},\"wait_ns\":0,\"rss_kb\":1,"
+          "\"thr_ns\":-1,\"state\":\"S\"}}",
+          rs.empty() ? "" : ",", r, 100 * busy * i);
+    p.output.push_back({0.05 + i, fmt::format("{{\"t\":{},\"hz\":100,\"cpu\":[],\"ranks\":[{}]}}\n",
+                                              1000 + i, rs)});
+  }
+  return p;
+}
+
+TEST_F(Runner, WatchNamesTheHostTheOthersWaitForAndEndsItsSamplers) {
+  plan_ = make_plan({2, 2});
+  options_.watch = true;
+  HostScript fast = host({exits(12), exits(12)}), slow = host({exits(12), exits(12)});
+  fast.other_commands = {{"exec perl -e", sampler({"0", "1"}, 0.1, 11)}};
+  slow.other_commands = {{"exec perl -e", sampler({"2", "3"}, 0.95, 11)}};
+  FakeTransport fake({fast, slow});
+  with_events();
+  EXPECT_EQ(run(fake), 0);
+  std::vector<nlohmann::json> raised;
+  for (const auto& e : events())
+    if (e.at("type") == "straggler") raised.push_back(e);
+  ASSERT_EQ(raised.size(), 1u) << console_err();
+  EXPECT_EQ(raised[0].at("host"), "node1");
+  EXPECT_EQ(raised[0].at("ranks"), (Strings{"2", "3"}));
+  EXPECT_NE(console_err().find("straggler: node1 (ranks 2, 3): the others wait for it"),
+            std::string::npos)
+      << console_err();
+  ASSERT_EQ(runner().stragglers().size(), 1u);
+  EXPECT_EQ(runner().stragglers()[0].host, "node1");
+  EXPECT_LT(runner().stragglers()[0].since, 6);
+  // One sampler per host, over the job's own transport; both ended with the job.
+  Strings samplers;
+  for (const auto& c : fake.channels())
+    if (c.command.find("exec perl -e") != std::string::npos) samplers.push_back(c.command);
+  ASSERT_EQ(samplers.size(), 2u);
+  EXPECT_NE(samplers[0].find("'job-1' 1"), std::string::npos) << samplers[0].substr(0, 80);
+  size_t killed = 0;
+  for (const auto& k : fake.kills)
+    killed += fake.channels().at(static_cast<size_t>(k.channel)).command.find("exec perl -e") !=
+              std::string::npos;
+  EXPECT_EQ(killed, 2u);
+}
 
 // --- Normal end ----------------------------------------------------------------------------------
 

@@ -1,0 +1,113 @@
+# The sampler of a running job on one host (watch.h): perl -e THIS JOB INTERVAL. Every INTERVAL
+# seconds it prints one JSON line about the job's processes here, found by the job's marker in
+# their environment (MSRUN_SSH_JOB=JOB, as the sweep finds them), grouped by rank:
+#   {"t": SECONDS (monotonic), "hz": CLOCK TICKS PER SECOND, "cpu": [ticks of /proc/stat's cpu
+#    line: user nice system idle iowait irq softirq steal], "load": 1-minute load, "mem_kb":
+#    [MemTotal, MemAvailable], "ranks": [{"rank": "0" | "sched", "pids": N, "cpu": utime+stime
+#    ticks, "wait_ns": run-queue wait of every thread (schedstat), "rss_kb": N, "thr_ns": the CPU
+#    throttling of its cgroup (cpu.stat; -1 when unknown), "state": "R"|"S"|"D"|...}]}
+# Only core Perl, no module; it reads /proc and /sys and nothing else, and ends when its stdin
+# ends (the launcher or the agent is gone) or after 10 scans without a process of the job.
+use strict;
+use warnings;
+
+my ($job, $interval) = @ARGV;
+$interval = 1 if !$interval || $interval < 0.1;
+$| = 1;
+
+sub slurp {
+  my ($path) = @_;
+  open(my $fh, '<', $path) or return undef;
+  local $/;
+  my $text = <$fh>;
+  close $fh;
+  return $text;
+}
+
+# The cgroup's throttled time in ns: v1 cpu controller (throttled_time, ns) or v2
+# (throttled_usec); -1 when there is none to read.
+my %throttle_path;
+sub throttled_ns {
+  my ($pid) = @_;
+  my $cg = slurp("/proc/$pid/cgroup") // return -1;
+  my $path;
+  for my $line (split /\n/, $cg) {
+    my (undef, $controllers, $p) = split /:/, $line, 3;
+    next unless defined $p;
+    if ($controllers eq '') { $path //= "/sys/fs/cgroup$p/cpu.stat"; next }
+    for my $c (split /,/, $controllers) {
+      $path = "/sys/fs/cgroup/$controllers$p/cpu.stat" if $c eq 'cpu';
+    }
+  }
+  return -1 unless defined $path;
+  my $stat = slurp($path) // return -1;
+  return $1 if $stat =~ /^throttled_time (\d+)/m;
+  return $1 * 1000 if $stat =~ /^throttled_usec (\d+)/m;
+  return -1;
+}
+
+sub wait_ns {
+  my ($pid) = @_;
+  my $sum = 0;
+  opendir(my $dh, "/proc/$pid/task") or return 0;
+  for my $tid (readdir $dh) {
+    next unless $tid =~ /^\d+$/;
+    my $s = slurp("/proc/$pid/task/$tid/schedstat") // next;
+    my (undef, $wait) = split ' ', $s;
+    $sum += $wait // 0;
+  }
+  closedir $dh;
+  return $sum;
+}
+
+my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
+my $empty = 0;
+my $stdin = '';
+vec($stdin, fileno(STDIN), 1) = 1;
+while (1) {
+  my %rank;
+  opendir(my $proc, '/proc') or die "no /proc\n";
+  my @pids = grep { /^\d+$/ } readdir $proc;
+  closedir $proc;
+  for my $pid (@pids) {
+    my $env = slurp("/proc/$pid/environ") // next;
+    $env = "\0$env";
+    next if index($env, $marker) < 0;
+    my $who = $env =~ /\0MS_ROLE=MS_SCHED\0/ ? 'sched'
+      : $env =~ /\0RANK_ID=(\d+)\0/ ? $1
+      : $env =~ /\0RANK=(\d+)\0/ ? $1 : 'other';
+    my $stat = slurp("/proc/$pid/stat") // next;
+    $stat =~ s/^.*\) //s;    # after the command name, which may hold anything
+    my @f = split ' ', $stat;  # f[0] is field 3 (state)
+    my $r = $rank{$who} //= {pids => 0, cpu => 0, wait_ns => 0, rss_kb => 0, thr_ns => -1,
+                             state => 'S'};
+    $r->{pids}++;
+    $r->{cpu} += $f[11] + $f[12];
+    $r->{rss_kb} += $1 if (slurp("/proc/$pid/status") // '') =~ /^VmRSS:\s+(\d+)/m;
+    $r->{wait_ns} += wait_ns($pid);
+    $r->{state} = $f[0] if $f[0] eq 'R' || ($f[0] eq 'D' && $r->{state} ne 'R');
+    $r->{thr_ns} = throttled_ns($pid) if $r->{thr_ns} < 0;
+  }
+  my @cpu = ((slurp('/proc/stat') // '') =~ /^cpu\s+(.*)$/m ? (split ' ', $1)[0 .. 7] : ());
+  my ($load) = split ' ', (slurp('/proc/loadavg') // '0');
+  my $mem = slurp('/proc/meminfo') // '';
+  my ($total) = $mem =~ /^MemTotal:\s+(\d+)/m;
+  my ($avail) = $mem =~ /^MemAvailable:\s+(\d+)/m;
+  my @ranks = map {
+    my $r = $rank{$_};
+    sprintf('{"rank":"%s","pids":%d,"cpu":%d,"wait_ns":%d,"rss_kb":%d,"thr_ns":%d,"state":"%s"}',
+            $_, @$r{qw(pids cpu wait_ns rss_kb thr_ns state)})
+  } sort keys %rank;
+  my $t = slurp('/proc/uptime') // '0';
+  printf('{"t":%s,"hz":100,"cpu":[%s],"load":%s,"mem_kb":[%d,%d],"ranks":[%s]}' . "\n",
+         (split ' ', $t)[0], join(',', map { $_ // 0 } @cpu), $load, $total // 0, $avail // 0,
+         join(',', @ranks));
+  $empty = %rank ? 0 : $empty + 1;
+  exit 0 if $empty >= 10;
+  my $ready = select(my $rin = $stdin, undef, undef, $interval);
+  if ($ready > 0) {  # what comes on stdin is not for us: its end is
+    my $n = sysread(STDIN, my $buf, 4096);
+    exit 0 if !$n;
+    select(undef, undef, undef, $interval);
+  }
+}

@@ -1,0 +1,146 @@
+"""The straggler watch (#38, docs/slow-nodes.md) on the namespace cluster: a synchronous job
+(jobs/lockstep.py: every worker computes, then waits at a barrier) with one host held to 15% of
+one CPU by a cgroup quota on its sshd (cluster.sh throttle) gets a `straggler` event naming that
+host and its ranks, and no other; once the quota is lifted, `straggler_cleared`. A job whose ranks
+print unevenly but run at the same speed gets none. The samplers end with the job."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+from harness import (addresses, binary, check, cluster, job, launch, run, tmpdir, wait_for,
+                     wait_no_leftovers)
+
+SLOW = 1
+
+
+def _events(path):
+    if not os.path.exists(path):
+        return []
+    out = []
+    for line in open(path, encoding="utf-8", errors="replace"):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def _wait_event(path, kind, timeout, p):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and p.poll() is None:
+        found = [e for e in _events(path) if e.get("type") == kind]
+        if found:
+            return found
+        time.sleep(0.25)
+    return [e for e in _events(path) if e.get("type") == kind]
+
+
+def test_a_throttled_host_is_named_a_straggler_then_cleared():
+    addrs = addresses()
+    events = os.path.join(tmpdir(), "watch-events.jsonl")
+    cluster("throttle", SLOW, 15)
+    p = None
+    try:
+        p, log_dir = launch([job("lockstep.py"), "90", "0.05"], extra=["--events", events])
+        try:
+            first = _wait_event(events, "process_started", 30, p)
+            check(first, "the job did not start")
+            t0 = time.monotonic()
+            raised = _wait_event(events, "straggler", 20, p)
+            took = time.monotonic() - t0
+            check(raised, f"no straggler event within 20 s: {_events(events)[-5:]}")
+            r = raised[0]
+            check(r["host"] == addrs[SLOW] and sorted(r["ranks"]) == ["2", "3"],
+                  f"the straggler named {r}, expected {addrs[SLOW]} ranks 2, 3")
+            check(r["demand"] >= 0.5 and r["demand"] >= 3 * r["median"], f"{r}")
+        finally:
+            cluster("throttle", SLOW, 0)
+        cleared = _wait_event(events, "straggler_cleared", 30, p)
+        check(cleared and cleared[0]["host"] == addrs[SLOW], f"not cleared: {_events(events)[-5:]}")
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        cluster("throttle", SLOW, 0)
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+    check(p.returncode == 130, f"exit {p.returncode}: {err.decode()[-1500:]}")
+    every = [e for e in _events(events) if e.get("type") == "straggler"]
+    check(len(every) == 1, f"straggler events {every}")
+    check(f"straggler: {addrs[SLOW]} (ranks 2, 3)".encode() in err, err.decode()[-1500:])
+    summary = json.load(open(os.path.join(log_dir, "summary.json")))
+    s = summary["stragglers"]
+    check(len(s) == 1 and s[0]["host"] == addrs[SLOW] and s[0]["until_s"] is not None, f"{s}")
+    print(f"straggler named {took:.1f} s after the start")
+    wait_no_leftovers(5)
+
+
+def test_uneven_output_at_an_even_speed_raises_nothing():
+    events = os.path.join(tmpdir(), "watch-even.jsonl")
+    code, _, err, log_dir = run([job("lockstep.py"), "15", "0.05", "0", "2"],
+                                extra=["--events", events], timeout=90)
+    check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+    kinds = [e["type"] for e in _events(events)]
+    check("straggler" not in kinds, f"a straggler in an even job: {_events(events)}")
+    summary = json.load(open(os.path.join(log_dir, "summary.json")))
+    check(summary["stragglers"] == [], f"{summary['stragglers']}")
+    chatty = open(os.path.join(log_dir, "worker_2.log")).read().count("says")
+    quiet = open(os.path.join(log_dir, "worker_3.log")).read().count("says")
+    check(chatty > 1000 and quiet == 0, f"rank 2 said {chatty} lines, rank 3 {quiet}")
+    wait_no_leftovers(5)
+
+
+def _screen(session):
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                          text=True, timeout=10).stdout
+
+
+def test_top_in_a_terminal_shows_every_host_and_rank():
+    """`msrun-ssh top` in a real terminal (tmux) from another "terminal" than the job's: its screen,
+    refreshed each second, has every host and every rank with its CPU, lines per second and step
+    (lockstep.py prints "step N"), and the straggler; it ends by itself when the job ends."""
+    if not shutil.which("tmux"):
+        raise AssertionError("tmux is not installed (the CI installs it)")
+    addrs = addresses()
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+    cluster("throttle", SLOW, 15)
+    p = None
+    session = f"msrs-top-{os.getpid()}"
+    try:
+        p, _ = launch([job("lockstep.py"), "25", "0.05"], env={"XDG_STATE_HOME": state})
+        top = f"XDG_STATE_HOME={state} {binary()} top"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", "env",
+                        "TERM=xterm", "bash", "--norc", "--noprofile", "-c",
+                        f"{top}; echo TOP-EXIT=$?; sleep 60"], check=True, timeout=10)
+        def ready():
+            s = _screen(session)
+            return "STRAGGLER" in s and all(f" {r} " in s for r in "012345") and "step" in s
+        wait_for(ready, 30, "top's screen with every rank and the straggler")
+        screen = _screen(session)
+        check(f"msrun-ssh top: job" in screen, screen)
+        for a in addrs:
+            check(a in screen, f"{a} not on the screen:\n{screen}")
+        slow = [l for l in screen.splitlines() if l.startswith(addrs[SLOW])]
+        check(slow and "STRAGGLER" in slow[0], f"the straggler's row:\n{screen}")
+        others = [l for l in screen.splitlines() if l.startswith(addrs[0]) or l.startswith(addrs[2])]
+        check(others and all("STRAGGLER" not in l for l in others), screen)
+        rank0 = [l for l in screen.splitlines() if re.match(r"^\s+0 ", l)]
+        check(rank0 and re.search(r"\d+\s+\d+\.\d+\s*$", rank0[0]), f"rank 0's step rate:\n{screen}")
+        check(all(len(l) <= 120 for l in screen.splitlines()), "wider than the terminal")
+    finally:
+        cluster("throttle", SLOW, 0)
+        if p is not None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    wait_for(lambda: "TOP-EXIT=0" in _screen(session), 15, "top to end with the job")
+    subprocess.run(["tmux", "kill-session", "-t", session], timeout=10)
+    wait_no_leftovers(5)

@@ -1,0 +1,265 @@
+// The straggler watch (src/watch/watch.cc, src/remote/sampler.pl): the sampler's lines, the rates
+// between two samples, the rule, and the sampler itself run here.
+#include "msrun_ssh/watch.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "msrun_ssh/base.h"
+#include "reply_transport.h"
+#include "test_util.h"
+
+namespace msrun_ssh {
+namespace {
+
+// A host's sample at `t` s: ranks as (rank, cpu ticks, wait ns, throttled ns); steal ticks.
+HostSample sample(double t,
+                  const std::vector<std::tuple<std::string, double, double, double>>& ranks,
+                  double steal = 0) {
+  HostSample s;
+  s.t = t;
+  s.cpu = {100 * t, 0, 0, 100 * t, 0, 0, 0, steal};
+  for (const auto& [rank, cpu, wait, thr] : ranks)
+    s.ranks.push_back({rank, 1, cpu, wait, 1000, thr, "S"});
+  return s;
+}
+
+TEST(WatchSample, ParsesTheSamplersLine) {
+  auto s = parse_sample(
+      R"({"t":28752.83,"hz":100,"cpu":[691352,548965,193390,4291188,4383,0,6901,3407],"load":0.25,)"
+      R"("mem_kb":[24683664,24221628],"ranks":[{"rank":"3","pids":2,"cpu":150,"wait_ns":145774,)"
+      R"("rss_kb":1668,"thr_ns":-1,"state":"R"},{"rank":"sched","pids":1,"cpu":1,"wait_ns":0,)"
+      R"("rss_kb":1,"thr_ns":5,"state":"S"}]})");
+  ASSERT_TRUE(s);
+  EXPECT_DOUBLE_EQ(s->t, 28752.83);
+  EXPECT_EQ(s->cpu.size(), 8u);
+  EXPECT_EQ(s->mem_total_kb, 24683664);
+  EXPECT_EQ(s->mem_avail_kb, 24221628);
+  ASSERT_EQ(s->ranks.size(), 2u);
+  EXPECT_EQ(s->ranks[0].rank, "3");
+  EXPECT_EQ(s->ranks[0].pids, 2);
+  EXPECT_DOUBLE_EQ(s->ranks[0].cpu_ticks, 150);
+  EXPECT_DOUBLE_EQ(s->ranks[0].throttled_ns, -1);
+  EXPECT_EQ(s->ranks[0].state, "R");
+  EXPECT_DOUBLE_EQ(s->ranks[1].throttled_ns, 5);
+  EXPECT_FALSE(parse_sample("msrun-ssh: not a sample"));
+  EXPECT_FALSE(parse_sample(R"({"t": 1})"));
+}
+
+TEST(WatchSample, RatesBetweenTwoSamples) {
+  // Over 2 s: rank 0 used 1.5 s of CPU (150 ticks), waited 0.4 s, its cgroup throttled 1 s;
+  // the host's CPUs were half busy and 10% stolen.
+  HostSample a = sample(10, {{"0", 100, 1e9, 0}, {"1", 0, 0, -1}}, 0);
+  HostSample b = sample(12, {{"0", 250, 1.4e9, 1e9}, {"1", 20, 0, -1}}, 40);
+  b.cpu = {1000 + 120, 0, 80, 1000 + 160, 0, 0, 0, 40};
+  a.cpu = {1000, 0, 0, 1000, 0, 0, 0, 0};
+  auto r = host_rate(a, b);
+  ASSERT_TRUE(r);
+  EXPECT_NEAR(r->busy, 240.0 / 400, 1e-9);  // (120 + 80 + 40) of 400 ticks
+  EXPECT_NEAR(r->steal, 40.0 / 400, 1e-9);
+  ASSERT_EQ(r->ranks.size(), 2u);
+  EXPECT_NEAR(r->ranks[0].cpu, 0.75, 1e-9);
+  EXPECT_NEAR(r->ranks[0].wait, 0.2, 1e-9);
+  EXPECT_NEAR(r->ranks[0].throttled, 0.5, 1e-9);
+  EXPECT_NEAR(r->ranks[0].demand(), 0.75 + 0.5 + 0.1, 1e-9);  // the larger of wait and quota
+  EXPECT_NEAR(r->ranks[1].cpu, 0.1, 1e-9);
+  EXPECT_DOUBLE_EQ(r->ranks[1].throttled, 0);
+  EXPECT_FALSE(host_rate(b, a));  // not later
+}
+
+// Feeds one sample per host per second for `seconds` s: hosts[h] gives each rank's CPU use.
+std::vector<StragglerChange> run_for(
+    StragglerWatch& w, double& t,
+    const std::vector<std::vector<std::pair<std::string, double>>>& hosts, int seconds,
+    std::vector<double>& ticks) {
+  std::vector<StragglerChange> out;
+  for (int i = 0; i < seconds; ++i, ++t)
+    for (size_t h = 0; h < hosts.size(); ++h) {
+      std::vector<std::tuple<std::string, double, double, double>> ranks;
+      for (size_t k = 0; k < hosts[h].size(); ++k) {
+        ticks[h * 8 + k] += 100 * hosts[h][k].second;
+        ranks.emplace_back(hosts[h][k].first, ticks[h * 8 + k], 0, -1);
+      }
+      for (auto& c : w.add(h, sample(t, ranks))) out.push_back(c);
+    }
+  return out;
+}
+
+TEST(WatchStraggler, RaisedOnceForTheSlowHostThenCleared) {
+  StragglerWatch w(3);
+  double t = 100;
+  std::vector<double> ticks(24, 0);
+  std::vector<std::vector<std::pair<std::string, double>>> slow{
+      {{"0", 0.1}, {"1", 0.1}, {"sched", 0.9}},
+      {{"2", 0.95}, {"3", 0.9}},
+      {{"4", 0.1}, {"5", 0.1}}};
+  auto changes = run_for(w, t, slow, 2, ticks);
+  EXPECT_TRUE(changes.empty()) << "raised before kRaiseAfter samples";
+  changes = run_for(w, t, slow, 10, ticks);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_TRUE(changes[0].raised);
+  EXPECT_EQ(changes[0].host, 1u);
+  EXPECT_EQ(changes[0].ranks, (std::vector<std::string>{"2", "3"}));
+  EXPECT_NEAR(changes[0].demand, 0.95, 1e-6);
+  EXPECT_NEAR(changes[0].median, 0.1, 1e-6);
+  EXPECT_TRUE(w.raised(1));
+  // Everyone at the same pace again: cleared once the window has forgotten, after kClearAfter.
+  std::vector<std::vector<std::pair<std::string, double>>> even{
+      {{"0", 0.3}, {"1", 0.3}}, {{"2", 0.3}, {"3", 0.3}}, {{"4", 0.3}, {"5", 0.3}}};
+  changes = run_for(w, t, even, 15, ticks);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].raised);
+  EXPECT_EQ(changes[0].host, 1u);
+  EXPECT_EQ(changes[0].ranks, (std::vector<std::string>{"2", "3"}));
+  EXPECT_FALSE(w.raised(1));
+}
+
+TEST(WatchStraggler, NotForRanksAllSlowTogetherNorForTheScheduler) {
+  StragglerWatch w(2);
+  double t = 0;
+  std::vector<double> ticks(16, 0);
+  // All busy: none stands out.
+  EXPECT_TRUE(
+      run_for(w, t, {{{"0", 0.95}, {"1", 0.9}}, {{"2", 0.92}, {"3", 0.97}}}, 20, ticks).empty());
+  // Only the scheduler is busy: it is not a worker the others wait for.
+  StragglerWatch s(2);
+  t = 0;
+  std::fill(ticks.begin(), ticks.end(), 0);
+  EXPECT_TRUE(run_for(s, t, {{{"sched", 1.0}, {"0", 0.05}}, {{"1", 0.05}, {"2", 0.05}}}, 20, ticks)
+                  .empty());
+  // Busy, but below kMinDemand: a light job waits on something else.
+  StragglerWatch l(2);
+  t = 0;
+  std::fill(ticks.begin(), ticks.end(), 0);
+  EXPECT_TRUE(run_for(l, t, {{{"0", 0.4}}, {{"1", 0.01}}}, 20, ticks).empty());
+}
+
+TEST(WatchStraggler, OneSlowHostOfTwo) {
+  // The lower median: with one slow host of two, the fast host's ranks set the median.
+  StragglerWatch w(2);
+  double t = 0;
+  std::vector<double> ticks(16, 0);
+  auto changes = run_for(w, t, {{{"0", 0.1}, {"1", 0.1}}, {{"2", 0.9}, {"3", 0.95}}}, 10, ticks);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].host, 1u);
+}
+
+// The sampler itself, here: it finds a process carrying the job's marker, by its rank.
+TEST(WatchSampler, FindsTheJobsProcessesByRank) {
+  if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
+  pid_t child = fork();
+  if (child == 0) {
+    char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("10"), nullptr};
+    char* envp[] = {const_cast<char*>("MSRUN_SSH_JOB=watch-unit-job"),
+                    const_cast<char*>("RANK_ID=7"), nullptr};
+    execve("/bin/sleep", argv, envp);
+    _exit(127);
+  }
+  std::string out;
+  for (int i = 0; i < 50 && out.find("\"rank\":\"7\"") == std::string::npos; ++i)
+    out = test::shell_output("echo | " + sampler_command("watch-unit-job", 0.1));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto s = parse_sample(out.substr(0, out.find('\n')));
+  ASSERT_TRUE(s) << out;
+  ASSERT_EQ(s->ranks.size(), 1u) << out;
+  EXPECT_EQ(s->ranks[0].rank, "7");
+  EXPECT_EQ(s->ranks[0].pids, 1);
+  EXPECT_GT(s->ranks[0].rss_kb, 0);
+  EXPECT_EQ(s->cpu.size(), 8u);
+  EXPECT_GT(s->mem_total_kb, 0);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
+
+namespace msrun_ssh {
+namespace {
+
+TEST(WatchTop, ProgressSteps) {
+  std::optional<std::regex> none;
+  EXPECT_EQ(progress_step("epoch: 3, step: 120, loss is 0.5", none), 120);
+  EXPECT_EQ(progress_step("Iteration 42 done", none), 42);
+  EXPECT_EQ(progress_step(" 45%|####      | 120/1000 [00:12<01:30,  9.7it/s]", none), 120);
+  EXPECT_EQ(progress_step("Epoch 3/10", none), 3);
+  EXPECT_FALSE(progress_step("loss is 0.5", none));
+  EXPECT_FALSE(progress_step("stepped aside", none));  // no number after it
+  std::optional<std::regex> custom(std::regex(R"(batch=(\d+))"));
+  EXPECT_EQ(progress_step("step 5 batch=77", custom), 77);
+  EXPECT_FALSE(progress_step("step 5", custom));
+}
+
+// Samples of one host, once a second for `n` s: each rank in `ranks` busy `busy` CPUs.
+fake::Reply samples(const std::vector<std::string>& ranks, double busy, int n) {
+  fake::Reply r;
+  r.exit_at = -1;
+  for (int i = 0; i < n; ++i) {
+    std::string rs;
+    for (const auto& k : ranks)
+      rs += fmt::format(
+          "{}{{\"rank\":\"{}\",\"pids\":1,\"cpu\":{},\"wait_ns\":0,"
+          "\"rss_kb\":2048,\"thr_ns\":-1,\"state\":\"R\"}}",
+          rs.empty() ? "" : ",", k, 100 * busy * i);
+    r.output.push_back({0.01 + i, fmt::format("{{\"t\":{},\"hz\":100,\"cpu\":[{},0,0,{},0,0,0,0],"
+                                              "\"load\":1.5,\"mem_kb\":[4194304,2097152],"
+                                              "\"ranks\":[{}]}}\n",
+                                              50 + i, 100 * i, 100 * i, rs)});
+  }
+  return r;
+}
+
+TEST(WatchTop, SnapshotRatesAndScreen) {
+  fake::ReplyTransport t;
+  t.on("exec perl -e", samples({"0", "1"}, 0.1, 8), 0);
+  t.on("exec perl -e", samples({"2", "3"}, 0.9, 8), 1);
+  std::vector<StragglerChange> changes;
+  JobWatch watch(t, 2, [&](const StragglerChange& c) { changes.push_back(c); });
+  watch.start({0, 1}, "job-1", 1);
+  TopTracker top("");
+  nlohmann::json snap;
+  uint64_t lines = 0;
+  for (int second = 1; second <= 6; ++second) {
+    while (t.now_ms() < second * 1000.0)
+      t.poll(1000, [&](const TransportEvent& e) { EXPECT_TRUE(watch.offer(e)); });
+    lines += 10;
+    snap = top.snapshot(second * 1000.0, "job-1", {"node0", "node1"}, watch,
+                        {{"0", 0, lines, fmt::format("epoch: 1, step: {}, loss", second * 2)},
+                         {"2", 1, 5, "waiting"}});
+  }
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].host, 1u);
+  EXPECT_EQ(snap["job"], "job-1");
+  ASSERT_EQ(snap["hosts"].size(), 2u);
+  EXPECT_TRUE(snap["hosts"][1]["straggler"].get<bool>());
+  EXPECT_FALSE(snap["hosts"][0]["straggler"].get<bool>());
+  EXPECT_NEAR(snap["hosts"][0]["busy"].get<double>(), 0.5, 1e-9);
+  ASSERT_EQ(snap["ranks"].size(), 2u);
+  const auto& r0 = snap["ranks"][0];
+  EXPECT_NEAR(r0["lines_per_s"].get<double>(), 10, 1e-9);
+  EXPECT_NEAR(r0["steps_per_s"].get<double>(), 2, 1e-9);
+  EXPECT_EQ(r0["step"].get<double>(), 12);
+  EXPECT_NEAR(r0["cpu"].get<double>(), 0.1, 1e-6);
+  EXPECT_EQ(r0["rss_kb"].get<long>(), 2048);
+  const auto& r2 = snap["ranks"][1];
+  EXPECT_EQ(r2["lines_per_s"].get<double>(), 0);
+  EXPECT_NEAR(r2["last_line_age_s"].get<double>(), 5, 1e-9);  // its 5 lines came at second 1
+  EXPECT_FALSE(r2.contains("step"));
+  std::string screen = format_top(snap, 200);
+  EXPECT_NE(screen.find("msrun-ssh top: job job-1"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("STRAGGLER"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("node1"), std::string::npos);
+  EXPECT_NE(screen.find("2.0/4.0G"), std::string::npos) << screen;
+  for (std::string_view line : split_lines(format_top(snap, 40))) EXPECT_LE(line.size(), 40u);
+  // The samplers end with the job.
+  watch.stop();
+  EXPECT_EQ(t.kills.size(), 2u);
+}
+
+}  // namespace
+}  // namespace msrun_ssh
