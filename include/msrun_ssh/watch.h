@@ -125,9 +125,11 @@ class StragglerWatch {
   std::vector<Host> hosts_;
 };
 
-// The command of a host's sampler: `exec perl -e SAMPLER JOB INTERVAL` (without perl it ends at
-// once, and that host is not watched).
-std::string sampler_command(const std::string& job_id, double interval_s);
+// The command of a host's sampler: `exec perl -e SAMPLER JOB INTERVAL RANKS` (without perl it
+// ends at once, and that host is not watched). `ranks`: the host's rank words, comma-separated
+// ("sched,0,1"; "" for every process of the job it finds).
+std::string sampler_command(const std::string& job_id, double interval_s,
+                            const std::string& ranks = "");
 
 // The samplers of one job, riding on its runner's transport: start() opens one per host, offer()
 // takes every transport event and keeps the samplers' own, stop() ends them (at the job's end).
@@ -136,7 +138,9 @@ class JobWatch {
   using OnChange = std::function<void(const StragglerChange&)>;
   JobWatch(Transport& transport, size_t hosts, OnChange on_change);
 
-  void start(const std::vector<size_t>& hosts, const std::string& job_id, double interval_s);
+  // A sampler on each of `hosts`; `ranks[h]`: host h's rank words (sampler_command).
+  void start(const std::vector<size_t>& hosts, const std::vector<std::string>& ranks,
+             const std::string& job_id, double interval_s);
   // Whether `event` was a sampler's (then it is used up).
   bool offer(const TransportEvent& event);
   void stop();

@@ -1,18 +1,24 @@
-# The sampler of a running job on one host (watch.h): perl -e THIS JOB INTERVAL. Every INTERVAL
-# seconds it prints one JSON line about the job's processes here, found by the job's marker in
-# their environment (MSRUN_SSH_JOB=JOB, as the sweep finds them), grouped by rank:
+# The sampler of a running job on one host (watch.h): perl -e THIS JOB INTERVAL RANKS. Every
+# INTERVAL seconds it prints one JSON line about the job's processes here, found by the job's
+# marker in their environment (MSRUN_SSH_JOB=JOB, as the sweep finds them), grouped by rank, of
+# the ranks RANKS names (comma-separated rank words, "sched" for the scheduler: the host's own; a
+# process of another rank is another host's, seen here when hosts share a pid namespace):
 #   {"t": SECONDS (monotonic), "hz": CLOCK TICKS PER SECOND, "cpu": [ticks of /proc/stat's cpu
 #    line: user nice system idle iowait irq softirq steal], "load": 1-minute load, "mem_kb":
 #    [MemTotal, MemAvailable], "ranks": [{"rank": "0" | "sched", "pids": N, "cpu": utime+stime
 #    ticks, "wait_ns": run-queue wait of every thread (schedstat), "rss_kb": N, "thr_ns": the CPU
 #    throttling of its cgroup (cpu.stat; -1 when unknown), "state": "R"|"S"|"D"|...}]}
 # Only core Perl, no module; it reads /proc and /sys and nothing else, and ends when its stdin
-# ends (the launcher or the agent is gone) or after 10 scans without a process of the job.
+# ends (the launcher or the agent is gone) or after 10 scans without a process of the job. It
+# reads every process's environ (a host may run thousands) only every RESCAN-th sample, or when
+# it knows of no process of the job; in between, the processes it found.
 use strict;
 use warnings;
 
-my ($job, $interval) = @ARGV;
+my ($job, $interval, $ranks) = @ARGV;
 $interval = 1 if !$interval || $interval < 0.1;
+my %mine = map { $_ => 1 } split /,/, ($ranks // '');
+my $RESCAN = 5;
 $| = 1;
 
 sub slurp {
@@ -64,21 +70,33 @@ my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
 my $empty = 0;
 my $stdin = '';
 vec($stdin, fileno(STDIN), 1) = 1;
+my %known;  # pid -> [its rank word, its start time], the job's processes found by the last scan
+my $scans = 0;
 while (1) {
   my %rank;
-  opendir(my $proc, '/proc') or die "no /proc\n";
-  my @pids = grep { /^\d+$/ } readdir $proc;
-  closedir $proc;
-  for my $pid (@pids) {
-    my $env = slurp("/proc/$pid/environ") // next;
-    $env = "\0$env";
-    next if index($env, $marker) < 0;
-    my $who = $env =~ /\0MS_ROLE=MS_SCHED\0/ ? 'sched'
-      : $env =~ /\0RANK_ID=(\d+)\0/ ? $1
-      : $env =~ /\0RANK=(\d+)\0/ ? $1 : 'other';
-    my $stat = slurp("/proc/$pid/stat") // next;
+  if (!%known || $scans++ % $RESCAN == 0) {
+    %known = ();
+    opendir(my $proc, '/proc') or die "no /proc\n";
+    my @pids = grep { /^\d+$/ } readdir $proc;
+    closedir $proc;
+    for my $pid (@pids) {
+      my $env = slurp("/proc/$pid/environ") // next;
+      $env = "\0$env";
+      next if index($env, $marker) < 0;
+      my $who = $env =~ /\0MS_ROLE=MS_SCHED\0/ ? 'sched'
+        : $env =~ /\0RANK_ID=(\d+)\0/ ? $1
+        : $env =~ /\0RANK=(\d+)\0/ ? $1 : 'other';
+      my $stat = slurp("/proc/$pid/stat") // next;
+      $stat =~ s/^.*\) //s;
+      $known{$pid} = [$who, (split ' ', $stat)[19]] if !%mine || $mine{$who};
+    }
+  }
+  for my $pid (keys %known) {
+    my ($who, $started) = @{$known{$pid}};
+    my $stat = slurp("/proc/$pid/stat") // '';
     $stat =~ s/^.*\) //s;    # after the command name, which may hold anything
-    my @f = split ' ', $stat;  # f[0] is field 3 (state)
+    my @f = split ' ', $stat;  # f[0] is field 3 (state), f[19] field 22 (start time)
+    if (@f < 20 || $f[19] ne $started) { delete $known{$pid}; next }  # gone (or its pid reused)
     my $r = $rank{$who} //= {pids => 0, cpu => 0, wait_ns => 0, rss_kb => 0, thr_ns => -1,
                              state => 'S'};
     $r->{pids}++;

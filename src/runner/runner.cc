@@ -314,9 +314,15 @@ void Runner::start_processes() {
     std::vector<size_t> live;
     for (size_t h = 0; h < hosts_.size(); ++h)
       if (!hosts_[h].lost) live.push_back(h);
+    std::vector<std::string> ranks(hosts_.size());
+    for (const Proc& p : procs_) {
+      std::string& r = ranks[p.host];
+      r += r.empty() ? "" : ",";
+      r += p.spec->role == Role::kScheduler ? "sched" : std::to_string(p.spec->rank);
+    }
     watch_ = std::make_unique<JobWatch>(t_, hosts_.size(),
                                         [this](const StragglerChange& c) { on_straggler(c); });
-    watch_->start(live, plan_.job_id, 1);
+    watch_->start(live, ranks, plan_.job_id, 1);
     if (!top_file_.empty()) top_ = std::make_unique<TopTracker>(options_.progress_regex);
   }
   // An in-place restart opens a channel later: the promise waits for the end of the job then.

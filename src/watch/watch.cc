@@ -152,9 +152,10 @@ std::vector<StragglerChange> StragglerWatch::add(size_t host, HostSample sample)
   return {};
 }
 
-std::string sampler_command(const std::string& job_id, double interval_s) {
-  return fmt::format("exec perl -e {} {} {:g}", shell_quote(remote::kSamplerPl),
-                     shell_quote(job_id), interval_s);
+std::string sampler_command(const std::string& job_id, double interval_s,
+                            const std::string& ranks) {
+  return fmt::format("exec perl -e {} {} {:g} {}", shell_quote(remote::kSamplerPl),
+                     shell_quote(job_id), interval_s, shell_quote(ranks));
 }
 
 JobWatch::JobWatch(Transport& transport, size_t hosts, OnChange on_change)
@@ -163,10 +164,10 @@ JobWatch::JobWatch(Transport& transport, size_t hosts, OnChange on_change)
       watch_(hosts),
       lines_(hosts, LineFramer(1 << 16)) {}
 
-void JobWatch::start(const std::vector<size_t>& hosts, const std::string& job_id,
-                     double interval_s) {
-  std::string command = sampler_command(job_id, interval_s);
-  for (size_t h : hosts) host_of_[t_.exec(h, command)] = h;
+void JobWatch::start(const std::vector<size_t>& hosts, const std::vector<std::string>& ranks,
+                     const std::string& job_id, double interval_s) {
+  for (size_t h : hosts)
+    host_of_[t_.exec(h, sampler_command(job_id, interval_s, h < ranks.size() ? ranks[h] : ""))] = h;
 }
 
 bool JobWatch::offer(const TransportEvent& e) {

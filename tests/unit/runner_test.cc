@@ -214,7 +214,9 @@ TEST_F(Runner, WatchNamesTheHostTheOthersWaitForAndEndsItsSamplers) {
   for (const auto& c : fake.channels())
     if (c.command.find("exec perl -e") != std::string::npos) samplers.push_back(c.command);
   ASSERT_EQ(samplers.size(), 2u);
-  EXPECT_NE(samplers[0].find("'job-1' 1"), std::string::npos) << samplers[0].substr(0, 80);
+  EXPECT_TRUE(samplers[0].ends_with("'job-1' 1 '0,1'"))
+      << samplers[0].substr(samplers[0].size() - 40);
+  EXPECT_TRUE(samplers[1].ends_with("'job-1' 1 '2,3'"));
   size_t killed = 0;
   for (const auto& k : fake.kills)
     killed += fake.channels().at(static_cast<size_t>(k.channel)).command.find("exec perl -e") !=

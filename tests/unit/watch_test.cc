@@ -153,19 +153,26 @@ TEST(WatchStraggler, OneSlowHostOfTwo) {
 // The sampler itself, here: it finds a process carrying the job's marker, by its rank.
 TEST(WatchSampler, FindsTheJobsProcessesByRank) {
   if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
-  pid_t child = fork();
-  if (child == 0) {
-    char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("10"), nullptr};
-    char* envp[] = {const_cast<char*>("MSRUN_SSH_JOB=watch-unit-job"),
-                    const_cast<char*>("RANK_ID=7"), nullptr};
-    execve("/bin/sleep", argv, envp);
-    _exit(127);
-  }
+  // Rank 7 is this host's; rank 8, of the same job, another host's (a shared pid namespace).
+  auto start = [](const char* rank) {
+    pid_t child = fork();
+    if (child == 0) {
+      char* argv[] = {const_cast<char*>("sleep"), const_cast<char*>("10"), nullptr};
+      std::string r = std::string("RANK_ID=") + rank;
+      char* envp[] = {const_cast<char*>("MSRUN_SSH_JOB=watch-unit-job"), r.data(), nullptr};
+      execve("/bin/sleep", argv, envp);
+      _exit(127);
+    }
+    return child;
+  };
+  pid_t child = start("7"), other = start("8");
   std::string out;
   for (int i = 0; i < 50 && out.find("\"rank\":\"7\"") == std::string::npos; ++i)
-    out = test::shell_output("echo | " + sampler_command("watch-unit-job", 0.1));
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+    out = test::shell_output("echo | " + sampler_command("watch-unit-job", 0.1, "sched,7"));
+  for (pid_t p : {child, other}) {
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
   auto s = parse_sample(out.substr(0, out.find('\n')));
   ASSERT_TRUE(s) << out;
   ASSERT_EQ(s->ranks.size(), 1u) << out;
@@ -220,7 +227,7 @@ TEST(WatchTop, SnapshotRatesAndScreen) {
   t.on("exec perl -e", samples({"2", "3"}, 0.9, 8), 1);
   std::vector<StragglerChange> changes;
   JobWatch watch(t, 2, [&](const StragglerChange& c) { changes.push_back(c); });
-  watch.start({0, 1}, "job-1", 1);
+  watch.start({0, 1}, {"0,1", "2,3"}, "job-1", 1);
   TopTracker top("");
   nlohmann::json snap;
   uint64_t lines = 0;
