@@ -18,12 +18,15 @@ use warnings;
 my ($job, $interval, $ranks) = @ARGV;
 $interval = 1 if !$interval || $interval < 0.1;
 my %mine = map { $_ => 1 } split /,/, ($ranks // '');
+# Every path read is under $ROOT: "" on a host; the unit tests point it at a tree of fixture files
+# (/proc, and cgroup v1 and v2 under /sys/fs/cgroup).
+my $ROOT = $ENV{MSRUN_SSH_SAMPLER_ROOT} // '';
 my $RESCAN = 5;
 $| = 1;
 
 sub slurp {
   my ($path) = @_;
-  open(my $fh, '<', $path) or return undef;
+  open(my $fh, '<', "$ROOT$path") or return undef;
   local $/;
   my $text = <$fh>;
   close $fh;
@@ -55,7 +58,7 @@ sub throttled_ns {
 sub wait_ns {
   my ($pid) = @_;
   my $sum = 0;
-  opendir(my $dh, "/proc/$pid/task") or return 0;
+  opendir(my $dh, "$ROOT/proc/$pid/task") or return 0;
   for my $tid (readdir $dh) {
     next unless $tid =~ /^\d+$/;
     my $s = slurp("/proc/$pid/task/$tid/schedstat") // next;
@@ -76,7 +79,7 @@ while (1) {
   my %rank;
   if (!%known || $scans++ % $RESCAN == 0) {
     %known = ();
-    opendir(my $proc, '/proc') or die "no /proc\n";
+    opendir(my $proc, "$ROOT/proc") or die "no /proc\n";
     my @pids = grep { /^\d+$/ } readdir $proc;
     closedir $proc;
     for my $pid (@pids) {

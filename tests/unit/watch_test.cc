@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@
 
 namespace msrun_ssh {
 namespace {
+
+namespace fs = std::filesystem;
 
 // A host's sample at `t` s: ranks as (rank, cpu ticks, wait ns, throttled ns); steal ticks.
 HostSample sample(double t,
@@ -181,6 +185,63 @@ TEST(WatchSampler, FindsTheJobsProcessesByRank) {
   EXPECT_GT(s->ranks[0].rss_kb, 0);
   EXPECT_EQ(s->cpu.size(), 8u);
   EXPECT_GT(s->mem_total_kb, 0);
+}
+
+// The sampler over a tree of fixture files (MSRUN_SSH_SAMPLER_ROOT): ranks 0 and 1 of job "j"
+// here, rank 0 in a cgroup v1 cpu controller, rank 1 in a cgroup v2 one; rank 2 of the same job is
+// another host's (not in its list), pid 404 is not the job's.
+TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
+  if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
+  test::TempDir root;
+  auto put = [&](const std::string& path, const std::string& text) {
+    fs::create_directories(fs::path(root.path() + path).parent_path());
+    std::ofstream(root.path() + path) << text;
+  };
+  put("/proc/stat", "cpu  100 0 50 1000 10 0 5 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n");
+  put("/proc/loadavg", "0.50 0.40 0.30 1/100 999\n");
+  put("/proc/meminfo", "MemTotal:       1000 kB\nMemFree:  1 kB\nMemAvailable:    600 kB\n");
+  put("/proc/uptime", "123.45 100.00\n");
+  auto proc = [&](int pid, const std::string& env, const std::string& cgroup) {
+    std::string d = "/proc/" + std::to_string(pid);
+    put(d + "/environ", env);
+    put(d + "/stat",
+        std::to_string(pid) +
+            " (python3 (a) b) R 1 101 101 0 -1 0 0 0 0 0 250 50 0 0 20 0 1 0 5000 1 2\n");
+    put(d + "/status", "Name:\tpython3\nVmRSS:\t    2048 kB\n");
+    put(d + "/task/" + std::to_string(pid) + "/schedstat", "1000 3000000 5\n");
+    put(d + "/task/" + std::to_string(pid + 1) + "/schedstat", "2000 1000000 3\n");
+    put(d + "/cgroup", cgroup);
+  };
+  using namespace std::string_literals;
+  proc(101, "A=1\0MSRUN_SSH_JOB=j\0RANK_ID=0\0"s, "4:cpu,cpuacct:/jobA\n0::/ignored\n");
+  proc(202, "MSRUN_SSH_JOB=j\0RANK_ID=1\0"s, "0::/jobB\n");
+  proc(303, "MSRUN_SSH_JOB=j\0RANK_ID=2\0"s, "0::/jobB\n");
+  proc(404, "MSRUN_SSH_JOB=other\0RANK_ID=0\0"s, "0::/jobB\n");
+  put("/sys/fs/cgroup/cpu,cpuacct/jobA/cpu.stat",
+      "nr_periods 10\nnr_throttled 3\nthrottled_time 5000\n");
+  put("/sys/fs/cgroup/jobB/cpu.stat", "usage_usec 100\nnr_throttled 1\nthrottled_usec 7\n");
+  int status = 0;
+  std::string out = test::shell_output("echo | MSRUN_SSH_SAMPLER_ROOT=" + shell_quote(root.path()) +
+                                           " " + sampler_command("j", 0.1, "sched,0,1"),
+                                       &status);
+  auto s = parse_sample(out.substr(0, out.find('\n')));
+  ASSERT_TRUE(s) << out;
+  EXPECT_DOUBLE_EQ(s->t, 123.45);
+  EXPECT_EQ(s->cpu, (std::vector<double>{100, 0, 50, 1000, 10, 0, 5, 7}));
+  EXPECT_DOUBLE_EQ(s->load, 0.5);
+  EXPECT_EQ(s->mem_total_kb, 1000);
+  EXPECT_EQ(s->mem_avail_kb, 600);
+  ASSERT_EQ(s->ranks.size(), 2u) << out;
+  const RankSample& r0 = s->ranks[0];
+  EXPECT_EQ(r0.rank, "0");
+  EXPECT_EQ(r0.pids, 1);
+  EXPECT_DOUBLE_EQ(r0.cpu_ticks, 300);  // utime 250 + stime 50
+  EXPECT_DOUBLE_EQ(r0.wait_ns, 4e6);    // both threads' run-queue wait
+  EXPECT_EQ(r0.rss_kb, 2048);
+  EXPECT_DOUBLE_EQ(r0.throttled_ns, 5000);  // v1: throttled_time, ns
+  EXPECT_EQ(r0.state, "R");
+  EXPECT_EQ(s->ranks[1].rank, "1");
+  EXPECT_DOUBLE_EQ(s->ranks[1].throttled_ns, 7000);  // v2: throttled_usec
 }
 
 }  // namespace
