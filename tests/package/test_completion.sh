@@ -38,7 +38,7 @@ expect() {
   fi
 }
 
-expect " " "check list logs stack status stop"
+expect " " "check list logs stack status stop sync top"
 expect "st" "stack status stop"
 expect "--host" "--host_failures_to_exclude --hostfile"
 expect "--hostfile=h.toml --dry" "--dry_run"
@@ -46,6 +46,8 @@ expect "stop --j" "--job"
 expect "stop --job " "20261129-154501-3fa9c2 20261130-080000-000001"
 expect "stop --job 2026113" "20261130-080000-000001"
 expect "stack --job " "20261129-154501-3fa9c2 20261130-080000-000001"
+expect "top --job " "20261129-154501-3fa9c2 20261130-080000-000001"
+expect "top --on" "--once"
 expect "stop --hostfile h.toml --job = " "20261129-154501-3fa9c2 20261130-080000-000001"
 expect "--hostfile " "auto hosts.toml hosts.txt logs lsf pbs slurm train.py"
 expect "--hostfile hosts.t" "hosts.toml hosts.txt"
