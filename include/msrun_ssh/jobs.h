@@ -198,6 +198,15 @@ bool stop_attached_launcher(const JobRecord& record, const Options& options, std
 // Whether the record's launcher is a running msrun-ssh on this machine.
 bool launcher_runs_here(const JobRecord& record);
 
+// The hosts of a record, connected as far as they could be (the SSH options from the record,
+// those on the command line winning: options_from_record).
+struct Reached {
+  std::unique_ptr<HostTransport> pool;
+  std::vector<std::string> unreachable;  // per host: why it could not be connected ("" when it was)
+  bool all() const;
+};
+Reached reach(const JobRecord& record, const Options& options);
+
 // The options `stop --job ID` without --hostfile runs with: the record's SSH options where the
 // command line left them unset, and its hosts as the cluster to stop.
 Cluster cluster_of(const JobRecord& record);

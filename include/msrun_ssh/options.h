@@ -83,7 +83,7 @@ struct LifeCycleOptions {
   RestartPolicy restart_policy = RestartPolicy::kJob;
   // --agent: one launch agent per host (agent.h) or a channel per command; unset: auto (use_agent)
   std::optional<bool> agent;
-  bool watch = true;  // --watch: each host's sampler, the straggler events (watch.h)
+  bool watch = true;           // --watch: each host's sampler, the straggler events (watch.h)
   std::string progress_regex;  // --progress_regex: the step in a rank's line ("": the defaults)
 };
 

@@ -52,6 +52,7 @@ struct HostSample {
   long mem_total_kb = 0;
   long mem_avail_kb = 0;
   std::vector<RankSample> ranks;
+  std::vector<double> accel;  // each GPU / NPU's utilisation (%), when the host has a tool
 };
 
 // One sampler line; nullopt when it is not one.
@@ -79,6 +80,7 @@ struct HostRate {
   long mem_total_kb = 0;
   long mem_avail_kb = 0;
   std::vector<RankRate> ranks;
+  std::vector<double> accel;  // the last sample's
 };
 
 // The rates between `before` and `now` of one host (nullopt when `now` is not later).
@@ -146,6 +148,7 @@ class JobWatch {
   void stop();
 
   const StragglerWatch& stragglers() const { return watch_; }
+  size_t open() const { return host_of_.size(); }  // samplers still running
 
  private:
   Transport& t_;
@@ -173,6 +176,7 @@ struct RankOutput {
   size_t host = 0;
   uint64_t lines = 0;
   std::string last_line;
+  bool known = true;  // false: its output is not seen here (a detached job's): none of it shown
 };
 
 class TopTracker {
@@ -193,6 +197,7 @@ class TopTracker {
     double lines_per_s = 0;
     double steps_per_s = 0;
   };
+  void output_figures(const RankOutput& o, double now_ms, double dt, nlohmann::json& j);
   std::optional<std::regex> custom_;
   std::map<std::string, Seen> seen_;  // by "host/rank"
   double at_ms_ = -1;
@@ -204,8 +209,10 @@ std::string top_file(const std::string& jobs_dir, const std::string& job_id);
 // The screen of `top` from a snapshot, at most `width` columns wide.
 std::string format_top(const nlohmann::json& snapshot, size_t width);
 
-// `msrun-ssh top [--job ID] [--once]` (docs/slow-nodes.md): exit 0 when the job ended or on
-// Ctrl-C, 2 when there is no such job or it has no snapshot to read.
+// `msrun-ssh top [--job ID] [--once]` (docs/slow-nodes.md): an attached job from the snapshot its
+// launcher writes; a detached one over connections of its own (a sampler on each host, no output
+// figures: the output is in the hosts' logs). Exit 0 when the job ended or on Ctrl-C, 2 when
+// there is no such job or nothing to show, 255 when no host of a detached job could be reached.
 int top_command(const Options& options);
 
 }  // namespace msrun_ssh

@@ -53,7 +53,6 @@ std::vector<Round> ring(size_t n) {
   return rounds;
 }
 
-
 std::string value_of(const std::string& out, std::string_view key) {
   std::string needle = fmt::format("{}=", key);
   size_t pos = 0;

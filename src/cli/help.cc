@@ -298,11 +298,12 @@ const std::vector<CommandDoc>& command_docs() {
        "run ([3@host]). --follow keeps printing new lines until the job has ended on every host; "
        "Ctrl-C ends it."},
       {Command::kTop, "top", "msrun-ssh top [--job ID] [--once]",
-       "Watch a running attached job from another terminal, refreshed each second: per host CPU%, "
+       "Watch a running job from another terminal, refreshed each second: per host CPU%, "
        "steal, load, free memory and whether it is a straggler; per rank CPU%, run-queue wait, "
        "CPU-quota throttling, RSS, state, lines per second, age of its last line, its step and "
        "step rate (from its output: --progress_regex). Without --job: the newest job whose "
-       "launcher runs here. --once prints one screen. Ctrl-C ends it; it ends when the job does."},
+       "launcher runs here. A detached job is watched over connections of top's own (no output "
+       "columns). --once prints one screen. Ctrl-C ends it; it ends when the job does."},
       {Command::kStack, "stack", "msrun-ssh stack [OPTIONS] [--hostfile FILE] --job ID",
        "Show where every process of a running job is, without stopping it: per host, each "
        "process's rank, pid, state and wait channel (/proc), then the Python stack of every thread "

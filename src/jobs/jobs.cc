@@ -17,18 +17,11 @@
 #include "msrun_ssh/ssh_settings.h"
 
 namespace msrun_ssh {
-namespace {
-
-// The hosts of a record, connected as far as they could be.
-struct Reached {
-  std::unique_ptr<HostTransport> pool;
-  std::vector<std::string> unreachable;  // per host: why it could not be connected ("" when it was)
-  bool all() const {
-    for (const auto& why : unreachable)
-      if (!why.empty()) return false;
-    return true;
-  }
-};
+bool Reached::all() const {
+  for (const auto& why : unreachable)
+    if (!why.empty()) return false;
+  return true;
+}
 
 Reached reach(const JobRecord& record, const Options& options) {
   Options o = options_from_record(options, record);
@@ -48,6 +41,8 @@ Reached reach(const JobRecord& record, const Options& options) {
   for (const auto& f : failures) r.unreachable.push_back(f ? f->reason : std::string());
   return r;
 }
+
+namespace {
 
 // Whether the record's launcher ran on another machine (a home shared between machines): its pid
 // says nothing here.

@@ -7,7 +7,9 @@
 #    line: user nice system idle iowait irq softirq steal], "load": 1-minute load, "mem_kb":
 #    [MemTotal, MemAvailable], "ranks": [{"rank": "0" | "sched", "pids": N, "cpu": utime+stime
 #    ticks, "wait_ns": run-queue wait of every thread (schedstat), "rss_kb": N, "thr_ns": the CPU
-#    throttling of its cgroup (cpu.stat; -1 when unknown), "state": "R"|"S"|"D"|...}]}
+#    throttling of its cgroup (cpu.stat; -1 when unknown), "state": "R"|"S"|"D"|...}],
+#    "accel": [utilisation % of each GPU / NPU] when nvidia-smi or npu-smi is installed (asked
+#    every RESCAN-th sample: a tool's run costs more than the rest)}
 # Only core Perl, no module; it reads /proc and /sys and nothing else, and ends when its stdin
 # ends (the launcher or the agent is gone) or after 10 scans without a process of the job. It
 # reads every process's environ (a host may run thousands) only every RESCAN-th sample, or when
@@ -74,10 +76,30 @@ my $empty = 0;
 my $stdin = '';
 vec($stdin, fileno(STDIN), 1) = 1;
 my %known;  # pid -> [its rank word, its start time], the job's processes found by the last scan
+my ($tool) = grep { my $t = $_; grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '') }
+  qw(nvidia-smi npu-smi);
+my @accel;  # the last utilisations read
+
+# Each accelerator's utilisation: nvidia-smi's utilization.gpu; npu-smi's AICore(%), the first
+# figure of each chip row ("| CHIP | BUS-ID | AICore(%) ...").
+sub accel {
+  my @u;
+  if ($tool eq 'nvidia-smi') {
+    @u = grep { /^\d+(\.\d+)?$/ } map { s/\s+//gr }
+      split /\n/, `nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null`;
+  } else {
+    for (split /\n/, `npu-smi info 2>/dev/null`) {
+      push @u, $1 if /^\|\s*\d+\s*\|\s*[0-9A-Fa-f]{4,}:\S+\s*\|\s*(\d+(?:\.\d+)?)/;
+    }
+  }
+  return @u;
+}
 my $scans = 0;
 while (1) {
   my %rank;
-  if (!%known || $scans++ % $RESCAN == 0) {
+  my $every = $scans++ % $RESCAN == 0;
+  @accel = accel() if $tool && $every;
+  if (!%known || $every) {
     %known = ();
     opendir(my $proc, "$ROOT/proc") or die "no /proc\n";
     my @pids = grep { /^\d+$/ } readdir $proc;
@@ -120,9 +142,9 @@ while (1) {
             $_, @$r{qw(pids cpu wait_ns rss_kb thr_ns state)})
   } sort keys %rank;
   my $t = slurp('/proc/uptime') // '0';
-  printf('{"t":%s,"hz":100,"cpu":[%s],"load":%s,"mem_kb":[%d,%d],"ranks":[%s]}' . "\n",
+  printf('{"t":%s,"hz":100,"cpu":[%s],"load":%s,"mem_kb":[%d,%d],"ranks":[%s]%s}' . "\n",
          (split ' ', $t)[0], join(',', map { $_ // 0 } @cpu), $load, $total // 0, $avail // 0,
-         join(',', @ranks));
+         join(',', @ranks), $tool ? ',"accel":[' . join(',', @accel) . ']' : '');
   $empty = %rank ? 0 : $empty + 1;
   exit 0 if $empty >= 10;
   my $ready = select(my $rin = $stdin, undef, undef, $interval);

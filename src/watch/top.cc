@@ -1,5 +1,6 @@
 // `msrun-ssh top`: the snapshot an attached run writes once a second, and its screen (watch.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -16,6 +17,8 @@
 
 namespace msrun_ssh {
 namespace {
+
+constexpr int kTopWaitSeconds = 120;
 
 const std::regex kStep(R"((?:^|[^A-Za-z])(?:step|iter|iteration)[^0-9\n]{0,4}(\d+))",
                        std::regex::icase);
@@ -34,9 +37,78 @@ std::optional<double> first_number(std::string_view line, const std::regex& re) 
 
 double per_second(double delta, double ms) { return ms > 0 ? delta * 1000 / ms : 0; }
 
+// A host's accelerators' utilisation: "35 0 12" (each device), "-" without a tool.
+std::string accel_cell(const nlohmann::json& host) {
+  if (!host.contains("accel") || !host["accel"].is_array() || host["accel"].empty()) return "-";
+  std::vector<double> v;
+  for (const auto& u : host["accel"]) v.push_back(u.is_number() ? u.get<double>() : -1);
+  return fmt::format("{:.0f}", fmt::join(v, " "));
+}
+
 std::string cut(std::string s, size_t width) {
   if (s.size() > width) s.resize(width);
   return s;
+}
+
+void show(const nlohmann::json& snap, bool tty) {
+  winsize ws{};
+  size_t width = tty && ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 200;
+  std::string screen = format_top(snap, width);
+  std::fputs(tty ? ("\x1b[H\x1b[2J" + screen).c_str() : (screen + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// A detached job: its launcher is gone, so `top` connects to its hosts (as `status` does) and runs
+// a sampler on each itself; once a second the screen, until every sampler has ended (no process
+// of the job left), Ctrl-C, or with --once the first screen after two samples.
+int top_of_detached(const JobRecord& record, const Options& options, int sfd) {
+  Reached r = reach(record, options);
+  std::vector<size_t> connected;
+  std::vector<std::string> hosts, ranks(record.hosts.size());
+  for (size_t h = 0; h < record.hosts.size(); ++h) {
+    hosts.push_back(record.hosts[h].endpoint.address);
+    if (r.unreachable.at(h).empty())
+      connected.push_back(h);
+    else
+      std::fprintf(stderr, "msrun-ssh: top: %s: %s\n", hosts.back().c_str(),
+                   r.unreachable[h].c_str());
+  }
+  if (connected.empty()) return kExitHostFailure;
+  std::vector<RankOutput> outputs;
+  for (const auto& p : record.processes) {
+    std::string word = p.rank < 0 ? "sched" : std::to_string(p.rank);
+    ranks[p.host] += (ranks[p.host].empty() ? "" : ",") + word;
+    outputs.push_back({word, p.host, 0, "", false});
+  }
+  JobWatch watch(*r.pool, hosts.size(), nullptr);
+  watch.start(connected, ranks, record.id, 1);
+  r.pool->watch_fd(sfd);
+  TopTracker top("");
+  const bool tty = isatty(1);
+  bool stop = false;
+  for (int second = 1; !stop; ++second) {
+    const double until = r.pool->now_ms() + 1000;
+    while (!stop && r.pool->now_ms() < until)
+      r.pool->poll(static_cast<int>(std::max(1.0, until - r.pool->now_ms())),
+                   [&](const TransportEvent& e) {
+                     if (e.kind == TransportEvent::Kind::kFdReady && e.fd == sfd)
+                       stop = signal_status(sfd) != 0;
+                     else
+                       watch.offer(e);
+                   });
+    if (stop) break;
+    if (watch.open() == 0) {
+      std::printf("top: job %s: no process of it is left on the hosts\n", record.id.c_str());
+      break;
+    }
+    if (second < 2) continue;  // rates need two samples
+    show(top.snapshot(r.pool->now_ms(), record.id, hosts, watch, outputs), tty);
+    if (options.once) break;
+  }
+  r.pool->unwatch_fd(sfd);
+  watch.stop();
+  r.pool->disconnect_all();
+  return kExitOk;
 }
 
 }  // namespace
@@ -63,6 +135,32 @@ TopTracker::TopTracker(const std::string& progress_regex) {
   }
 }
 
+void TopTracker::output_figures(const RankOutput& o, double now_ms, double dt, nlohmann::json& j) {
+  Seen& s = seen_[fmt::format("{}/{}", o.host, o.rank)];
+  if (s.lines_ms < 0 || o.lines != s.lines) {
+    s.lines_per_s = s.lines_ms < 0 ? 0 : per_second(static_cast<double>(o.lines - s.lines), dt);
+    s.lines = o.lines;
+    s.lines_ms = now_ms;
+  } else {
+    s.lines_per_s = 0;
+  }
+  if (auto step = progress_step(o.last_line, custom_)) {
+    if (s.step && *step != *s.step && s.step_ms >= 0)
+      s.steps_per_s = per_second(*step - *s.step, now_ms - s.step_ms);
+    if (!s.step || *step != *s.step) {
+      s.step = step;
+      s.step_ms = now_ms;
+    }
+  }
+  j["lines"] = o.lines;
+  j["lines_per_s"] = s.lines_per_s;
+  j["last_line_age_s"] = (now_ms - s.lines_ms) / 1000;
+  if (s.step) {
+    j["step"] = *s.step;
+    j["steps_per_s"] = s.steps_per_s;
+  }
+}
+
 nlohmann::json TopTracker::snapshot(double now_ms, const std::string& job_id,
                                     const std::vector<std::string>& hosts, const JobWatch& watch,
                                     const std::vector<RankOutput>& outputs) {
@@ -78,35 +176,13 @@ nlohmann::json TopTracker::snapshot(double now_ms, const std::string& job_id,
       j["load"] = r->load;
       j["mem_total_kb"] = r->mem_total_kb;
       j["mem_avail_kb"] = r->mem_avail_kb;
+      if (!r->accel.empty()) j["accel"] = r->accel;
     }
     hs.push_back(std::move(j));
   }
   for (const auto& o : outputs) {
-    Seen& s = seen_[fmt::format("{}/{}", o.host, o.rank)];
-    if (s.lines_ms < 0 || o.lines != s.lines) {
-      s.lines_per_s = s.lines_ms < 0 ? 0 : per_second(static_cast<double>(o.lines - s.lines), dt);
-      s.lines = o.lines;
-      s.lines_ms = now_ms;
-    } else {
-      s.lines_per_s = 0;
-    }
-    if (auto step = progress_step(o.last_line, custom_)) {
-      if (s.step && *step != *s.step && s.step_ms >= 0)
-        s.steps_per_s = per_second(*step - *s.step, now_ms - s.step_ms);
-      if (!s.step || *step != *s.step) {
-        s.step = step;
-        s.step_ms = now_ms;
-      }
-    }
-    nlohmann::json j{{"rank", o.rank},
-                     {"host", hosts.at(o.host)},
-                     {"lines", o.lines},
-                     {"lines_per_s", s.lines_per_s},
-                     {"last_line_age_s", (now_ms - s.lines_ms) / 1000}};
-    if (s.step) {
-      j["step"] = *s.step;
-      j["steps_per_s"] = s.steps_per_s;
-    }
+    nlohmann::json j{{"rank", o.rank}, {"host", hosts.at(o.host)}};
+    if (o.known) output_figures(o, now_ms, dt, j);
     if (const auto& r = watch.stragglers().rate(o.host))
       for (const auto& k : r->ranks)
         if (k.rank == o.rank) {
@@ -135,19 +211,19 @@ std::string format_top(const nlohmann::json& snap, size_t width) {
       cut(fmt::format("msrun-ssh top: job {}  {}", snap.value("job", "?"), snap.value("time", "")),
           width) +
       "\n\n";
-  out += cut(fmt::format("{:<18} {:>6} {:>6} {:>6} {:>12}  {}", "host", "CPU%", "steal%", "load",
-                         "mem free", ""),
+  out += cut(fmt::format("{:<18} {:>6} {:>6} {:>6} {:>12}  {:<10} {}", "host", "CPU%", "steal%",
+                         "load", "mem free", "", "accel%"),
              width) +
          "\n";
   for (const auto& h : snap.value("hosts", nlohmann::json::array())) {
     double total = num(h, "mem_total_kb"), avail = num(h, "mem_avail_kb");
     out +=
-        cut(fmt::format("{:<18} {:>6} {:>6} {:>6} {:>12}  {}", h.value("host", "?"),
+        cut(fmt::format("{:<18} {:>6} {:>6} {:>6} {:>12}  {:<10} {}", h.value("host", "?"),
                         fixed(num(h, "busy") * 100, "{:.0f}"),
                         fixed(num(h, "steal") * 100, "{:.0f}"), fixed(num(h, "load"), "{:.2f}"),
                         total > 0 ? fmt::format("{:.1f}/{:.1f}G", avail / 1048576, total / 1048576)
                                   : std::string("-"),
-                        h.value("straggler", false) ? "STRAGGLER" : ""),
+                        h.value("straggler", false) ? "STRAGGLER" : "", accel_cell(h)),
             width) +
         "\n";
   }
@@ -188,15 +264,17 @@ int top_command(const Options& options) {
   } else {
     record = load_job_record(dir, options.job);
   }
-  if (record.detached)
-    throw InputError(fmt::format(
-        "top: job {} is detached: top shows attached jobs (status --job {} shows this one)",
-        record.id, record.id));
-  const std::string path = top_file(dir, record.id);
   int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP});
+  if (record.detached) {
+    int status = top_of_detached(record, options, sfd);
+    ::close(sfd);
+    return status;
+  }
+  const std::string path = top_file(dir, record.id);
   const bool tty = isatty(1);
   int status = kExitOk;
-  for (int shown = 0;; ++shown) {
+  bool seen = false;
+  for (int waited = 0;; ++waited) {
     std::optional<std::string> text = read_whole_file(path);
     nlohmann::json snap =
         text ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json(nullptr);
@@ -205,18 +283,19 @@ int top_command(const Options& options) {
         std::printf("top: job %s has ended\n", record.id.c_str());
         break;
       }
-      if (shown > 10 && !text) {
-        std::fprintf(stderr, "top: job %s has no %s (started with --watch=False?)\n",
-                     record.id.c_str(), path.c_str());
+      // The first snapshot comes once every process has started, which can take a while (slow
+      // login rcs, many hosts); a job started with --watch=False never writes one.
+      if (!seen && !text && waited >= kTopWaitSeconds) {
+        std::fprintf(stderr, "top: job %s wrote no %s in %d s (started with --watch=False?)\n",
+                     record.id.c_str(), path.c_str(), kTopWaitSeconds);
         status = kExitUsage;
         break;
       }
+      if (!seen && tty && waited == 0)
+        std::printf("top: waiting for job %s to start...\n", record.id.c_str());
     } else {
-      winsize ws{};
-      size_t width = tty && ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 200;
-      std::string screen = format_top(snap, width);
-      std::fputs(tty ? ("\x1b[H\x1b[2J" + screen).c_str() : (screen + "\n").c_str(), stdout);
-      std::fflush(stdout);
+      seen = true;
+      show(snap, tty);
       if (options.once) break;
     }
     pollfd p{sfd, POLLIN, 0};

@@ -47,6 +47,9 @@ std::optional<HostSample> parse_sample(std::string_view line) {
     s.mem_total_kb = (*m)[0].get<long>();
     s.mem_avail_kb = (*m)[1].get<long>();
   }
+  if (auto a = j.find("accel"); a != j.end() && a->is_array())
+    for (const auto& v : *a)
+      if (v.is_number()) s.accel.push_back(v.get<double>());
   for (const auto& r : j["ranks"]) {
     if (!r.is_object() || !r.contains("rank") || !r["rank"].is_string()) continue;
     s.ranks.push_back({r["rank"].get<std::string>(), static_cast<int>(number(r, "pids")),
@@ -64,6 +67,7 @@ std::optional<HostRate> host_rate(const HostSample& before, const HostSample& no
   h.load = now.load;
   h.mem_total_kb = now.mem_total_kb;
   h.mem_avail_kb = now.mem_avail_kb;
+  h.accel = now.accel;
   if (before.cpu.size() >= 8 && now.cpu.size() >= 8) {
     double total = 0, idle = 0;
     for (size_t i = 0; i < 8; ++i) total += now.cpu[i] - before.cpu[i];

@@ -47,10 +47,11 @@ bool valid_env_name(const std::string& name) {
 }
 
 void check_options(const std::vector<std::string>& args, const Options& o) {
-  // list, status, logs, `stop --job` and `stack --job` work from a job record; everything else
-  // needs a host file.
+  // list, status, logs, top, `stop --job` and `stack --job` work from a job record; everything
+  // else needs a host file.
   bool from_record =
       o.command == Command::kList || o.command == Command::kStatus || o.command == Command::kLogs ||
+      o.command == Command::kTop ||
       ((o.command == Command::kStop || o.command == Command::kStack) && !o.job.empty());
   FUZZ_CHECK(from_record || !o.hostfile.empty(), "no --hostfile");
   if (o.command == Command::kRun) {

@@ -39,7 +39,7 @@ TEST(WatchSample, ParsesTheSamplersLine) {
       R"({"t":28752.83,"hz":100,"cpu":[691352,548965,193390,4291188,4383,0,6901,3407],"load":0.25,)"
       R"("mem_kb":[24683664,24221628],"ranks":[{"rank":"3","pids":2,"cpu":150,"wait_ns":145774,)"
       R"("rss_kb":1668,"thr_ns":-1,"state":"R"},{"rank":"sched","pids":1,"cpu":1,"wait_ns":0,)"
-      R"("rss_kb":1,"thr_ns":5,"state":"S"}]})");
+      R"("rss_kb":1,"thr_ns":5,"state":"S"}],"accel":[35,0.5]})");
   ASSERT_TRUE(s);
   EXPECT_DOUBLE_EQ(s->t, 28752.83);
   EXPECT_EQ(s->cpu.size(), 8u);
@@ -52,6 +52,7 @@ TEST(WatchSample, ParsesTheSamplersLine) {
   EXPECT_DOUBLE_EQ(s->ranks[0].throttled_ns, -1);
   EXPECT_EQ(s->ranks[0].state, "R");
   EXPECT_DOUBLE_EQ(s->ranks[1].throttled_ns, 5);
+  EXPECT_EQ(s->accel, (std::vector<double>{35, 0.5}));
   EXPECT_FALSE(parse_sample("msrun-ssh: not a sample"));
   EXPECT_FALSE(parse_sample(R"({"t": 1})"));
 }
@@ -220,6 +221,32 @@ TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
   put("/sys/fs/cgroup/cpu,cpuacct/jobA/cpu.stat",
       "nr_periods 10\nnr_throttled 3\nthrottled_time 5000\n");
   put("/sys/fs/cgroup/jobB/cpu.stat", "usage_usec 100\nnr_throttled 1\nthrottled_usec 7\n");
+  // The accelerators' utilisation, from nvidia-smi when it is installed, else npu-smi (fakes on
+  // PATH printing their documented formats).
+  auto tool = [&](const std::string& dir, const std::string& name, const std::string& output) {
+    put(dir + "/" + name, "#!/bin/sh\ncat <<'EOF'\n" + output + "EOF\n");
+    fs::permissions(root.path() + dir + "/" + name, fs::perms::owner_all);
+    return shell_quote(root.path() + dir);
+  };
+  std::string nvidia = tool("/bin-nvidia", "nvidia-smi", "35\n 0\n");
+  std::string npu = tool("/bin-npu", "npu-smi",
+                         "| NPU   Name                | Health        | Power(W)    Temp(C)  |\n"
+                         "| 0     910B3               | OK            | 93.5        37       |\n"
+                         "| 0                         | 0000:C1:00.0  | 12          0    / 0 |\n"
+                         "| 1     910B3               | OK            | 93.5        37       |\n"
+                         "| 0                         | 0000:C2:00.0  | 0           0    / 0 |\n");
+  auto sample_with = [&](const std::string& path) {
+    std::string out = test::shell_output(
+        "echo | PATH=" + path + ":$PATH MSRUN_SSH_SAMPLER_ROOT=" + shell_quote(root.path()) + " " +
+        sampler_command("j", 0.1, "sched,0,1"));
+    return parse_sample(out.substr(0, out.find('\n')));
+  };
+  auto with_nvidia = sample_with(nvidia + ":" + npu);
+  ASSERT_TRUE(with_nvidia);
+  EXPECT_EQ(with_nvidia->accel, (std::vector<double>{35, 0}));
+  auto with_npu = sample_with(npu);
+  ASSERT_TRUE(with_npu);
+  EXPECT_EQ(with_npu->accel, (std::vector<double>{12, 0}));
   int status = 0;
   std::string out = test::shell_output("echo | MSRUN_SSH_SAMPLER_ROOT=" + shell_quote(root.path()) +
                                            " " + sampler_command("j", 0.1, "sched,0,1"),
@@ -242,6 +269,7 @@ TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
   EXPECT_EQ(r0.state, "R");
   EXPECT_EQ(s->ranks[1].rank, "1");
   EXPECT_DOUBLE_EQ(s->ranks[1].throttled_ns, 7000);  // v2: throttled_usec
+  EXPECT_TRUE(s->accel.empty());                     // no tool here: no "accel"
 }
 
 }  // namespace
@@ -276,7 +304,7 @@ fake::Reply samples(const std::vector<std::string>& ranks, double busy, int n) {
           rs.empty() ? "" : ",", k, 100 * busy * i);
     r.output.push_back({0.01 + i, fmt::format("{{\"t\":{},\"hz\":100,\"cpu\":[{},0,0,{},0,0,0,0],"
                                               "\"load\":1.5,\"mem_kb\":[4194304,2097152],"
-                                              "\"ranks\":[{}]}}\n",
+                                              "\"ranks\":[{}],\"accel\":[97,3]}}\n",
                                               50 + i, 100 * i, 100 * i, rs)});
   }
   return r;
@@ -323,6 +351,7 @@ TEST(WatchTop, SnapshotRatesAndScreen) {
   EXPECT_NE(screen.find("STRAGGLER"), std::string::npos) << screen;
   EXPECT_NE(screen.find("node1"), std::string::npos);
   EXPECT_NE(screen.find("2.0/4.0G"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("97 3"), std::string::npos) << screen;
   for (std::string_view line : split_lines(format_top(snap, 40))) EXPECT_LE(line.size(), 40u);
   // The samplers end with the job.
   watch.stop();
