@@ -76,7 +76,8 @@ void check_options(const std::vector<std::string>& args, const Options& o) {
   if (o.command != Command::kCheck) FUZZ_CHECK(o.imports.empty(), "--import outside check");
   if (o.command != Command::kCheck && o.command != Command::kList && o.command != Command::kStatus)
     FUZZ_CHECK(!o.json, "--json outside check, list and status");
-  if (!job_command) FUZZ_CHECK(o.job.empty(), "--job outside stop, status, logs and stack");
+  if (!job_command && o.command != Command::kTop)  // (top takes --job, and works without it)
+    FUZZ_CHECK(o.job.empty(), "--job outside stop, status, logs, stack and top");
   for (char c : o.job)
     FUZZ_CHECK((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-', "job \"%s\"",
                o.job.c_str());
