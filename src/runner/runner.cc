@@ -318,7 +318,7 @@ void Runner::start_processes() {
     for (const Proc& p : procs_) {
       std::string& r = ranks[p.host];
       r += r.empty() ? "" : ",";
-      r += p.spec->role == Role::kScheduler ? "sched" : std::to_string(p.spec->rank);
+      r += rank_word(p.spec->role == Role::kScheduler ? -1 : p.spec->rank);
     }
     watch_ = std::make_unique<JobWatch>(t_, hosts_.size(),
                                         [this](const StragglerChange& c) { on_straggler(c); });

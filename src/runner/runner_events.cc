@@ -301,7 +301,7 @@ void Runner::write_top(double now) {
     if (p.out < 0) continue;
     auto last = out_.last_lines(p.out);
     const Process& s = *p.spec;
-    outputs.push_back({s.role == Role::kScheduler ? "sched" : std::to_string(s.rank), p.host,
+    outputs.push_back({rank_word(s.role == Role::kScheduler ? -1 : s.rank), p.host,
                        out_.lines(p.out), last.empty() ? std::string() : last.back()});
   }
   std::vector<std::string> names;

@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "msrun_ssh/base.h"
+#include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/jobs.h"
 #include "msrun_ssh/watch.h"
@@ -76,7 +77,7 @@ int top_of_detached(const JobRecord& record, const Options& options, int sfd) {
   if (connected.empty()) return kExitHostFailure;
   std::vector<RankOutput> outputs;
   for (const auto& p : record.processes) {
-    std::string word = p.rank < 0 ? "sched" : std::to_string(p.rank);
+    std::string word = rank_word(p.rank);
     ranks[p.host] += (ranks[p.host].empty() ? "" : ",") + word;
     outputs.push_back({word, p.host, 0, "", false});
   }
