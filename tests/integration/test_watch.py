@@ -6,6 +6,7 @@ print unevenly but run at the same speed gets none. The samplers end with the jo
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -91,6 +92,68 @@ def test_uneven_output_at_an_even_speed_raises_nothing():
     chatty = open(os.path.join(log_dir, "worker_2.log")).read().count("says")
     quiet = open(os.path.join(log_dir, "worker_3.log")).read().count("says")
     check(chatty > 1000 and quiet == 0, f"rank 2 said {chatty} lines, rank 3 {quiet}")
+    wait_no_leftovers(5)
+
+
+def _screen(session):
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                          text=True, timeout=10).stdout
+
+
+def test_top_in_a_terminal_shows_every_host_and_rank():
+    """`msrun-ssh top` in a real terminal (tmux) from another "terminal" than the job's: its screen,
+    refreshed each second, has every host and every rank with its CPU, lines per second and step
+    (lockstep.py prints "step N"), and the straggler; it ends by itself when the job ends."""
+    if not shutil.which("tmux"):
+        raise AssertionError("tmux is not installed (the CI installs it)")
+    addrs = addresses()
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+    cluster("throttle", SLOW, 15)
+    p = None
+    session = f"msrs-top-{os.getpid()}"
+    try:
+        p, _ = launch([job("lockstep.py"), "25", "0.05"], env={"XDG_STATE_HOME": state})
+        # `top` without --job finds the newest running job: once its record is written (a `top`
+        # typed before that says there is no running job; under the sanitizers that is seconds)
+        records = os.path.join(state, "msrun-ssh", "jobs")
+        wait_for(lambda: os.path.isdir(records) and
+                 any(n.endswith(".json") for n in os.listdir(records)), 60, "the job's record")
+        top = f"XDG_STATE_HOME={state} {binary()} top"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", "env",
+                        "TERM=xterm", "bash", "--norc", "--noprofile", "-c",
+                        f"{top}; echo TOP-EXIT=$?; sleep 60"], check=True, timeout=10)
+        def ready():
+            s = _screen(session)
+            return all(f" {r} " in s for r in "012345") and "steps/s" in s
+        # (the first screen once every process has started: under the sanitizers that can take a
+        # while)
+        wait_for(ready, 90, "top's screen with every rank")
+        end = time.monotonic() + 30
+        while "STRAGGLER" not in _screen(session) and time.monotonic() < end:
+            time.sleep(0.5)
+        screen = _screen(session)
+        check("STRAGGLER" in screen, f"no straggler on top's screen within 30 s:\n{screen}")
+        check(f"msrun-ssh top: job" in screen, screen)
+        for a in addrs:
+            check(a in screen, f"{a} not on the screen:\n{screen}")
+        slow = [l for l in screen.splitlines() if l.startswith(addrs[SLOW])]
+        check(slow and "STRAGGLER" in slow[0], f"the straggler's row:\n{screen}")
+        others = [l for l in screen.splitlines() if l.startswith(addrs[0]) or l.startswith(addrs[2])]
+        check(others and all("STRAGGLER" not in l for l in others), screen)
+        rank0 = [l for l in screen.splitlines() if re.match(r"^\s+0 ", l)]
+        check(rank0 and re.search(r"\d+\s+\d+\.\d+\s*$", rank0[0]), f"rank 0's step rate:\n{screen}")
+        check(all(len(l) <= 120 for l in screen.splitlines()), "wider than the terminal")
+    finally:
+        cluster("throttle", SLOW, 0)
+        if p is not None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    wait_for(lambda: "TOP-EXIT=0" in _screen(session), 15, "top to end with the job")
+    subprocess.run(["tmux", "kill-session", "-t", session], timeout=10)
     wait_no_leftovers(5)
 
 
