@@ -4,6 +4,7 @@
 // to hosts only through Transport, so tests drive it with a fake.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -231,9 +232,19 @@ class Runner {
   std::vector<int> proc_of_leftovers_;  // channel id -> proc index (-1: none)
   std::vector<ChannelId> stdin_targets_;
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
-  bool tearing_down_ = false;
-  bool killed_now_ = false;
-  bool channels_killed_ = false;
+  // The job's life cycle. It only moves forward (enter), and a teardown takes over a quit.
+  enum class Phase {
+    kStarting,     // the watchdogs, then the processes, are being started
+    kRunning,      // every process was started: time limits, restarts in place, Ctrl-Z, stacks
+    kQuitting,     // every process ended by itself: the watchdogs sweep what is left, and end
+    kTearingDown,  // a failure, signal or lost host: the watchdogs end every process (grace)
+    kKillingNow,   // the hosts were too slow, or a second Ctrl-C: SIGKILL now, then give up
+  };
+  Phase phase_ = Phase::kStarting;
+  void enter(Phase next) { phase_ = std::max(phase_, next); }
+  bool ending() const { return phase_ >= Phase::kQuitting; }
+  bool tearing_down() const { return phase_ >= Phase::kTearingDown; }
+  bool channels_killed_ = false;  // the open process channels got an SSH "signal" KILL
   bool interrupted_ = false;
   int attempt_ = 1;
   std::optional<std::pair<int, std::string>> pending_fail_;  // fail_soon's, not yet failed
@@ -241,15 +252,18 @@ class Runner {
   double started_ms_ = -1;      // when the processes were started (-1: not yet)
   double last_output_ms_ = -1;  // the last byte any process printed (or the start)
   std::string teardown_note_ = "ended by teardown";  // how the summary names a torn-down end
-  std::string cause_;  // the open process channels got an SSH "signal" KILL
-  bool quit_sent_ = false;
-  bool no_more_channels_ = false;         // Transport::no_more_channels was called
+  std::string cause_;                                // what ended the job (cause())
+  bool no_more_channels_ = false;                    // Transport::no_more_channels was called
   std::vector<ProcessRestart> restarts_;  // the in-place restarts (--restart_policy process)
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
   double heartbeat_ms_;  // how often heartbeats go out (--heartbeat, or a shorter ServerAlive)
-  bool suspend_pending_ = false;  // Ctrl-Z before the processes started
-  bool suspending_ = false;       // 'z' sent: the launcher stops once the watchdogs paused
+  enum class Suspension {
+    kNone,
+    kPending,   // Ctrl-Z before the processes started: suspended once they have
+    kStopping,  // 'z' sent: the launcher stops itself once the watchdogs paused
+  };
+  Suspension suspension_ = Suspension::kNone;
   double suspend_deadline_ms_ = 0;
   double stalled_ms_ = 0;  // how long the launcher stood still in all (excuse_stall)
   std::function<void()> stop_self_;

@@ -76,7 +76,7 @@ bool Runner::watchdogs_done() const {
 void Runner::fail(int status, const std::string& why, char how) {
   if (exit_code_ < 0) exit_code_ = status;
   if (cause_.empty()) cause_ = why;
-  if (!tearing_down_) {
+  if (!tearing_down()) {
     emit_event(events_, "teardown", {{"reason", why}, {"exit_status", exit_code_}});
     out_.message(fmt::format("{}; stopping the job on every host", why));
     teardown(how);
@@ -85,13 +85,11 @@ void Runner::fail(int status, const std::string& why, char how) {
 
 void Runner::teardown(char how) {
   double now = t_.now_ms();
-  if (how == kKillNow) {
-    killed_now_ = true;
+  if (how == kKillNow)
     deadline_ms_ = now + kKillNowWaitMs;
-  } else if (!tearing_down_) {
+  else if (!tearing_down())
     deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
-  }
-  tearing_down_ = true;
+  enter(how == kKillNow ? Phase::kKillingNow : Phase::kTearingDown);
   if (watch_) watch_->stop();
   promise_no_more_channels();
   // Commands not sent yet never start; the watchdogs end the others (SIGTERM, grace, SIGKILL).
@@ -134,7 +132,7 @@ void Runner::lose_host(size_t host, const std::string& why) {
   h.lost = true;
   t_.drop_host(host);
   emit_event(events_, "host_lost", {{"host", host_name(host)}, {"reason", why}});
-  if (quit_sent_ && !tearing_down_) {
+  if (phase_ == Phase::kQuitting) {
     // Every process had already reported how it ended: the job's outcome stands.
     for (auto& p : procs_)
       if (p.host == host && !p.done) finish_process(p, "");
@@ -330,6 +328,7 @@ void Runner::start_processes() {
     promise_no_more_channels();
   if (start_view_) start_view_->processes_started(procs_.size());
   started_ms_ = last_output_ms_ = t_.now_ms();
+  enter(Phase::kRunning);
   if (!stdin_targets_.empty())
     t_.watch_fd(stdin_fd_);
   else
@@ -363,7 +362,7 @@ double Runner::starved_limit_ms() const { return std::max(60000.0, 10 * heartbea
 // a hang in one rank usually silences all of them (they wait for it in a collective), and it
 // needs nothing from the script. A job silent by design needs a larger --hang_timeout.
 void Runner::check_time_limits(double now) {
-  if (started_ms_ < 0 || tearing_down_ || quit_sent_) return;
+  if (phase_ != Phase::kRunning) return;
   if (options_.timeout > 0 && now - started_ms_ >= options_.timeout * 1000) {
     teardown_note_ = "timed out";
     fail(kExitTimeout,
@@ -385,18 +384,18 @@ void Runner::check_time_limits(double now) {
 
 int Runner::timeout_ms(double now) const {
   double until = next_beat_ms_;
-  if (started_ms_ >= 0 && !tearing_down_ && !quit_sent_) {
+  if (phase_ == Phase::kRunning) {
     if (options_.timeout > 0) until = std::min(until, started_ms_ + options_.timeout * 1000);
     if (options_.hang_timeout > 0)
       until = std::min(until, last_output_ms_ + options_.hang_timeout * 1000);
   }
-  if (tearing_down_ || quit_sent_) until = std::min(until, deadline_ms_);
+  if (ending()) until = std::min(until, deadline_ms_);
   // The status row: the start view leaves after kStartedShownMs, the running status every second.
   if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
     until = std::min(until, started_ms_ + kStartedShownMs);
   if (running_line_ || top_) until = std::min(until, now + 1000);
   if (stacks_) until = std::min(until, stacks_deadline_ms_);
-  if (suspending_) until = std::min(until, suspend_deadline_ms_);
+  if (suspension_ == Suspension::kStopping) until = std::min(until, suspend_deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
   for (size_t i = 0; i < hosts_.size(); ++i) {
     const HostState& h = hosts_[i];
@@ -420,7 +419,10 @@ int Runner::run() {
   else
     for (auto& p : procs_) finish_process(p, "not started");
   beat();
-  if (std::exchange(suspend_pending_, false) && started_ms_ >= 0) suspend_job();
+  if (suspension_ == Suspension::kPending) {  // Ctrl-Z while the processes were being started
+    suspension_ = Suspension::kNone;
+    if (started_ms_ >= 0) suspend_job();
+  }
   while (true) {
     double now = t_.now_ms();
     // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
@@ -432,20 +434,18 @@ int Runner::run() {
       fail(status, why);
     }
     if (finish_suspend(now)) continue;  // suspended and resumed: the clock moved on
-    if (processes_ended() && !quit_sent_) {
+    if (processes_ended() && !ending()) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
-      quit_sent_ = true;
+      enter(Phase::kQuitting);
       if (watch_) watch_->stop();
       promise_no_more_channels();
-      if (!tearing_down_) {
-        send_all(kQuit);
-        deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
-      }
+      send_all(kQuit);
+      deadline_ms_ = now + options_.kill_grace * 1000 + kTeardownSlackMs;
     }
     if (processes_done() && watchdogs_done()) break;
-    if (tearing_down_ && !channels_killed_ && watchdogs_done()) kill_channels();
-    if ((tearing_down_ || quit_sent_) && now >= deadline_ms_) {
-      if (!killed_now_) {
+    if (tearing_down() && !channels_killed_ && watchdogs_done()) kill_channels();
+    if (ending() && now >= deadline_ms_) {
+      if (phase_ != Phase::kKillingNow) {
         out_.message("hosts did not confirm the end of the job in time; killing what is left");
         teardown(kKillNow);
         continue;

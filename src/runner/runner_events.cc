@@ -29,7 +29,7 @@ void Runner::on_signal(int signo) {
   if (signo == SIGCONT) return;  // a stop is seen by the time it took (poll_for)
   int code = exit_status_of_signal(signo);
   interrupted_ = true;
-  if (tearing_down_ && signo == SIGINT && !killed_now_) {
+  if (phase_ == Phase::kTearingDown && signo == SIGINT) {
     out_.message("second interrupt: killing every process now");
     if (exit_code_ < 0) exit_code_ = code;
     teardown(kKillNow);
@@ -39,7 +39,7 @@ void Runner::on_signal(int signo) {
 }
 
 void Runner::request_stacks() {
-  if (tearing_down_ || quit_sent_ || started_ms_ < 0) {
+  if (phase_ != Phase::kRunning) {
     out_.message("stacks: not now, the job is not running");
     return;
   }
@@ -119,10 +119,10 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   } else if (line == kWatchdogLost) {
     // Not the host's fault: the launcher was silent for too long (excuse_stall says why). The
     // watchdog is tearing its host's processes down; everyone else follows.
-    if (!quit_sent_ && !tearing_down_)
+    if (!ending())
       fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
                                          host_name(host), watchdog_gave_up_why(host)));
-  } else if (auto swept = parse_swept_line(line); swept && quit_sent_ && !tearing_down_) {
+  } else if (auto swept = parse_swept_line(line); swept && phase_ == Phase::kQuitting) {
     out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
                              describe_swept(*swept)));
   }
@@ -144,7 +144,7 @@ void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
       break;
     case TransportEvent::Kind::kClosed:
       h.watchdog_closed = true;
-      if (!quit_sent_ && !tearing_down_) {
+      if (!ending()) {
         fail(kExitHostFailure,
              fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
         // Nothing sweeps its host now: what the job left there that its channels cannot reach (a
@@ -175,7 +175,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
            {"process", p.spec->label()},
            {"exit_status", e.status},
            {"signal", e.signal.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.signal)}});
-      if (e.status != 0 && !tearing_down_ && restarts_in_place(p)) {
+      if (e.status != 0 && !tearing_down() && restarts_in_place(p)) {
         p.restart_cause = fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
                                       describe_status(e.status, e.signal));
         // Its channel closes once nothing holds the run's output any more: what the run left (a
@@ -187,7 +187,7 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
         break;
       }
       p.exited = true;
-      if (e.status != 0 && !tearing_down_ && !e.signal.empty() &&
+      if (e.status != 0 && !tearing_down() && !e.signal.empty() &&
           hosts_[p.host].may_have_given_up) {
         // Killed after the launcher stood still longer than the watchdogs wait, before its
         // watchdog answered again: by that watchdog's teardown, not by a failure of its own (the
@@ -199,13 +199,14 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
                          watchdog_gave_up_why(p.host)));
         break;
       }
-      if (e.status != 0 && !tearing_down_ && root_cause_ < 0) root_cause_ = static_cast<int>(index);
-      if (e.status != 0 && !tearing_down_)
+      if (e.status != 0 && !tearing_down() && root_cause_ < 0)
+        root_cause_ = static_cast<int>(index);
+      if (e.status != 0 && !tearing_down())
         fail(e.status, fmt::format("{} on {} failed: {}", p.spec->label(), host_name(p.host),
                                    describe_status(e.status, e.signal)));
       // A process the teardown killed reports the teardown's signal, whatever the job's status
       // (143 after a SIGTERM to the launcher is not a failure of every process).
-      else if (tearing_down_ && e.status != 0 && (!e.signal.empty() || exit_code_ != e.status))
+      else if (tearing_down() && e.status != 0 && (!e.signal.empty() || exit_code_ != e.status))
         p.note = teardown_note_;
       break;
     case TransportEvent::Kind::kOpenFailed:
@@ -215,14 +216,14 @@ void Runner::handle_process(size_t index, const TransportEvent& e) {
       break;
     case TransportEvent::Kind::kClosed:
       if (!p.restart_cause.empty()) {
-        if (!tearing_down_ && p.leftovers >= 0) {
+        if (!tearing_down() && p.leftovers >= 0) {
           p.closed = true;  // restart_process once the leftovers are gone
           return;
         }
-        if (!tearing_down_) return restart_process(index);
+        if (!tearing_down()) return restart_process(index);
         p.exited = true;  // the teardown came first: the failed run's status stands
       }
-      if (!p.exited && !tearing_down_)
+      if (!p.exited && !tearing_down())
         fail(kExitHostFailure, fmt::format("{} on {} ended without an exit status", p.spec->label(),
                                            host_name(p.host)));
       finish_process(p, p.exited ? "" : "no exit status");
@@ -254,7 +255,7 @@ void Runner::handle(const TransportEvent& e) {
     put(proc_of_leftovers_, p.leftovers, -1);
     p.leftovers = -1;
     if (!std::exchange(p.closed, false)) return;  // its own channel has not closed yet
-    if (!tearing_down_) return restart_process(static_cast<size_t>(failed));
+    if (!tearing_down()) return restart_process(static_cast<size_t>(failed));
     p.exited = true;  // the teardown came first: the failed run's status stands
     finish_process(p, "");
   }
@@ -294,7 +295,7 @@ void Runner::on_straggler(const StragglerChange& c) {
 
 // Once a second while the job runs: what `msrun-ssh top` shows, through a temporary name.
 void Runner::write_top(double now) {
-  if (!top_ || tearing_down_ || quit_sent_ || (top_at_ms_ >= 0 && now - top_at_ms_ < 1000)) return;
+  if (!top_ || ending() || (top_at_ms_ >= 0 && now - top_at_ms_ < 1000)) return;
   top_at_ms_ = now;
   std::vector<RankOutput> outputs;
   for (const Proc& p : procs_) {

@@ -81,30 +81,30 @@ size_t Runner::live_watchdogs(bool paused_only) const {
 // Ctrl-Z: the watchdogs stop every process of the job; once they all said so (or after
 // kSuspendWaitMs) the launcher stops itself (finish_suspend, from the loop: never inside a poll).
 void Runner::suspend_job() {
-  if (tearing_down_ || quit_sent_) {
+  if (ending()) {
     out_.message("Ctrl-Z: the job is ending; it is not suspended");
     return;
   }
   if (started_ms_ < 0) {
-    if (!std::exchange(suspend_pending_, true))
+    if (std::exchange(suspension_, Suspension::kPending) != Suspension::kPending)
       out_.message("Ctrl-Z: the job is suspended once its processes have started");
     return;
   }
-  if (suspending_) return;
+  if (suspension_ == Suspension::kStopping) return;
   send_all(kSuspend);
-  suspending_ = true;
+  suspension_ = Suspension::kStopping;
   suspend_deadline_ms_ = t_.now_ms() + kSuspendWaitMs;
 }
 
 bool Runner::finish_suspend(double now) {
-  if (!suspending_) return false;
-  if (tearing_down_ || quit_sent_) {  // the watchdogs continue the processes before a teardown
-    suspending_ = false;
+  if (suspension_ != Suspension::kStopping) return false;
+  if (ending()) {  // the watchdogs continue the processes before a teardown
+    suspension_ = Suspension::kNone;
     return false;
   }
   const size_t hosts = live_watchdogs(false), paused = live_watchdogs(true);
   if (paused < hosts && now < suspend_deadline_ms_) return false;
-  suspending_ = false;
+  suspension_ = Suspension::kNone;
   emit_event(events_, "suspended", {{"hosts", hosts}, {"paused", paused}});
   out_.message(
       fmt::format("Ctrl-Z: the job is suspended (its processes stopped on {} of {} hosts); "
