@@ -45,6 +45,12 @@ std::optional<std::string> read_whole_file(const std::string& path);
 // the file and the error, when it cannot.
 bool write_text_file(const std::string& path, std::string_view text);
 
+// Replaces the file `path` by `text`: written in full under a name of its own in the same
+// directory (PATH.<pid>.tmp), then renamed over it, so a reader sees the old file or the whole
+// new one, and a failed write (a full disk) leaves no temporary file behind. Returns "" or why it
+// could not (strerror); says nothing itself.
+std::string replace_file(const std::string& path, std::string_view text);
+
 // ---- numbers ----------------------------------------------------------------------------------
 
 // The upper median (of two values the larger; 0 of none): one slow value of two does not make it

@@ -89,6 +89,18 @@ bool write_text_file(const std::string& path, std::string_view text) {
   return ok;
 }
 
+std::string replace_file(const std::string& path, std::string_view text) {
+  std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0) ok = false;
+  ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (ok) return "";
+  std::string why = std::strerror(errno);
+  std::remove(tmp.c_str());
+  return why;
+}
+
 std::string absolute_path(const std::string& path, const std::string& cwd) {
   if (path.starts_with('/') || cwd.empty()) return path;
   return cwd.ends_with('/') ? cwd + path : fmt::format("{}/{}", cwd, path);

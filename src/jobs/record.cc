@@ -185,22 +185,16 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
 
 bool write_job_record(const std::string& dir, const JobRecord& record, std::FILE* err) {
   std::string path = fmt::format("{}/{}.json", dir, record.id);
-  std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   std::string text =
       record_json(record).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  bool ok = !dir.empty() && make_dirs(dir);
-  if (ok) {
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    ok = f && std::fputs(text.c_str(), f) >= 0;
-    if (f && std::fclose(f) != 0) ok = false;
-    ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
-    if (!ok) std::remove(tmp.c_str());
-  }
-  if (!ok)
+  std::string why = dir.empty()       ? "no place for it"
+                    : !make_dirs(dir) ? std::strerror(errno)
+                                      : replace_file(path, text);
+  if (!why.empty())
     std::fprintf(err, "msrun-ssh: warning: cannot write the job record %s: %s\n",
                  dir.empty() ? "(neither XDG_STATE_HOME nor HOME is set)" : path.c_str(),
-                 dir.empty() ? "no place for it" : std::strerror(errno));
-  return ok;
+                 why.c_str());
+  return why.empty();
 }
 
 JobRecord load_job_record(const std::string& dir, const std::string& id) {

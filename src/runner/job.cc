@@ -237,17 +237,10 @@ void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& ro
   summary["stragglers"] = stragglers;
   emit_event(events, "summary", summary);
   summary["version"] = EventLog::kVersion;
-  std::string path = log_dir + "/summary.json", tmp = path + ".tmp";
+  std::string path = log_dir + "/summary.json";
   std::string text = summary.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  // Written in full under another name, then renamed: a reader never sees half of it, and a
-  // failed write (a full disk) leaves nothing behind.
-  if (!write_text_file(tmp, text)) {
-    std::remove(tmp.c_str());
-  } else if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
-                 std::strerror(errno));
-    std::remove(tmp.c_str());
-  }
+  if (std::string why = replace_file(path, text); !why.empty())
+    std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(), why.c_str());
 }
 
 // The start-up progress on the terminal's status row: every host, every process of the plan.

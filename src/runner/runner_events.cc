@@ -308,10 +308,11 @@ void Runner::write_top(double now) {
   std::vector<std::string> names;
   for (size_t h = 0; h < hosts_.size(); ++h) names.push_back(host_name(h));
   std::string text = top_->snapshot(now, plan_.job_id, names, *watch_, outputs).dump() + "\n";
-  std::string tmp = top_file_ + ".tmp";
-  if (write_text_file(tmp, text) && std::rename(tmp.c_str(), top_file_.c_str()) == 0) return;
-  std::remove(tmp.c_str());
-  top_.reset();  // said once (write_text_file warned); the job goes on without it
+  std::string why = replace_file(top_file_, text);
+  if (why.empty()) return;
+  out_.message(
+      fmt::format("warning: cannot write {}: {}; `top` shows nothing of this job", top_file_, why));
+  top_.reset();  // said once; the job goes on without it
 }
 
 }  // namespace msrun_ssh

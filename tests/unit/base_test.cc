@@ -2,7 +2,13 @@
 #include "msrun_ssh/base.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,6 +37,30 @@ TEST(Base, SplitWordsSkipsEveryRunOfBlanks) {
   EXPECT_EQ(split_words(" \t "), Views{});
   EXPECT_EQ(split_words("  a\t b  c "), (Views{"a", "b", "c"}));
   EXPECT_EQ(split_words("a,b,,c", ","), (Views{"a", "b", "c"}));
+}
+
+// replace_file: the new text in full, or the old file untouched, and never a temporary file left.
+TEST(Base, ReplaceFileWritesInFullOrLeavesNothingBehind) {
+  std::string dir = ::testing::TempDir() + "replace-file-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directory(dir));
+  std::string path = dir + "/summary.json";
+  EXPECT_EQ(replace_file(path, "one\n"), "");
+  EXPECT_EQ(read_whole_file(path), "one\n");
+  EXPECT_EQ(replace_file(path, "two\n"), "");
+  EXPECT_EQ(read_whole_file(path), "two\n");
+  // A directory in the way: the rename fails; its reason is returned and the temporary is gone.
+  ASSERT_TRUE(std::filesystem::create_directory(dir + "/busy"));
+  ASSERT_TRUE(write_text_file(dir + "/busy/x", "x"));
+  EXPECT_NE(replace_file(dir + "/busy", "three\n"), "");
+  // A directory that does not exist: nothing can be created.
+  EXPECT_EQ(replace_file(dir + "/no/such/file", "four\n"), std::strerror(ENOENT));
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"busy", "summary.json"}));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
