@@ -28,7 +28,9 @@
 # Once the job's watchdog on this host (the command that runs msrun-ssh-watchdog) has ended, no
 # command starts here any more: it has swept the host for the last time, and a spawn that reaches
 # the agent after it (frames held up by a cut link and delivered when it heals) would run with
-# nothing left to end it.
+# nothing left to end it. The one exception is `msrun-ssh stop`'s program (msrun-ssh-stop), which
+# starts nothing and ends itself: the launcher sends it when a watchdog ended before its time, to
+# sweep the host in its place.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
@@ -121,7 +123,7 @@ sub start_child {
 sub spawn {
   my ($cid, $command) = @_;
   return send_frame('f', $cid, "the job's watchdog on this host has ended: nothing starts here")
-    if $watchdog_gone;
+    if $watchdog_gone && $command !~ /msrun-ssh-stop/;
   my @pipes;
   for (0 .. 2) {
     my ($r, $w);

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from harness import (addresses, binary, check, cluster, hosts_file, interrupt, job, launch,
-                     marked_processes, run, tmpdir, wait_clean, wait_for, running)
+                     leftovers, marked_processes, run, tmpdir, wait_clean, wait_for, running)
 
 HEARTBEAT = 1.0
 
@@ -49,6 +49,42 @@ def test_sigkill_watchdog_cleans_within_3_heartbeats():
     p.wait(5)
     took = wait_clean(3 * HEARTBEAT + 1.5)
     print(f"hosts clean {took:.1f} s after SIGKILL of the launcher")
+
+
+def _killed_watchdog_test(agent):
+    """Host 1's watchdog is killed while the job runs (its host and connection are fine): the
+    job ends with 255 naming it, and what the ranks there left in sessions of their own (chatter.py's
+    grandchildren, which no channel reaches) is ended by `stop`'s program, sent in the watchdog's
+    place, also through the launch agent, which starts nothing else once the watchdog is gone."""
+    victim = 1
+    p, _ = launch([job("chatter.py"), "30"], extra=["--agent", agent])
+    try:
+        wait_for(lambda: running("chatter.py") >= 7, 20, "all 7 processes")
+        dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")]
+        check(dogs, "no watchdog found on host 1")
+        os.kill(dogs[0], signal.SIGKILL)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check(p.returncode == 255, f"exit {p.returncode}, expected 255: {err.decode()[-2000:]}")
+    check(f"the watchdog on {addresses()[victim]} ended unexpectedly".encode() in err,
+          err.decode()[-1500:])
+    wait_clean(5)
+
+
+def watchdogs_on(ns):
+    """The watchdogs running on host namespace `ns`: [(ns, pid, cmdline)]."""
+    return [x for x in leftovers(ns) if "msrun-ssh-watchdog" in x[2]]
+
+
+def test_a_killed_watchdog_s_host_is_swept_in_its_place():
+    _killed_watchdog_test("False")
+
+
+def test_a_killed_watchdog_s_host_is_swept_in_its_place_through_the_agent():
+    _killed_watchdog_test("True")
 
 
 def _lost_host_test(break_host, repair_host):

@@ -264,6 +264,12 @@ TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
   EXPECT_EQ(seen[before].out, "before\n");
   EXPECT_EQ(seen[after].out, "");
   EXPECT_EQ(seen[after].failed, "the job's watchdog on this host has ended: nothing starts here");
+  // `stop`'s program still runs: the launcher sends it to sweep the host in the watchdog's place
+  // (a watchdog killed while the job ran), and it ends by itself.
+  ChannelId stop = t.exec(0, "exec sh -c 'echo swept' msrun-ssh-stop job-1 10");
+  run_until(t, closed({stop}));
+  EXPECT_EQ(seen[stop].out, "swept\n");
+  EXPECT_EQ(seen[stop].failed, "");
 }
 
 }  // namespace
