@@ -471,11 +471,12 @@ CollectiveJob collective_job(const Options& options, const Plan& plan,
                              const std::vector<HostExpectation>& expectations,
                              const std::string& log_dir);
 
-// The result from what the job left: its exit status and wall time, the text of its summary.json
-// ("" when it did not get to start a process) and of its console ("allreduce ok rank=R ...
-// seconds=S" lines give rank_seconds; without a summary the last "msrun-ssh: " line is the cause).
-CollectiveResult collective_result(int status, double seconds, const std::string& summary_json,
-                                   const std::string& console);
+// The result from what the job left: its exit status and wall time, and its --events stream
+// (docs/events.md): the last `summary` names the failure, `start_failed` why nothing ran, and
+// each rank's `process_started` its log, whose "allreduce ok rank=R world=W seconds=S" line (the
+// job's own output, read with `read_log(LOG)`) gives rank_seconds. Nothing reads the console.
+CollectiveResult collective_result(int status, double seconds, const std::string& events,
+                                   const std::function<std::string(const std::string&)>& read_log);
 
 // Sets the "allreduce" check of every host of `report` from `result` (rules above).
 void evaluate_collective(const CollectiveResult& result, CheckReport& report);

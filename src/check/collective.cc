@@ -25,31 +25,19 @@ std::string field(std::string_view line, std::string_view key) {
   return std::string(line.substr(start, line.find(' ', start) - start));
 }
 
-std::vector<std::string_view> lines_of(std::string_view text) {
-  std::vector<std::string_view> out = split_lines(text);
-  for (std::string_view& line : out)
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  return out;
-}
-
-void read_console(const std::string& console, CollectiveResult& r, std::string& last_message) {
-  for (std::string_view line : lines_of(console)) {
-    if (line.rfind("msrun-ssh: ", 0) == 0) last_message = line.substr(11);
-    size_t at = line.find("allreduce ok rank=");
-    if (at == std::string_view::npos) continue;
-    std::string_view ok = line.substr(at + 12);  // " rank=R world=W seconds=S"
+// The "seconds=" of the rank's "allreduce ok rank=R world=W seconds=S" line in its own log.
+std::optional<double> ok_seconds(std::string_view log) {
+  for (std::string_view line : split_lines(log)) {
+    if (!line.starts_with("allreduce ok ")) continue;
+    std::string seconds = field(line, "seconds");
     char* end = nullptr;
-    std::string rank = field(ok, "rank"), seconds = field(ok, "seconds");
-    long n = std::strtol(rank.c_str(), &end, 10);
-    if (rank.empty() || *end) continue;
     double s = std::strtod(seconds.c_str(), &end);
-    if (!seconds.empty() && !*end) r.rank_seconds[static_cast<int>(n)] = s;
+    if (!seconds.empty() && !*end) return s;
   }
+  return std::nullopt;
 }
 
-void read_summary(const std::string& text, CollectiveResult& r) {
-  auto doc = nlohmann::json::parse(text, nullptr, false);
-  if (!doc.is_object()) return;
+void read_summary(const nlohmann::json& doc, CollectiveResult& r) {
   r.cause = doc.value("cause", "");
   if (auto root = doc.find("root_cause"); root != doc.end() && root->is_object()) {
     r.failed_process =
@@ -96,20 +84,11 @@ std::string temp_dir() {
   return pattern;
 }
 
-std::string slurp(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return "";
-  std::string out;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-  std::fclose(f);
-  return out;
-}
-
 CollectiveResult run_collective(const CollectiveJob& job, const JobLauncher& launch) {
   Options options = job.options;
   Plan plan = job.plan;
   std::string console = options.log_dir + "/console.log";
+  const std::string& dir = options.log_dir;
   auto start = std::chrono::steady_clock::now();
   int status = 0;
   std::string thrown;
@@ -120,8 +99,9 @@ CollectiveResult run_collective(const CollectiveJob& job, const JobLauncher& lau
     thrown = e.what();
   }
   std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  CollectiveResult r = collective_result(status, took.count(),
-                                         slurp(options.log_dir + "/summary.json"), slurp(console));
+  CollectiveResult r = collective_result(
+      status, took.count(), read_whole_file(options.events).value_or(""),
+      [&](const std::string& log) { return read_whole_file(dir + "/" + log).value_or(""); });
   if (!thrown.empty()) r.cause = thrown;
   r.log_dir = options.log_dir;
   if (status == 0) {
@@ -154,7 +134,7 @@ CollectiveJob collective_job(const Options& options, const Plan& plan,
   o.task_script = es.front().python;
   o.task_args = {"-c", std::string(remote::kAllreducePy), fmt::format("{:g}", limit)};
   o.join = true;
-  o.events.clear();
+  o.events = log_dir + "/events.jsonl";
   o.tail_worker_log.clear();
   o.max_restarts = 0;
   o.timeout = limit + 15;
@@ -165,17 +145,31 @@ CollectiveJob collective_job(const Options& options, const Plan& plan,
   return job;
 }
 
-CollectiveResult collective_result(int status, double seconds, const std::string& summary_json,
-                                   const std::string& console) {
+CollectiveResult collective_result(int status, double seconds, const std::string& events,
+                                   const std::function<std::string(const std::string&)>& read_log) {
   CollectiveResult r;
   r.ran = true;
   r.status = status;
   r.seconds = seconds;
-  std::string last_message;
-  read_console(console, r, last_message);
-  read_summary(summary_json, r);
+  std::string start_failed;
+  std::map<int, std::string> logs;  // rank -> its log file
+  for (std::string_view line : split_lines(events)) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (!e.is_object()) continue;
+    std::string type = e.value("type", "");
+    if (type == "summary") {
+      r = CollectiveResult{true, status, seconds};
+      read_summary(e, r);
+    } else if (type == "start_failed") {
+      start_failed = e.value("reason", "");
+    } else if (type == "process_started" && e.contains("rank") && e["rank"].is_number_integer()) {
+      logs[e["rank"].get<int>()] = e.value("log", "");
+    }
+  }
+  for (const auto& [rank, log] : logs)
+    if (auto s = log.empty() ? std::nullopt : ok_seconds(read_log(log))) r.rank_seconds[rank] = *s;
   if (status != 0 && r.cause.empty())
-    r.cause = last_message.empty() ? fmt::format("exit status {}", status) : last_message;
+    r.cause = start_failed.empty() ? fmt::format("exit status {}", status) : start_failed;
   return r;
 }
 

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -170,7 +172,7 @@ TEST(CheckCollective, JobIsTheRunsPlanRunningTheProgramQuietly) {
   EXPECT_EQ(job.skip, "");
   EXPECT_EQ(job.options.log_dir, "/tmp/x");
   EXPECT_TRUE(job.options.tail_worker_log.empty());
-  EXPECT_EQ(job.options.events, "");
+  EXPECT_EQ(job.options.events, "/tmp/x/events.jsonl");  // its own, read for the result
   EXPECT_EQ(job.options.max_restarts, 0);
   EXPECT_DOUBLE_EQ(job.options.timeout, 3 * 5 + 20 + 15);
   ASSERT_EQ(job.plan.hosts.size(), 2u);
@@ -209,16 +211,44 @@ const char* kFailedSummary = R"({"processes": [
    "allreduce failed rank=1: told to fail by MSRUN_SSH_ALLREDUCE_FAIL_RANK"]},
  "exit_status": 1, "cause": "rank 1 on b failed: exit 1"})";
 
-TEST(CheckCollective, ResultFromTheSummaryAndTheConsole) {
-  std::string console =
-      "0@a allreduce ok rank=0 world=2 seconds=0.125\n"
-      "[1@b err] something\n"
-      "msrun-ssh: rank 1 on b failed: exit 1; stopping the job on every host\n";
-  CollectiveResult r = collective_result(1, 2.5, kFailedSummary, console);
+// The events stream of a child job (docs/events.md): its summary (one line), and before it the
+// process_started events that name the ranks' logs.
+std::string events_of(const std::string& summary, const std::string& before = "") {
+  nlohmann::json doc = nlohmann::json::parse(summary);
+  doc["type"] = "summary";
+  return before + doc.dump() + "\n" + R"({"type":"end","exit_status":1})" + "\n";
+}
+
+const char* kStarted =
+    R"({"type":"process_started","host":"a","process":"scheduler","rank":null,"log":"scheduler.log"})"
+    "\n"
+    R"({"type":"process_started","host":"a","process":"rank 0","rank":0,"log":"worker_0.log"})"
+    "\n"
+    R"({"type":"process_started","host":"b","process":"rank 1","rank":1,"log":"worker_1.log"})"
+    "\n";
+
+std::string no_log(const std::string&) { return ""; }
+
+TEST(CheckCollective, ResultFromTheEventsAndTheRanksOwnLogs) {
+  std::map<std::string, std::string> logs = {
+      {"worker_0.log", "connecting\nallreduce ok rank=0 world=2 seconds=0.125\n"},
+      {"worker_1.log", "allreduce failed rank=1: told to fail\n"},
+      {"scheduler.log", "allreduce ok rank=7 world=2 seconds=9\n"}};
+  std::vector<std::string> read;
+  auto read_log = [&](const std::string& name) {
+    read.push_back(name);
+    return logs[name];
+  };
+  CollectiveResult r = collective_result(1, 2.5, events_of(kFailedSummary, kStarted), read_log);
   EXPECT_TRUE(r.ran);
   EXPECT_EQ(r.cause, "rank 1 on b failed: exit 1");
   EXPECT_EQ(r.failed_process, "rank 1 on b");
   EXPECT_THAT(r.failed_hosts, ElementsAre("b"));
+  ASSERT_EQ(r.last_lines.size(), 4u);
+  // Only the ranks' logs are read (the scheduler's is not a rank's), each once.
+  EXPECT_THAT(read, ElementsAre("worker_0.log", "worker_1.log"));
+  ASSERT_EQ(r.rank_seconds.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.rank_seconds.at(0), 0.125);
   // A rank that failed after the root cause (its peer gone) does not fail its host.
   std::string echo = kFailedSummary;
   echo.replace(
@@ -226,16 +256,16 @@ TEST(CheckCollective, ResultFromTheSummaryAndTheConsole) {
       std::string("\"status\": \"ended by teardown\", \"failed\": false,\n   \"torn_down\": true")
           .size(),
       "\"status\": \"exit 1\", \"failed\": true, \"torn_down\": false");
-  EXPECT_THAT(collective_result(1, 2.5, echo, console).failed_hosts, ElementsAre("b"));
-  ASSERT_EQ(r.last_lines.size(), 4u);
-  EXPECT_EQ(r.rank_seconds.size(), 1u);
-  EXPECT_DOUBLE_EQ(r.rank_seconds.at(0), 0.125);
-  // Nothing started: no summary, the launcher's last message is the cause.
+  EXPECT_THAT(collective_result(1, 2.5, events_of(echo), no_log).failed_hosts, ElementsAre("b"));
+  // Nothing started: the start_failed event is the cause.
   CollectiveResult none = collective_result(
-      2, 0.3, "", "msrun-ssh: error: --master_port=8118 is taken on the master a\n");
-  EXPECT_EQ(none.cause, "error: --master_port=8118 is taken on the master a");
+      2, 0.3,
+      R"({"type":"start_failed","exit_status":2,"reason":"--master_port=8118 is taken on the master a"})"
+      "\n",
+      no_log);
+  EXPECT_EQ(none.cause, "--master_port=8118 is taken on the master a");
   EXPECT_TRUE(none.failed_hosts.empty());
-  EXPECT_EQ(collective_result(3, 0.1, "not json", "").cause, "exit status 3");
+  EXPECT_EQ(collective_result(3, 0.1, "not json\n", no_log).cause, "exit status 3");
 }
 
 CheckReport report_of(const std::vector<std::string>& hosts) {
@@ -250,7 +280,7 @@ CheckStatus status_of(const CheckReport& r, size_t h) {
 
 TEST(CheckCollective, VerdictsNameTheHostsOfTheFailedRanks) {
   CheckReport report = report_of({"a", "b", "c"});
-  CollectiveResult r = collective_result(1, 2.5, kFailedSummary, "");
+  CollectiveResult r = collective_result(1, 2.5, events_of(kFailedSummary), no_log);
   r.log_dir = "/tmp/msrun-ssh-allreduce-1";
   evaluate_collective(r, report);
   EXPECT_EQ(status_of(report, 0), CheckStatus::kSkip);
@@ -266,7 +296,10 @@ TEST(CheckCollective, VerdictsNameTheHostsOfTheFailedRanks) {
 
 TEST(CheckCollective, VerdictsOfAPassAJobThatDidNotStartAndASkip) {
   CheckReport pass = report_of({"a", "b"});
-  CollectiveResult ok = collective_result(0, 1.23, "", "allreduce ok rank=0 world=1 seconds=0.1\n");
+  CollectiveResult ok = collective_result(0, 1.23, kStarted, [](const std::string& log) {
+    return std::string(log == "worker_0.log" ? "allreduce ok rank=0 world=1 seconds=0.1\n" : "");
+  });
+  EXPECT_EQ(ok.rank_seconds.size(), 1u);
   evaluate_collective(ok, pass);
   for (size_t h = 0; h < 2; ++h) {
     EXPECT_EQ(status_of(pass, h), CheckStatus::kPass);
@@ -274,7 +307,12 @@ TEST(CheckCollective, VerdictsOfAPassAJobThatDidNotStartAndASkip) {
   }
   EXPECT_EQ(check_exit_code(pass), 0);
   CheckReport failed = report_of({"a", "b"});
-  evaluate_collective(collective_result(254, 9, "", "msrun-ssh: host b lost\n"), failed);
+  evaluate_collective(
+      collective_result(254, 9,
+                        R"({"type":"summary","cause":"host b lost: no answer to heartbeats"})"
+                        "\n",
+                        no_log),
+      failed);
   EXPECT_EQ(status_of(failed, 0), CheckStatus::kFail);
   EXPECT_EQ(status_of(failed, 1), CheckStatus::kFail);
   EXPECT_THAT(failed.hosts[0].find("allreduce")->detail, HasSubstr("host b lost"));
