@@ -23,6 +23,8 @@ std::vector<std::string_view> split_lines(std::string_view text);
 
 // The words of `text` that `blanks` (default: space and tab) separate; none when it is all blank.
 std::vector<std::string_view> split_words(std::string_view text, std::string_view blanks = " \t");
+// split_words's words as strings of their own.
+std::vector<std::string> owned_words(std::string_view text);
 
 // `s` with its ASCII letters in lower case.
 std::string to_lower(std::string_view s);

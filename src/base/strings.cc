@@ -45,6 +45,12 @@ std::vector<std::string_view> split_words(std::string_view text, std::string_vie
   return words;
 }
 
+std::vector<std::string> owned_words(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view w : split_words(text)) out.emplace_back(w);
+  return out;
+}
+
 std::string shell_quote(std::string_view word) {
   std::string out = "'";
   for (char c : word) {

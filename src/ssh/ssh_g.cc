@@ -1,0 +1,202 @@
+// `ssh -G`'s answer read (ssh_config.h): the settings, the %-tokens, and the commands that ask
+// ssh and reach a ProxyJump's hops.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "msrun_ssh/base.h"
+#include "msrun_ssh/ssh_config.h"
+
+namespace msrun_ssh {
+namespace {
+
+int number(std::string_view line, std::string_view value, int lo, int hi) {
+  int out = 0;
+  auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+  if (value.empty() || ec != std::errc() || p != value.data() + value.size() || out < lo ||
+      out > hi)
+    throw std::runtime_error(fmt::format("ssh -G: not a number in \"{}\"", line));
+  return out;
+}
+
+bool yes_no(std::string_view line, std::string_view value) {
+  if (value == "yes" || value == "true") return true;
+  if (value == "no" || value == "false") return false;
+  throw std::runtime_error(fmt::format("ssh -G: not yes or no in \"{}\"", line));
+}
+
+}  // namespace
+
+SshHostConfig parse_ssh_g(std::string_view text) {
+  SshHostConfig c;
+  for (std::string_view line : split_lines(text)) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (trim(line).empty()) continue;
+    size_t sp = line.find(' ');
+    if (sp == 0 || sp == std::string_view::npos)
+      throw std::runtime_error(fmt::format("ssh -G: no value in \"{}\"", line));
+    std::string_view key = line.substr(0, sp);
+    std::string_view value = line.substr(sp + 1);
+    if (key == "hostname") {
+      c.hostname = value;
+    } else if (key == "port") {
+      c.port = number(line, value, 1, 65535);
+    } else if (key == "user") {
+      c.user = value;
+    } else if (key == "identityfile") {
+      c.identity_files.emplace_back(value);
+    } else if (key == "identitiesonly") {
+      c.identities_only = yes_no(line, value);
+    } else if (key == "identityagent") {
+      c.identity_agent = value;
+    } else if (key == "certificatefile") {
+      c.certificate_files.emplace_back(value);
+    } else if (key == "proxyjump") {
+      c.proxy_jump = value == "none" ? "" : std::string(value);
+    } else if (key == "proxycommand") {
+      c.proxy_command = value == "none" ? "" : std::string(value);
+    } else if (key == "userknownhostsfile") {
+      c.user_known_hosts_files = owned_words(value);
+    } else if (key == "globalknownhostsfile") {
+      c.global_known_hosts_files = owned_words(value);
+    } else if (key == "hostkeyalias") {
+      c.host_key_alias = value == "none" ? "" : std::string(value);
+    } else if (key == "hashknownhosts") {
+      c.hash_known_hosts = yes_no(line, value);
+    } else if (key == "stricthostkeychecking") {
+      if (value == "accept-new")
+        c.strict_host_key_checking = HostKeyPolicy::kAcceptNew;
+      else if (value == "ask")
+        c.strict_host_key_checking = HostKeyPolicy::kYes;  // nobody to ask: refused
+      else
+        c.strict_host_key_checking = yes_no(line, value) ? HostKeyPolicy::kYes : HostKeyPolicy::kNo;
+    } else if (key == "connecttimeout") {
+      if (value == "none")
+        c.connect_timeout_s.reset();
+      else
+        c.connect_timeout_s = number(line, value, 0, 1 << 30);
+    } else if (key == "serveraliveinterval") {
+      c.server_alive_interval_s = number(line, value, 0, 1 << 30);
+    } else if (key == "canonicalizehostname") {
+      c.canonicalize_hostname = value != "false" && value != "no";
+    } else if (key == "serveralivecountmax") {
+      c.server_alive_count_max = number(line, value, 0, 1 << 30);
+    }
+  }
+  if (c.hostname.empty()) throw std::runtime_error("ssh -G: no hostname in its answer");
+  return c;
+}
+
+std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
+  std::string out;
+  if (value.starts_with("~/")) {
+    out = t.home;
+    value.remove_prefix(1);
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '%') {
+      out += value[i];
+      continue;
+    }
+    if (i + 1 == value.size())
+      throw std::runtime_error(fmt::format("\"{}\": a lone % at the end", value));
+    char token = value[++i];
+    const SshHostConfig* h = t.host;
+    switch (token) {
+      case '%':
+        out += '%';
+        break;
+      case 'd':
+        out += t.home;
+        break;
+      case 'u':
+        out += t.local_user;
+        break;
+      case 'i':
+        out += t.uid;
+        break;
+      case 'l':
+        out += t.local_host;
+        break;
+      case 'L':
+        out += t.local_host.substr(0, t.local_host.find('.'));
+        break;
+      case 'n':
+        out += t.original_host;
+        break;
+      case 'h':
+        out += h ? h->hostname : "";
+        break;
+      case 'p':
+        out += h ? std::to_string(h->port) : "";
+        break;
+      case 'r':
+        out += h ? h->user : "";
+        break;
+      case 'k':
+        out += h ? (h->host_key_alias.empty() ? h->hostname : h->host_key_alias) : "";
+        break;
+      default:
+        throw std::runtime_error(fmt::format("\"{}\": unknown token %{}", value, token));
+    }
+  }
+  return out;
+}
+
+std::string proxy_jump_command(std::string_view hops, const std::string& config_file) {
+  std::vector<std::string> list;
+  size_t pos = 0;
+  while (true) {
+    size_t comma = hops.find(',', pos);
+    list.emplace_back(trim(hops.substr(pos, comma - pos)));
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  std::string last = list.back();
+  list.pop_back();
+  for (const auto& hop : list)
+    if (hop.empty() || hop.find_first_of(" \t'\"") != std::string::npos)
+      throw std::runtime_error(fmt::format("ProxyJump {}: not [user@]host[:port]", hops));
+  std::string user;
+  if (size_t at = last.rfind('@'); at != std::string::npos) {
+    user = last.substr(0, at);
+    last = last.substr(at + 1);
+  }
+  std::string port;
+  if (size_t colon = last.rfind(':');
+      colon != std::string::npos && last.find(':') == colon && colon + 1 < last.size()) {
+    port = last.substr(colon + 1);
+    last = last.substr(0, colon);
+  }
+  if (last.empty() || last.find_first_of(" \t'\"") != std::string::npos ||
+      user.find_first_of(" \t'\"") != std::string::npos ||
+      port.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error(fmt::format("ProxyJump {}: not [user@]host[:port]", hops));
+  std::string cmd = "ssh -o BatchMode=yes";
+  if (!user.empty()) cmd += " -l " + shell_quote(user);
+  if (!port.empty()) cmd += " -p " + port;
+  if (!list.empty()) {
+    std::string rest;
+    for (const auto& hop : list) rest += (rest.empty() ? "" : ",") + hop;
+    cmd += " -J " + shell_quote(rest);
+  }
+  if (!config_file.empty()) cmd += " -F " + shell_quote(config_file);
+  return cmd + " -W '[%h]:%p' " + shell_quote(last);
+}
+
+std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file) {
+  std::vector<std::string> argv{"ssh", "-G"};
+  if (!config_file.empty()) argv.insert(argv.end(), {"-F", config_file});
+  if (!q.user.empty()) argv.insert(argv.end(), {"-l", q.user});
+  if (q.port) argv.insert(argv.end(), {"-p", std::to_string(*q.port)});
+  if (!q.known_hosts.empty())
+    argv.insert(argv.end(), {"-o", "UserKnownHostsFile=" + q.known_hosts});
+  argv.insert(argv.end(), {"--", q.name});
+  return argv;
+}
+
+}  // namespace msrun_ssh
