@@ -52,28 +52,128 @@ std::string resolve_ipv4(const std::string& name) {
 
 namespace {
 
-// The subcommands that work from a job record (docs/jobs.md); -1 for the others.
-int run_job_command(const Options& options) {
-  if (options.command == Command::kList) return list_jobs(options);
-  if (options.command == Command::kStatus) return show_job_status(options);
-  if (options.command == Command::kLogs) return show_job_logs(options);
-  if (options.command == Command::kTop) return top_command(options);
-  bool stack = options.command == Command::kStack;
-  if ((options.command != Command::kStop && !stack) || !options.hostfile.empty()) return -1;
-  JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
-  Options from_record = options_from_record(options, record);
-  if (stack) return stack_job(from_record, cluster_of(record));
-  stop_attached_launcher(record, from_record, stdout);
-  return stop_job(from_record, cluster_of(record));
+// ---- services the drivers share ----------------------------------------------------------------
+
+// The host file's cluster. Without an ssh client libssh reads the ssh config: what it would read
+// otherwise than ssh does is refused before anything connects (docs/ssh.md).
+Cluster load_cluster(const Options& options) {
+  GetEnv getenv = [](const char* n) { return std::getenv(n); };
+  Cluster cluster = load_hosts(
+      options.hostfile, getenv,
+      options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
+  if (options.transport == TransportKind::kSsh && !ssh_client_installed()) {
+    std::vector<std::string> names;
+    for (const auto* hosts : {&cluster.hosts, &cluster.spares})
+      for (const auto& h : *hosts) names.push_back(h.address);
+    refuse_what_libssh_misreads(options.ssh_config, names);
+  }
+  return cluster;
 }
 
-// `stop --hostfile F --job ID`: as without --hostfile, an attached job's launcher still running
-// on this machine is ended first, when the job's record is here.
-void stop_recorded_launcher(const Options& options) {
+// The plan of a run (or of check's): spares taken, every address resolved. Host file addresses
+// may be ssh config aliases: what the alias names (its HostName) is resolved, so that an alias
+// never turns into a DNS query for a name that exists only in the config. Every host's HostName is
+// asked of OpenSSH at once (names of the same Host lines share one ssh -G): one by one would cost
+// one ssh -G per name.
+Plan plan_of(const Options& options, Cluster& cluster) {
+  take_spares(cluster, options.spares);
+  std::map<std::string, std::string> hostnames;
+  if (options.transport == TransportKind::kSsh) {
+    std::vector<SshQuery> queries;
+    // Asked as the pool asks (its answers are kept for the run), so that no name is asked twice.
+    for (const auto* hosts : {&cluster.hosts, &cluster.spares})
+      for (const auto& h : *hosts)
+        queries.push_back({h.address, h.user, h.port, h.identity_file, h.known_hosts});
+    if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10))
+      for (size_t i = 0; i < queries.size(); ++i)
+        if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;
+  }
+  Resolver resolve = [&options, &hostnames](const std::string& name) {
+    auto known = hostnames.find(name);
+    return resolve_ipv4(known != hostnames.end() ? known->second
+                                                 : ssh_config_hostname(name, options.ssh_config));
+  };
+  return make_plan(options, cluster, resolve);
+}
+
+// --dry_run: the plan, and where and how ssh would connect to each host (and spare), from
+// OpenSSH's own answer.
+int print_dry_run(const Options& options, const Plan& plan, const Cluster& cluster) {
+  std::optional<std::vector<SshResolution>> ssh;
+  if (options.transport == TransportKind::kSsh) {
+    std::vector<SshQuery> queries;
+    for (const auto* hosts : {&plan.hosts, &plan.spares})
+      for (const auto& h : *hosts)
+        queries.push_back(
+            {h.host.address, h.host.user, h.host.port, h.host.identity_file, h.host.known_hosts});
+    ssh = resolve_with_openssh(queries, options.ssh_config, 4, 10);
+  }
+  std::fputs(describe_plan(plan, options, cluster.hosts_from, ssh ? &*ssh : nullptr).c_str(),
+             stdout);
+  return kExitOk;
+}
+
+// ---- one driver per command
+// ----------------------------------------------------------------------
+
+int drive_run(const Options& options) {
+  Cluster cluster = load_cluster(options);
+  Plan plan = plan_of(options, cluster);
+  return options.dry_run ? print_dry_run(options, plan, cluster) : run_job(options, plan);
+}
+
+int drive_check(const Options& options) {
+  Cluster cluster = load_cluster(options);
+  Plan plan = plan_of(options, cluster);
+  return check_cluster(options, cluster, plan, run_job_quietly);
+}
+
+// `stop` and `stack` name a job: its hosts come from its record (docs/jobs.md), or from
+// --hostfile. Stopping a job whose attached launcher still runs on this machine ends that first.
+int drive_stop(const Options& options) {
+  if (options.hostfile.empty()) {
+    JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
+    Options from_record = options_from_record(options, record);
+    stop_attached_launcher(record, from_record, stdout);
+    return stop_job(from_record, cluster_of(record));
+  }
   try {
     stop_attached_launcher(load_job_record(jobs_dir(std::getenv), options.job), options, stdout);
-  } catch (const InputError&) {
+  } catch (const InputError&) {  // no record here: the host file is all there is
   }
+  return stop_job(options, load_cluster(options));
+}
+
+int drive_stack(const Options& options) {
+  if (!options.hostfile.empty()) return stack_job(options, load_cluster(options));
+  JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
+  return stack_job(options_from_record(options, record), cluster_of(record));
+}
+
+int drive_sync(const Options& options) { return sync_job(options, load_cluster(options)); }
+
+int drive(const Options& options) {
+  switch (options.command) {
+    case Command::kRun:
+      return drive_run(options);
+    case Command::kCheck:
+      return drive_check(options);
+    case Command::kStop:
+      return drive_stop(options);
+    case Command::kStack:
+      return drive_stack(options);
+    case Command::kSync:
+      return drive_sync(options);
+    case Command::kList:
+      return list_jobs(options);
+    case Command::kStatus:
+      return show_job_status(options);
+    case Command::kLogs:
+      return show_job_logs(options);
+    case Command::kTop:
+      return top_command(options);
+  }
+  return kExitUsage;
 }
 
 }  // namespace
@@ -113,64 +213,7 @@ int run_app(const std::vector<std::string>& args) {
     options.job_id = options.command == Command::kStop || options.command == Command::kStack
                          ? options.job
                          : new_job_id();
-    if (int code = run_job_command(options); code >= 0) return code;
-    Cluster cluster = load_hosts(
-        options.hostfile, getenv,
-        options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
-    // Without an ssh client libssh reads the ssh config: what it would read otherwise than ssh
-    // does is refused before anything connects (docs/ssh.md).
-    if (options.transport == TransportKind::kSsh && !ssh_client_installed()) {
-      std::vector<std::string> names;
-      for (const auto* hosts : {&cluster.hosts, &cluster.spares})
-        for (const auto& h : *hosts) names.push_back(h.address);
-      refuse_what_libssh_misreads(options.ssh_config, names);
-    }
-    if (options.command == Command::kStop) {
-      stop_recorded_launcher(options);
-      return stop_job(options, cluster);
-    }
-    if (options.command == Command::kSync) return sync_job(options, cluster);
-    if (options.command == Command::kStack) return stack_job(options, cluster);
-    take_spares(cluster, options.spares);
-    // Host file addresses may be ssh config aliases: resolve what the alias names (its HostName),
-    // so that an alias never turns into a DNS query for a name that exists only in the config.
-    // Every host's HostName is asked of OpenSSH at once (names of the same Host lines share one
-    // ssh -G): resolving them one by one would cost one ssh -G per name.
-    std::map<std::string, std::string> hostnames;
-    if (options.transport == TransportKind::kSsh) {
-      std::vector<SshQuery> queries;
-      // Asked as the pool asks (its answers are kept for the run), so that no name is asked twice.
-      for (const auto* hosts : {&cluster.hosts, &cluster.spares})
-        for (const auto& h : *hosts)
-          queries.push_back({h.address, h.user, h.port, h.identity_file, h.known_hosts});
-      if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10))
-        for (size_t i = 0; i < queries.size(); ++i)
-          if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;
-    }
-    Resolver resolve = [&options, &hostnames](const std::string& name) {
-      auto known = hostnames.find(name);
-      return resolve_ipv4(known != hostnames.end() ? known->second
-                                                   : ssh_config_hostname(name, options.ssh_config));
-    };
-    Plan plan = make_plan(options, cluster, resolve);
-    if (options.command == Command::kCheck)
-      return check_cluster(options, cluster, plan, run_job_quietly);
-    if (options.dry_run) {
-      // Where and how ssh would connect to each host (and spare), from OpenSSH's own answer.
-      std::optional<std::vector<SshResolution>> ssh;
-      if (options.transport == TransportKind::kSsh) {
-        std::vector<SshQuery> queries;
-        for (const auto* hosts : {&plan.hosts, &plan.spares})
-          for (const auto& h : *hosts)
-            queries.push_back({h.host.address, h.host.user, h.host.port, h.host.identity_file,
-                               h.host.known_hosts});
-        ssh = resolve_with_openssh(queries, options.ssh_config, 4, 10);
-      }
-      std::fputs(describe_plan(plan, options, cluster.hosts_from, ssh ? &*ssh : nullptr).c_str(),
-                 stdout);
-      return kExitOk;
-    }
-    return run_job(options, plan);
+    return drive(options);
   } catch (const InputError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "msrun-ssh: error: %s\n", e.what());
