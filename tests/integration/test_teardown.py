@@ -60,8 +60,14 @@ def _killed_watchdog_test(agent):
     p, _ = launch([job("chatter.py"), "30"], extra=["--agent", agent])
     try:
         wait_for(lambda: running("chatter.py") >= 7, 20, "all 7 processes")
-        dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")]
-        check(dogs, "no watchdog found on host 1")
+        # This job's watchdog (the id is its argument): one of the job before may still be
+        # finishing its last sweep
+        env = open(f"/proc/{chatter_on(victim)}/environ", "rb").read().decode(errors="replace")
+        job_id = [v[len("MSRUN_SSH_JOB="):] for v in env.split("\0")
+                  if v.startswith("MSRUN_SSH_JOB=")]
+        dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")
+                if job_id and f" {job_id[0]} " in cmd]
+        check(dogs, "no watchdog of the job found on host 1")
         os.kill(dogs[0], signal.SIGKILL)
         out, err = p.communicate(timeout=30)
     finally:
@@ -72,6 +78,12 @@ def _killed_watchdog_test(agent):
     check(f"the watchdog on {addresses()[victim]} ended unexpectedly".encode() in err,
           err.decode()[-1500:])
     wait_clean(5)
+
+
+def chatter_on(host):
+    """The pid of a chatter.py of the job on host `host`."""
+    return next(pid for ns, pid, cmd in marked_processes() if ns == f"msrs-node{host}" and
+                "chatter.py" in cmd)
 
 
 def watchdogs_on(ns):
