@@ -176,12 +176,7 @@ class Runner : public ms::test::TempDirTest {
 ProcScript sampler(const Strings& ranks, double busy, int seconds) {
   ProcScript p;
   for (int i = 0; i < seconds; ++i) {
-    std::string rs;
-    for (const auto& r : ranks)
-      rs += fmt::format(
-          "{}{{\"rank\":\"{}\",\"pids\":1,\"cpu\":{},\"wait_ns\":0,\"rss_kb\":1,"
-          "\"thr_ns\":-1,\"state\":\"S\"}}",
-          rs.empty() ? "" : ",", r, 100 * busy * i);
+    std::string rs = ms::test::sampler_ranks(ranks, 100 * busy * i, 1, 'S');
     p.output.push_back({0.05 + i, fmt::format("{{\"t\":{},\"hz\":100,\"cpu\":[],\"ranks\":[{}]}}\n",
                                               1000 + i, rs)});
   }

@@ -2,6 +2,7 @@
 // temporary directory per test, and a few lookups into plans and CPU lists.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -97,5 +98,18 @@ class TempDirTest : public ::testing::Test {
   TempDir tmp_;
   const std::string dir_ = tmp_.path();
 };
+
+// The "ranks" list of one line of a host's sampler (src/remote/sampler.pl): each of `ranks` with
+// one process, `cpu_ticks` of CPU (1/100 s), `rss_kb` of memory and the state `state`.
+inline std::string sampler_ranks(const std::vector<std::string>& ranks, double cpu_ticks,
+                                 int rss_kb, char state) {
+  std::string out;
+  for (const auto& r : ranks)
+    out += fmt::format(
+        "{}{{\"rank\":\"{}\",\"pids\":1,\"cpu\":{},\"wait_ns\":0,\"rss_kb\":{},\"thr_ns\":-1,"
+        "\"state\":\"{}\"}}",
+        out.empty() ? "" : ",", r, cpu_ticks, rss_kb, state);
+  return out;
+}
 
 }  // namespace msrun_ssh::test

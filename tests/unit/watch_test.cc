@@ -296,12 +296,7 @@ fake::Reply samples(const std::vector<std::string>& ranks, double busy, int n) {
   fake::Reply r;
   r.exit_at = -1;
   for (int i = 0; i < n; ++i) {
-    std::string rs;
-    for (const auto& k : ranks)
-      rs += fmt::format(
-          "{}{{\"rank\":\"{}\",\"pids\":1,\"cpu\":{},\"wait_ns\":0,"
-          "\"rss_kb\":2048,\"thr_ns\":-1,\"state\":\"R\"}}",
-          rs.empty() ? "" : ",", k, 100 * busy * i);
+    std::string rs = test::sampler_ranks(ranks, 100 * busy * i, 2048, 'R');
     r.output.push_back({0.01 + i, fmt::format("{{\"t\":{},\"hz\":100,\"cpu\":[{},0,0,{},0,0,0,0],"
                                               "\"load\":1.5,\"mem_kb\":[4194304,2097152],"
                                               "\"ranks\":[{}],\"accel\":[97,3]}}\n",
