@@ -252,6 +252,9 @@ class Runner:
         """Reads the launcher's console for up to `seconds` (non-blocking pieces); False at its
         end."""
         end = time.monotonic() + seconds
+        if self.tty is None and self.p.stdout.closed:  # read to its end (a detached launcher)
+            time.sleep(seconds)
+            return False
         while time.monotonic() < end:
             r, _, _ = select.select([self.out_fd], [], [],
                                     max(0.0, min(0.1, end - time.monotonic())))
