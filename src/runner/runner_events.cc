@@ -254,7 +254,17 @@ void Runner::handle(const TransportEvent& e) {
     Proc& p = procs_[static_cast<size_t>(failed)];
     put(proc_of_leftovers_, p.leftovers, -1);
     p.leftovers = -1;
-    if (!std::exchange(p.closed, false)) return;  // its own channel has not closed yet
+    if (!std::exchange(p.closed, false)) {  // its own channel has not closed yet
+      // ... and what holds it open (what the failed run left) will not be ended: the command
+      // that was to end it could not start. No restart can follow; the job ends as without one,
+      // and its teardown ends what the run left.
+      if (e.kind == TransportEvent::Kind::kOpenFailed && !tearing_down()) {
+        if (root_cause_ < 0) root_cause_ = failed;
+        fail(p.status, fmt::format("{}; not started again: what its run left cannot be ended: {}",
+                                   p.restart_cause, e.data));
+      }
+      return;
+    }
     if (!tearing_down()) return restart_process(static_cast<size_t>(failed));
     p.exited = true;  // the teardown came first: the failed run's status stands
     finish_process(p, "");

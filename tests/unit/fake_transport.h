@@ -49,6 +49,9 @@ struct ProcScript {
   // false: the watchdog's sweeps never find it (as a command whose exec reached sshd after the
   // sweep); only an SSH "signal" on its channel (Transport::kill) ends it.
   bool seen_by_sweep = true;
+  // true: its exit status comes at exit_at, but its channel stays open (a grandchild in a session
+  // of its own holds its output) until a sweep or a kill ends that.
+  bool stays_open = false;
 };
 
 // One host. Times are absolute seconds on the fake clock unless said otherwise.
@@ -95,9 +98,10 @@ class FakeTransport : public Transport, public FakeClock {
     std::string command;
     double opened_ms = 0;
     std::vector<Write> writes;
-    std::vector<double> eofs;  // times of send_eof
-    bool running = false;      // the remote command is alive
-    bool closed = false;       // kClosed was (or would have been) sent
+    std::vector<double> eofs;    // times of send_eof
+    bool running = false;        // the remote command is alive
+    bool closed = false;         // kClosed was (or would have been) sent
+    bool exit_reported = false;  // kExit was sent while it still runs (ProcScript::stays_open)
     // Watchdog state.
     bool ready = false;
     bool stopping = false;  // tearing down after q / k / silence
@@ -337,7 +341,7 @@ class FakeTransport : public Transport, public FakeClock {
     TransportEvent e;
     e.channel = c.id;
     e.host = c.host;
-    if (with_status) {
+    if (with_status && !std::exchange(c.exit_reported, false)) {
       e.kind = TransportEvent::Kind::kExit;
       e.status = status;
       e.signal = signal;
@@ -377,8 +381,24 @@ class FakeTransport : public Transport, public FakeClock {
       after(t, [this, id, b = bytes] {
         if (chan(id).running) emit_data(chan(id), b, true);
       });
-    if (s.exit_at >= 0)
+    if (s.exit_at >= 0 && s.stays_open)
+      after(s.exit_at, [this, id, s] { report_exit(id, s.status, s.signal); });
+    else if (s.exit_at >= 0)
       after(s.exit_at, [this, id, s] { end(id, s.status, s.signal, s.exit_status); });
+  }
+
+  // A command's exit status while its channel stays open (ProcScript::stays_open).
+  void report_exit(ChannelId id, int status, const std::string& signal) {
+    Channel& c = chan(id);
+    if (!c.running) return;
+    c.exit_reported = true;
+    TransportEvent e;
+    e.kind = TransportEvent::Kind::kExit;
+    e.channel = c.id;
+    e.host = c.host;
+    e.status = status;
+    e.signal = signal;
+    emit(e);
   }
 
   void start_watchdog(Channel& c) {

@@ -1718,6 +1718,30 @@ TEST_F(ProcessRecovery, AWorkerThatCannotBeStartedAgainEndsTheJob) {
   EXPECT_EQ(fake.control_times(0, 'k'), Times{1061});
 }
 
+// The failed run left a grandchild that holds its channel open, and the command that was to end
+// it cannot start (the agent refuses it, the host's sshd is gone): nothing would ever close that
+// channel, so the job ends with the worker's status, and its teardown ends what the run left.
+TEST_F(ProcessRecovery, AFailedRunWhoseLeftoversCannotBeEndedEndsTheJob) {
+  ProcScript failed = exits(1, 3);
+  failed.stays_open = true;
+  ProcScript refused;
+  refused.open_error = "channel open refused";
+  HostScript node1 = host({failed, ProcScript{}});
+  node1.other_commands = {{"msrun-ssh-leftovers", refused}};
+  FakeTransport fake({host({ProcScript{}, ProcScript{}}), node1});
+  EXPECT_EQ(run(fake), 3);
+  EXPECT_EQ(process_channels(fake), 4u);  // not started again
+  EXPECT_TRUE(runner().process_restarts().empty());
+  EXPECT_EQ(runner().cause(),
+            "rank 1 on node1 failed: exit 3; not started again: what its run left cannot be "
+            "ended: channel open refused");
+  // The failure at 1010 ms, the refusal 1 ms after the leftovers' exec: the teardown then.
+  EXPECT_EQ(fake.control_times(0, 'k'), Times{1011});
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{1011});
+  EXPECT_EQ(runner().root_cause_host(), "node1");
+  EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "exit 3", kTerm}));
+}
+
 TEST_F(ProcessRecovery, CtrlCAsAWorkerFailsRestartsNothing) {
   FakeTransport fake(
       {host({ProcScript{}, ProcScript{}}), host({exits(1, 3), ProcScript{}, exits(1)})});
