@@ -85,10 +85,20 @@ std::optional<std::string> read_whole_file(const std::string& path) {
   return text;
 }
 
-bool write_text_file(const std::string& path, std::string_view text) {
+namespace {
+
+// Writes `text` to the file `path` (created or truncated); false (errno says why) when it cannot.
+bool put_file(const std::string& path, std::string_view text) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (f && std::fclose(f) != 0) ok = false;
+  return ok;
+}
+
+}  // namespace
+
+bool write_text_file(const std::string& path, std::string_view text) {
+  bool ok = put_file(path, text);
   if (!ok)
     std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", path.c_str(),
                  std::strerror(errno));
@@ -97,11 +107,7 @@ bool write_text_file(const std::string& path, std::string_view text) {
 
 std::string replace_file(const std::string& path, std::string_view text) {
   std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f && std::fclose(f) != 0) ok = false;
-  ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (ok) return "";
+  if (put_file(tmp, text) && std::rename(tmp.c_str(), path.c_str()) == 0) return "";
   std::string why = std::strerror(errno);
   std::remove(tmp.c_str());
   return why;

@@ -54,6 +54,12 @@ namespace {
 
 // ---- services the drivers share ----------------------------------------------------------------
 
+// What OpenSSH is asked about host `h`: as the pool asks (its answers are kept for the run), so
+// that no name is asked twice.
+SshQuery ssh_query(const Host& h) {
+  return {h.address, h.user, h.port, h.identity_file, h.known_hosts};
+}
+
 // The host file's cluster. Without an ssh client libssh reads the ssh config: what it would read
 // otherwise than ssh does is refused before anything connects (docs/ssh.md).
 Cluster load_cluster(const Options& options) {
@@ -80,10 +86,8 @@ Plan plan_of(const Options& options, Cluster& cluster) {
   std::map<std::string, std::string> hostnames;
   if (options.transport == TransportKind::kSsh) {
     std::vector<SshQuery> queries;
-    // Asked as the pool asks (its answers are kept for the run), so that no name is asked twice.
     for (const auto* hosts : {&cluster.hosts, &cluster.spares})
-      for (const auto& h : *hosts)
-        queries.push_back({h.address, h.user, h.port, h.identity_file, h.known_hosts});
+      for (const auto& h : *hosts) queries.push_back(ssh_query(h));
     if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10))
       for (size_t i = 0; i < queries.size(); ++i)
         if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;
@@ -103,9 +107,7 @@ int print_dry_run(const Options& options, const Plan& plan, const Cluster& clust
   if (options.transport == TransportKind::kSsh) {
     std::vector<SshQuery> queries;
     for (const auto* hosts : {&plan.hosts, &plan.spares})
-      for (const auto& h : *hosts)
-        queries.push_back(
-            {h.host.address, h.host.user, h.host.port, h.host.identity_file, h.host.known_hosts});
+      for (const auto& h : *hosts) queries.push_back(ssh_query(h.host));
     ssh = resolve_with_openssh(queries, options.ssh_config, 4, 10);
   }
   std::fputs(describe_plan(plan, options, cluster.hosts_from, ssh ? &*ssh : nullptr).c_str(),
