@@ -2,6 +2,8 @@
 """A/B comparison of two msrun-ssh binaries (before / after an optimisation), alternating runs.
 
   bench/ab.py --a /tmp/msrun-ssh.before --b build-rel/msrun-ssh --suite relay,launch --reps 9
+  bench/ab.py --a OLD --b NEW --b-args='--watch=False --agent=False'   # same choices as OLD
+  bench/ab.py --a OLD --b NEW --b-env PATH=/nonexistent   # B finds no ssh client: libssh's parser
 
 Uses the same cluster, workloads and measurement as bench.py (relay: 4 hosts x 50 MB; launch:
 /bin/true on --sizes farm hosts). Prints medians (min-max) of wall time and launcher CPU.
@@ -25,6 +27,10 @@ def main():
     p.add_argument("--b", required=True, help="msrun-ssh binary B (after)")
     p.add_argument("--suite", default="relay,launch")
     p.add_argument("--sizes", default="64,128")
+    p.add_argument("--a-args", default="", help="options given to every run of A (split on blanks)")
+    p.add_argument("--b-args", default="", help="options given to every run of B (split on blanks)")
+    p.add_argument("--a-env", default="", help="NAME=VALUE ... set for every run of A")
+    p.add_argument("--b-env", default="", help="NAME=VALUE ... set for every run of B")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--relay-mb", type=int, default=50)
     p.add_argument("--work", default="/tmp/msrun-bench")
@@ -53,7 +59,10 @@ def main():
                                             args.cluster.farm_addrs[:n], 1) for n in sizes}
         for rep in range(args.reps):
             for name in (("A", "B") if rep % 2 == 0 else ("B", "A")):
-                tools = bench.Tools(args.cluster, bins[name], args.work)
+                extra = (args.a_args if name == "A" else args.b_args).split()
+                env = dict(kv.split("=", 1) for kv in (args.a_env if name == "A" else args.b_env).split())
+                tools = bench.Tools(args.cluster, bins[name], args.work, msrun_args=extra,
+                                    msrun_env=env)
                 if "relay" in args.suite:
                     args.settle_ns = "msrs-node0"
                     r = bench.one_run(args, tools, "msrun-ssh", args.cluster.node_addrs[:4], prog,

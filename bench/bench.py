@@ -65,9 +65,12 @@ exec ssh -F "$cfg" "$host" "TMPDIR=/tmp/ompi-bench/$host; export TMPDIR; mkdir -
 class Tools:
     """Builds each tool's command line. `addrs`: the hosts; `program`: what runs on each."""
 
-    def __init__(self, cluster, msrun, work, floor=None):
+    def __init__(self, cluster, msrun, work, floor=None, msrun_args=(), msrun_env=None):
         self.c = cluster
         self.msrun = msrun
+        # Options and environment given to every msrun-ssh run (bench/ab.py).
+        self.msrun_args = list(msrun_args)
+        self.msrun_env = dict(msrun_env or {})
         self.floor = floor
         self.work = work
         self.ompi_agent = os.path.join(work, "ompi-ssh.sh")
@@ -78,6 +81,8 @@ class Tools:
     def env(self, tool):
         if tool == "pdsh":
             return {"PDSH_SSH_ARGS_APPEND": f"-F {self.c.ssh_config}"}
+        if is_msrun(tool):
+            return dict(self.msrun_env)
         return {}
 
     def argv(self, tool, addrs, program, log_dir, toml, ppn=1):
@@ -88,7 +93,7 @@ class Tools:
                     os.path.join(self.c.dir, "known_hosts"), "1", *addrs]
         if is_msrun(tool):
             return [self.msrun, "--hostfile", toml, "--log_dir", log_dir, "--fanout", str(FANOUT),
-                    *VARIANTS.get(tool, []), program]
+                    *self.msrun_args, *VARIANTS.get(tool, []), program]
         if ppn > 1 and tool in ("pdsh", "clush"):
             program = f"for i in $(seq {ppn}); do {program} & done; wait"
         if tool == "pdsh":

@@ -52,12 +52,16 @@ std::vector<std::string> owned_words(std::string_view text) {
 }
 
 std::string shell_quote(std::string_view word) {
-  std::string out = "'";
-  for (char c : word) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
+  std::string out;
+  out.reserve(word.size() + 2);
+  out += '\'';
+  // Whole runs between quotes are appended at once: the remote programs quoted here are kilobytes.
+  for (size_t at = 0;;) {
+    size_t q = word.find('\'', at);
+    out.append(word.substr(at, q == std::string_view::npos ? word.size() - at : q - at));
+    if (q == std::string_view::npos) break;
+    out += "'\\''";
+    at = q + 1;
   }
   out += '\'';
   return out;

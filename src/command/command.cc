@@ -19,10 +19,15 @@ int grace_steps(double s) {
 
 // Everything of a watchdog command before its arguments: `exec sh -c SCRIPT msrun-ssh-watchdog `.
 // SCRIPT makes the job's stack-dump directory (S: stack_site.py's text) before the ready line.
-std::string watchdog_head() {
-  std::string script = fmt::format("{}{}S={}\n{}", remote::kSweepSh, remote::kStackDirSh,
-                                   shell_quote(remote::kStackSitePy), remote::kWatchdogSh);
-  return fmt::format("exec sh -c {} msrun-ssh-watchdog ", shell_quote(script));
+// The same for every host: built once (quoting its kilobytes per host was most of the
+// launcher's own CPU in the house's before/after benchmark, #39).
+const std::string& watchdog_head() {
+  static const std::string head = [] {
+    std::string script = fmt::format("{}{}S={}\n{}", remote::kSweepSh, remote::kStackDirSh,
+                                     shell_quote(remote::kStackSitePy), remote::kWatchdogSh);
+    return fmt::format("exec sh -c {} msrun-ssh-watchdog ", shell_quote(script));
+  }();
+  return head;
 }
 
 // The word shell_quote made of `quoted`, or nothing when `quoted` is not such a word.
@@ -174,7 +179,7 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
 }
 
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
-  static const std::string head = watchdog_head();
+  const std::string& head = watchdog_head();
   if (!command.starts_with(head)) return std::nullopt;
   // 'JOB' T G L 'WORKDIR'
   std::string_view rest = command.substr(head.size());
