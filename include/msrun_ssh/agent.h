@@ -130,7 +130,7 @@ class AgentTransport : public Transport {
     Mode mode = Mode::kIdle;
     ChannelId agent = -1;
     AgentReader reader;
-    std::deque<ChannelId> queued;
+    std::vector<ChannelId> queued;  // (a deque takes 0.6 KB per host even when empty)
     std::string last_stderr;
     int exit_status = -1;
     size_t open = 0;

@@ -82,6 +82,33 @@ std::optional<std::string> sha256_file(const std::string& path, std::string& err
 // `path` made absolute against `cwd` (unchanged when it already is, or when `cwd` is empty).
 std::string absolute_path(const std::string& path, const std::string& cwd);
 
+// ---- bytes to send ------------------------------------------------------------------------------
+
+// Bytes waiting to go out, in order: copies (append) and views of static storage
+// (append_stable: the remote programs' texts, the same for every host), which are never copied.
+// Its memory is given back once it is empty. A launcher writes to every host before it sends to
+// any, so what waits here is counted once per host at its peak.
+class SendQueue {
+ public:
+  void append(std::string_view data);
+  void append_stable(std::string_view data);
+  // The next bytes that follow each other in memory: "" when empty.
+  std::string_view front() const;
+  // Takes `n` bytes (at most front().size()) off the front.
+  void consume(size_t n);
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+
+ private:
+  struct Piece {
+    std::string owned;        // a copy, read from `at`
+    std::string_view stable;  // or a view of static storage (then `owned` is empty)
+    size_t at = 0;
+  };
+  std::vector<Piece> pieces_;
+  size_t size_ = 0;
+};
+
 // ---- the clock ----------------------------------------------------------------------------------
 
 // Milliseconds of CLOCK_MONOTONIC: every deadline of the launcher is on this clock.

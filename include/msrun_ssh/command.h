@@ -146,6 +146,10 @@ std::string watchdog_command(const WatchdogArgs& args);
 std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s,
                              const std::string& workdir = {});
 
+// The first bytes of every watchdog command (most of it: its programs' text), of static storage
+// and the same for every host: a transport may send them without a copy per host.
+std::string_view watchdog_command_head();
+
 // The arguments `command` was made from when it is a watchdog command (exactly what
 // watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command);

@@ -341,6 +341,9 @@ class HostRoster {
 
   const Plan& plan() const { return plan_; }
   bool has_spares() const { return has_spares_; }
+  // Gives the plan away (its job id stays), for a job whose one attempt has no spare to call on:
+  // the plan is then held once, not once here and once for the attempt.
+  Plan take_plan();
 
   // After attempt `result` failed, before the next one: counts its failures and replaces the hosts
   // that leave. Returns "" when the next attempt can run, else why not ("cannot restart: no spare
@@ -363,6 +366,7 @@ class HostRoster {
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit
 // status (error.h; docs/command-line.md).
+// `plan` is taken: the job keeps it (moved from).
 int run_job(const Options& options, Plan& plan);
 
 // run_job with the launcher's console — file descriptors 1 and 2: the processes' lines, the

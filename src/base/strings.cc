@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -120,6 +121,40 @@ std::string replace_file(const std::string& path, std::string_view text) {
 std::string absolute_path(const std::string& path, const std::string& cwd) {
   if (path.starts_with('/') || cwd.empty()) return path;
   return cwd.ends_with('/') ? cwd + path : fmt::format("{}/{}", cwd, path);
+}
+
+void SendQueue::append(std::string_view data) {
+  if (data.empty()) return;
+  // Small writes join the last copy; one that would make a big copy grow (and double its
+  // capacity, on every host at once) gets a piece of its own.
+  if (!pieces_.empty() && pieces_.back().stable.empty() &&
+      pieces_.back().owned.size() + data.size() <=
+          std::max<size_t>(512, pieces_.back().owned.capacity()))
+    pieces_.back().owned.append(data);
+  else
+    pieces_.push_back(Piece{.owned = std::string(data)});
+  size_ += data.size();
+}
+
+void SendQueue::append_stable(std::string_view data) {
+  if (data.empty()) return;
+  pieces_.push_back(Piece{.stable = data});
+  size_ += data.size();
+}
+
+std::string_view SendQueue::front() const {
+  if (pieces_.empty()) return {};
+  const Piece& p = pieces_.front();
+  return (p.stable.empty() ? std::string_view(p.owned) : p.stable).substr(p.at);
+}
+
+void SendQueue::consume(size_t n) {
+  if (pieces_.empty()) return;
+  n = std::min(n, front().size());
+  pieces_.front().at += n;
+  size_ -= n;
+  if (front().empty()) pieces_.erase(pieces_.begin());
+  if (pieces_.empty()) std::vector<Piece>().swap(pieces_);
 }
 
 }  // namespace msrun_ssh

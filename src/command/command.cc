@@ -67,12 +67,18 @@ std::optional<std::string> take_quoted_word(std::string_view& s) {
 
 // `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted; with stack dumps
 // (stacks.h), ARGV runs through stack_site.sh.
-std::string exec_env(const Process& process, const std::string& job_id) {
+// `site_made`: the job's stack-dump directory is made on the host before the process starts (an
+// attached run's watchdog makes it): stack_site.py's text (~2 KB) is not sent with every process,
+// unless the process has a TMPDIR of its own (its directory is then not the watchdog's).
+std::string exec_env(const Process& process, const std::string& job_id, bool site_made) {
   std::vector<std::string> words{"env", "--", fmt::format("{}={}", kJobMarker, job_id)};
-  for (const auto& [n, v] : process.env) words.push_back(fmt::format("{}={}", n, v));
+  for (const auto& [n, v] : process.env) {
+    words.push_back(fmt::format("{}={}", n, v));
+    if (n == "TMPDIR") site_made = false;
+  }
   if (process.stack_dumps)
     words.insert(words.end(), {"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
-                               std::string(remote::kStackSitePy)});
+                               site_made ? std::string() : std::string(remote::kStackSitePy)});
   // env takes every leading word with a '=' for an assignment, a program named "./a=b" too: such a
   // program is started through `sh -c 'exec "$@"'`, which passes its words on unchanged.
   if (!process.argv.empty() && process.argv[0].find('=') != std::string::npos)
@@ -106,7 +112,7 @@ std::string process_command(const Process& process, const std::string& job_id,
                             bool stdin_from_launcher) {
   // /dev/null here rather than an EOF sent on the channel: one packet less per process.
   return fmt::format("cd -- {} && exec {}{}", shell_quote(process.workdir),
-                     exec_env(process, job_id), stdin_from_launcher ? "" : " < /dev/null");
+                     exec_env(process, job_id, true), stdin_from_launcher ? "" : " < /dev/null");
 }
 
 std::string detached_command(const Process& process, const std::string& job_id,
@@ -123,7 +129,7 @@ std::string detached_command(const Process& process, const std::string& job_id,
       "cd -- {} && umask 077 && mkdir -p -- {} {} && {{ setsid {} {} < /dev/null > {} 2>&1 & }} && "
       "echo \"msrun-ssh: started $!\"",
       shell_quote(process.workdir), shell_quote(dir), shell_quote(state_dir), keeper,
-      exec_env(process, job_id), shell_quote(remote_log));
+      exec_env(process, job_id, false), shell_quote(remote_log));
 }
 
 std::string rank_word(int rank) { return rank < 0 ? "sched" : std::to_string(rank); }
@@ -177,6 +183,8 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
   args.workdir = workdir;
   return watchdog_command(args);
 }
+
+std::string_view watchdog_command_head() { return watchdog_head(); }
 
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
   const std::string& head = watchdog_head();

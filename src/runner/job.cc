@@ -190,9 +190,8 @@ std::string attempt_job_id(const std::string& job_id, int attempt) {
 }
 
 // The plan of attempt `attempt`: its job id, and MSRUN_SSH_ATTEMPT.
-Plan attempt_plan(const Plan& plan, const Options& options, int attempt) {
-  Plan p = plan;
-  p.job_id = attempt_job_id(plan.job_id, attempt);
+Plan attempt_plan(Plan p, const Options& options, int attempt) {
+  p.job_id = attempt_job_id(p.job_id, attempt);
   if (options.max_restarts > 0)
     for (auto& h : p.hosts)
       for (auto& proc : h.processes) {
@@ -284,7 +283,8 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
   for (;;) {
     ready.agents.reset();
     ready.pool.reset();
-    ready.plan = attempt_plan(roster.plan(), options, attempt);
+    bool only_use = job_restarts(options) == 0 && !roster.has_spares();
+    ready.plan = attempt_plan(only_use ? roster.take_plan() : roster.plan(), options, attempt);
     ready.view.emplace(start_view(row, ready.plan));
     SshSettings settings = ssh_settings(options);
     settings.on_connect_progress = [view = &*ready.view](size_t h, bool ok) {
@@ -460,7 +460,7 @@ int run_job(const Options& options, Plan& plan) {
     std::fprintf(stderr, "msrun-ssh: %s\n", m.c_str());
     log->info("{}", m);
   };
-  HostRoster roster(plan, options, say);
+  HostRoster roster(std::move(plan), options, say);  // `plan` is not used after this
   AttemptResult last;
   auto attempt = [&](int k) {
     if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);

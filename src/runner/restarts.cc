@@ -65,6 +65,13 @@ HostRoster::HostRoster(Plan plan, const Options& options, Say say)
       say_(std::move(say)),
       has_spares_(!plan_.spares.empty()) {}
 
+Plan HostRoster::take_plan() {
+  Plan p = std::move(plan_);
+  plan_ = Plan{};
+  plan_.job_id = p.job_id;
+  return p;
+}
+
 std::string HostRoster::after_attempt(const AttemptResult& result) {
   if (!has_spares_) return "";
   std::set<std::string> failed(result.lost_hosts.begin(), result.lost_hosts.end());

@@ -268,22 +268,17 @@ void SshPool::Impl::step(Chan* ch) {
   // A channel's first bytes (the launch agent's program, the watchdog's and the processes'
   // spawn frames) go in packets of at most kSmallPacket: libssh keeps its buffers as large as the
   // largest packet that went through them, for the session's life, on every host.
-  // The stable bytes (write_stable) go first, then the copied ones.
-  while (!ch->stable.empty() || !ch->out.empty()) {
-    std::string_view next = ch->stable.empty() ? std::string_view(ch->out) : ch->stable;
+  while (!ch->out.empty()) {
+    std::string_view next = ch->out.front();
     size_t size = next.size();
     if (ch->written < kSmallPacketsFor) size = std::min(size, kSmallPacket);
     int n = ssh_channel_write(ch->channel, next.data(), static_cast<uint32_t>(size));
     if (n <= 0) break;
-    if (ch->stable.empty())
-      ch->out.erase(0, static_cast<size_t>(n));
-    else
-      ch->stable.remove_prefix(static_cast<size_t>(n));
+    ch->out.consume(static_cast<size_t>(n));
     ch->written += static_cast<size_t>(n);
     if (static_cast<size_t>(n) < size) break;
   }
-  if (ch->out.empty()) std::string().swap(ch->out);
-  if (ch->eof_wanted && !ch->eof_sent && ch->out.empty() && ch->stable.empty()) {
+  if (ch->eof_wanted && !ch->eof_sent && ch->out.empty()) {
     ssh_channel_send_eof(ch->channel);
     ch->eof_sent = true;
   }
@@ -293,8 +288,7 @@ bool SshPool::Impl::needs_step(const Chan& ch) const {
   return ch.state == ChanState::kNew || ch.state == ChanState::kOpening ||
          ch.state == ChanState::kExec ||
          (ch.state == ChanState::kRunning &&
-          (!ch.out.empty() || !ch.stable.empty() || (ch.eof_wanted && !ch.eof_sent) ||
-           !ch.signal_wanted.empty()));
+          (!ch.out.empty() || (ch.eof_wanted && !ch.eof_sent) || !ch.signal_wanted.empty()));
 }
 
 // Steps the channels, then hands over the events their libssh calls gave.
@@ -458,8 +452,7 @@ void SshPool::write(ChannelId channel, std::string_view data) {
 void SshPool::write_stable(ChannelId channel, std::string_view data) {
   auto it = impl_->chans.find(channel);
   if (it == impl_->chans.end() || it->second->eof_wanted) return;
-  if (!it->second->stable.empty() || !it->second->out.empty()) return write(channel, data);
-  it->second->stable = data;
+  it->second->out.append_stable(data);
   impl_->unsettled.insert(channel);
 }
 
@@ -473,7 +466,7 @@ void SshPool::send_eof(ChannelId channel) {
 
 size_t SshPool::unsent(ChannelId channel) const {
   auto it = impl_->chans.find(channel);
-  return it == impl_->chans.end() ? 0 : it->second->out.size() + it->second->stable.size();
+  return it == impl_->chans.end() ? 0 : it->second->out.size();
 }
 
 void SshPool::no_more_channels() { impl_->linger = true; }

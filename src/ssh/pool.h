@@ -62,9 +62,8 @@ struct SshPool::Impl {
     ssh_channel channel = nullptr;
     ChanState state = ChanState::kNew;
     std::string command;
-    std::string_view stable;  // stdin bytes of static storage (write_stable), before `out`
-    std::string out;          // stdin bytes not yet accepted by libssh
-    size_t written = 0;       // stdin bytes libssh accepted
+    SendQueue out;       // stdin bytes not yet accepted by libssh (static ones not copied)
+    size_t written = 0;  // stdin bytes libssh accepted
     bool eof_wanted = false;
     bool eof_sent = false;
     bool exited = false;

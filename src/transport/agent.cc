@@ -31,14 +31,18 @@ std::string last_line(std::string_view text) {
   return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
 }
 
+// A frame's head: its op, channel and payload size.
+std::string frame_head(char op, uint32_t id, size_t payload_size) {
+  std::string s;
+  s.push_back(op);
+  put_u32(s, id);
+  put_u32(s, static_cast<uint32_t>(payload_size));
+  return s;
+}
 }  // namespace
 
 std::string agent_frame(char op, uint32_t id, std::string_view payload) {
-  std::string s;
-  s.reserve(kHead + payload.size());
-  s.push_back(op);
-  put_u32(s, id);
-  put_u32(s, static_cast<uint32_t>(payload.size()));
+  std::string s = frame_head(op, id, payload.size());
   s.append(payload);
   return s;
 }
@@ -152,7 +156,17 @@ ChannelId AgentTransport::exec(size_t host, const std::string& command) {
 void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   const Host& h = hosts_[host];
   auto wire = static_cast<uint32_t>(id);
-  std::string out = agent_frame('S', wire, *c.command);
+  const std::string& command = *c.command;
+  // A watchdog's programs are the same static text for every host: sent without a copy each.
+  std::string_view head = watchdog_command_head();
+  std::string out;
+  if (command.starts_with(head)) {
+    inner_.write(h.agent, frame_head('S', wire, command.size()));
+    inner_.write_stable(h.agent, head);
+    out = command.substr(head.size());
+  } else {
+    out = agent_frame('S', wire, command);
+  }
   if (!c.stdin_buf.empty()) out += agent_frame('I', wire, c.stdin_buf);
   if (c.eof) out += agent_frame('E', wire);
   inner_.write(h.agent, out);
@@ -322,7 +336,7 @@ void AgentTransport::release_queued(size_t host, Mode mode) {
     }
     c.stdin_buf.clear();
   }
-  h.queued.clear();
+  std::vector<ChannelId>().swap(h.queued);
 }
 
 void AgentTransport::on_frame(size_t host, AgentFrame&& f, const EventHandler& handler) {

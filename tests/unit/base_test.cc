@@ -65,3 +65,40 @@ TEST(Base, ReplaceFileWritesInFullOrLeavesNothingBehind) {
 
 }  // namespace
 }  // namespace msrun_ssh
+
+// What goes in comes out in order; static views are never copied; a big copy is not made to grow
+// by a small write after it (one piece of its own instead); the memory goes once it is empty.
+TEST(Base, SendQueueKeepsOrderAndCopiesNoStaticBytes) {
+  static const std::string kProgram(3000, 'p');
+  msrun_ssh::SendQueue q;
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.front(), "");
+  q.append("ab");
+  q.append("c");
+  q.append_stable(kProgram);
+  q.append("de");
+  EXPECT_EQ(q.size(), 3 + kProgram.size() + 2);
+  EXPECT_EQ(q.front(), "abc");
+  q.consume(1);
+  EXPECT_EQ(q.front(), "bc");
+  q.consume(2);
+  EXPECT_EQ(q.front().data(), kProgram.data());  // the view itself, not a copy
+  q.consume(1000);
+  EXPECT_EQ(q.front().data(), kProgram.data() + 1000);
+  q.consume(2000);
+  EXPECT_EQ(q.front(), "de");
+  q.consume(5);  // more than there is: what is there
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.size(), 0u);
+
+  std::string big(3000, 'b');
+  q.append(big);
+  const char* before = q.front().data();
+  q.append("x");  // would double the big copy's capacity: a piece of its own instead
+  EXPECT_EQ(q.front().data(), before);
+  EXPECT_EQ(q.front().size(), big.size());
+  q.consume(big.size());
+  EXPECT_EQ(q.front(), "x");
+  q.consume(1);
+  EXPECT_TRUE(q.empty());
+}

@@ -327,13 +327,19 @@ TEST(CommandQuote, StackDumpsStartTheProgramThroughStackSite) {
   p.workdir = "/w";
   p.argv = {"python3", "x.py"};
   p.stack_dumps = true;
+  // An attached run's watchdog has made the stack-dump directory: stack_site.py's text is not
+  // sent again with every process.
   EXPECT_EQ(process_command(p, "j"),
             "cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' " +
-                shell_join({"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
-                            std::string(remote::kStackSitePy)}) +
+                shell_join({"sh", "-c", stack_site_script(), "msrun-ssh-stacks", ""}) +
                 " 'python3' 'x.py' < /dev/null");
+  // A detached process (no watchdog) and one with a TMPDIR of its own make it themselves.
+  std::string with_text = shell_join({"msrun-ssh-stacks", std::string(remote::kStackSitePy)});
   EXPECT_NE(detached_command(p, "j", "w.log").find(" 'MSRUN_SSH_JOB=j' 'sh' '-c' "),
             std::string::npos);
+  EXPECT_NE(detached_command(p, "j", "w.log").find(with_text), std::string::npos);
+  p.env = {{"TMPDIR", "/scratch"}};
+  EXPECT_NE(process_command(p, "j").find(with_text), std::string::npos);
 }
 
 TEST(CommandQuote, DetachedCommandExactly) {
@@ -758,12 +764,35 @@ TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
   process_.stack_dumps = true;
   process_.env.emplace_back("PYTHONPATH", "/opt/lib");
   std::string stack_dir = "/tmp/msrun-ssh-stacks-" + job_;  // the shell has no TMPDIR
+  // The watchdog makes the directory before the processes start (stack_dir.sh).
+  Result made = run_shell("/bin/sh",
+                          fmt::format("{}stack_site {} {}", remote::kStackDirSh, shell_quote(job_),
+                                      shell_quote(remote::kStackSitePy)),
+                          dir_);
+  ASSERT_EQ(made.status, 0) << made.output;
   changed_ = {{"MSRUN_SSH_STACK_DIR", stack_dir}, {"PYTHONPATH", stack_dir + ":/opt/lib"}};
   check_run("/bin/bash");
   check_nothing_ran();
   EXPECT_EQ(slurp(stack_dir + "/sitecustomize.py"), remote::kStackSitePy);
   EXPECT_EQ(fs::status(stack_dir).permissions(), fs::perms::owner_all);
   fs::remove_all(stack_dir);
+}
+
+// Without the directory the watchdog makes, a process of an attached run makes none (it has no
+// text for it) and runs without stack dumps; with a TMPDIR of its own it makes its own there.
+TEST_F(CommandRoundTrip, StackDumpsWithoutTheWatchdogsDirectoryRunWithoutThem) {
+  process_.stack_dumps = true;
+  std::string stack_dir = "/tmp/msrun-ssh-stacks-" + job_;
+  fs::remove_all(stack_dir);
+  check_run("/bin/sh");
+  EXPECT_FALSE(fs::exists(stack_dir));
+  std::string own_tmp = dir_ + "/tmp";
+  fs::create_directory(own_tmp);
+  process_.env.emplace_back("TMPDIR", own_tmp);
+  std::string own_dir = own_tmp + "/msrun-ssh-stacks-" + job_;
+  changed_ = {{"MSRUN_SSH_STACK_DIR", own_dir}, {"PYTHONPATH", own_dir}};
+  check_run("/bin/sh");
+  EXPECT_EQ(slurp(own_dir + "/sitecustomize.py"), remote::kStackSitePy);
 }
 
 TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {

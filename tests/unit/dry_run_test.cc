@@ -53,9 +53,9 @@ TEST_F(DryRun, WholePlanExactly) {
       "    command: cd -- '/job' && exec 'env' '--' 'MSRUN_SSH_JOB=20261129-154501-3fa9c2' "
       "'GLOO_SOCKET_IFNAME=eth0' 'X=a b'\\''c' 'MS_SCHED_HOST=198.18.0.1' 'MS_SCHED_PORT=8118' "
       "'MS_TOPO_TIMEOUT=600' ";
-  // Every process starts through stack_site.sh (stack dumps on demand, stacks.h).
-  const std::string site = shell_join(
-      {"sh", "-c", stack_site_script(), "msrun-ssh-stacks", std::string(remote::kStackSitePy)});
+  // Every process starts through stack_site.sh (stack dumps on demand, stacks.h), in the
+  // directory the watchdog made (no text of its own).
+  const std::string site = shell_join({"sh", "-c", stack_site_script(), "msrun-ssh-stacks", ""});
   EXPECT_EQ(text(),
             "job 20261129-154501-3fa9c2: 1 hosts, 1 workers, scheduler at 198.18.0.1:8118\n"
             "logs: logs\n"
