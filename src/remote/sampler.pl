@@ -13,7 +13,9 @@
 # Only core Perl, no module; it reads /proc and /sys and nothing else, and ends when its stdin
 # ends (the launcher or the agent is gone) or after 10 scans without a process of the job. It
 # reads every process's environ (a host may run thousands) only every RESCAN-th sample, or when
-# it knows of no process of the job; in between, the processes it found.
+# it knows of no process of the job in its first RESCAN samples (the processes are starting); in
+# between, the processes it found. A host whose job processes have all ended is not scanned in
+# full every second.
 use strict;
 use warnings;
 
@@ -99,7 +101,7 @@ while (1) {
   my %rank;
   my $every = $scans++ % $RESCAN == 0;
   @accel = accel() if $tool && $every;
-  if (!%known || $every) {
+  if ($every || (!%known && $scans <= $RESCAN)) {
     %known = ();
     opendir(my $proc, "$ROOT/proc") or die "no /proc\n";
     my @pids = grep { /^\d+$/ } readdir $proc;

@@ -272,6 +272,46 @@ TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
   EXPECT_TRUE(s->accel.empty());                     // no tool here: no "accel"
 }
 
+// Once its first samples are past, a sampler whose job processes have all ended here reads every
+// process's environ only every 5th sample, not every second (a host runs thousands of processes).
+// Rank 0 ends after the 7th sample and rank 1 starts: it is found at the next 5th sample, not at
+// the next one.
+TEST(WatchSampler, RescansInFullOnlyEveryFifthSampleOnceStarted) {
+  if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
+  test::TempDir root;
+  auto put = [&](const std::string& path, const std::string& text) {
+    fs::create_directories(fs::path(root.path() + path).parent_path());
+    std::ofstream(root.path() + path) << text;
+  };
+  put("/proc/stat", "cpu  100 0 50 1000 10 0 5 7 0 0\n");
+  put("/proc/uptime", "1.0 1.0\n");
+  auto proc = [&](const std::string& dir, int pid, const std::string& env) {
+    put(dir + "/environ", env);
+    put(dir + "/stat", std::to_string(pid) + " (x) S 1 1 1 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 77 1 2\n");
+  };
+  using namespace std::string_literals;
+  proc("/proc/101", 101, "MSRUN_SSH_JOB=j\0RANK_ID=0\0"s);
+  proc("/later/202", 202, "MSRUN_SSH_JOB=j\0RANK_ID=1\0"s);
+  std::string r = shell_quote(root.path());
+  std::string out = test::shell_output(
+      "{ sleep 3; } | MSRUN_SSH_SAMPLER_ROOT=" + r + " " + sampler_command("j", 0.1, "0,1") +
+      " > " + r + "/out & n=0; while [ \"$(wc -l < " + r + "/out)\" -lt 7 ] && [ $n -lt 300 ]; " +
+      "do sleep 0.01; n=$((n+1)); done; rm -r " + r + "/proc/101; mv " + r + "/later/202 " + r +
+      "/proc/202; wait; cat " + r + "/out");
+  std::vector<std::string> lines;
+  for (std::string_view l : split_lines(out))
+    if (!l.empty()) lines.emplace_back(l);
+  ASSERT_GE(lines.size(), 16u) << out;
+  int found = -1;
+  for (size_t i = 7; i < lines.size() && found < 0; ++i) {
+    auto s = parse_sample(lines[i]);
+    ASSERT_TRUE(s) << lines[i];
+    for (const RankSample& rank : s->ranks)
+      if (rank.rank == "1") found = static_cast<int>(i);
+  }
+  EXPECT_EQ(found, 10) << out;
+}
+
 }  // namespace
 }  // namespace msrun_ssh
 
