@@ -149,6 +149,10 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
 // The first bytes of every watchdog command (most of it: its programs' text), of static storage
 // and the same for every host: a transport may send them without a copy per host.
 std::string_view watchdog_command_head();
+// The same for the straggler watch's sampler (watch.h): `exec perl -e 'SAMPLER' `.
+std::string_view sampler_command_head();
+// Which of those heads `command` starts with ("": none).
+std::string_view static_head_of(std::string_view command);
 
 // The arguments `command` was made from when it is a watchdog command (exactly what
 // watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.

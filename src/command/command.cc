@@ -186,6 +186,17 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
 
 std::string_view watchdog_command_head() { return watchdog_head(); }
 
+std::string_view sampler_command_head() {
+  static const std::string head = fmt::format("exec perl -e {} ", shell_quote(remote::kSamplerPl));
+  return head;
+}
+
+std::string_view static_head_of(std::string_view command) {
+  for (std::string_view head : {watchdog_command_head(), sampler_command_head()})
+    if (command.starts_with(head)) return head;
+  return {};
+}
+
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
   const std::string& head = watchdog_head();
   if (!command.starts_with(head)) return std::nullopt;

@@ -157,10 +157,11 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   const Host& h = hosts_[host];
   auto wire = static_cast<uint32_t>(id);
   const std::string& command = *c.command;
-  // A watchdog's programs are the same static text for every host: sent without a copy each.
-  std::string_view head = watchdog_command_head();
+  // A watchdog's and a sampler's programs are the same static text for every host: sent without
+  // a copy each.
+  std::string_view head = static_head_of(command);
   std::string out;
-  if (command.starts_with(head)) {
+  if (!head.empty()) {
     inner_.write(h.agent, frame_head('S', wire, command.size()));
     inner_.write_stable(h.agent, head);
     out = command.substr(head.size());

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "msrun_ssh/base.h"
-#include "remote/programs.h"
+#include "msrun_ssh/command.h"
 
 namespace msrun_ssh {
 namespace {
@@ -158,8 +158,8 @@ std::vector<StragglerChange> StragglerWatch::add(size_t host, HostSample sample)
 
 std::string sampler_command(const std::string& job_id, double interval_s,
                             const std::string& ranks) {
-  return fmt::format("exec perl -e {} {} {:g} {}", shell_quote(remote::kSamplerPl),
-                     shell_quote(job_id), interval_s, shell_quote(ranks));
+  return fmt::format("{}{} {:g} {}", sampler_command_head(), shell_quote(job_id), interval_s,
+                     shell_quote(ranks));
 }
 
 JobWatch::JobWatch(Transport& transport, size_t hosts, OnChange on_change)

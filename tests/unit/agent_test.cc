@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -12,6 +13,8 @@
 
 #include "channel_recorder.h"
 #include "local_transport.h"
+#include "msrun_ssh/command.h"
+#include "msrun_ssh/watch.h"
 
 namespace msrun_ssh {
 namespace {
@@ -270,6 +273,28 @@ TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
   run_until(t, closed({stop}));
   EXPECT_EQ(seen[stop].out, "swept\n");
   EXPECT_EQ(seen[stop].failed, "");
+}
+
+// The watchdog's and the sampler's programs go to the agent as views of their static text, not
+// as a copy per host (it would wait in every host's queue at once), and run as sent.
+TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
+  AgentTransport t(local, 1, agent_command(30));
+  ChannelId sampler = t.exec(0, sampler_command("no-such-job", 0.1, "0"));
+  t.send_eof(sampler);
+  run_until(t, closed({sampler}));
+  EXPECT_EQ(seen[sampler].status, 0) << seen[sampler].err;
+  auto sample = parse_sample(seen[sampler].out.substr(0, seen[sampler].out.find('\n')));
+  EXPECT_TRUE(sample) << seen[sampler].out;
+  ChannelId dog = t.exec(0, watchdog_command("job-1", 10, 1));
+  t.send_eof(dog);  // a launcher gone: its teardown finds nothing and it ends
+  run_until(t, closed({dog}));
+  EXPECT_NE(seen[dog].out.find("msrun-ssh-watchdog: ready"), std::string::npos) << seen[dog].err;
+  auto sent_as_view = [&](std::string_view head) {
+    return std::any_of(local.stable.begin(), local.stable.end(),
+                       [&](std::string_view v) { return v.data() == head.data(); });
+  };
+  EXPECT_TRUE(sent_as_view(sampler_command_head()));
+  EXPECT_TRUE(sent_as_view(watchdog_command_head()));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,10 +28,15 @@ class LocalTransport : public ProcessTransport {
     dropped.push_back(host);
     ProcessTransport::drop_host(host);
   }
+  void write_stable(ChannelId channel, std::string_view data) override {
+    stable.emplace_back(data);
+    ProcessTransport::write_stable(channel, data);
+  }
 
   std::vector<std::string> execs;
   std::vector<std::pair<ChannelId, std::string>> kills;
   std::vector<size_t> dropped;
+  std::vector<std::string_view> stable;  // what was given as static storage (write_stable)
 };
 
 }  // namespace msrun_ssh::local
