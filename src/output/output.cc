@@ -54,7 +54,7 @@ struct Output::Proc {
   std::string log_buf;
   size_t logged = 0;
   // The last lines, in a ring whose strings keep their capacity: a flood of output costs no
-  // allocation per line.
+  // allocation per line. Made at the first line: a process that prints nothing costs nothing.
   std::vector<std::string> ring;
   size_t ring_next = 0;
   size_t ring_count = 0;
@@ -123,7 +123,6 @@ int Output::add_process(const std::string& prefix, const std::string& log_name, 
                                      p->console_prefix[0], p->console_prefix[1]);
   }
   p->on_console = on_console;
-  p->ring.resize(config_.keep_last_lines);
   if (log_name.empty()) {  // console only
     procs_.push_back(p);
     return static_cast<int>(procs_.size() - 1);
@@ -176,7 +175,8 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   if (!body.empty() && body.back() == '\n') body.remove_suffix(1);
   p.traceback.feed(body);
   p.stacks.feed(body);
-  if (!p.ring.empty()) {
+  if (config_.keep_last_lines > 0) {
+    if (p.ring.empty()) p.ring.resize(config_.keep_last_lines);
     p.ring[p.ring_next].assign(body.data(), std::min(body.size(), kMaxKeptLine));
     p.ring_next = (p.ring_next + 1) % p.ring.size();
     p.ring_count = std::min(p.ring_count + 1, p.ring.size());

@@ -177,6 +177,7 @@ EnvList process_env(const Options& options, const Plan& plan, const HostPlan& hp
   }
   if (wants_stacks(options) && !has_env(env, "PYTHONFAULTHANDLER"))
     set_env(env, "PYTHONFAULTHANDLER", "1");
+  env.shrink_to_fit();  // held for every process of the job: no room to grow
   return env;
 }
 

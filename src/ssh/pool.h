@@ -133,8 +133,10 @@ struct SshPool::Impl {
   // process flooding output), keep reading it here rather than going back through epoll_wait and
   // the whole loop for every 4 KB; bounded, so that one busy host cannot starve the others.
   static constexpr int kMaxPumpRounds = 16;  // 64 KB per connection per wake-up
-  // A channel's first kSmallPacketsFor stdin bytes go in packets of at most kSmallPacket.
-  static constexpr size_t kSmallPacket = 1024;
+  // A channel's first kSmallPacketsFor stdin bytes go in packets of at most kSmallPacket: libssh's
+  // send buffers grow to twice a packet (the payload with its header and MAC) and stay so, per host
+  // (1 KB packets: 4 KB per host; 512 B: 2 KB).
+  static constexpr size_t kSmallPacket = 512;
   static constexpr size_t kSmallPacketsFor = 32768;
   static constexpr uint64_t kFdKey = 1ULL << 40;  // epoll keys from here on: watched descriptors
 
