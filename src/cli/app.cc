@@ -119,9 +119,14 @@ int print_dry_run(const Options& options, const Plan& plan, const Cluster& clust
 // ----------------------------------------------------------------------
 
 int drive_run(const Options& options) {
-  Cluster cluster = load_cluster(options);
-  Plan plan = plan_of(options, cluster);
-  return options.dry_run ? print_dry_run(options, plan, cluster) : run_job(options, plan);
+  Plan plan;
+  {
+    // The host file's hosts are in the plan: not held as well while the job runs (#35).
+    Cluster cluster = load_cluster(options);
+    plan = plan_of(options, cluster);
+    if (options.dry_run) return print_dry_run(options, plan, cluster);
+  }
+  return run_job(options, plan);
 }
 
 int drive_check(const Options& options) {
