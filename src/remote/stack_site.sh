@@ -3,11 +3,12 @@
 # makes its Python processes dump their stacks on demand (stack_site.py), then execs the process's
 # command, which keeps this pid. $1: the text of stack_site.py, or "" when the watchdog has made
 # the job's directory (stack_dir.sh) before the processes start, as in an attached run; the rest:
-# the command. This normally forks nothing. The command gets MSRUN_SSH_STACK_DIR=DIR and DIR first on PYTHONPATH, after what
-# the environment had there. When the directory or the file cannot be made, it gets neither: it
-# runs as it would without stack dumps. A TORCHELASTIC_ERROR_FILE of @msrun-ssh-job-dir@/NAME
-# (kJobDirToken, plan.h) becomes DIR/NAME, or is unset without the directory; stack_site.py relays
-# that file when the process exits.
+# the command. This normally forks nothing. The command gets MSRUN_SSH_STACK_DIR=DIR and DIR
+# first on PYTHONPATH, after what the environment had there. When the directory or the file
+# cannot be made (or, with "", is not there), it gets neither: it runs as it would without stack
+# dumps. A TORCHELASTIC_ERROR_FILE of @msrun-ssh-job-dir@/NAME (kJobDirToken, plan.h) becomes
+# DIR/NAME, or is unset without the directory; stack_site.py relays that file when the process
+# exits.
 s=$1
 shift
 if stack_site "$MSRUN_SSH_JOB" "$s"; then
