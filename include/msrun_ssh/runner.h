@@ -183,6 +183,7 @@ class Runner {
   void read_stdin();
   void read_signals();
   void beat();
+  void start_samplers();  // the straggler watch's, one per live host; then no more channels
   void check_heartbeats(double now);
   double starved_limit_ms() const;
   void lose_host(size_t host, const std::string& why);
@@ -270,6 +271,7 @@ class Runner {
   std::unique_ptr<Batch> stacks_;  // the stack dump SIGQUIT asked for, while it runs
   double stacks_deadline_ms_ = 0;
   std::unique_ptr<JobWatch> watch_;  // the hosts' samplers (--watch), while the job runs
+  double samplers_at_ms_ = -1;       // when the samplers start (start_samplers); -1: not to come
   std::vector<StragglerRecord> stragglers_;
   void on_straggler(const StragglerChange& change);
   std::string top_file_;

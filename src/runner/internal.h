@@ -25,6 +25,8 @@ inline constexpr double kSuspendWaitMs =
 inline constexpr double kStallToldMs = 2000;       // a launcher that stood still longer says so
 inline constexpr double kTeardownSlackMs = 10000;  // beyond the kill grace before we stop waiting
 inline constexpr double kStartedShownMs = 500;  // "started N/N" stays this long on the status row
+// The straggler watch's samplers start this long after the processes (Runner::start_samplers).
+inline constexpr double kSamplerDelayMs = 1000;
 inline constexpr double kKillNowWaitMs = 3000;
 
 template <typename T>

@@ -307,8 +307,34 @@ void Runner::start_processes() {
     p.start_ms = t_.now_ms();
   }
   // The samplers ride on the launch agents: spawned by an agent, a sampler is not a login shell
-  // that could sit in its rc past the job's end.
-  if (options_.watch && use_agent(options_.agent) && options_.transport == TransportKind::kSsh) {
+  // that could sit in its rc past the job's end. They start one sampling interval after the
+  // processes (start_samplers): a straggler takes several samples to tell, and a job that ends
+  // sooner (or the start's busiest second) does without a Perl start per host.
+  const bool watching =
+      options_.watch && use_agent(options_.agent) && options_.transport == TransportKind::kSsh;
+  if (watching) {
+    watch_ = std::make_unique<JobWatch>(t_, hosts_.size(),
+                                        [this](const StragglerChange& c) { on_straggler(c); });
+    samplers_at_ms_ = t_.now_ms() + kSamplerDelayMs;
+    if (!top_file_.empty()) top_ = std::make_unique<TopTracker>(options_.progress_regex);
+  }
+  // An in-place restart opens a channel later: the promise waits for the end of the job then.
+  // The samplers' channels come later too: the promise waits for them.
+  if (!watching &&
+      (options_.restart_policy != RestartPolicy::kProcess || options_.max_restarts == 0))
+    promise_no_more_channels();
+  if (start_view_) start_view_->processes_started(procs_.size());
+  started_ms_ = last_output_ms_ = t_.now_ms();
+  enter(Phase::kRunning);
+  if (!stdin_targets_.empty())
+    t_.watch_fd(stdin_fd_);
+  else
+    stdin_fd_ = -1;
+}
+
+void Runner::start_samplers() {
+  samplers_at_ms_ = -1;
+  if (phase_ == Phase::kRunning) {
     std::vector<size_t> live;
     for (size_t h = 0; h < hosts_.size(); ++h)
       if (!hosts_[h].lost) live.push_back(h);
@@ -318,21 +344,10 @@ void Runner::start_processes() {
       r += r.empty() ? "" : ",";
       r += rank_word(p.spec->role == Role::kScheduler ? -1 : p.spec->rank);
     }
-    watch_ = std::make_unique<JobWatch>(t_, hosts_.size(),
-                                        [this](const StragglerChange& c) { on_straggler(c); });
     watch_->start(live, ranks, plan_.job_id, 1);
-    if (!top_file_.empty()) top_ = std::make_unique<TopTracker>(options_.progress_regex);
   }
-  // An in-place restart opens a channel later: the promise waits for the end of the job then.
   if (options_.restart_policy != RestartPolicy::kProcess || options_.max_restarts == 0)
     promise_no_more_channels();
-  if (start_view_) start_view_->processes_started(procs_.size());
-  started_ms_ = last_output_ms_ = t_.now_ms();
-  enter(Phase::kRunning);
-  if (!stdin_targets_.empty())
-    t_.watch_fd(stdin_fd_);
-  else
-    stdin_fd_ = -1;
 }
 
 void Runner::beat() {
@@ -390,6 +405,7 @@ int Runner::timeout_ms(double now) const {
       until = std::min(until, last_output_ms_ + options_.hang_timeout * 1000);
   }
   if (ending()) until = std::min(until, deadline_ms_);
+  if (samplers_at_ms_ >= 0) until = std::min(until, samplers_at_ms_);
   // The status row: the start view leaves after kStartedShownMs, the running status every second.
   if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
     until = std::min(until, started_ms_ + kStartedShownMs);
@@ -453,6 +469,7 @@ int Runner::run() {
       give_up();
       break;
     }
+    if (samplers_at_ms_ >= 0 && now >= samplers_at_ms_) start_samplers();
     if (now >= next_beat_ms_) beat();
     update_status(now);
     write_top(now);

@@ -219,6 +219,37 @@ TEST_F(Runner, WatchNamesTheHostTheOthersWaitForAndEndsItsSamplers) {
   EXPECT_EQ(killed, 2u);
 }
 
+// The samplers start one interval after the processes: a job that ends sooner starts none.
+TEST_F(Runner, WatchStartsTheSamplersASecondAfterTheProcessesAndNotForAShorterJob) {
+  plan_ = make_plan({1, 1});
+  options_.watch = true;
+  auto samplers = [](const FakeTransport& fake) {
+    std::vector<double> opened;
+    for (const auto& c : fake.channels())
+      if (c.command.find("exec perl -e") != std::string::npos) opened.push_back(c.opened_ms);
+    return opened;
+  };
+  HostScript a = host({exits(0.5)}), b = host({exits(0.6)});
+  a.other_commands = b.other_commands = {{"exec perl -e", sampler({"0"}, 0.1, 3)}};
+  FakeTransport short_job({a, b});
+  EXPECT_EQ(run(short_job), 0);
+  EXPECT_TRUE(samplers(short_job).empty());
+
+  HostScript c = host({exits(3)}), d = host({exits(3)});
+  c.other_commands = d.other_commands = {{"exec perl -e", sampler({"0"}, 0.1, 3)}};
+  FakeTransport long_job({c, d});
+  EXPECT_EQ(run(long_job), 0);
+  double started = 0;
+  for (const auto& ch : long_job.channels())
+    if (ch.index == 0) started = std::max(started, ch.opened_ms);
+  std::vector<double> opened = samplers(long_job);
+  ASSERT_EQ(opened.size(), 2u);
+  for (double t : opened) {
+    EXPECT_GE(t, started + 1000);
+    EXPECT_LT(t, started + 1500);
+  }
+}
+
 // --- Normal end ----------------------------------------------------------------------------------
 
 TEST_F(Runner, AllExitZeroSendsQuitAfterTheLastExitAndWaitsForTheWatchdogs) {
