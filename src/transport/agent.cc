@@ -89,11 +89,13 @@ void AgentReader::frames(const FrameHandler& on_frame) {
 std::string agent_command(double idle_s) {
   // The loader reads exactly the program's bytes from stdin (raw whatever PERL_UNICODE says,
   // unbuffered: what follows them is the agent's frames) and runs it; stdin's end before that
-  // ends it quietly.
+  // ends it quietly, and so does the idle limit (+1 s) without the whole program: a host cut off
+  // while the program was still on its way would otherwise wait for it as long as sshd keeps
+  // the dead connection (the launcher sends it right behind the exec request, during the rc).
   std::string loader = fmt::format(
-      "binmode STDIN; my $n = {}; my $c = ''; while (length $c < $n) {{ sysread(STDIN, $c, $n - "
-      "length $c, "
-      "length $c) or exit 0 }} eval $c; die $@ if $@;",
+      "binmode STDIN; $SIG{{ALRM}} = sub {{ exit 0 }}; alarm(1 + int($ARGV[0] || 0)); "
+      "my $n = {}; my $c = ''; while (length $c < $n) {{ sysread(STDIN, $c, $n - length $c, "
+      "length $c) or exit 0 }} alarm(0); $SIG{{ALRM}} = 'DEFAULT'; eval $c; die $@ if $@;",
       remote::kAgentPl.size());
   return fmt::format("exec sh -c {} msrun-ssh-agent {} {:.3f}", shell_quote(remote::kAgentSh),
                      shell_quote(loader), idle_s);

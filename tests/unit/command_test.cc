@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "msrun_ssh/agent.h"
 #include "remote/programs.h"
 #include "test_util.h"
 
@@ -524,6 +525,18 @@ TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
 
 // The launch agent loads no module on the machines whose constants it knows (agent.pl): on this
 // machine those constants must be perl's own (Errno, Fcntl, Config's signal names).
+// A host cut off while its agent's program was still on the wire: the loader does not wait for
+// the rest as long as sshd keeps the dead connection, but ends after the idle limit (+1 s).
+TEST_F(CommandSyntax, AnAgentWhoseProgramNeverComesEndsAfterItsIdleLimit) {
+  if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
+  auto t0 = Clock::now();
+  Child c = spawn({"/bin/sh", "-c", agent_command(0.5)}, kShellEnv, dir_, true);  // nothing sent
+  std::optional<int> status = wait_for(c.pid, 10);
+  ASSERT_TRUE(status) << "still waiting for its program";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << *status;
+  EXPECT_LT(since(t0), 5);
+}
+
 TEST_F(CommandSyntax, TheAgentsBuiltInConstantsArePerlsOwn) {
   std::string text(remote::kAgentPl);
   size_t from = text.find("if (defined $SETSID_NR) {");
