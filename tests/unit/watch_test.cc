@@ -287,7 +287,8 @@ TEST(WatchSampler, RescansInFullOnlyEveryFifthSampleOnceStarted) {
   put("/proc/uptime", "1.0 1.0\n");
   auto proc = [&](const std::string& dir, int pid, const std::string& env) {
     put(dir + "/environ", env);
-    put(dir + "/stat", std::to_string(pid) + " (x) S 1 1 1 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 77 1 2\n");
+    put(dir + "/stat",
+        std::to_string(pid) + " (x) S 1 1 1 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 77 1 2\n");
   };
   using namespace std::string_literals;
   proc("/proc/101", 101, "MSRUN_SSH_JOB=j\0RANK_ID=0\0"s);
