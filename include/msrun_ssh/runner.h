@@ -174,6 +174,8 @@ class Runner {
   bool restarts_in_place(const Proc& p);
   void restart_process(size_t index);
   void promise_no_more_channels();
+  // Once every channel of the start is open: the promise, unless an in-place restart may come.
+  void promise_channels_after_start();
   void handle(const TransportEvent& e);
   void handle_watchdog(size_t host, const TransportEvent& e);
   void watchdog_line(size_t host, std::string_view line);

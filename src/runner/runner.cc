@@ -318,11 +318,8 @@ void Runner::start_processes() {
     samplers_at_ms_ = t_.now_ms() + kSamplerDelayMs;
     if (!top_file_.empty()) top_ = std::make_unique<TopTracker>(options_.progress_regex);
   }
-  // An in-place restart opens a channel later: the promise waits for the end of the job then.
-  // The samplers' channels come later too: the promise waits for them.
-  if (!watching &&
-      (options_.restart_policy != RestartPolicy::kProcess || options_.max_restarts == 0))
-    promise_no_more_channels();
+  // The samplers' channels come later: the promise waits for them (start_samplers).
+  if (!watching) promise_channels_after_start();
   if (start_view_) start_view_->processes_started(procs_.size());
   started_ms_ = last_output_ms_ = t_.now_ms();
   enter(Phase::kRunning);
@@ -346,6 +343,11 @@ void Runner::start_samplers() {
     }
     watch_->start(live, ranks, plan_.job_id, 1);
   }
+  promise_channels_after_start();
+}
+
+void Runner::promise_channels_after_start() {
+  // An in-place restart opens a channel later: the promise waits for the end of the job then.
   if (options_.restart_policy != RestartPolicy::kProcess || options_.max_restarts == 0)
     promise_no_more_channels();
 }

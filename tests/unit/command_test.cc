@@ -523,8 +523,6 @@ TEST_F(CommandSyntax, EveryEmbeddedPythonProgramCompiles) {
   }
 }
 
-// The launch agent loads no module on the machines whose constants it knows (agent.pl): on this
-// machine those constants must be perl's own (Errno, Fcntl, Config's signal names).
 // A host cut off while its agent's program was still on the wire: the loader does not wait for
 // the rest as long as sshd keeps the dead connection, but ends after the idle limit (+1 s).
 TEST_F(CommandSyntax, AnAgentWhoseProgramNeverComesEndsAfterItsIdleLimit) {
@@ -537,6 +535,8 @@ TEST_F(CommandSyntax, AnAgentWhoseProgramNeverComesEndsAfterItsIdleLimit) {
   EXPECT_LT(since(t0), 5);
 }
 
+// The launch agent loads no module on the machines whose constants it knows (agent.pl): on this
+// machine those constants must be perl's own (Errno, Fcntl, Config's signal names).
 TEST_F(CommandSyntax, TheAgentsBuiltInConstantsArePerlsOwn) {
   std::string text(remote::kAgentPl);
   size_t from = text.find("if (defined $SETSID_NR) {");

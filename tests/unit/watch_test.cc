@@ -156,6 +156,12 @@ TEST(WatchStraggler, OneSlowHostOfTwo) {
 }
 
 // The sampler itself, here: it finds a process carrying the job's marker, by its rank.
+// Writes a fixture file, with the directories it is in.
+void put_file(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
 TEST(WatchSampler, FindsTheJobsProcessesByRank) {
   if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
   // Rank 7 is this host's; rank 8, of the same job, another host's (a shared pid namespace).
@@ -195,8 +201,7 @@ TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
   if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
   test::TempDir root;
   auto put = [&](const std::string& path, const std::string& text) {
-    fs::create_directories(fs::path(root.path() + path).parent_path());
-    std::ofstream(root.path() + path) << text;
+    put_file(root.path() + path, text);
   };
   put("/proc/stat", "cpu  100 0 50 1000 10 0 5 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n");
   put("/proc/loadavg", "0.50 0.40 0.30 1/100 999\n");
@@ -280,8 +285,7 @@ TEST(WatchSampler, RescansInFullOnlyEveryFifthSampleOnceStarted) {
   if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
   test::TempDir root;
   auto put = [&](const std::string& path, const std::string& text) {
-    fs::create_directories(fs::path(root.path() + path).parent_path());
-    std::ofstream(root.path() + path) << text;
+    put_file(root.path() + path, text);
   };
   put("/proc/stat", "cpu  100 0 50 1000 10 0 5 7 0 0\n");
   put("/proc/uptime", "1.0 1.0\n");
