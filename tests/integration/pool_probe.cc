@@ -8,7 +8,8 @@
 // drop_host (or disconnect_all). Under the sanitizers, a pool that hands an event over while a
 // libssh call is still on the stack fails here with a use after free. Prints "ok EVENTS AFTER"
 // (AFTER: the events that came after the teardown; the only one due is the refusal of the command
-// started after it) and exits 0 when the pool stays sound; exits 1 with a reason otherwise.
+// started after it) and exits 0 when the pool stays sound; exits 1 with a reason otherwise. What
+// came after the teardown goes to stderr, for a test's failure message.
 #include <fmt/format.h>
 
 #include <string>
@@ -40,11 +41,16 @@ int main(int argc, char** argv) {
   bool torn_down = false;
   int events = 0;
   int events_after = 0;
+  std::string after;  // what came after the teardown: kinds and channels, for the failure message
   msrun_ssh::EventHandler handler = [&](const TransportEvent& e) {
     ++events;
-    if (torn_down) ++events_after;
+    if (torn_down) {
+      ++events_after;
+      after += fmt::format(" kind {} channel {} ({})", static_cast<int>(e.kind), e.channel, e.data);
+    }
     if (e.kind != TransportEvent::Kind::kData || torn_down) return;
     torn_down = true;
+    after += fmt::format(" (torn down on output of channel {})", e.channel);
     if (mode == "drop")
       pool.drop_host(0);
     else
@@ -59,5 +65,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   fmt::print("ok {} {}\n", events, events_after);
+  fmt::print(stderr, "after the teardown:{}\n", after);
   return 0;
 }

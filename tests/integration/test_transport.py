@@ -16,7 +16,8 @@ def _probe(mode):
     check(len(words) == 3 and words[0] == "ok", f"pool_probe {mode} printed {p.stdout!r}")
     # After the teardown the host's held output is not handed over; only the command started
     # after it is refused.
-    check(words[2] == "1", f"{words[2]} events came after the teardown, not 1: {p.stdout!r}")
+    check(words[2] == "1", f"{words[2]} events came after the teardown, not 1: {p.stdout!r}; "
+          f"{p.stderr.strip()}")
 
 
 def test_a_host_dropped_from_inside_its_own_output_event():
