@@ -3,10 +3,11 @@
 // Over plain SSH each command is a channel of its own, and sshd runs each through the user's
 // login shell, so a host with P processes pays its login rc (conda init, module load, ...) P+1
 // times. AgentTransport starts one agent per host instead (src/remote/agent.sh + agent.pl: the
-// login rc once, then perl), and the agent starts the commands it is given with /bin/sh -c, each
-// in a session of its own as sshd would, and carries their stdin, output, exit status and end as
-// frames over its channel. The runner does not see the difference: AgentTransport is a Transport
-// whose channels are the agent's commands.
+// login rc once, then perl), and the agent starts the commands it is given with /bin/sh -c (a
+// process of the job without a shell: agent_launch_payload), each in a session of its own as
+// sshd would, and carries their stdin, output, exit status and end as frames over its channel. The
+// runner does not see the difference: AgentTransport is a Transport whose channels are the agent's
+// commands.
 //
 // A host without perl (the agent exits 97 before its hello) gets a channel per command, as
 // without the agent. An agent that ends while commands of its host still run makes the host
@@ -24,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "msrun_ssh/command.h"
 #include "msrun_ssh/transport.h"
 
 namespace msrun_ssh {
@@ -82,6 +84,11 @@ inline bool use_agent(std::optional<bool> option) { return option.value_or(true)
 // started: nothing else would end the agent), the agent exits.
 std::string agent_command(double idle_s);
 std::string_view agent_program();
+
+// The payload of a P frame, a process the agent starts itself (command.h, ProcessLaunch): NUL
+// separated, the workdir, the flags ("s": the stack-dump step, "n": stdin from /dev/null), the
+// number of environment words, those words, then argv.
+std::string agent_launch_payload(const ProcessLaunch& launch);
 
 // The exit status and signal name (empty when none) of an agent's x frame ("143 TERM", "3"); false
 // when the payload is not one.

@@ -10,8 +10,9 @@
 //    teardown kills every process whose environment carries MSRUN_SSH_JOB=<job id>, found in
 //    /proc/*/environ, which reaches grandchildren that left the process group too.
 //  - one command per process: cd to the workdir, then exec env with the full environment and argv.
-// Over the launch agent (agent.h) both kinds run under /bin/sh -c on the host instead of the login
-// shell; they are the same strings either way.
+// Over the launch agent (agent.h) the watchdog runs under /bin/sh -c on the host instead of the
+// login shell, and a process's command is taken apart (process_launch_of) and started by the agent
+// itself, with no shell; the strings are the same either way.
 #pragma once
 
 #include <optional>
@@ -42,6 +43,24 @@ bool stdin_from_launcher(const Options& options, const Process& process);
 // stdin is /dev/null unless `stdin_from_launcher` (--tail_worker_log ranks get the launcher's).
 std::string process_command(const Process& process, const std::string& job_id,
                             bool stdin_from_launcher = false);
+
+// A process_command taken apart, for the launch agent, which starts such a process itself: cd,
+// the environment, the stack-dump step, /dev/null for stdin and exec, with no shell and no env
+// program in between (each cost the host about a millisecond per process). `env`: NAME=VALUE
+// words, the job's marker first; `stack_site`: the process goes through stack_site.sh with the
+// directory already made (an attached run's processes: its watchdog made it).
+struct ProcessLaunch {
+  std::string workdir;
+  std::vector<std::string> env;
+  bool stack_site = false;
+  std::vector<std::string> argv;
+  bool stdin_null = true;
+  bool operator==(const ProcessLaunch&) const = default;
+};
+
+// The parts of `command` when it is exactly what process_command makes of them (checked by
+// making it again), else nothing: the agent then runs the command with /bin/sh -c.
+std::optional<ProcessLaunch> process_launch_of(std::string_view command);
 
 // Same, detached (--join=False): the process survives the launcher, its stdin is /dev/null and its
 // output goes to `remote_log` on the host (directories created, file 0600). It runs under a keeper

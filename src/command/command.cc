@@ -65,26 +65,55 @@ std::optional<std::string> take_quoted_word(std::string_view& s) {
   }
 }
 
-// `exec env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`, every word quoted; with stack dumps
-// (stacks.h), ARGV runs through stack_site.sh.
+// `env -- ENV... ARGV...`, every word quoted: env's words for the environment `env` (NAME=VALUE
+// words), then ARGV, through stack_site.sh (with `site_text` as its first argument) when
+// `stack_site`.
+std::string env_words(const std::vector<std::string>& env, bool stack_site,
+                      std::string_view site_text, const std::vector<std::string>& argv) {
+  std::vector<std::string> words{"env", "--"};
+  words.insert(words.end(), env.begin(), env.end());
+  if (stack_site)
+    words.insert(words.end(),
+                 {"sh", "-c", stack_site_script(), "msrun-ssh-stacks", std::string(site_text)});
+  // env takes every leading word with a '=' for an assignment, a program named "./a=b" too: such a
+  // program is started through `sh -c 'exec "$@"'`, which passes its words on unchanged.
+  if (!argv.empty() && argv[0].find('=') != std::string::npos)
+    words.insert(words.end(), {"sh", "-c", "exec \"$@\"", "sh"});
+  words.insert(words.end(), argv.begin(), argv.end());
+  return shell_join(words);
+}
+
+// `env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`; with stack dumps (stacks.h), ARGV runs
+// through stack_site.sh.
 // `site_made`: the job's stack-dump directory is made on the host before the process starts (an
 // attached run's watchdog makes it): stack_site.py's text (~2 KB) is not sent with every process,
 // unless the process has a TMPDIR of its own (its directory is then not the watchdog's).
 std::string exec_env(const Process& process, const std::string& job_id, bool site_made) {
-  std::vector<std::string> words{"env", "--", fmt::format("{}={}", kJobMarker, job_id)};
+  std::vector<std::string> env{fmt::format("{}={}", kJobMarker, job_id)};
   for (const auto& [n, v] : process.env) {
-    words.push_back(fmt::format("{}={}", n, v));
+    env.push_back(fmt::format("{}={}", n, v));
     if (n == "TMPDIR") site_made = false;
   }
-  if (process.stack_dumps)
-    words.insert(words.end(), {"sh", "-c", stack_site_script(), "msrun-ssh-stacks",
-                               site_made ? std::string() : std::string(remote::kStackSitePy)});
-  // env takes every leading word with a '=' for an assignment, a program named "./a=b" too: such a
-  // program is started through `sh -c 'exec "$@"'`, which passes its words on unchanged.
-  if (!process.argv.empty() && process.argv[0].find('=') != std::string::npos)
-    words.insert(words.end(), {"sh", "-c", "exec \"$@\"", "sh"});
-  words.insert(words.end(), process.argv.begin(), process.argv.end());
-  return shell_join(words);
+  return env_words(env, process.stack_dumps,
+                   site_made ? std::string_view() : std::string_view(remote::kStackSitePy),
+                   process.argv);
+}
+
+constexpr std::string_view kStdinNull = " < /dev/null";
+
+std::string render_launch(const ProcessLaunch& l) {
+  return fmt::format("cd -- {} && exec {}{}", shell_quote(l.workdir),
+                     env_words(l.env, l.stack_site, {}, l.argv), l.stdin_null ? kStdinNull : "");
+}
+
+// Whether `words` continues at `at` with exactly `expected`; then `at` goes past them.
+bool take_words(const std::vector<std::string>& words, size_t& at,
+                const std::vector<std::string>& expected) {
+  if (words.size() - at < expected.size() ||
+      !std::equal(expected.begin(), expected.end(), words.begin() + static_cast<long>(at)))
+    return false;
+  at += expected.size();
+  return true;
 }
 
 }  // namespace
@@ -108,11 +137,47 @@ bool stdin_from_launcher(const Options& options, const Process& process) {
          std::find(tailed.begin(), tailed.end(), process.rank) != tailed.end();
 }
 
+std::optional<ProcessLaunch> process_launch_of(std::string_view command) {
+  constexpr std::string_view kCd = "cd -- ";
+  constexpr std::string_view kExec = " && exec ";
+  const std::string_view whole = command;
+  if (!command.starts_with(kCd)) return std::nullopt;
+  command.remove_prefix(kCd.size());
+  ProcessLaunch l;
+  std::optional<std::string> workdir = take_quoted_word(command);
+  if (!workdir || !command.starts_with(kExec)) return std::nullopt;
+  l.workdir = std::move(*workdir);
+  command.remove_prefix(kExec.size());
+  l.stdin_null = command.ends_with(kStdinNull);
+  if (l.stdin_null) command.remove_suffix(kStdinNull.size());
+  std::vector<std::string> words;
+  while (!command.empty()) {
+    if (!words.empty() && !command.starts_with(' ')) return std::nullopt;
+    if (!words.empty()) command.remove_prefix(1);
+    std::optional<std::string> word = take_quoted_word(command);
+    if (!word || word->find('\0') != std::string::npos) return std::nullopt;
+    words.push_back(std::move(*word));
+  }
+  size_t at = 0;
+  if (!take_words(words, at, {"env", "--"})) return std::nullopt;
+  // env's own reading: every word with a '=' is an assignment, up to the first without.
+  while (at < words.size() && words[at].find('=') != std::string::npos)
+    l.env.push_back(words[at++]);
+  l.stack_site = take_words(words, at, {"sh", "-c", stack_site_script(), "msrun-ssh-stacks", ""});
+  take_words(words, at, {"sh", "-c", "exec \"$@\"", "sh"});
+  l.argv.assign(words.begin() + static_cast<long>(at), words.end());
+  if (l.argv.empty() || l.env.empty() || !l.env[0].starts_with(fmt::format("{}=", kJobMarker)))
+    return std::nullopt;
+  // Exactly what process_command makes of these parts, or it is not a process command.
+  if (render_launch(l) != whole) return std::nullopt;
+  return l;
+}
+
 std::string process_command(const Process& process, const std::string& job_id,
                             bool stdin_from_launcher) {
   // /dev/null here rather than an EOF sent on the channel: one packet less per process.
   return fmt::format("cd -- {} && exec {}{}", shell_quote(process.workdir),
-                     exec_env(process, job_id, true), stdin_from_launcher ? "" : " < /dev/null");
+                     exec_env(process, job_id, true), stdin_from_launcher ? "" : kStdinNull);
 }
 
 std::string detached_command(const Process& process, const std::string& job_id,

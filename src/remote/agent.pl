@@ -7,7 +7,9 @@
 # ~100 ms of CPU.
 #
 # Frames, both ways: one op byte, the channel id and the payload length (unsigned 32-bit, big
-# endian), the payload. Launcher to agent: S spawn (payload: the command), I stdin bytes, E end
+# endian), the payload. Launcher to agent: S spawn (payload: the command), P spawn a process of
+# the job without a shell (payload: NUL separated, its workdir, flags, the number of environment
+# words, those NAME=VALUE words, its argv; agent.h), I stdin bytes, E end
 # of stdin, K signal its process group (payload: the signal's name without SIG). Agent to
 # launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
 # it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
@@ -31,6 +33,12 @@
 # nothing left to end it. The one exception is `msrun-ssh stop`'s program (msrun-ssh-stop), which
 # starts nothing and ends itself: the launcher sends it when a watchdog ended before its time, to
 # sweep the host in its place.
+#
+# A P frame's process is what `cd -- DIR && exec env -- ENV... ARGV` under /bin/sh -c would start
+# (process_command, command.h), with stack_site.sh's step when flagged "s" (the job's stack-dump
+# directory made by the watchdog: found, not made) and stdin from /dev/null when flagged "n": the
+# agent's child does the cd, the environment and the step itself and execs ARGV, so a process
+# costs its host one fork and one exec instead of four execs. PWD is set as cd would set it.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
@@ -57,9 +65,9 @@ for my $i (0 .. $#KEPT) {
 # loading costs more than the whole agent), else setsid(1), else a process group of its own.
 my %SETSID_OF_MACHINE = (62 => 112, 183 => 157, 243 => 157, 258 => 157);    # ELF e_machine
 my $SETSID_NR = $^O eq 'linux' ? $SETSID_OF_MACHINE{elf_machine()} : undef;
-my ($EAGAIN, $EINTR, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
+my ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
 if (defined $SETSID_NR) {
-  ($EAGAIN, $EINTR, $F_GETFL, $F_SETFL, $O_NONBLOCK) = (11, 4, 3, 4, 2048);
+  ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK) = (11, 4, 2, 3, 4, 2048);
   @SIG_NAME = qw(ZERO HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT
     CHLD CONT STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS);
 } else {
@@ -68,7 +76,7 @@ if (defined $SETSID_NR) {
   require Fcntl;
   Config->import;    # %Config
   our %Config;
-  ($EAGAIN, $EINTR) = (Errno::EAGAIN(), Errno::EINTR());
+  ($EAGAIN, $EINTR, $ENOENT) = (Errno::EAGAIN(), Errno::EINTR(), Errno::ENOENT());
   ($F_GETFL, $F_SETFL, $O_NONBLOCK) = (Fcntl::F_GETFL(), Fcntl::F_SETFL(), Fcntl::O_NONBLOCK());
   @SIG_NAME = split ' ', $Config{sig_name};
 }
@@ -108,22 +116,63 @@ sub send_frame {
   $out .= pack('a N N', $op, $cid, length $payload) . $payload;
 }
 
+# In the child: a session of its own (setsid(2), else setsid(1) in front of @argv, else a process
+# group of its own), then exec @argv.
 sub start_child {
-  my ($command) = @_;
+  my (@argv) = @_;
   $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD);
   if (!(defined $SETSID_NR && syscall($SETSID_NR) >= 0)) {
-    exec {$SETSID} 'setsid', '/bin/sh', '-c', $command if $SETSID;
+    exec {$SETSID} 'setsid', @argv if $SETSID;
     setpgrp(0, 0);
   }
-  exec {'/bin/sh'} 'sh', '-c', $command
-    or syswrite(STDERR, "msrun-ssh-agent: cannot start /bin/sh: $!\n");
-  exit 127;
+  { exec {$argv[0]} @argv }
+  my $errno = $! + 0;
+  syswrite(STDERR, "msrun-ssh-agent: cannot run $argv[0]: $!\n");
+  exit($errno == $ENOENT ? 127 : 126);
 }
 
+# In the child, a P frame's process (see the top): cd, environment, stack-dump step, exec.
+sub start_process {
+  my ($dir, $flags, $count, @words) = split /\0/, $_[0], -1;
+  my @env = splice(@words, 0, $count // 0);
+  if (!chdir $dir) {
+    syswrite(STDERR, "msrun-ssh-agent: cannot cd to $dir: $!\n");
+    exit 2;
+  }
+  # cd's logical PWD: the path as given; the kernel's when it is relative or not plain.
+  my $plain = $dir =~ m{^/} && $dir !~ m{//|(^|/)\.\.?(/|\z)};
+  my $pwd = $plain ? $dir =~ s{/+\z}{}r : readlink('/proc/self/cwd');
+  $ENV{OLDPWD} = $ENV{PWD} if defined $ENV{PWD};
+  $ENV{PWD} = length($pwd // '') ? $pwd : '/';
+  for (@env) {
+    my ($name, $value) = split /=/, $_, 2;
+    $ENV{$name} = $value;
+  }
+  if ($flags =~ /s/) {
+    my $tmp = length($ENV{TMPDIR} // '') ? $ENV{TMPDIR} : '/tmp';
+    my $d = "$tmp/msrun-ssh-stacks-" . ($ENV{MSRUN_SSH_JOB} // '');
+    my $error_file = $ENV{TORCHELASTIC_ERROR_FILE} // '';
+    if (!-l $d && -d _ && -o _ && -f "$d/sitecustomize.py") {
+      $ENV{MSRUN_SSH_STACK_DIR} = $d;
+      $ENV{PYTHONPATH} = length($ENV{PYTHONPATH} // '') ? "$d:$ENV{PYTHONPATH}" : $d;
+      $ENV{TORCHELASTIC_ERROR_FILE} = "$d/$1" if $error_file =~ m{^\@msrun-ssh-job-dir\@/(.*)\z}s;
+    } elsif ($error_file =~ m{^\@msrun-ssh-job-dir\@/}) {
+      delete $ENV{TORCHELASTIC_ERROR_FILE};
+    }
+  }
+  if ($flags =~ /n/ && !open(STDIN, '<', '/dev/null')) {
+    syswrite(STDERR, "msrun-ssh-agent: cannot open /dev/null: $!\n");
+    exit 126;
+  }
+  start_child(@words);
+}
+
+# Starts a child on channel $cid: /bin/sh -c $command, or with $launch (a P frame's payload) the
+# process it describes.
 sub spawn {
-  my ($cid, $command) = @_;
+  my ($cid, $command, $launch) = @_;
   return send_frame('f', $cid, "the job's watchdog on this host has ended: nothing starts here")
-    if $watchdog_gone && $command !~ /msrun-ssh-stop/;
+    if $watchdog_gone && ($launch || $command !~ /msrun-ssh-stop/);
   my @pipes;
   for (0 .. 2) {
     my ($r, $w);
@@ -144,7 +193,8 @@ sub spawn {
   }
   if ($pid == 0) {
     open(STDIN, '<&', $pipes[0][0]) && open(STDOUT, '>&', $pipes[1][1])
-      && open(STDERR, '>&', $pipes[2][1]) && start_child($command);
+      && open(STDERR, '>&', $pipes[2][1])
+      && ($launch ? start_process($command) : start_child('/bin/sh', '-c', $command));
     exit 127;
   }
   close $pipes[0][0];
@@ -159,12 +209,13 @@ sub spawn {
   nonblocking($child->{fin});
   $children{$cid} = $child;
   $by_pid{$pid} = $child;
-  $watchdog_pid = $pid if $command =~ /msrun-ssh-watchdog/;
+  $watchdog_pid = $pid if !$launch && $command =~ /msrun-ssh-watchdog/;
 }
 
 sub control {
   my ($op, $cid, $payload) = @_;
   return spawn($cid, $payload) if $op eq 'S';
+  return spawn($cid, $payload, 1) if $op eq 'P';
   my $child = $children{$cid} or return;
   if ($op eq 'I' && $child->{fin}) {
     $child->{pending} .= $payload;

@@ -113,6 +113,18 @@ bool parse_agent_exit(std::string_view payload, int& status, std::string& signal
   return space == std::string_view::npos || !signal.empty();
 }
 
+std::string agent_launch_payload(const ProcessLaunch& launch) {
+  std::string out = fmt::format("{}{}{}{}{}", launch.workdir, '\0', launch.stack_site ? "s" : "",
+                                launch.stdin_null ? "n" : "", '\0');
+  out += fmt::format("{}", launch.env.size());
+  for (const auto& words : {&launch.env, &launch.argv})
+    for (const auto& w : *words) {
+      out += '\0';
+      out += w;
+    }
+  return out;
+}
+
 AgentTransport::AgentTransport(Transport& inner, size_t hosts, std::string command)
     : inner_(inner), command_(std::move(command)), hosts_(hosts) {}
 
@@ -167,6 +179,9 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
     inner_.write(h.agent, frame_head('S', wire, command.size()));
     inner_.write_stable(h.agent, head);
     out = command.substr(head.size());
+  } else if (std::optional<ProcessLaunch> launch = process_launch_of(command)) {
+    // A process: the agent starts it itself, with no shell in between.
+    out = agent_frame('P', wire, agent_launch_payload(*launch));
   } else {
     out = agent_frame('S', wire, command);
   }

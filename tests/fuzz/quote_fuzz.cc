@@ -1,5 +1,6 @@
 // Fuzzes shell_quote / shell_join (src/command/command.cc) for the property command.h promises:
-// the argv a POSIX shell sees equals the words we quoted, byte for byte.
+// the argv a POSIX shell sees equals the words we quoted, byte for byte; and process_launch_of
+// for giving back the parts of a process command (check_launch).
 //
 // The input split on NUL bytes gives the words (argv cannot hold NUL, so words never do; empty
 // words come from adjacent NULs). Each input is checked two ways:
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -200,6 +202,32 @@ bool exec_all() {
   return all;
 }
 
+// process_launch_of, the launch agent's reading of a process command, gives back exactly the parts
+// process_command was given (the first word the workdir, the second a variable's value, the rest
+// the argv), and never fails on text it did not make (`raw`, the input as it is). It may decline
+// (the agent then runs the command with /bin/sh -c) only for an argv that starts with the words
+// of its own `sh -c` wrappers.
+void check_launch(const std::vector<std::string>& words, std::string_view raw) {
+  (void)msrun_ssh::process_launch_of(raw);
+  if (words.size() < 3) return;
+  msrun_ssh::Process p;
+  p.workdir = words[0];
+  p.env = {{"V", words[1]}};
+  p.argv.assign(words.begin() + 2, words.end());
+  p.stack_dumps = words[1].size() % 2 == 1;
+  std::string command = msrun_ssh::process_command(p, "j");
+  std::optional<msrun_ssh::ProcessLaunch> l = msrun_ssh::process_launch_of(command);
+  if (!l) {
+    FUZZ_CHECK(p.argv.size() > 1 && p.argv[0] == "sh" && p.argv[1] == "-c",
+               "a process command was not taken apart: %s", printable(command).c_str());
+    return;
+  }
+  std::vector<std::string> env{"MSRUN_SSH_JOB=j", "V=" + words[1]};
+  FUZZ_CHECK(l->workdir == p.workdir && l->env == env && l->argv == p.argv &&
+                 l->stack_site == p.stack_dumps && l->stdin_null,
+             "taken apart wrongly: %s", printable(command).c_str());
+}
+
 size_t calls = 0;
 
 }  // namespace
@@ -209,6 +237,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       split_words(std::string_view(reinterpret_cast<const char*>(data), size));
   std::string joined = msrun_ssh::shell_join(words);
   check_parse(words, joined);
+  check_launch(words, std::string_view(reinterpret_cast<const char*>(data), size));
   for (const auto& w : words) {
     std::string q = msrun_ssh::shell_quote(w);
     FUZZ_CHECK(!q.empty(), "shell_quote gave nothing");

@@ -277,6 +277,30 @@ TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
 
 // The watchdog's and the sampler's programs go to the agent as views of their static text, not
 // as a copy per host (it would wait in every host's queue at once), and run as sent.
+// A process of the job goes as a P frame: the agent starts it itself, with no shell (a host pays
+// one exec per process, not four). Other commands go as S frames, run with /bin/sh -c.
+TEST_F(AgentOverLocal, AProcessOfTheJobStartsWithoutAShell) {
+  AgentTransport t(local, 1, agent_command(30));
+  Process p;
+  p.workdir = "/";
+  p.env = {{"GREETING", "hello there"}};
+  p.argv = {"/bin/sh", "-c", "echo \"$GREETING from $PWD\"; cat"};
+  std::string command = process_command(p, "job-1");
+  ChannelId a = t.exec(0, command);
+  ChannelId b = t.exec(0, "echo plain");
+  run_until(t, closed({a, b}));
+  EXPECT_EQ(seen[a].out, "hello there from /\n");  // cat read /dev/null
+  EXPECT_EQ(seen[a].status, 0) << seen[a].err;
+  EXPECT_EQ(seen[b].out, "plain\n");
+  auto launch = process_launch_of(command);
+  ASSERT_TRUE(launch);
+  EXPECT_NE(
+      local.written.find(agent_frame('P', static_cast<uint32_t>(a), agent_launch_payload(*launch))),
+      std::string::npos);
+  EXPECT_NE(local.written.find(agent_frame('S', static_cast<uint32_t>(b), "echo plain")),
+            std::string::npos);
+}
+
 TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
   AgentTransport t(local, 1, agent_command(30));
   ChannelId sampler = t.exec(0, sampler_command("no-such-job", 0.1, "0"));

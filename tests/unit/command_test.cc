@@ -221,6 +221,48 @@ class CommandTest : public test::TempDirTest {
     return r;
   }
 
+  // Runs process command `command` the way the launch agent starts it (a P frame: no shell, no
+  // env program), in `cwd` with stdin /dev/null unless the command reads the launcher's; bounded.
+  // The status is a wait status, as run_shell's; the output is the process's stdout and stderr.
+  Result run_agent(const std::string& command, const std::string& cwd, double timeout_s = 10) {
+    Result r;
+    std::optional<ProcessLaunch> launch = process_launch_of(command);
+    EXPECT_TRUE(launch) << "not a process command: " << command;
+    if (!launch) return r;
+    Child c = spawn({"/bin/sh", "-c", agent_command(30)}, kShellEnv, cwd, true);
+    std::string in = std::string(agent_program()) +
+                     agent_frame('P', 1, agent_launch_payload(*launch)) + agent_frame('E', 1);
+    EXPECT_EQ(::write(c.in, in.data(), in.size()), static_cast<ssize_t>(in.size()));
+    AgentReader reader;
+    bool closed = false;
+    std::string raw;
+    auto t0 = Clock::now();
+    while (!closed && since(t0) < timeout_s) {
+      std::string chunk;
+      read_until(c.out, chunk, 0.1, [](const std::string& b) { return !b.empty(); });
+      reader.feed(
+          chunk, [&](std::string_view noise) { r.output += noise; },
+          [&](AgentFrame&& f) {
+            if (f.op == 'o' || f.op == 'e') r.output += f.payload;
+            int status = -1;
+            std::string signal;
+            if (f.op == 'x' && parse_agent_exit(f.payload, status, signal))
+              r.status = signal.empty() ? status << 8 : status - 128;
+            closed = closed || f.op == 'c';
+          });
+    }
+    EXPECT_TRUE(closed) << "the agent's process did not end in time: " << r.output;
+    close(c.in);
+    std::erase(fds_, c.in);
+    EXPECT_TRUE(wait_for(c.pid, timeout_s)) << "the agent did not end";
+    return r;
+  }
+
+  // Runs `command` with `shell -c`, or through the launch agent when `shell` is "agent".
+  Result run_in(const std::string& shell, const std::string& command, const std::string& cwd) {
+    return shell == "agent" ? run_agent(command, cwd) : run_shell(shell, command, cwd);
+  }
+
   // Runs `stop` for job_ with a grace of `grace_s`, expects it to exit 0, and returns its output.
   std::string stop(double grace_s) {
     Result r = run_shell("/bin/sh", stop_command(job_, grace_s), dir_);
@@ -341,6 +383,41 @@ TEST(CommandQuote, StackDumpsStartTheProgramThroughStackSite) {
   EXPECT_NE(detached_command(p, "j", "w.log").find(with_text), std::string::npos);
   p.env = {{"TMPDIR", "/scratch"}};
   EXPECT_NE(process_command(p, "j").find(with_text), std::string::npos);
+}
+
+TEST(CommandQuote, ProcessCommandsAreTakenApartForTheAgent) {
+  Process p;
+  p.workdir = "/data/my 'job'";
+  p.env = {{"A", "1"}, {"B", "x=y z"}};
+  p.argv = {"python3", "train.py", "it's", ""};
+  ProcessLaunch want{
+      .workdir = p.workdir, .env = {"MSRUN_SSH_JOB=j", "A=1", "B=x=y z"}, .argv = p.argv};
+  EXPECT_EQ(process_launch_of(process_command(p, "j")), want);
+  want.stdin_null = false;
+  EXPECT_EQ(process_launch_of(process_command(p, "j", true)), want);
+  p.stack_dumps = true;
+  want.stack_site = true;
+  EXPECT_EQ(process_launch_of(process_command(p, "j", true)), want);
+  p.argv = {"./a=b", "x"};  // through `sh -c 'exec "$@"'` in the shell's command
+  want.argv = p.argv;
+  EXPECT_EQ(process_launch_of(process_command(p, "j", true)), want);
+  // With a TMPDIR of its own the process makes its own stack directory: the step's text is an
+  // argument of a plain exec of sh then.
+  p.env = {{"TMPDIR", "/scratch"}};
+  auto own = process_launch_of(process_command(p, "j"));
+  ASSERT_TRUE(own);
+  EXPECT_FALSE(own->stack_site);
+  EXPECT_EQ(own->argv[0], "sh");
+  // Anything else is no process command: the agent runs it with /bin/sh -c.
+  for (const std::string& other :
+       {process_command(p, "j") + " ", watchdog_command("j", 10, 1, "/w"), std::string("true"),
+        std::string("cd -- '/w' && exec 'env' '--' 'A=1' 'true'"),       // no job marker
+        std::string("cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j'"),  // no program
+        std::string("cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'x'; rm -rf ~"),
+        std::string("cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'x'  'y'"),
+        std::string("cd -- '/w' && exec 'env' '--' 'MSRUN_SSH_JOB=j' 'sh' '-c' 'exec \"$@\"' "
+                    "'sh' 'x'")})
+    EXPECT_FALSE(process_launch_of(other)) << other;
 }
 
 TEST(CommandQuote, DetachedCommandExactly) {
@@ -696,7 +773,7 @@ class CommandRoundTrip : public CommandTest {
     std::string command = process_command(process_, job_);
     // A single argument of execve is limited to 128 KiB (MAX_ARG_STRLEN), for sshd too.
     ASSERT_LT(command.size(), 131072u);
-    Result r = run_shell(shell, command, dir_);
+    Result r = run_in(shell, command, dir_);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(r.output, "");
 
@@ -752,6 +829,24 @@ TEST_F(CommandRoundTrip, BashPassesEveryByte) {
   check_nothing_ran();
 }
 
+// The agent starts the same command without a shell: the same argv, environment and directory.
+TEST_F(CommandRoundTrip, TheAgentPassesEveryByte) {
+  check_run("agent");
+  check_nothing_ran();
+}
+
+// ... and sets PWD as the shell's cd would (the recorder above is a shell: it sets its own).
+TEST_F(CommandRoundTrip, TheAgentSetsPwdAsCdWould) {
+  process_.argv = {"/usr/bin/env", "-0"};
+  for (const auto& shell : {"/bin/sh", "agent"}) {
+    SCOPED_TRACE(shell);
+    Result r = run_in(shell, process_command(process_, job_), dir_);
+    ASSERT_EQ(r.status, 0) << r.output;
+    Words env = split_nul(r.output);
+    EXPECT_THAT(env, ::testing::Contains("PWD=" + workdir_));
+  }
+}
+
 TEST_F(CommandRoundTrip, HostileJobIdStaysOneValue) {
   // Job ids are ours, but the quoting must not depend on that.
   job_ = "j'$(touch " + dir_ + "/pwned-job)\n";
@@ -767,7 +862,7 @@ TEST_F(CommandRoundTrip, ProgramWithAnEqualsSign) {
   process_.argv = {"./rec=1"};
   process_.argv.insert(process_.argv.end(), corpus_.begin(), corpus_.end());
   recorder_words_ = 1;
-  for (const auto& shell : {"/bin/sh", "/bin/bash"}) {
+  for (const auto& shell : {"/bin/sh", "/bin/bash", "agent"}) {
     check_run(shell);
     for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
   }
@@ -776,6 +871,7 @@ TEST_F(CommandRoundTrip, ProgramWithAnEqualsSign) {
 TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
   process_.stack_dumps = true;
   process_.env.emplace_back("PYTHONPATH", "/opt/lib");
+  process_.env.emplace_back("TORCHELASTIC_ERROR_FILE", "@msrun-ssh-job-dir@/error-3.json");
   std::string stack_dir = "/tmp/msrun-ssh-stacks-" + job_;  // the shell has no TMPDIR
   // The watchdog makes the directory before the processes start (stack_dir.sh).
   Result made = run_shell("/bin/sh",
@@ -783,8 +879,14 @@ TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
                                       shell_quote(remote::kStackSitePy)),
                           dir_);
   ASSERT_EQ(made.status, 0) << made.output;
-  changed_ = {{"MSRUN_SSH_STACK_DIR", stack_dir}, {"PYTHONPATH", stack_dir + ":/opt/lib"}};
+  changed_ = {{"MSRUN_SSH_STACK_DIR", stack_dir},
+              {"PYTHONPATH", stack_dir + ":/opt/lib"},
+              {"TORCHELASTIC_ERROR_FILE", stack_dir + "/error-3.json"}};
   check_run("/bin/bash");
+  check_nothing_ran();
+  // The agent does stack_site.sh's step itself.
+  for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+  check_run("agent");
   check_nothing_ran();
   EXPECT_EQ(slurp(stack_dir + "/sitecustomize.py"), remote::kStackSitePy);
   EXPECT_EQ(fs::status(stack_dir).permissions(), fs::perms::owner_all);
@@ -797,7 +899,10 @@ TEST_F(CommandRoundTrip, StackDumpsWithoutTheWatchdogsDirectoryRunWithoutThem) {
   process_.stack_dumps = true;
   std::string stack_dir = "/tmp/msrun-ssh-stacks-" + job_;
   fs::remove_all(stack_dir);
-  check_run("/bin/sh");
+  for (const auto& shell : {"/bin/sh", "agent"}) {
+    check_run(shell);
+    for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+  }
   EXPECT_FALSE(fs::exists(stack_dir));
   std::string own_tmp = dir_ + "/tmp";
   fs::create_directory(own_tmp);
@@ -815,6 +920,19 @@ TEST_F(CommandRoundTrip, EmptyEnvironmentAndArgumentList) {
   EXPECT_EQ(slurp(workdir_ + "/argv.bin"), "");
 }
 
+TEST_F(CommandRoundTrip, TheAgentGivesStdinDevNullUnlessFromTheLauncher) {
+  process_.argv = {"/bin/sh", "-c", "readlink /proc/$$/fd/0 > stdin.txt"};
+  for (bool from_launcher : {false, true}) {
+    Result r = run_agent(process_command(process_, job_, from_launcher), dir_);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::string stdin_is = slurp(workdir_ + "/stdin.txt");
+    if (from_launcher)
+      EXPECT_TRUE(stdin_is.starts_with("pipe:")) << stdin_is;  // the agent's, for I frames
+    else
+      EXPECT_EQ(stdin_is, "/dev/null\n");
+  }
+}
+
 TEST_F(CommandRoundTrip, StdinIsDevNullUnlessFromTheLauncher) {
   process_.argv = {"/bin/sh", "-c", "readlink /proc/$$/fd/0 > stdin.txt"};
   std::string input = write("input.txt", "typed\n");
@@ -830,11 +948,23 @@ TEST_F(CommandRoundTrip, StdinIsDevNullUnlessFromTheLauncher) {
 
 TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {
   process_.workdir = workdir_ + "/missing";
-  Result r = run_shell("/bin/sh", process_command(process_, job_), dir_);
+  for (const auto& shell : {"/bin/sh", "agent"}) {
+    SCOPED_TRACE(shell);
+    Result r = run_in(shell, process_command(process_, job_), dir_);
+    ASSERT_TRUE(r.status.has_value());
+    EXPECT_TRUE(WIFEXITED(*r.status) && WEXITSTATUS(*r.status) == 2) << r.output;
+    EXPECT_FALSE(fs::exists(workdir_ + "/argv.bin"));
+    EXPECT_FALSE(fs::exists(dir_ + "/argv.bin"));
+  }
+}
+
+// A program that is not there ends as under env: 127, with its name and why on stderr.
+TEST_F(CommandRoundTrip, TheAgentSaysWhyAProgramDidNotStart) {
+  process_.argv = {"no-such-program-here", "x"};
+  Result r = run_agent(process_command(process_, job_), dir_);
   ASSERT_TRUE(r.status.has_value());
-  EXPECT_TRUE(WIFEXITED(*r.status) && WEXITSTATUS(*r.status) != 0) << r.output;
-  EXPECT_FALSE(fs::exists(workdir_ + "/argv.bin"));
-  EXPECT_FALSE(fs::exists(dir_ + "/argv.bin"));
+  EXPECT_TRUE(WIFEXITED(*r.status) && WEXITSTATUS(*r.status) == 127) << *r.status;
+  EXPECT_THAT(r.output, ::testing::HasSubstr("no-such-program-here: No such file or directory"));
 }
 
 // ---- detached

@@ -28,6 +28,10 @@ class LocalTransport : public ProcessTransport {
     dropped.push_back(host);
     ProcessTransport::drop_host(host);
   }
+  void write(ChannelId channel, std::string_view data) override {
+    written.append(data);
+    ProcessTransport::write(channel, data);
+  }
   void write_stable(ChannelId channel, std::string_view data) override {
     stable.emplace_back(data);
     ProcessTransport::write_stable(channel, data);
@@ -37,6 +41,7 @@ class LocalTransport : public ProcessTransport {
   std::vector<std::pair<ChannelId, std::string>> kills;
   std::vector<size_t> dropped;
   std::vector<std::string_view> stable;  // what was given as static storage (write_stable)
+  std::string written;                   // what was given to write(), every channel's
 };
 
 }  // namespace msrun_ssh::local
