@@ -168,6 +168,11 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
 // The first bytes of every watchdog command (most of it: its programs' text), of static storage
 // and the same for every host: a transport may send them without a copy per host.
 std::string_view watchdog_command_head();
+// The watchdog's program (SCRIPT above), of static storage, and the words that follow it in
+// watchdog_command (msrun-ssh-watchdog, then the arguments as the script reads them): for the
+// launch agent, which starts the watchdog's shell itself.
+std::string_view watchdog_script();
+std::vector<std::string> watchdog_words(const WatchdogArgs& args);
 // The same for the straggler watch's sampler (watch.h): `exec perl -e 'SAMPLER' `.
 std::string_view sampler_command_head();
 // Which of those heads `command` starts with ("": none).

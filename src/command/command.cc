@@ -21,12 +21,16 @@ int grace_steps(double s) {
 // SCRIPT makes the job's stack-dump directory (S: stack_site.py's text) before the ready line.
 // The same for every host: built once (quoting its kilobytes per host was most of the
 // launcher's own CPU in the house's before/after benchmark, #39).
+const std::string& watchdog_program() {
+  static const std::string script =
+      fmt::format("{}{}S={}\n{}", remote::kSweepSh, remote::kStackDirSh,
+                  shell_quote(remote::kStackSitePy), remote::kWatchdogSh);
+  return script;
+}
+
 const std::string& watchdog_head() {
-  static const std::string head = [] {
-    std::string script = fmt::format("{}{}S={}\n{}", remote::kSweepSh, remote::kStackDirSh,
-                                     shell_quote(remote::kStackSitePy), remote::kWatchdogSh);
-    return fmt::format("exec sh -c {} msrun-ssh-watchdog ", shell_quote(script));
-  }();
+  static const std::string head =
+      fmt::format("exec sh -c {} msrun-ssh-watchdog ", shell_quote(watchdog_program()));
   return head;
 }
 
@@ -250,6 +254,17 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
 }
 
 std::string_view watchdog_command_head() { return watchdog_head(); }
+
+std::string_view watchdog_script() { return watchdog_program(); }
+
+std::vector<std::string> watchdog_words(const WatchdogArgs& args) {
+  return {"msrun-ssh-watchdog",
+          args.job_id,
+          fmt::format("{:.3f}", args.silence_s),
+          std::to_string(args.grace_steps),
+          std::to_string(args.lost_grace_steps),
+          args.workdir};
+}
 
 std::string_view sampler_command_head() {
   static const std::string head = fmt::format("exec perl -e {} ", shell_quote(remote::kSamplerPl));

@@ -8,8 +8,8 @@
 #
 # Frames, both ways: one op byte, the channel id and the payload length (unsigned 32-bit, big
 # endian), the payload. Launcher to agent: S spawn (payload: the command), P spawn a process of
-# the job without a shell (payload: NUL separated, its workdir, flags, the number of environment
-# words, those NAME=VALUE words, its argv; agent.h), I stdin bytes, E end
+# the job without a shell (payload: NUL separated, its workdir or "" for none, flags, the number
+# of environment words, those NAME=VALUE words, its argv; agent.h), I stdin bytes, E end
 # of stdin, K signal its process group (payload: the signal's name without SIG). Agent to
 # launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
 # it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
@@ -38,7 +38,8 @@
 # (process_command, command.h), with stack_site.sh's step when flagged "s" (the job's stack-dump
 # directory made by the watchdog: found, not made) and stdin from /dev/null when flagged "n": the
 # agent's child does the cd, the environment and the step itself and execs ARGV, so a process
-# costs its host one fork and one exec instead of four execs. PWD is set as cd would set it.
+# costs its host one fork and one exec instead of four execs. PWD is set as cd would set it. The
+# job's watchdog comes as a P frame too, flagged "w", with no workdir: its sh is exec'd directly.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
@@ -135,15 +136,17 @@ sub start_child {
 sub start_process {
   my ($dir, $flags, $count, @words) = split /\0/, $_[0], -1;
   my @env = splice(@words, 0, $count // 0);
-  if (!chdir $dir) {
-    syswrite(STDERR, "msrun-ssh-agent: cannot cd to $dir: $!\n");
-    exit 2;
+  if (length $dir) {
+    if (!chdir $dir) {
+      syswrite(STDERR, "msrun-ssh-agent: cannot cd to $dir: $!\n");
+      exit 2;
+    }
+    # cd's logical PWD: the path as given; the kernel's when it is relative or not plain.
+    my $plain = $dir =~ m{^/} && $dir !~ m{//|(^|/)\.\.?(/|\z)};
+    my $pwd = $plain ? $dir =~ s{/+\z}{}r : readlink('/proc/self/cwd');
+    $ENV{OLDPWD} = $ENV{PWD} if defined $ENV{PWD};
+    $ENV{PWD} = length($pwd // '') ? $pwd : '/';
   }
-  # cd's logical PWD: the path as given; the kernel's when it is relative or not plain.
-  my $plain = $dir =~ m{^/} && $dir !~ m{//|(^|/)\.\.?(/|\z)};
-  my $pwd = $plain ? $dir =~ s{/+\z}{}r : readlink('/proc/self/cwd');
-  $ENV{OLDPWD} = $ENV{PWD} if defined $ENV{PWD};
-  $ENV{PWD} = length($pwd // '') ? $pwd : '/';
   for (@env) {
     my ($name, $value) = split /=/, $_, 2;
     $ENV{$name} = $value;
@@ -209,7 +212,8 @@ sub spawn {
   nonblocking($child->{fin});
   $children{$cid} = $child;
   $by_pid{$pid} = $child;
-  $watchdog_pid = $pid if !$launch && $command =~ /msrun-ssh-watchdog/;
+  my $dog = $launch ? (split /\0/, $command, 3)[1] =~ /w/ : $command =~ /msrun-ssh-watchdog/;
+  $watchdog_pid = $pid if $dog;
 }
 
 sub control {

@@ -15,11 +15,19 @@
 # session leader, so that reaches the rc's children), else alone. One grep reads both files of
 # every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
 # and `stop` carry neither spelling; zombies have an empty environ and count as gone.
+# A watchdog that the launch agent started (watchdog.sh) empties CMDLINES: there every process of
+# the job is started by the agent without a shell, its environment marked from its exec on, and
+# no login shell runs a command of the job.
 J=$1
+CMDLINES='/proc/[0-9]*/cmdline'
 
 pids() {
-  grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
-    /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | sed 's,^/proc/,,;s,/[a-z]*$,,'
+  # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are pids
+  for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
+    /proc/[0-9]*/environ $CMDLINES 2>/dev/null); do
+    f=${f#/proc/}
+    echo "${f%%/*}"
+  done
 }
 # Signals ($1: TERM, KILL) every process of the job but this shell; prints "killed PID SIGNAME
 # COMMAND" per process signalled; status 0 when it signalled one.

@@ -175,7 +175,26 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   // a copy each.
   std::string_view head = static_head_of(command);
   std::string out;
-  if (!head.empty()) {
+  if (std::optional<WatchdogArgs> args = watchdog_args_of(command)) {
+    // The watchdog: its shell started by the agent itself (no /bin/sh -c in front of it), its
+    // program sent without a copy, and told that it runs under the agent.
+    // No workdir, flag w (the job's watchdog), no environment words, then its argv: sh -c SCRIPT
+    // msrun-ssh-watchdog ARGS... agent.
+    std::string before;
+    for (std::string_view field : {"", "w", "0", "sh", "-c"}) {
+      before += field;
+      before += '\0';
+    }
+    std::string_view script = watchdog_script();
+    for (const auto& word : watchdog_words(*args)) {
+      out += '\0';
+      out += word;
+    }
+    out += std::string_view("\0agent", 6);
+    inner_.write(h.agent,
+                 frame_head('P', wire, before.size() + script.size() + out.size()) + before);
+    inner_.write_stable(h.agent, script);
+  } else if (!head.empty()) {
     inner_.write(h.agent, frame_head('S', wire, command.size()));
     inner_.write_stable(h.agent, head);
     out = command.substr(head.size());

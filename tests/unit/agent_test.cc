@@ -318,7 +318,32 @@ TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
                        [&](std::string_view v) { return v.data() == head.data(); });
   };
   EXPECT_TRUE(sent_as_view(sampler_command_head()));
-  EXPECT_TRUE(sent_as_view(watchdog_command_head()));
+  EXPECT_TRUE(sent_as_view(watchdog_script()));
+  // The watchdog's shell is started by the agent itself, told that it runs under the agent.
+  std::string tail;
+  for (const auto& word : watchdog_words(watchdog_args("job-1", 10, 1))) tail += '\0' + word;
+  EXPECT_NE(local.written.find(tail + std::string("\0agent", 6)), std::string::npos);
+}
+
+// Under the agent the watchdog's sweep reads environments only: every process of the job is the
+// agent's, marked from its exec on. A command line that merely spells the marker is no process of
+// the job there (over plain SSH it may be a login shell still in its rc, and is swept).
+TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsByEnvironmentOnly) {
+  AgentTransport t(local, 1, agent_command(30));
+  Process p;
+  p.workdir = "/";
+  p.argv = {"sh", "-c", "echo up; exec sleep 30"};
+  ChannelId marked = t.exec(0, process_command(p, "job-2"));
+  ChannelId spelled = t.exec(0, "exec sh -c 'echo up; sleep 30; :' \"'MSRUN_SSH_JOB=job-2'\"");
+  run_until(t, [&] { return seen[marked].out == "up\n" && seen[spelled].out == "up\n"; });
+  ChannelId dog = t.exec(0, watchdog_command("job-2", 10, 0.2));
+  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  t.write(dog, std::string(1, kQuit));
+  run_until(t, closed({dog, marked}));
+  EXPECT_EQ(seen[marked].status, 143) << seen[dog].out;
+  EXPECT_FALSE(seen[spelled].closed) << seen[dog].out;
+  t.kill(spelled, "KILL");
+  run_until(t, closed({spelled}));
 }
 
 }  // namespace
