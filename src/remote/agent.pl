@@ -176,44 +176,47 @@ sub spawn {
   my ($cid, $command, $launch) = @_;
   return send_frame('f', $cid, "the job's watchdog on this host has ended: nothing starts here")
     if $watchdog_gone && ($launch || $command !~ /msrun-ssh-stop/);
+  my $flags = $launch ? (split /\0/, $command, 3)[1] : '';
+  # A process whose stdin is /dev/null (flag n) gets no stdin pipe: start_process opens it.
+  my $stdin = $flags !~ /n/;
   my @pipes;
-  for (0 .. 2) {
+  for ($stdin ? 0 .. 2 : 1 .. 2) {
     my ($r, $w);
     if (!pipe($r, $w)) {
       my $why = "$!";
-      close $_ for map { @$_ } @pipes;
+      close $_ for map { @$_ } grep { defined } @pipes;
       return send_frame('f', $cid, $why);
     }
     binmode $r;
     binmode $w;
-    push @pipes, [$r, $w];
+    $pipes[$_] = [$r, $w];
   }
   my $pid = fork;
   if (!defined $pid) {
     my $why = "$!";
-    close $_ for map { @$_ } @pipes;
+    close $_ for map { @$_ } grep { defined } @pipes;
     return send_frame('f', $cid, $why);
   }
   if ($pid == 0) {
-    open(STDIN, '<&', $pipes[0][0]) && open(STDOUT, '>&', $pipes[1][1])
+    (!$stdin || open(STDIN, '<&', $pipes[0][0])) && open(STDOUT, '>&', $pipes[1][1])
       && open(STDERR, '>&', $pipes[2][1])
       && ($launch ? start_process($command) : start_child('/bin/sh', '-c', $command));
     exit 127;
   }
-  close $pipes[0][0];
+  close $pipes[0][0] if $stdin;
   close $pipes[1][1];
   close $pipes[2][1];
-  my $child = {cid => $cid, pid => $pid, fin => $pipes[0][1], pending => '', eof => 0, outs => {}};
+  my $child = {cid => $cid, pid => $pid, fin => $stdin ? $pipes[0][1] : undef, pending => '',
+    eof => 0, outs => {}};
   for ([$pipes[1][0], 'o'], [$pipes[2][0], 'e']) {
     nonblocking($_->[0]);
     $child->{outs}{fileno $_->[0]} = $_;
     $by_fd{fileno $_->[0]} = $child;
   }
-  nonblocking($child->{fin});
+  nonblocking($child->{fin}) if $stdin;
   $children{$cid} = $child;
   $by_pid{$pid} = $child;
-  my $dog = $launch ? (split /\0/, $command, 3)[1] =~ /w/ : $command =~ /msrun-ssh-watchdog/;
-  $watchdog_pid = $pid if $dog;
+  $watchdog_pid = $pid if $launch ? $flags =~ /w/ : $command =~ /msrun-ssh-watchdog/;
 }
 
 sub control {
