@@ -38,6 +38,7 @@ struct SshHostConfig {
   bool canonicalize_hostname = false;       // CanonicalizeHostname other than no
   int server_alive_interval_s = 0;
   int server_alive_count_max = 3;
+  bool operator==(const SshHostConfig&) const = default;
 };
 
 // Parses the text `ssh -G` prints ("keyword value" lines, keywords in lower case). Throws

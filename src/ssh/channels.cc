@@ -500,8 +500,8 @@ void SshPool::drop_host(size_t host) {
 }
 
 std::optional<Transport::ServerAlive> SshPool::server_alive(size_t host) const {
-  if (host >= impl_->openssh.size() || !impl_->openssh[host]) return std::nullopt;
-  const SshHostConfig& c = *impl_->openssh[host];
+  if (!impl_->has_openssh(host)) return std::nullopt;
+  const SshHostConfig& c = *impl_->openssh[host].shared;
   if (c.server_alive_interval_s <= 0) return std::nullopt;
   return ServerAlive{.interval_s = static_cast<double>(c.server_alive_interval_s),
                      .count_max = c.server_alive_count_max};

@@ -92,8 +92,8 @@ bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
   // libssh would look the user's home directory up in the password database for every session.
   if (!ssh_dir.empty()) ssh_options_set(c.session, SSH_OPTIONS_SSH_DIR, ssh_dir.c_str());
   if (c.host < openssh.size()) {
-    if (!openssh[c.host]) return error = *resolve_failures[c.host], false;
-    apply_openssh(c, *openssh[c.host]);
+    if (!openssh[c.host].shared) return error = *resolve_failures[c.host], false;
+    apply_openssh(c, openssh_of(c.host));
   } else if (!apply_libssh_config(c, ep, error)) {
     return false;
   }
@@ -164,8 +164,9 @@ void SshPool::Impl::resolve_hosts() {
   auto answers = resolve_with_openssh(queries, settings.ssh_config,
                                       static_cast<int>(std::clamp(cpus * 2, 2L, 32L)), 10);
   if (!answers) return;  // no ssh client: libssh reads the config
-  openssh.assign(hosts.size(), std::nullopt);
+  openssh.assign(hosts.size(), {});
   resolve_failures.assign(hosts.size(), std::nullopt);
+  std::vector<std::shared_ptr<const SshHostConfig>> distinct;
   for (size_t h = 0; h < hosts.size(); ++h) {
     SshResolution& r = (*answers)[h];
     std::string why = r.error;
@@ -179,22 +180,43 @@ void SshPool::Impl::resolve_hosts() {
       }
     }
     if (why.empty())
-      openssh[h] = std::move(r.config);
+      share_openssh(h, std::move(*r.config), distinct);
     else
       resolve_failures[h] = ConnectFailure{ConnectError::kOther, "ssh config: " + why};
   }
 }
 
+// Host `host` gets `config`: the copy of a host before it whose settings differ only in HostName
+// (among the last few distinct ones, `distinct`), else a copy of its own.
+void SshPool::Impl::share_openssh(size_t host, SshHostConfig config,
+                                  std::vector<std::shared_ptr<const SshHostConfig>>& distinct) {
+  constexpr size_t kLooked = 8;
+  openssh[host].hostname = std::exchange(config.hostname, {});
+  for (size_t i = distinct.size(); i > 0 && i + kLooked > distinct.size(); --i)
+    if (*distinct[i - 1] == config) {
+      openssh[host].shared = distinct[i - 1];
+      return;
+    }
+  distinct.push_back(std::make_shared<const SshHostConfig>(std::move(config)));
+  openssh[host].shared = distinct.back();
+}
+
+SshHostConfig SshPool::Impl::openssh_of(size_t host) const {
+  SshHostConfig config = *openssh[host].shared;
+  config.hostname = openssh[host].hostname;
+  return config;
+}
+
 HostKeyPolicy SshPool::Impl::host_key_policy(size_t host) const {
   if (settings.host_key_policy) return *settings.host_key_policy;
-  if (host < openssh.size() && openssh[host]) return openssh[host]->strict_host_key_checking;
+  if (has_openssh(host)) return openssh[host].shared->strict_host_key_checking;
   return HostKeyPolicy::kYes;
 }
 
 double SshPool::Impl::connect_timeout_s(size_t host) const {
-  if (!settings.connect_timeout_given && host < openssh.size() && openssh[host] &&
-      openssh[host]->connect_timeout_s && *openssh[host]->connect_timeout_s > 0)
-    return *openssh[host]->connect_timeout_s;
+  if (!settings.connect_timeout_given && has_openssh(host) &&
+      openssh[host].shared->connect_timeout_s && *openssh[host].shared->connect_timeout_s > 0)
+    return *openssh[host].shared->connect_timeout_s;
   return settings.connect_timeout_s;
 }
 
@@ -204,7 +226,7 @@ double SshPool::Impl::connect_timeout_s(size_t host) const {
 // SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
-  const SshHostConfig& h = *openssh[c.host];
+  const SshHostConfig h = openssh_of(c.host);
   bool agent = !h.identities_only && h.identity_agent != "none" &&
                (!h.identity_agent.empty() || getenv("SSH_AUTH_SOCK"));
   size_t files_from = agent ? 1 : 0;
@@ -258,7 +280,7 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   }
   if (c.state == ConnState::kAuth) {
     int rc;
-    if (c.host < openssh.size() && openssh[c.host]) {
+    if (has_openssh(c.host)) {
       if (!authenticate_openssh(ci, rc, error)) return false;
     } else if (!ep.identity_file.empty()) {
       ssh_key key = identity(ep.identity_file, error);

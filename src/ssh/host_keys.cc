@@ -65,7 +65,7 @@ const KnownHostsIndex& SshPool::Impl::known_hosts_index(const std::string& path)
 // lines for its host (KnownHostsIndex). Leaves the session as it is when a path cannot be told
 // for sure or a copy cannot be made: libssh then reads the files themselves.
 void SshPool::Impl::narrow_known_hosts(Conn& c) {
-  if (c.host < openssh.size() && openssh[c.host]) return narrow_openssh_known_hosts(c);
+  if (has_openssh(c.host)) return narrow_openssh_known_hosts(c);
   std::string user = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
   user = user.empty() ? (ssh_dir.empty() ? "" : ssh_dir + "/known_hosts") : expand_path(user);
   std::string global = option_string(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS);
@@ -107,7 +107,7 @@ bool SshPool::Impl::hand_known_hosts(Conn& c, const std::string& user_lines,
 // lines found under an alias are renamed to what libssh looks up. Without /proc, libssh reads the
 // first file of each list itself.
 void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
-  const SshHostConfig& h = *openssh[c.host];
+  const SshHostConfig h = openssh_of(c.host);
   SshTokens t = tokens;
   t.original_host = hosts[c.host].address;
   t.host = &h;
@@ -178,7 +178,9 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshEndpoint& ep = hosts[c.host];
   HostKeyPolicy policy = host_key_policy(c.host);
-  const SshHostConfig* h = c.host < openssh.size() && openssh[c.host] ? &*openssh[c.host] : nullptr;
+  std::optional<SshHostConfig> settings_of_host;
+  if (has_openssh(c.host)) settings_of_host = openssh_of(c.host);
+  const SshHostConfig* h = settings_of_host ? &*settings_of_host : nullptr;
   // What ssh connects to, and the name it keeps the key under.
   std::string target = h ? h->hostname : ep.address;
   int port = h ? h->port : ep.port.value_or(22);
