@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -92,6 +93,26 @@ struct SshResolution {
   std::optional<SshHostConfig> config;
   std::string error;
   std::string text;  // ssh -G's answer as it printed it
+};
+
+// A host's settings kept as its HostName beside a copy of the others shared with every host that
+// has the same (the nodes under one Host block): a copy per host was ~2 KB of the launcher's
+// memory per host, twice (the pool's and the answers kept for the run).
+struct SharedHostConfig {
+  std::shared_ptr<const SshHostConfig> shared;  // its hostname empty; null: none
+  std::string hostname;
+  SshHostConfig whole() const;  // a copy with the hostname back
+};
+
+// Makes SharedHostConfigs, sharing a copy among configs that differ only in HostName (the last
+// few distinct ones are looked at: hosts come in the host file's order, nodes of one block
+// together).
+class HostConfigSharer {
+ public:
+  SharedHostConfig share(SshHostConfig config);
+
+ private:
+  std::vector<std::shared_ptr<const SshHostConfig>> recent_;
 };
 
 // Whether an `ssh` client is on PATH (else libssh reads the ssh config).

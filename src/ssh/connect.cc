@@ -166,7 +166,7 @@ void SshPool::Impl::resolve_hosts() {
   if (!answers) return;  // no ssh client: libssh reads the config
   openssh.assign(hosts.size(), {});
   resolve_failures.assign(hosts.size(), std::nullopt);
-  std::vector<std::shared_ptr<const SshHostConfig>> distinct;
+  HostConfigSharer sharer;
   for (size_t h = 0; h < hosts.size(); ++h) {
     SshResolution& r = (*answers)[h];
     std::string why = r.error;
@@ -180,31 +180,10 @@ void SshPool::Impl::resolve_hosts() {
       }
     }
     if (why.empty())
-      share_openssh(h, std::move(*r.config), distinct);
+      openssh[h] = sharer.share(std::move(*r.config));
     else
       resolve_failures[h] = ConnectFailure{ConnectError::kOther, "ssh config: " + why};
   }
-}
-
-// Host `host` gets `config`: the copy of a host before it whose settings differ only in HostName
-// (among the last few distinct ones, `distinct`), else a copy of its own.
-void SshPool::Impl::share_openssh(size_t host, SshHostConfig config,
-                                  std::vector<std::shared_ptr<const SshHostConfig>>& distinct) {
-  constexpr size_t kLooked = 8;
-  openssh[host].hostname = std::exchange(config.hostname, {});
-  for (size_t i = distinct.size(); i > 0 && i + kLooked > distinct.size(); --i)
-    if (*distinct[i - 1] == config) {
-      openssh[host].shared = distinct[i - 1];
-      return;
-    }
-  distinct.push_back(std::make_shared<const SshHostConfig>(std::move(config)));
-  openssh[host].shared = distinct.back();
-}
-
-SshHostConfig SshPool::Impl::openssh_of(size_t host) const {
-  SshHostConfig config = *openssh[host].shared;
-  config.hostname = openssh[host].hostname;
-  return config;
 }
 
 HostKeyPolicy SshPool::Impl::host_key_policy(size_t host) const {

@@ -115,13 +115,10 @@ struct SshPool::Impl {
   // is installed: then libssh reads the ssh config itself, per session. Hosts whose settings
   // differ only in HostName (the nodes under one Host block) share one copy, its hostname empty,
   // beside their own HostName: a copy per host was ~1.9 KB of the launcher's memory per host.
-  struct OpensshSettings {
-    std::shared_ptr<const SshHostConfig> shared;  // null: no answer (resolve_failures says why)
-    std::string hostname;
-  };
-  std::vector<OpensshSettings> openssh;
+  // No settings (`shared` null): no answer, resolve_failures says why.
+  std::vector<SharedHostConfig> openssh;
   bool has_openssh(size_t host) const { return host < openssh.size() && openssh[host].shared; }
-  SshHostConfig openssh_of(size_t host) const;  // the whole settings of a host that has them
+  SshHostConfig openssh_of(size_t host) const { return openssh[host].whole(); }
   std::vector<std::optional<ConnectFailure>> resolve_failures;  // where openssh has no answer
   SshTokens tokens;  // what IdentityFile's tokens stand for, but the host's own
 
@@ -170,8 +167,6 @@ struct SshPool::Impl {
   bool apply_libssh_config(Conn& c, const SshEndpoint& ep, ConnectFailure& error);
   bool start_connect(size_t ci, ConnectFailure& error);
   void apply_openssh(Conn& c, const SshHostConfig& h);
-  void share_openssh(size_t host, SshHostConfig config,
-                     std::vector<std::shared_ptr<const SshHostConfig>>& distinct);
   bool authenticate_openssh(size_t ci, int& rc, ConnectFailure& error);
   HostKeyPolicy host_key_policy(size_t host) const;
   double connect_timeout_s(size_t host) const;

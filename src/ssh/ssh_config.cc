@@ -346,6 +346,25 @@ bool stands_for_others(const SshResolution& r, std::string_view name) {
 
 }  // namespace
 
+SshHostConfig SharedHostConfig::whole() const {
+  SshHostConfig config = *shared;
+  config.hostname = hostname;
+  return config;
+}
+
+SharedHostConfig HostConfigSharer::share(SshHostConfig config) {
+  constexpr size_t kLooked = 8;
+  SharedHostConfig out{nullptr, std::exchange(config.hostname, {})};
+  for (size_t i = recent_.size(); i > 0 && i + kLooked > recent_.size(); --i)
+    if (*recent_[i - 1] == config) {
+      out.shared = recent_[i - 1];
+      return out;
+    }
+  recent_.push_back(std::make_shared<const SshHostConfig>(std::move(config)));
+  out.shared = recent_.back();
+  return out;
+}
+
 std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector<SshQuery>& queries,
                                                                const std::string& config_file,
                                                                int parallel, double timeout_s) {
@@ -353,20 +372,34 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
   std::vector<SshResolution> out(queries.size());
   // An answer is asked once per run: the plan (host names) and the pool (every setting) ask the
   // same questions, and each `ssh -G` costs 10-60 ms of CPU.
+  // Kept as shared settings (SharedHostConfig), without ssh's text (about 4 KB a host, read only
+  // while grouping the names below).
+  struct Cached {
+    SharedHostConfig config;
+    std::string error;
+  };
   static std::mutex cache_lock;
-  static std::map<std::string, SshResolution> cache;
+  static std::map<std::string, Cached> cache;
+  static std::string cache_of;  // the config file and its text's hash the cache holds answers of
+  static HostConfigSharer sharer;
   std::lock_guard<std::mutex> hold(cache_lock);
-  // The file's text is in the key: a config rewritten between two questions is asked anew.
-  const std::string config_hash =
-      sha256_hex(config_file.empty() ? "" : read_whole_file(config_file).value_or(""));
+  // A config rewritten between two questions is asked anew.
+  std::string config_key =
+      fmt::format("{}\n{}", config_file,
+                  sha256_hex(config_file.empty() ? "" : read_whole_file(config_file).value_or("")));
+  if (config_key != cache_of) {
+    cache.clear();
+    cache_of = std::move(config_key);
+  }
   auto cache_key = [&](const SshQuery& q) {
-    return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}", config_file, config_hash, q.name, q.user,
-                       q.port.value_or(0), q.known_hosts, q.identity_file);
+    return fmt::format("{}\n{}\n{}\n{}\n{}", q.name, q.user, q.port.value_or(0), q.known_hosts,
+                       q.identity_file);
   };
   std::vector<bool> known(queries.size(), false);
   for (size_t i = 0; i < queries.size(); ++i)
     if (auto it = cache.find(cache_key(queries[i])); it != cache.end()) {
-      out[i] = it->second;
+      out[i].config = it->second.config.whole();
+      out[i].error = it->second.error;
       known[i] = true;
     }
   // Names that the same Host lines match (and that no Match line could tell apart) get the same
@@ -403,10 +436,9 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
     }
   }
   if (!ask(queries, again, config_file, parallel, timeout_s, out)) return std::nullopt;
-  // Kept without ssh's text (about 4 KB a host, read only while grouping the names above).
   for (size_t i = 0; i < queries.size(); ++i)
     if (!known[i] && out[i].config)
-      cache.emplace(cache_key(queries[i]), SshResolution{out[i].config, out[i].error, {}});
+      cache.emplace(cache_key(queries[i]), Cached{sharer.share(*out[i].config), out[i].error});
   // The host file's identity comes first, as ssh's -i does (ssh -G leaves a missing one out).
   for (size_t i = 0; i < queries.size(); ++i)
     if (out[i].config && !queries[i].identity_file.empty()) {

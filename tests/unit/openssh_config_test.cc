@@ -45,6 +45,28 @@ TEST(OpensshConfig, ParsesWhatSshGPrints) {
   EXPECT_EQ(c.server_alive_count_max, 4);
 }
 
+// The nodes under one Host block differ only in HostName: they share one copy of the rest.
+TEST(OpensshConfig, HostsThatDifferOnlyInHostNameShareTheirSettings) {
+  SshHostConfig a;
+  a.hostname = "node1";
+  a.user = "me";
+  a.identity_files = {"~/.ssh/id_ed25519", "~/.ssh/id_rsa"};
+  SshHostConfig b = a;
+  b.hostname = "node2";
+  SshHostConfig c = a;
+  c.hostname = "node3";
+  c.user = "other";
+  HostConfigSharer sharer;
+  SharedHostConfig sa = sharer.share(a), sb = sharer.share(b), sc = sharer.share(c);
+  EXPECT_EQ(sa.shared, sb.shared);
+  EXPECT_NE(sa.shared, sc.shared);
+  EXPECT_EQ(sa.shared->hostname, "");
+  EXPECT_EQ(sa.whole(), a);
+  EXPECT_EQ(sb.whole(), b);
+  EXPECT_EQ(sc.whole(), c);
+  EXPECT_EQ(sharer.share(b).shared, sa.shared);  // an earlier one is still found
+}
+
 TEST(OpensshConfig, StrictnessNoneAndAsk) {
   auto strict = [](const char* v) {
     return parse_ssh_g(std::string("hostname h\nstricthostkeychecking ") + v + "\n")
