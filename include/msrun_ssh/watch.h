@@ -104,14 +104,19 @@ struct StragglerChange {
 
 class StragglerWatch {
  public:
-  explicit StragglerWatch(size_t hosts) : hosts_(hosts) {}
+  // Its hosts' state is made at the first sample: a job over before its samplers start (they
+  // start a second after the processes) holds none of it.
+  explicit StragglerWatch(size_t hosts) : count_(hosts) {}
 
   // Host `host`'s new sample; returns what it changes (at most one change, for that host).
   std::vector<StragglerChange> add(size_t host, HostSample sample);
 
   // The host's smoothed rates (nullopt before it has two samples).
-  const std::optional<HostRate>& rate(size_t host) const { return hosts_.at(host).rate; }
-  bool raised(size_t host) const { return hosts_.at(host).raised; }
+  const std::optional<HostRate>& rate(size_t host) const {
+    static const std::optional<HostRate> none;
+    return hosts_.empty() ? none : hosts_.at(host).rate;
+  }
+  bool raised(size_t host) const { return !hosts_.empty() && hosts_.at(host).raised; }
 
  private:
   struct Host {
@@ -124,6 +129,7 @@ class StragglerWatch {
   };
   double median_demand() const;
   static void smooth(const HostRate& before, HostRate& now, double a);
+  size_t count_;
   std::vector<Host> hosts_;
 };
 
@@ -155,7 +161,8 @@ class JobWatch {
   OnChange on_change_;
   StragglerWatch watch_;
   std::map<ChannelId, size_t> host_of_;  // open samplers
-  std::vector<LineFramer> lines_;
+  size_t hosts_;
+  std::vector<LineFramer> lines_;  // per host, made by start()
 };
 
 // ---- msrun-ssh top ------------------------------------------------------------------------------
