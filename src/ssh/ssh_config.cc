@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "config_walk.h"
 #include "msrun_ssh/base.h"
