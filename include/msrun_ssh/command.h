@@ -34,7 +34,7 @@ std::string shell_join(const std::vector<std::string>& words);
 // The shell program that starts each process of a job when it dumps its stacks on demand
 // (stacks.h): stack_dir.sh's function, then stack_site.sh. Its arguments: stack_site.py's text,
 // then the command.
-std::string stack_site_script();
+const std::string& stack_site_script();
 
 // Whether `process` reads the launcher's stdin: the workers that --tail_worker_log names (pdb).
 bool stdin_from_launcher(const Options& options, const Process& process);
@@ -165,18 +165,15 @@ std::string watchdog_command(const WatchdogArgs& args);
 std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s,
                              const std::string& workdir = {});
 
-// The first bytes of every watchdog command (most of it: its programs' text), of static storage
-// and the same for every host: a transport may send them without a copy per host.
-std::string_view watchdog_command_head();
 // The watchdog's program (SCRIPT above), of static storage, and the words that follow it in
 // watchdog_command (msrun-ssh-watchdog, then the arguments as the script reads them): for the
-// launch agent, which starts the watchdog's shell itself.
+// launch agent, which starts the watchdog's shell itself and sends the program without a copy per
+// host.
 std::string_view watchdog_script();
 std::vector<std::string> watchdog_words(const WatchdogArgs& args);
-// The same for the straggler watch's sampler (watch.h): `exec perl -e 'SAMPLER' `.
+// The first bytes of every sampler command (watch.h), `exec perl -e 'SAMPLER' `, of static
+// storage and the same for every host: a transport may send them without a copy per host.
 std::string_view sampler_command_head();
-// Which of those heads `command` starts with ("": none).
-std::string_view static_head_of(std::string_view command);
 
 // The arguments `command` was made from when it is a watchdog command (exactly what
 // watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.

@@ -122,8 +122,10 @@ bool take_words(const std::vector<std::string>& words, size_t& at,
 
 }  // namespace
 
-std::string stack_site_script() {
-  return fmt::format("{}{}", remote::kStackDirSh, remote::kStackSiteSh);
+const std::string& stack_site_script() {
+  // Made once: every process command holds it, and the launch agent's reading of one looks for it.
+  static const std::string script = fmt::format("{}{}", remote::kStackDirSh, remote::kStackSiteSh);
+  return script;
 }
 
 std::string shell_join(const std::vector<std::string>& words) {
@@ -253,8 +255,6 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
   return watchdog_command(args);
 }
 
-std::string_view watchdog_command_head() { return watchdog_head(); }
-
 std::string_view watchdog_script() { return watchdog_program(); }
 
 std::vector<std::string> watchdog_words(const WatchdogArgs& args) {
@@ -269,12 +269,6 @@ std::vector<std::string> watchdog_words(const WatchdogArgs& args) {
 std::string_view sampler_command_head() {
   static const std::string head = fmt::format("exec perl -e {} ", shell_quote(remote::kSamplerPl));
   return head;
-}
-
-std::string_view static_head_of(std::string_view command) {
-  for (std::string_view head : {watchdog_command_head(), sampler_command_head()})
-    if (command.starts_with(head)) return head;
-  return {};
 }
 
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {

@@ -390,6 +390,7 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
                   sha256_hex(config_file.empty() ? "" : read_whole_file(config_file).value_or("")));
   if (config_key != cache_of) {
     cache.clear();
+    sharer = HostConfigSharer();
     cache_of = std::move(config_key);
   }
   auto cache_key = [&](const SshQuery& q) {

@@ -171,9 +171,6 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   const Host& h = hosts_[host];
   auto wire = static_cast<uint32_t>(id);
   const std::string& command = *c.command;
-  // A watchdog's and a sampler's programs are the same static text for every host: sent without
-  // a copy each.
-  std::string_view head = static_head_of(command);
   std::string out;
   if (std::optional<WatchdogArgs> args = watchdog_args_of(command)) {
     // The watchdog: its shell started by the agent itself (no /bin/sh -c in front of it), its
@@ -194,7 +191,8 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
     inner_.write(h.agent,
                  frame_head('P', wire, before.size() + script.size() + out.size()) + before);
     inner_.write_stable(h.agent, script);
-  } else if (!head.empty()) {
+  } else if (std::string_view head = sampler_command_head(); command.starts_with(head)) {
+    // A sampler's program is the same static text for every host: sent without a copy each.
     inner_.write(h.agent, frame_head('S', wire, command.size()));
     inner_.write_stable(h.agent, head);
     out = command.substr(head.size());
