@@ -345,6 +345,9 @@ class Output {
   // A message of the launcher itself ("msrun-ssh: ..."), on the error console.
   void message(const std::string& text);
 
+  // A line in the launcher's log only.
+  void log_only(const std::string& text);
+
   // A report of the launcher of several lines (stack dumps), as it is, on the error console and
   // in the launcher's log.
   void report(const std::string& text);

@@ -317,6 +317,10 @@ void Output::message(const std::string& text) {
   if (config_.launcher_log) config_.launcher_log->info("{}", text);
 }
 
+void Output::log_only(const std::string& text) {
+  if (config_.launcher_log) config_.launcher_log->info("{}", text);
+}
+
 void Output::report(const std::string& text) {
   drain();
   console_write(config_.console_err, text, true);

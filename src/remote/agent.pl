@@ -51,6 +51,9 @@
 # loads the three modules.
 use strict;
 
+# Its command line (ps, /proc/PID/cmdline), and that of a child between its fork and its exec: the
+# watchdog's sweep (sweep.sh) knows the agent's children not yet exec'd by it.
+$0 = 'msrun-ssh-agent';
 my $HELLO = "\nmsrun-ssh-agent 1\n";
 my $MAX_OUT = 1 << 20;
 my $CHUNK = 65536;

@@ -15,19 +15,31 @@
 # session leader, so that reaches the rc's children), else alone. One grep reads both files of
 # every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
 # and `stop` carry neither spelling; zombies have an empty environ and count as gone.
-# A watchdog that the launch agent started (watchdog.sh) empties CMDLINES: there every process of
-# the job is started by the agent without a shell, its environment marked from its exec on, and
-# no login shell runs a command of the job.
+# A watchdog that the launch agent started (watchdog.sh) empties CMDLINES and sets AGENT to the
+# agent's pid: there every process of the job is started by the agent without a shell, its
+# environment marked from its exec on, and no login shell runs a command of the job. Between its
+# fork and its exec such a process is still a copy of the agent, whose command line the agent set
+# to "msrun-ssh-agent" (agent.pl): the agent's children that still carry it are swept too. The
+# agent forks a process before it hands the watchdog any byte sent after that process's start,
+# so no process of the job is unseen by the sweep a teardown makes.
 J=$1
 CMDLINES='/proc/[0-9]*/cmdline'
 
 pids() {
   # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are pids
   for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
-    /proc/[0-9]*/environ $CMDLINES 2>/dev/null); do
+    /proc/[0-9]*/environ $CMDLINES 2>/dev/null) $(forks); do
     f=${f#/proc/}
     echo "${f%%/*}"
   done
+}
+# The command-line files of the agent's children (but this shell) not yet past their exec.
+forks() {
+  [ -n "${AGENT-}" ] || return 0
+  k=; read -r k 2>/dev/null < "/proc/$AGENT/task/$AGENT/children" || :
+  set --
+  for q in $k; do [ "$q" = "$$" ] || set -- "$@" "/proc/$q/cmdline"; done
+  [ $# -eq 0 ] || grep -lzx 'msrun-ssh-agent' "$@" 2>/dev/null
 }
 # Signals ($1: TERM, KILL) every process of the job but this shell; prints "killed PID SIGNAME
 # COMMAND" per process signalled; status 0 when it signalled one.

@@ -3,7 +3,8 @@
 # from the launcher (see command.h). Arguments: the job id (J, read by sweep.sh); T: silence
 # (seconds) after which the launcher counts as gone; G and L: grace steps of 0.2 s for a
 # requested teardown and for a teardown after losing the launcher; W: the host's workdir ("": none
-# to check); a 6th argument "agent" when the launch agent started it (sweep.sh: CMDLINES).
+# to check); a 6th argument "agent" when the launch agent, its parent, started it (sweep.sh:
+# CMDLINES, AGENT).
 # SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
 # Before the ready line it makes the job's stack-dump directory (stack_dir.sh; $S, set in front of
 # this script, is stack_site.py's text), so that the processes find it made.
@@ -17,7 +18,7 @@
 # read, a new process, finds them at once; a launcher that is really gone costs no extra time.
 T=$2 G=$3 L=$4 W=${5-}
 # shellcheck disable=SC2034 # read by sweep.sh's pids
-[ "${6-}" = agent ] && CMDLINES=
+[ "${6-}" = agent ] && CMDLINES='' AGENT=$PPID
 # T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
 ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
 t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))

@@ -122,9 +122,13 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
     if (!ending())
       fail(kExitHostFailure, fmt::format("the watchdog on {} ended the job there: {}",
                                          host_name(host), watchdog_gave_up_why(host)));
-  } else if (auto swept = parse_swept_line(line); swept && phase_ == Phase::kQuitting) {
-    out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
-                             describe_swept(*swept)));
+  } else if (auto swept = parse_swept_line(line)) {
+    if (phase_ == Phase::kQuitting)
+      out_.message(fmt::format("{}: ended a process the job left behind: {}", host_name(host),
+                               describe_swept(*swept)));
+    else  // what each host's teardown ended, for the record
+      out_.log_only(
+          fmt::format("{}: the watchdog ended {}", host_name(host), describe_swept(*swept)));
   }
 }
 

@@ -27,11 +27,17 @@ def test_fail_fast_rank3_exit7():
 
 
 def _signal_test(sig, expected):
-    p, _ = launch([job("sleeper.py")])
+    p, log_dir = launch([job("sleeper.py")])
     err, took = interrupt(p, sig, 15, lambda: wait_for(_running(7), 15, "all 7 processes"))
     check(p.returncode == expected, f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
     check(took < 10, f"took {took:.1f} s")
     wait_clean(2)
+    # The launcher's log says what each host's teardown ended: every process of the job.
+    with open(os.path.join(log_dir, "msrun-ssh.log")) as f:
+        log = f.read()
+    ended = set(re.findall(r"(198\.18\.1\.\d+): the watchdog ended (\d+) SIGTERM \S+ \S*sleeper\.py",
+                           log))
+    check(len(ended) == 7, f"{len(ended)} processes said ended: {log[-3000:]}")
 
 
 def test_sigint_tears_down():

@@ -346,5 +346,27 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsByEnvironmentOnly) {
   run_until(t, closed({spelled}));
 }
 
+// Between its fork and its exec a process of the job is a copy of the agent, unmarked; its command
+// line is the agent's name. The watchdog's sweep ends the agent's children that still carry it
+// (here a stand-in that stays so), and no other process of that name.
+TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsChildrenNotYetExeced) {
+  AgentTransport t(local, 1, agent_command(30));
+  const std::string named =
+      "exec perl -e '$0 = q(msrun-ssh-agent); $| = 1; print qq(up\\n); sleep 30'";
+  ChannelId fork = t.exec(0, named);
+  // Not the agent's child: its sh is.
+  ChannelId other = t.exec(0, "sh -c " + shell_quote(named) + "; :");
+  run_until(t, [&] { return seen[fork].out == "up\n" && seen[other].out == "up\n"; });
+  ChannelId dog = t.exec(0, watchdog_command("job-3", 10, 0.2));
+  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  t.write(dog, std::string(1, kQuit));
+  run_until(t, closed({dog, fork}));
+  EXPECT_EQ(seen[fork].status, 143) << seen[dog].out;
+  EXPECT_NE(seen[dog].out.find("SIGTERM msrun-ssh-agent"), std::string::npos) << seen[dog].out;
+  EXPECT_FALSE(seen[other].closed) << seen[dog].out;
+  t.kill(other, "KILL");
+  run_until(t, closed({other}));
+}
+
 }  // namespace
 }  // namespace msrun_ssh
