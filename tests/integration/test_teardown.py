@@ -1,4 +1,5 @@
 """Nothing left behind: fail-fast, signals, lost hosts, watchdog, detached jobs."""
+import json
 import os
 import re
 import signal
@@ -26,18 +27,38 @@ def test_fail_fast_rank3_exit7():
     wait_clean(2)
 
 
+def _started_pids(log_dir):
+    """{log file name: the pid its process printed} for the job's 7 processes (sleeper.py)."""
+    pids = {}
+    for name in ["scheduler.log"] + [f"worker_{r}.log" for r in range(6)]:
+        try:
+            with open(os.path.join(log_dir, name)) as f:
+                m = re.search(r"started pid (\d+)", f.read())
+        except FileNotFoundError:
+            m = None
+        if m:
+            pids[name] = m.group(1)
+    return pids
+
+
 def _signal_test(sig, expected):
     p, log_dir = launch([job("sleeper.py")])
-    err, took = interrupt(p, sig, 15, lambda: wait_for(_running(7), 15, "all 7 processes"))
+    err, took = interrupt(p, sig, 15, lambda: wait_for(lambda: len(_started_pids(log_dir)) == 7,
+                                                       15, "all 7 processes"))
     check(p.returncode == expected, f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
     check(took < 10, f"took {took:.1f} s")
     wait_clean(2)
-    # The launcher's log says what each host's teardown ended: every process of the job.
+    # The launcher's log says what each host's teardown ended: every process of the job (each
+    # printed its pid), on its host.
     with open(os.path.join(log_dir, "msrun-ssh.log")) as f:
         log = f.read()
-    ended = set(re.findall(r"(198\.18\.1\.\d+): the watchdog ended (\d+) SIGTERM \S+ \S*sleeper\.py",
-                           log))
-    check(len(ended) == 7, f"{len(ended)} processes said ended: {log[-3000:]}")
+    ended = set(re.findall(r"(198\.18\.1\.\d+): the watchdog ended (\d+) SIGTERM ", log))
+    with open(os.path.join(log_dir, "summary.json")) as f:
+        hosts = {row["process"]: row["host"] for row in json.load(f)["processes"]}
+    pids = _started_pids(log_dir)
+    for process, host in hosts.items():
+        pid = pids["scheduler.log" if process == "scheduler" else f"worker_{process.split()[1]}.log"]
+        check((host, pid) in ended, f"{process} ({host} pid {pid}) not said ended: {log[-3000:]}")
 
 
 def test_sigint_tears_down():
