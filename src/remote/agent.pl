@@ -41,6 +41,13 @@
 # costs its host one fork and one exec instead of four execs. PWD is set as cd would set it. The
 # job's watchdog comes as a P frame too, flagged "w", with no workdir: its sh is exec'd directly.
 #
+# The job's watchdog started told so (its last word "agent") reads its control bytes with the
+# shell's read, not with a process per byte (watchdog.sh): the agent hands it each byte followed by
+# a newline, and ends its stdin once no byte came for it for its silence limit T (its third word),
+# unless the last byte other than a heartbeat 'h' was 'z' (the job paused: it waits for `fg` with
+# no limit). Bytes already sent are read before the limit is checked, so an agent starved of CPU
+# while they came does not take the launcher for gone.
+#
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
 #
@@ -59,6 +66,7 @@ my $MAX_OUT = 1 << 20;
 my $CHUNK = 65536;
 my $REAP_S = 0.25;
 my ($watchdog_pid, $watchdog_gone);
+my ($dog, $dog_silence, $dog_heard, $dog_paused);    # the watchdog reading lines (see the top)
 my $IDLE_S = length($ARGV[0] // '') ? $ARGV[0] + 0 : undef;
 my @KEPT = qw(PERL5LIB PERL5OPT PERLLIB);
 for my $i (0 .. $#KEPT) {
@@ -68,7 +76,10 @@ for my $i (0 .. $#KEPT) {
 # setsid(2) by its number where it is known (perl has no call of its own without POSIX.pm, whose
 # loading costs more than the whole agent), else setsid(1), else a process group of its own.
 my %SETSID_OF_MACHINE = (62 => 112, 183 => 157, 243 => 157, 258 => 157);    # ELF e_machine
-my $SETSID_NR = $^O eq 'linux' ? $SETSID_OF_MACHINE{elf_machine()} : undef;
+my %CLOCK_GETTIME_OF_MACHINE = (62 => 228, 183 => 113, 243 => 113, 258 => 113);
+my $MACHINE = $^O eq 'linux' ? elf_machine() : 0;
+my $SETSID_NR = $SETSID_OF_MACHINE{$MACHINE};
+my $CLOCK_NR = $CLOCK_GETTIME_OF_MACHINE{$MACHINE};
 my ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
 if (defined $SETSID_NR) {
   ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK) = (11, 4, 2, 3, 4, 2048);
@@ -78,6 +89,7 @@ if (defined $SETSID_NR) {
   require Config;
   require Errno;
   require Fcntl;
+  require Time::HiRes;
   Config->import;    # %Config
   our %Config;
   ($EAGAIN, $EINTR, $ENOENT) = (Errno::EAGAIN(), Errno::EINTR(), Errno::ENOENT());
@@ -106,6 +118,15 @@ sub elf_machine {
   my $n = sysread($exe, my $head, 20);
   return 0 unless $n && $n == 20 && substr($head, 0, 4) eq "\x7fELF" && ord(substr($head, 5, 1)) == 1;
   return unpack('v', substr($head, 18, 2));
+}
+
+# Seconds on the monotonic clock (clock_gettime(2) by its number where it is known).
+sub now {
+  return Time::HiRes::time() unless defined $CLOCK_NR;
+  my $ts = "\0" x 16;
+  return time if syscall($CLOCK_NR, 1, $ts) != 0;    # CLOCK_MONOTONIC
+  my ($sec, $nsec) = unpack('q q', $ts);
+  return $sec + $nsec / 1e9;
 }
 
 sub nonblocking {
@@ -220,6 +241,9 @@ sub spawn {
   $children{$cid} = $child;
   $by_pid{$pid} = $child;
   $watchdog_pid = $pid if $launch ? $flags =~ /w/ : $command =~ /msrun-ssh-watchdog/;
+  if ($launch && $flags =~ /w/ && $command =~ /\0msrun-ssh-watchdog\0[^\0]*\0([0-9.]+)\0.*\0agent\z/s) {
+    ($dog, $dog_silence, $dog_heard, $dog_paused) = ($child, $1, now(), 0);
+  }
 }
 
 sub control {
@@ -228,6 +252,13 @@ sub control {
   return spawn($cid, $payload, 1) if $op eq 'P';
   my $child = $children{$cid} or return;
   if ($op eq 'I' && $child->{fin}) {
+    if ($dog && $child == $dog) {
+      $dog_heard = now();
+      for my $byte (split //, $payload) {
+        $dog_paused = $byte eq 'z' ? 1 : $byte eq 'h' ? $dog_paused : 0;
+      }
+      $payload =~ s/(.)/$1\n/gs;
+    }
     $child->{pending} .= $payload;
   } elsif ($op eq 'E') {
     $child->{eof} = 1;
@@ -342,4 +373,5 @@ while (1) {
   }
   feed_stdin($_) for values %children;
   reap();
+  close_stdin($dog) if $dog && $dog->{fin} && !$dog_paused && now() - $dog_heard > $dog_silence;
 }

@@ -74,7 +74,7 @@ teardown() {
   signal_all TERM || return 0
   i=0
   while [ "$i" -lt "$1" ] && [ -n "$(pids)" ]; do
-    c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
+    c=$(timeout 0.2 dd bs="${B:-1}" count=1 2>/dev/null); rc=$?
     case "$c" in
       K) break ;;
       h) echo h ;;

@@ -19,6 +19,24 @@
 T=$2 G=$3 L=$4 W=${5-}
 # shellcheck disable=SC2034 # read by sweep.sh's pids
 [ "${6-}" = agent ] && CMDLINES='' AGENT=$PPID
+# get: the next control byte in c ("" once the launcher counts as gone); get_untimed: the same
+# with no time limit. Under the agent each byte comes as a line of its own and the agent ends this
+# stdin once the launcher has been silent for T (never while the job is paused): the shell's own
+# read, no process per heartbeat. Else dd, twice under timeout (see above). B: the bytes a
+# control byte takes on stdin (sweep.sh's teardown reads one whole).
+# shellcheck disable=SC2034 # B: read by sweep.sh's teardown
+if [ -n "${AGENT-}" ]; then
+  B=2
+  get() { read -r c || c=; }
+  get_untimed() { get; }
+else
+  B=1
+  get() {
+    c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
+      c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
+  }
+  get_untimed() { c=$(dd bs=1 count=1 2>/dev/null) || c=; }
+fi
 # T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
 ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
 t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
@@ -38,8 +56,7 @@ stack_site "$J" "$S" || :
 echo "msrun-ssh-watchdog: ready $$ $n"
 c=
 while :; do
-  [ -n "$c" ] || c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
-    c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
+  [ -n "$c" ] || get
   case "$c" in
     h) echo h ;;
     # Ctrl-Z on the launcher: every process of the job stops; the launcher stops next, so its
@@ -50,7 +67,7 @@ while :; do
     z) signal_quiet STOP; echo "msrun-ssh-watchdog: paused"
        c=h
        while [ "$c" = h ]; do
-         c=$(dd bs=1 count=1 2>/dev/null) || c=
+         get_untimed
          [ "$c" = h ] && echo h
        done
        signal_quiet CONT

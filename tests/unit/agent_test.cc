@@ -2,10 +2,13 @@
 // (local_transport.h) running the real agent (src/remote/agent.sh + agent.pl) or stand-ins.
 #include "msrun_ssh/agent.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -15,6 +18,7 @@
 #include "local_transport.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/watch.h"
+#include "test_util.h"
 
 namespace msrun_ssh {
 namespace {
@@ -366,6 +370,60 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsChildrenNotYetExec
   EXPECT_FALSE(seen[other].closed) << seen[dog].out;
   t.kill(other, "KILL");
   run_until(t, closed({other}));
+}
+
+// Under the agent the watchdog reads each control byte with the shell's read: a heartbeat costs
+// the host no process (`timeout` and `dd` on its PATH here only say that they ran). The agent
+// ends the watchdog's stdin after its silence limit without a byte, and the watchdog takes the
+// launcher for lost.
+class WatchdogUnderTheAgent : public AgentOverLocal {
+ protected:
+  void SetUp() override {
+    for (const char* tool : {"timeout", "dd"}) {
+      std::string path = stubs_ + "/" + tool;
+      std::ofstream(path) << "#!/bin/sh\necho " << tool << " >> " << stubs_
+                          << "/ran\nexec /usr/bin/" << tool << " \"$@\"\n";
+      chmod(path.c_str(), 0755);
+    }
+  }
+  std::string agent() const {
+    return "PATH=" + stubs_ + ":$PATH; export PATH; " + agent_command(30);
+  }
+  std::string ran() const { return test::slurp(stubs_ + "/ran"); }
+  test::TempDir dir_;
+  std::string stubs_ = dir_.path();
+};
+
+TEST_F(WatchdogUnderTheAgent, HeartbeatsCostNoProcessAndSilenceLosesTheLauncher) {
+  AgentTransport t(local, 1, agent());
+  ChannelId dog = t.exec(0, watchdog_command("job-5", 1.0, 0.2));
+  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  for (int i = 0; i < 4; ++i) {
+    t.write(dog, std::string(1, kBeat));
+    run_for(t, 400);  // 1.6 s in all: longer than the limit, but never silent for it
+  }
+  EXPECT_EQ(std::count(seen[dog].out.begin(), seen[dog].out.end(), '\n'), 5) << seen[dog].out;
+  EXPECT_EQ(ran(), "");
+  double silent_from = t.now_ms();
+  run_until(t, closed({dog}));
+  EXPECT_GE(t.now_ms() - silent_from, 900);
+  EXPECT_NE(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
+}
+
+TEST_F(WatchdogUnderTheAgent, APausedJobWaitsForItsLauncherWithoutLimit) {
+  AgentTransport t(local, 1, agent());
+  ChannelId dog = t.exec(0, watchdog_command("job-6", 0.5, 0.2));
+  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  t.write(dog, std::string(1, kSuspend));
+  run_until(t, [&] { return seen[dog].out.find(kWatchdogPaused) != std::string::npos; });
+  t.write(dog, std::string(1, kBeat));  // a heartbeat sent before the launcher stopped
+  run_for(t, 1500);
+  EXPECT_FALSE(seen[dog].closed) << seen[dog].out;
+  t.write(dog, std::string(1, kResume));
+  run_until(t, [&] { return seen[dog].out.find(kWatchdogResumed) != std::string::npos; });
+  run_until(t, closed({dog}));  // silent again: lost
+  EXPECT_NE(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
+  EXPECT_EQ(ran(), "");
 }
 
 }  // namespace

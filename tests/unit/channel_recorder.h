@@ -44,6 +44,11 @@ class ChannelRecorder {
     while (!done() && t.now_ms() < end) t.poll(50, [&](const TransportEvent& e) { record(e); });
     ASSERT_TRUE(done()) << "timed out";
   }
+  // Polls `t` for `ms`, recording every event.
+  void run_for(Transport& t, double ms) {
+    double end = t.now_ms() + ms;
+    while (t.now_ms() < end) t.poll(50, [&](const TransportEvent& e) { record(e); });
+  }
   // Whether every one of `ids` has closed (or failed to open).
   std::function<bool()> closed(const std::vector<ChannelId>& ids) {
     return [this, ids] {
