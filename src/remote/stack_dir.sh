@@ -5,14 +5,19 @@
 # sitecustomize.py; status 0 when both are there. A directory that exists already must be this
 # user's and not a link (nobody else can then have put a sitecustomize.py there): when it holds
 # the file, only shell builtins ran. sitecustomize.py is written under a name of its own and
-# renamed, so that processes starting at the same time never read half of it. An empty TEXT (the
-# processes of an attached run, whose watchdog made the directory before they start) only finds
-# the directory made: it makes nothing.
+# renamed, so that processes starting at the same time never read half of it; the watchdog ($3
+# "first": no process of the job starts before its ready line) writes it in place, one exec less
+# per host. An empty TEXT (the processes of an attached run, whose watchdog made the directory
+# before they start) only finds the directory made: it makes nothing.
 stack_site() {
   d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$1
   { [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && [ -f "$d/sitecustomize.py" ]; } ||
     { [ -n "$2" ] &&
       { mkdir -m 700 "$d" 2>/dev/null || { [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ]; }; } &&
-      printf '%s' "$2" > "$d/.sitecustomize.$$" 2>/dev/null &&
-      mv -f "$d/.sitecustomize.$$" "$d/sitecustomize.py" 2>/dev/null; }
+      if [ "${3-}" = first ]; then
+        printf '%s' "$2" > "$d/sitecustomize.py" 2>/dev/null
+      else
+        printf '%s' "$2" > "$d/.sitecustomize.$$" 2>/dev/null &&
+          mv -f "$d/.sitecustomize.$$" "$d/sitecustomize.py" 2>/dev/null
+      fi; }
 }

@@ -26,20 +26,19 @@ J=$1
 CMDLINES='/proc/[0-9]*/cmdline'
 
 pids() {
+  # The command-line files of the agent's children but this shell, read for the agent's name (a
+  # grep of its own only when there are any: none once every process has ended).
+  set --
+  if [ -n "${AGENT-}" ]; then
+    k=; read -r k 2>/dev/null < "/proc/$AGENT/task/$AGENT/children" || :
+    for q in $k; do [ "$q" = "$$" ] || set -- "$@" "/proc/$q/cmdline"; done
+  fi
   # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are pids
   for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
-    /proc/[0-9]*/environ $CMDLINES 2>/dev/null) $(forks); do
+    /proc/[0-9]*/environ $CMDLINES 2>/dev/null) ${1+$(grep -lzx msrun-ssh-agent "$@" 2>/dev/null)}; do
     f=${f#/proc/}
     echo "${f%%/*}"
   done
-}
-# The command-line files of the agent's children (but this shell) not yet past their exec.
-forks() {
-  [ -n "${AGENT-}" ] || return 0
-  k=; read -r k 2>/dev/null < "/proc/$AGENT/task/$AGENT/children" || :
-  set --
-  for q in $k; do [ "$q" = "$$" ] || set -- "$@" "/proc/$q/cmdline"; done
-  [ $# -eq 0 ] || grep -lzx 'msrun-ssh-agent' "$@" 2>/dev/null
 }
 # Signals ($1: TERM, KILL) every process of the job but this shell; prints "killed PID SIGNAME
 # COMMAND" per process signalled; status 0 when it signalled one.

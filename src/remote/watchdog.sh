@@ -13,9 +13,10 @@
 # before the connection died (its shell may appear after the first sweep): the watchdog sweeps
 # four more times over one second before it exits. With the launcher alive, the launcher ends
 # such late commands itself (SSH "signal" requests) and waits until every channel has closed.
-# The silence T is waited out in two reads, 3/4 and 1/4 of it: when this host was too starved of
-# CPU to run the first read while the launcher's bytes came, they wait in the pipe and the second
-# read, a new process, finds them at once; a launcher that is really gone costs no extra time.
+# Over a channel of its own, the silence T is waited out in two reads, 3/4 and 1/4 of it: when
+# this host was too starved of CPU to run the first read while the launcher's bytes came, they wait
+# in the pipe and the second read, a new process, finds them at once; a launcher that is really
+# gone costs no extra time. Under the agent, the agent keeps the time (get, below).
 T=$2 G=$3 L=$4 W=${5-}
 # shellcheck disable=SC2034 # read by sweep.sh's pids
 [ "${6-}" = agent ] && CMDLINES='' AGENT=$PPID
@@ -52,7 +53,7 @@ trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exi
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
 # The host's workdir (W) is said missing before anything starts, not as each process's cd error.
 if [ -n "$W" ] && ! (cd -- "$W") 2>/dev/null; then echo "msrun-ssh-watchdog: no workdir"; exit 0; fi
-stack_site "$J" "$S" || :
+stack_site "$J" "$S" first || :
 echo "msrun-ssh-watchdog: ready $$ $n"
 c=
 while :; do
