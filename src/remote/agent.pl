@@ -45,8 +45,8 @@
 # shell's read, not with a process per byte (watchdog.sh): the agent hands it each byte followed by
 # a newline, and ends its stdin once no byte came for it for its silence limit T (its third word),
 # unless the last byte other than a heartbeat 'h' was 'z' (the job paused: it waits for `fg` with
-# no limit). Bytes already sent are read before the limit is checked, so an agent starved of CPU
-# while they came does not take the launcher for gone.
+# no limit). The limit is checked only in a turn that read nothing from the launcher, so bytes
+# already sent (an agent starved of CPU while they came) are read first.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
@@ -365,13 +365,16 @@ while (1) {
   my $timeout = %children ? $REAP_S : $IDLE_S;
   my $ready = select(my $rout = $rin, my $wout = $win, undef, $timeout);
   exit 0 if $ready == 0 && !%children && defined $IDLE_S;
+  my $heard = $ready > 0 && vec($rout, 0, 1);
   if ($ready > 0) {
-    read_control() if vec($rout, 0, 1);
+    read_control() if $heard;
     for my $fd (keys %by_fd) {
       read_output($fd) if vec($rout, $fd, 1) && $by_fd{$fd};
     }
   }
   feed_stdin($_) for values %children;
   reap();
-  close_stdin($dog) if $dog && $dog->{fin} && !$dog_paused && now() - $dog_heard > $dog_silence;
+  # Not in a turn that read the launcher: what it read may end before a heartbeat it sent.
+  close_stdin($dog)
+    if !$heard && $dog && $dog->{fin} && !$dog_paused && now() - $dog_heard > $dog_silence;
 }
