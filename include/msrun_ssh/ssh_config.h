@@ -56,6 +56,9 @@ struct SshTokens {
   std::string local_host;               // %l (and %L, up to its first dot)
   std::string original_host;            // %n: the name as the host file gives it
   const SshHostConfig* host = nullptr;  // %h %p %r %k
+  // %h (and %k without a HostKeyAlias) when `host` is a copy shared by several hosts
+  // (SharedHostConfig): the host's own HostName. Null: host->hostname.
+  const std::string* hostname = nullptr;
 };
 
 // `value` with its tokens and a leading "~/" expanded. Throws std::runtime_error for an unknown

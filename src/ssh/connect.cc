@@ -205,13 +205,11 @@ double SshPool::Impl::connect_timeout_s(size_t host) const {
 // SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
-  const SshHostConfig h = openssh_of(c.host);
+  const SshHostConfig& h = *openssh[c.host].shared;  // its hostname is empty: t has the host's
   bool agent = !h.identities_only && h.identity_agent != "none" &&
                (!h.identity_agent.empty() || getenv("SSH_AUTH_SOCK"));
   size_t files_from = agent ? 1 : 0;
-  SshTokens t = tokens;
-  t.original_host = hosts[c.host].address;
-  t.host = &h;
+  SshTokens t = openssh_tokens(c.host);
   while (c.auth_step < files_from + h.identity_files.size()) {
     if (c.auth_step < files_from) {
       rc = ssh_userauth_agent(c.session, nullptr);

@@ -107,10 +107,9 @@ bool SshPool::Impl::hand_known_hosts(Conn& c, const std::string& user_lines,
 // lines found under an alias are renamed to what libssh looks up. Without /proc, libssh reads the
 // first file of each list itself.
 void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
-  const SshHostConfig h = openssh_of(c.host);
-  SshTokens t = tokens;
-  t.original_host = hosts[c.host].address;
-  t.host = &h;
+  const SshHostConfig& h = *openssh[c.host].shared;  // its hostname is empty: the host's own
+  const std::string& hostname = openssh[c.host].hostname;
+  SshTokens t = openssh_tokens(c.host);
   auto expanded = [&](const std::vector<std::string>& files) {
     std::vector<std::string> out;
     for (const auto& f : files) {
@@ -128,7 +127,7 @@ void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
   c.known_hosts = user.empty() ? "" : user[0];
   c.global_known_hosts = global.empty() ? "" : global[0];
   const bool alias = !h.host_key_alias.empty();
-  const std::string& name = alias ? h.host_key_alias : h.hostname;
+  const std::string& name = alias ? h.host_key_alias : hostname;
   const int port = alias ? 22 : h.port;
   auto lines_of = [&](const std::vector<std::string>& files) {
     std::string lines;
@@ -136,7 +135,7 @@ void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
       if (access(f.c_str(), R_OK) == 0)
         lines += alias ? known_hosts_index(f).lines_for(name, port, true)
                        : known_hosts_lines(f, name, port);
-    return alias ? renamed_known_hosts_lines(lines, known_hosts_name(h.hostname, h.port)) : lines;
+    return alias ? renamed_known_hosts_lines(lines, known_hosts_name(hostname, h.port)) : lines;
   };
   if (!hand_known_hosts(c, lines_of(user), lines_of(global))) {
     ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS, c.known_hosts.c_str());
@@ -178,11 +177,10 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshEndpoint& ep = hosts[c.host];
   HostKeyPolicy policy = host_key_policy(c.host);
-  std::optional<SshHostConfig> settings_of_host;
-  if (has_openssh(c.host)) settings_of_host = openssh_of(c.host);
-  const SshHostConfig* h = settings_of_host ? &*settings_of_host : nullptr;
+  // OpenSSH's settings (their HostName is the host's own, beside them), else none.
+  const SshHostConfig* h = has_openssh(c.host) ? openssh[c.host].shared.get() : nullptr;
   // What ssh connects to, and the name it keeps the key under.
-  std::string target = h ? h->hostname : ep.address;
+  std::string target = h ? openssh[c.host].hostname : ep.address;
   int port = h ? h->port : ep.port.value_or(22);
   std::string key_name =
       h && !h->host_key_alias.empty() ? h->host_key_alias : known_hosts_name(target, port);

@@ -119,6 +119,14 @@ struct SshPool::Impl {
   std::vector<SharedHostConfig> openssh;
   bool has_openssh(size_t host) const { return host < openssh.size() && openssh[host].shared; }
   SshHostConfig openssh_of(size_t host) const { return openssh[host].whole(); }
+  // The tokens for `host`, whose settings (has_openssh) stand in the shared copy.
+  SshTokens openssh_tokens(size_t host) const {
+    SshTokens t = tokens;
+    t.original_host = hosts[host].address;
+    t.host = openssh[host].shared.get();
+    t.hostname = &openssh[host].hostname;
+    return t;
+  }
   std::vector<std::optional<ConnectFailure>> resolve_failures;  // where openssh has no answer
   SshTokens tokens;  // what IdentityFile's tokens stand for, but the host's own
 

@@ -106,6 +106,8 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
       throw std::runtime_error(fmt::format("\"{}\": a lone % at the end", value));
     char token = value[++i];
     const SshHostConfig* h = t.host;
+    static const std::string none;
+    const std::string& hostname = t.hostname ? *t.hostname : h ? h->hostname : none;
     switch (token) {
       case '%':
         out += '%';
@@ -129,7 +131,7 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
         out += t.original_host;
         break;
       case 'h':
-        out += h ? h->hostname : "";
+        out += h ? hostname : "";
         break;
       case 'p':
         out += h ? std::to_string(h->port) : "";
@@ -138,7 +140,7 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
         out += h ? h->user : "";
         break;
       case 'k':
-        out += h ? (h->host_key_alias.empty() ? h->hostname : h->host_key_alias) : "";
+        out += h ? (h->host_key_alias.empty() ? hostname : h->host_key_alias) : "";
         break;
       default:
         throw std::runtime_error(fmt::format("\"{}\": unknown token %{}", value, token));

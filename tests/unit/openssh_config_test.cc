@@ -106,6 +106,15 @@ TEST(OpensshConfig, Tokens) {
   EXPECT_EQ(expand_ssh_tokens("/a~/b", t), "/a~/b");
   EXPECT_THROW(expand_ssh_tokens("%x", t), std::runtime_error);
   EXPECT_THROW(expand_ssh_tokens("id%", t), std::runtime_error);
+  // Settings shared by several hosts (SharedHostConfig) carry no HostName: the host's own comes
+  // beside them, for %h and for %k without an alias.
+  std::string own = "198.18.1.11";
+  SshHostConfig shared = h;
+  shared.hostname.clear();
+  shared.host_key_alias.clear();
+  t.host = &shared;
+  t.hostname = &own;
+  EXPECT_EQ(expand_ssh_tokens("%h:%p/%k", t), "198.18.1.11:2200/198.18.1.11");
 }
 
 TEST(OpensshConfig, ProxyJumpAsOpensshRunsIt) {
