@@ -117,6 +117,7 @@ class StragglerWatch {
     return hosts_.empty() ? none : hosts_.at(host).rate;
   }
   bool raised(size_t host) const { return !hosts_.empty() && hosts_.at(host).raised; }
+  size_t hosts() const { return count_; }
 
  private:
   struct Host {
@@ -161,8 +162,7 @@ class JobWatch {
   OnChange on_change_;
   StragglerWatch watch_;
   std::map<ChannelId, size_t> host_of_;  // open samplers
-  size_t hosts_;
-  std::vector<LineFramer> lines_;  // per host, made by start()
+  std::vector<LineFramer> lines_;        // per host, made by start()
 };
 
 // ---- msrun-ssh top ------------------------------------------------------------------------------

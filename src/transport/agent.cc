@@ -113,15 +113,31 @@ bool parse_agent_exit(std::string_view payload, int& status, std::string& signal
   return space == std::string_view::npos || !signal.empty();
 }
 
+namespace {
+
+// Each word of `words` behind a NUL, at the end of `out`.
+void append_words(std::string& out, const std::vector<std::string>& words) {
+  for (const auto& w : words) {
+    out += '\0';
+    out += w;
+  }
+}
+
+// A P frame's payload up to its argv (agent_launch_payload): the workdir, the flags, the number of
+// environment words and those words. Each argv word follows behind a NUL.
+std::string launch_head(std::string_view workdir, std::string_view flags,
+                        const std::vector<std::string>& env) {
+  std::string out = fmt::format("{}{}{}{}{}", workdir, '\0', flags, '\0', env.size());
+  append_words(out, env);
+  return out;
+}
+
+}  // namespace
+
 std::string agent_launch_payload(const ProcessLaunch& launch) {
-  std::string out = fmt::format("{}{}{}{}{}", launch.workdir, '\0', launch.stack_site ? "s" : "",
-                                launch.stdin_null ? "n" : "", '\0');
-  out += fmt::format("{}", launch.env.size());
-  for (const auto& words : {&launch.env, &launch.argv})
-    for (const auto& w : *words) {
-      out += '\0';
-      out += w;
-    }
+  std::string flags = std::string(launch.stack_site ? "s" : "") + (launch.stdin_null ? "n" : "");
+  std::string out = launch_head(launch.workdir, flags, launch.env);
+  append_words(out, launch.argv);
   return out;
 }
 
@@ -177,17 +193,12 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
     // program sent without a copy, and told that it runs under the agent.
     // No workdir, flag w (the job's watchdog), no environment words, then its argv: sh -c SCRIPT
     // msrun-ssh-watchdog ARGS... agent.
-    std::string before;
-    for (std::string_view field : {"", "w", "0", "sh", "-c"}) {
-      before += field;
-      before += '\0';
-    }
+    std::string before = launch_head("", "w", {});
+    append_words(before, {"sh", "-c"});
+    before += '\0';
     std::string_view script = watchdog_script();
-    for (const auto& word : watchdog_words(*args)) {
-      out += '\0';
-      out += word;
-    }
-    out += std::string_view("\0agent", 6);
+    append_words(out, watchdog_words(*args));
+    append_words(out, {"agent"});
     inner_.write(h.agent,
                  frame_head('P', wire, before.size() + script.size() + out.size()) + before);
     inner_.write_stable(h.agent, script);

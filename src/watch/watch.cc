@@ -164,11 +164,11 @@ std::string sampler_command(const std::string& job_id, double interval_s,
 }
 
 JobWatch::JobWatch(Transport& transport, size_t hosts, OnChange on_change)
-    : t_(transport), on_change_(std::move(on_change)), watch_(hosts), hosts_(hosts) {}
+    : t_(transport), on_change_(std::move(on_change)), watch_(hosts) {}
 
 void JobWatch::start(const std::vector<size_t>& hosts, const std::vector<std::string>& ranks,
                      const std::string& job_id, double interval_s) {
-  if (lines_.empty()) lines_.assign(hosts_, LineFramer(1 << 16));
+  if (lines_.empty()) lines_.assign(watch_.hosts(), LineFramer(1 << 16));
   for (size_t h : hosts)
     host_of_[t_.exec(h, sampler_command(job_id, interval_s, h < ranks.size() ? ranks[h] : ""))] = h;
 }

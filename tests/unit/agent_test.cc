@@ -90,6 +90,16 @@ TEST(AgentFrame, ExitPayloads) {
 
 class AgentOverLocal : public ::testing::Test, public test::ChannelRecorder {
  protected:
+  // Starts job `job`'s watchdog on host 0 of `t`, asks it to quit once ready and waits until it
+  // and `swept` have closed; returns what the watchdog printed.
+  std::string quit_watchdog(Transport& t, const std::string& job, ChannelId swept) {
+    ChannelId dog = t.exec(0, watchdog_command(job, 10, 0.2));
+    run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+    t.write(dog, std::string(1, kQuit));
+    run_until(t, closed({dog, swept}));
+    return seen[dog].out;
+  }
+
   local::LocalTransport local;
 };
 
@@ -340,12 +350,9 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsByEnvironmentOnly) {
   ChannelId marked = t.exec(0, process_command(p, "job-2"));
   ChannelId spelled = t.exec(0, "exec sh -c 'echo up; sleep 30; :' \"'MSRUN_SSH_JOB=job-2'\"");
   run_until(t, [&] { return seen[marked].out == "up\n" && seen[spelled].out == "up\n"; });
-  ChannelId dog = t.exec(0, watchdog_command("job-2", 10, 0.2));
-  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
-  t.write(dog, std::string(1, kQuit));
-  run_until(t, closed({dog, marked}));
-  EXPECT_EQ(seen[marked].status, 143) << seen[dog].out;
-  EXPECT_FALSE(seen[spelled].closed) << seen[dog].out;
+  std::string said = quit_watchdog(t, "job-2", marked);
+  EXPECT_EQ(seen[marked].status, 143) << said;
+  EXPECT_FALSE(seen[spelled].closed) << said;
   t.kill(spelled, "KILL");
   run_until(t, closed({spelled}));
 }
@@ -361,13 +368,10 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsChildrenNotYetExec
   // Not the agent's child: its sh is.
   ChannelId other = t.exec(0, "sh -c " + shell_quote(named) + "; :");
   run_until(t, [&] { return seen[fork].out == "up\n" && seen[other].out == "up\n"; });
-  ChannelId dog = t.exec(0, watchdog_command("job-3", 10, 0.2));
-  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
-  t.write(dog, std::string(1, kQuit));
-  run_until(t, closed({dog, fork}));
-  EXPECT_EQ(seen[fork].status, 143) << seen[dog].out;
-  EXPECT_NE(seen[dog].out.find("SIGTERM msrun-ssh-agent"), std::string::npos) << seen[dog].out;
-  EXPECT_FALSE(seen[other].closed) << seen[dog].out;
+  std::string said = quit_watchdog(t, "job-3", fork);
+  EXPECT_EQ(seen[fork].status, 143) << said;
+  EXPECT_NE(said.find("SIGTERM msrun-ssh-agent"), std::string::npos) << said;
+  EXPECT_FALSE(seen[other].closed) << said;
   t.kill(other, "KILL");
   run_until(t, closed({other}));
 }
