@@ -8,13 +8,16 @@
 G=$2
 shift 2
 M=$*
-pids() {
-  grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null | while read -r f; do
+# sweep.sh's find_pids, narrowed to the failed run's processes.
+find_pids() {
+  P=
+  # shellcheck disable=SC2013 # the words are paths
+  for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null); do
     mine=1
     for m in $M; do grep -qzxF -e "$m" "$f" 2>/dev/null || { mine=0; break; }; done
     [ "$mine" = 1 ] || continue
     p=${f#/proc/}
-    echo "${p%/environ}"
+    P="$P ${p%/environ}"
   done
 }
 teardown "$G" </dev/null

@@ -25,26 +25,36 @@
 J=$1
 CMDLINES='/proc/[0-9]*/cmdline'
 
-pids() {
-  # The command-line files of the agent's children but this shell, read for the agent's name (a
-  # grep of its own only when there are any: none once every process has ended).
+# Sets P to the pids of the job's processes, found by one grep in this shell (a fork and an exec
+# per sweep, nothing more): the environments of every process for the marker, CMDLINES (if any)
+# for its quoted spelling, and the command lines of the agent's children but this shell for the
+# agent's name (that pattern only when it has any: none once every process has ended). A pid may
+# come twice.
+find_pids() {
   set --
   if [ -n "${AGENT-}" ]; then
     k=; read -r k 2>/dev/null < "/proc/$AGENT/task/$AGENT/children" || :
     for q in $k; do [ "$q" = "$$" ] || set -- "$@" "/proc/$q/cmdline"; done
   fi
-  # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are pids
-  for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" -e "'MSRUN_SSH_JOB[=]$J'" \
-    /proc/[0-9]*/environ $CMDLINES 2>/dev/null) ${1+$(grep -lzx msrun-ssh-agent "$@" 2>/dev/null)}; do
+  P=
+  # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are paths
+  for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" ${CMDLINES:+-e "'MSRUN_SSH_JOB[=]$J'"} \
+    ${1+-e '^msrun-ssh-agent$'} /proc/[0-9]*/environ $CMDLINES "$@" 2>/dev/null); do
     f=${f#/proc/}
-    echo "${f%%/*}"
+    P="$P ${f%%/*}"
   done
+}
+# The same pids, one per line.
+pids() {
+  find_pids
+  for p in $P; do echo "$p"; done
 }
 # Signals ($1: TERM, KILL) every process of the job but this shell; prints "killed PID SIGNAME
 # COMMAND" per process signalled; status 0 when it signalled one.
 signal_all() {
   found=1
-  for p in $(pids); do
+  find_pids
+  for p in $P; do
     [ "$p" = "$$" ] && continue
     c=$(tr '\000' ' ' 2>/dev/null < "/proc/$p/cmdline")
     { kill -"$1" -"$p" || kill -"$1" "$p"; } 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
@@ -53,7 +63,8 @@ signal_all() {
 }
 # Sends $1 (STOP, CONT) to every process of the job but this shell, saying nothing: a suspension.
 signal_quiet() {
-  for p in $(pids); do
+  find_pids
+  for p in $P; do
     [ "$p" = "$$" ] || kill -"$1" -"$p" 2>/dev/null || kill -"$1" "$p" 2>/dev/null || :
   done
 }
@@ -61,7 +72,8 @@ signal_quiet() {
 # and runs Python gets SIGABRT: with PYTHONFAULTHANDLER=1 it prints every thread's stack to its
 # stderr and ends. One second for them to write, then the usual teardown.
 abort_pythons() {
-  for p in $(pids); do
+  find_pids
+  for p in $P; do
     [ "$p" = "$$" ] && continue
     kill -0 -"$p" 2>/dev/null || continue
     case "$(readlink "/proc/$p/exe" 2>/dev/null)" in *python*) kill -ABRT "$p" 2>/dev/null ;; esac
@@ -72,7 +84,7 @@ abort_pythons() {
 teardown() {
   signal_all TERM || return 0
   i=0
-  while [ "$i" -lt "$1" ] && [ -n "$(pids)" ]; do
+  while [ "$i" -lt "$1" ] && find_pids && [ -n "$P" ]; do
     c=$(timeout 0.2 dd bs="${B:-1}" count=1 2>/dev/null); rc=$?
     case "$c" in
       K) break ;;

@@ -32,17 +32,18 @@ if [ -n "${AGENT-}" ]; then
   get_untimed() { get; }
 else
   B=1
+  # T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
+  # The milliseconds are padded to 3 digits by arithmetic, without a subshell.
+  ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
+  t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
+  f1=$((t1 % 1000 + 1000)) f2=$((t2 % 1000 + 1000))
+  T1=$((t1 / 1000)).${f1#1} T2=$((t2 / 1000)).${f2#1}
   get() {
     c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
       c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
   }
   get_untimed() { c=$(dd bs=1 count=1 2>/dev/null) || c=; }
 fi
-# T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
-ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
-t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
-T1=$((t1 / 1000)).$(printf %03d $((t1 % 1000)))
-T2=$((t2 / 1000)).$(printf %03d $((t2 % 1000)))
 trap '' PIPE HUP
 # SIGTERM to the watchdog itself (a batch system ending the job step it runs in, as Slurm does at
 # `scancel` under --transport srun, then SIGKILL after KillWait; a host shutting down): nobody
@@ -51,8 +52,11 @@ trap '' PIPE HUP
 # and `dd` get the same SIGTERM from a step's end.)
 trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exit 0' TERM
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
-# The host's workdir (W) is said missing before anything starts, not as each process's cd error.
-if [ -n "$W" ] && ! (cd -- "$W") 2>/dev/null; then echo "msrun-ssh-watchdog: no workdir"; exit 0; fi
+# The host's workdir (W) is said missing before anything starts, not as each process's cd error:
+# a directory this user may enter (tested, not entered: no subshell).
+if [ -n "$W" ] && ! { [ -d "$W" ] && [ -x "$W" ]; }; then
+  echo "msrun-ssh-watchdog: no workdir"; exit 0
+fi
 stack_site "$J" "$S" first || :
 echo "msrun-ssh-watchdog: ready $$ $n"
 c=

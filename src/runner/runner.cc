@@ -332,9 +332,14 @@ void Runner::start_processes() {
 void Runner::start_samplers() {
   samplers_at_ms_ = -1;
   if (phase_ == Phase::kRunning) {
+    // Only where a process still runs: a host whose processes have all ended has nothing to
+    // sample, and a sampler costs its host a fork and a Perl start.
+    std::vector<bool> running(hosts_.size(), false);
+    for (const Proc& p : procs_)
+      if (!p.done) running[p.host] = true;
     std::vector<size_t> live;
     for (size_t h = 0; h < hosts_.size(); ++h)
-      if (!hosts_[h].lost) live.push_back(h);
+      if (!hosts_[h].lost && running[h]) live.push_back(h);
     std::vector<std::string> ranks(hosts_.size());
     for (const Proc& p : procs_) {
       std::string& r = ranks[p.host];

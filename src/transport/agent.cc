@@ -97,8 +97,8 @@ std::string agent_command(double idle_s) {
       "my $n = {}; my $c = ''; while (length $c < $n) {{ sysread(STDIN, $c, $n - length $c, "
       "length $c) or exit 0 }} alarm(0); $SIG{{ALRM}} = 'DEFAULT'; eval $c; die $@ if $@;",
       remote::kAgentPl.size());
-  return fmt::format("exec sh -c {} msrun-ssh-agent {} {:.3f}", shell_quote(remote::kAgentSh),
-                     shell_quote(loader), idle_s);
+  // Run by the login shell itself (agent.sh): no sh in between.
+  return fmt::format("set -- {} {:.3f}\n{}", shell_quote(loader), idle_s, remote::kAgentSh);
 }
 
 std::string_view agent_program() { return remote::kAgentPl; }

@@ -377,13 +377,13 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsChildrenNotYetExec
 }
 
 // Under the agent the watchdog reads each control byte with the shell's read: a heartbeat costs
-// the host no process (`timeout` and `dd` on its PATH here only say that they ran). The agent
-// ends the watchdog's stdin after its silence limit without a byte, and the watchdog takes the
-// launcher for lost.
+// the host no process (`timeout`, `dd`, `grep` and `sh` on its PATH here only say that they ran).
+// The agent ends the watchdog's stdin after its silence limit without a byte, and the watchdog
+// takes the launcher for lost.
 class WatchdogUnderTheAgent : public AgentOverLocal {
  protected:
   void SetUp() override {
-    for (const char* tool : {"timeout", "dd"}) {
+    for (const char* tool : {"timeout", "dd", "grep", "sh"}) {
       std::string path = stubs_ + "/" + tool;
       std::ofstream(path) << "#!/bin/sh\necho " << tool << " >> " << stubs_
                           << "/ran\nexec /usr/bin/" << tool << " \"$@\"\n";
@@ -393,7 +393,14 @@ class WatchdogUnderTheAgent : public AgentOverLocal {
   std::string agent() const {
     return "PATH=" + stubs_ + ":$PATH; export PATH; " + agent_command(30);
   }
-  std::string ran() const { return test::slurp(stubs_ + "/ran"); }
+  // How many times `tool` ran.
+  int ran(const std::string& tool) const {
+    std::istringstream in(test::slurp(stubs_ + "/ran"));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line == tool;
+    return n;
+  }
+  int heartbeat_reads() const { return ran("timeout") + ran("dd"); }
   test::TempDir dir_;
   std::string stubs_ = dir_.path();
 };
@@ -407,11 +414,31 @@ TEST_F(WatchdogUnderTheAgent, HeartbeatsCostNoProcessAndSilenceLosesTheLauncher)
     run_for(t, 400);  // 1.6 s in all: longer than the limit, but never silent for it
   }
   EXPECT_EQ(std::count(seen[dog].out.begin(), seen[dog].out.end(), '\n'), 5) << seen[dog].out;
-  EXPECT_EQ(ran(), "");
+  EXPECT_EQ(heartbeat_reads(), 0);
   double silent_from = t.now_ms();
   run_until(t, closed({dog}));
   EXPECT_GE(t.now_ms() - silent_from, 900);
   EXPECT_NE(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
+}
+
+// A host's only shell is its watchdog's (the login shell execs perl itself: agent.sh), and each
+// sweep of a teardown is one grep, also while a process of the job is still the agent's child.
+TEST_F(WatchdogUnderTheAgent, AHostRunsNoShellButTheWatchdogsAndASweepIsOneGrep) {
+  AgentTransport t(local, 1, agent());
+  ChannelId dog = t.exec(0, watchdog_command("job-7", 10, 0.2));
+  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  Process p;
+  p.workdir = "/";
+  p.argv = {"/bin/sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"};
+  ChannelId stubborn = t.exec(0, process_command(p, "job-7"));
+  run_until(t, [&] { return seen[stubborn].out == "up\n"; });
+  EXPECT_EQ(ran("grep"), 0);
+  t.write(dog, std::string(1, kQuit));
+  run_until(t, closed({dog, stubborn}));
+  EXPECT_EQ(seen[stubborn].status, 137) << seen[dog].out;
+  EXPECT_EQ(ran("sh"), 1);
+  // SIGTERM's sweep, the one grace step's, SIGKILL's.
+  EXPECT_EQ(ran("grep"), 3) << seen[dog].out;
 }
 
 TEST_F(WatchdogUnderTheAgent, APausedJobWaitsForItsLauncherWithoutLimit) {
@@ -427,7 +454,7 @@ TEST_F(WatchdogUnderTheAgent, APausedJobWaitsForItsLauncherWithoutLimit) {
   run_until(t, [&] { return seen[dog].out.find(kWatchdogResumed) != std::string::npos; });
   run_until(t, closed({dog}));  // silent again: lost
   EXPECT_NE(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
-  EXPECT_EQ(ran(), "");
+  EXPECT_EQ(heartbeat_reads(), 0);
 }
 
 }  // namespace

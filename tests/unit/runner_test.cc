@@ -219,7 +219,8 @@ TEST_F(Runner, WatchNamesTheHostTheOthersWaitForAndEndsItsSamplers) {
   EXPECT_EQ(killed, 2u);
 }
 
-// The samplers start one interval after the processes: a job that ends sooner starts none.
+// The samplers start one interval after the processes, on the hosts where one still runs: a job
+// that ends sooner starts none.
 TEST_F(Runner, WatchStartsTheSamplersASecondAfterTheProcessesAndNotForAShorterJob) {
   plan_ = make_plan({1, 1});
   options_.watch = true;
@@ -248,6 +249,16 @@ TEST_F(Runner, WatchStartsTheSamplersASecondAfterTheProcessesAndNotForAShorterJo
     EXPECT_GE(t, started + 1000);
     EXPECT_LT(t, started + 1500);
   }
+
+  // A host whose processes have all ended by then gets none: it has nothing to sample.
+  HostScript e = host({exits(0.5)}), f = host({exits(3)});
+  e.other_commands = f.other_commands = {{"exec perl -e", sampler({"0"}, 0.1, 3)}};
+  FakeTransport one_done({e, f});
+  EXPECT_EQ(run(one_done), 0);
+  std::vector<size_t> on;
+  for (const auto& ch : one_done.channels())
+    if (ch.command.find("exec perl -e") != std::string::npos) on.push_back(ch.host);
+  EXPECT_EQ(on, std::vector<size_t>{1});
 }
 
 // --- Normal end ----------------------------------------------------------------------------------

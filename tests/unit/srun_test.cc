@@ -247,7 +247,7 @@ TEST_F(SrunOverFake, TheLaunchAgentRunsAsOneStepPerHost) {
   EXPECT_EQ(seen[a].status, 4);
   EXPECT_EQ(seen[b].out, "got line\n");
   EXPECT_TRUE(t.direct_hosts().empty()) << "python3 is here: the agent ran";
-  EXPECT_EQ(last_argv().back().find("printf 'msrun-ssh-srun: started\\n'\nexec sh -c "), 0u);
+  EXPECT_EQ(last_argv().back().find("printf 'msrun-ssh-srun: started\\n'\nset -- "), 0u);
 }
 
 TEST(SrunUsage, NeedsAnAllocationAndSrunOnPath) {
