@@ -301,11 +301,13 @@ TEST(WatchSampler, RescansInFullOnlyEveryFifthSampleOnceStarted) {
   proc("/proc/101", 101, "MSRUN_SSH_JOB=j\0RANK_ID=0\0"s);
   proc("/later/202", 202, "MSRUN_SSH_JOB=j\0RANK_ID=1\0"s);
   std::string r = shell_quote(root.path());
+  // The output file is made before the loop polls it: a loop that found it missing would move
+  // the ranks at once.
   std::string out = test::shell_output(
-      "{ sleep 3; } | MSRUN_SSH_SAMPLER_ROOT=" + r + " " + sampler_command("j", 0.1, "0,1") +
-      " > " + r + "/out & n=0; while [ \"$(wc -l < " + r + "/out)\" -lt 7 ] && [ $n -lt 300 ]; " +
-      "do sleep 0.01; n=$((n+1)); done; rm -r " + r + "/proc/101; mv " + r + "/later/202 " + r +
-      "/proc/202; wait; cat " + r + "/out");
+      ": > " + r + "/out; { sleep 3; } | MSRUN_SSH_SAMPLER_ROOT=" + r + " " +
+      sampler_command("j", 0.1, "0,1") + " > " + r + "/out & n=0; while [ \"$(wc -l < " + r +
+      "/out)\" -lt 7 ] && [ $n -lt 300 ]; " + "do sleep 0.01; n=$((n+1)); done; rm -r " + r +
+      "/proc/101; mv " + r + "/later/202 " + r + "/proc/202; wait; cat " + r + "/out");
   std::vector<std::string> lines;
   for (std::string_view l : split_lines(out))
     if (!l.empty()) lines.emplace_back(l);
@@ -317,7 +319,10 @@ TEST(WatchSampler, RescansInFullOnlyEveryFifthSampleOnceStarted) {
     for (const RankSample& rank : s->ranks)
       if (rank.rank == "1") found = static_cast<int>(i);
   }
-  EXPECT_EQ(found, 10) << out;
+  // At the next full rescan (the 10th sample), or on a loaded machine, where the move may come
+  // after it, at a later one: never at a sample in between.
+  EXPECT_GE(found, 10) << out;
+  EXPECT_EQ(found % 5, 0) << out;
 }
 
 }  // namespace
