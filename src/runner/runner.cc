@@ -335,17 +335,16 @@ void Runner::start_samplers() {
     // Only where a process still runs: a host whose processes have all ended has nothing to
     // sample, and a sampler costs its host a fork and a Perl start.
     std::vector<bool> running(hosts_.size(), false);
-    for (const Proc& p : procs_)
-      if (!p.done) running[p.host] = true;
-    std::vector<size_t> live;
-    for (size_t h = 0; h < hosts_.size(); ++h)
-      if (!hosts_[h].lost && running[h]) live.push_back(h);
     std::vector<std::string> ranks(hosts_.size());
     for (const Proc& p : procs_) {
+      running[p.host] = running[p.host] || !p.done;
       std::string& r = ranks[p.host];
       r += r.empty() ? "" : ",";
       r += rank_word(p.spec->role == Role::kScheduler ? -1 : p.spec->rank);
     }
+    std::vector<size_t> live;
+    for (size_t h = 0; h < hosts_.size(); ++h)
+      if (!hosts_[h].lost && running[h]) live.push_back(h);
     watch_->start(live, ranks, plan_.job_id, 1);
   }
   promise_channels_after_start();
