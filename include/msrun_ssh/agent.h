@@ -7,11 +7,17 @@
 // process of the job without a shell: agent_launch_payload), each in a session of its own as
 // sshd would, and carries their stdin, output, exit status and end as frames over its channel. The
 // runner does not see the difference: AgentTransport is a Transport whose channels are the agent's
-// commands.
+// commands. The job's watchdog (watchdog_command) is the agent itself, on a channel of the agent
+// like any command (W frame): a host runs no process for it, and its sweeps read /proc without a
+// grep.
 //
 // A host without perl (the agent exits 97 before its hello) gets a channel per command, as
 // without the agent. An agent that ends while commands of its host still run makes the host
-// lost (kHostLost): its watchdog went with it (its stdin ended), which tears the job down there.
+// lost (kHostLost), unless it was the job's watchdog there: then the watchdog's channel closes
+// first (with the agent's trouble on its stderr), and later commands for the host get channels of
+// their own, so that the runner's `stop` sweeps the host in the watchdog's place over the same
+// connection. An agent whose launcher is gone (its stdin ended) tears the job down there as its
+// watchdog, then exits.
 #pragma once
 
 #include <cstddef>
@@ -136,6 +142,7 @@ class AgentTransport : public Transport {
   struct Host {
     Mode mode = Mode::kIdle;
     ChannelId agent = -1;
+    ChannelId watchdog = -1;  // the job's watchdog: the agent itself (W frame)
     AgentReader reader;
     std::vector<ChannelId> queued;  // (a deque takes 0.6 KB per host even when empty)
     std::string last_stderr;

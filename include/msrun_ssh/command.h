@@ -165,11 +165,10 @@ std::string watchdog_command(const WatchdogArgs& args);
 std::string watchdog_command(const std::string& job_id, double timeout_s, double grace_s,
                              const std::string& workdir = {});
 
-// The watchdog's program (SCRIPT above), of static storage, and the words that follow it in
-// watchdog_command (msrun-ssh-watchdog, then the arguments as the script reads them): for the
-// launch agent, which starts the watchdog's shell itself and sends the program without a copy per
-// host.
-std::string_view watchdog_script();
+// For the launch agent, which is the job's watchdog itself (agent.h): the text of the stack-dump
+// directory's sitecustomize.py that the watchdog writes, of static storage (sent without a copy
+// per host), and the watchdog's arguments as the script reads them (J T G L W).
+std::string_view watchdog_stack_site();
 std::vector<std::string> watchdog_words(const WatchdogArgs& args);
 // The first bytes of every sampler command (watch.h), `exec perl -e 'SAMPLER' `, of static
 // storage and the same for every host: a transport may send them without a copy per host.

@@ -255,15 +255,11 @@ std::string watchdog_command(const std::string& job_id, double timeout_s, double
   return watchdog_command(args);
 }
 
-std::string_view watchdog_script() { return watchdog_program(); }
+std::string_view watchdog_stack_site() { return remote::kStackSitePy; }
 
 std::vector<std::string> watchdog_words(const WatchdogArgs& args) {
-  return {"msrun-ssh-watchdog",
-          args.job_id,
-          fmt::format("{:.3f}", args.silence_s),
-          std::to_string(args.grace_steps),
-          std::to_string(args.lost_grace_steps),
-          args.workdir};
+  return {args.job_id, fmt::format("{:.3f}", args.silence_s), std::to_string(args.grace_steps),
+          std::to_string(args.lost_grace_steps), args.workdir};
 }
 
 std::string_view sampler_command_head() {

@@ -9,8 +9,10 @@
 # Frames, both ways: one op byte, the channel id and the payload length (unsigned 32-bit, big
 # endian), the payload. Launcher to agent: S spawn (payload: the command), P spawn a process of
 # the job without a shell (payload: NUL separated, its workdir or "" for none, flags, the number
-# of environment words, those NAME=VALUE words, its argv; agent.h), I stdin bytes, E end
-# of stdin, K signal its process group (payload: the signal's name without SIG). Agent to
+# of environment words, those NAME=VALUE words, its argv; agent.h), W be the job's watchdog on
+# this channel (payload: NUL separated, the watchdog's arguments J T G L W, then the text of the
+# stack-dump directory's sitecustomize.py; see below), I stdin bytes, E end of stdin, K signal
+# its process group (payload: the signal's name without SIG). Agent to
 # launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
 # it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
 # (payload: why). Before the first frame the agent writes the line HELLO, so that whatever the
@@ -24,29 +26,32 @@
 # The launcher's bytes are always read, also while the launcher reads slowly: the agent buffers
 # at most MAX_OUT bytes for it and stops reading the commands' outputs meanwhile (they block, as
 # over a channel of their own), never the heartbeats meant for a watchdog. The end of the
-# agent's stdin (the launcher or the connection gone) ends the agent at once: its commands see
-# their stdin end, which a watchdog takes for a lost launcher.
+# agent's stdin (the launcher or the connection gone) ends the agent at once, after its
+# watchdog's teardown when it is the job's watchdog (below): its commands see their stdin end.
 #
-# Once the job's watchdog on this host (the command that runs msrun-ssh-watchdog) has ended, no
-# command starts here any more: it has swept the host for the last time, and a spawn that reaches
-# the agent after it (frames held up by a cut link and delivered when it heals) would run with
-# nothing left to end it. The one exception is `msrun-ssh stop`'s program (msrun-ssh-stop), which
-# starts nothing and ends itself: the launcher sends it when a watchdog ended before its time, to
-# sweep the host in its place.
+# Once the job's watchdog on this host has ended, no command starts here any more: it has swept
+# the host for the last time, and a spawn that reaches the agent after it (frames held up by a
+# cut link and delivered when it heals) would run with nothing left to end it. The one exception
+# is `msrun-ssh stop`'s program (msrun-ssh-stop), which starts nothing and ends itself: the
+# launcher sends it when a watchdog ended before its time, to sweep the host in its place.
 #
 # A P frame's process is what `cd -- DIR && exec env -- ENV... ARGV` under /bin/sh -c would start
 # (process_command, command.h), with stack_site.sh's step when flagged "s" (the job's stack-dump
 # directory made by the watchdog: found, not made) and stdin from /dev/null when flagged "n": the
 # agent's child does the cd, the environment and the step itself and execs ARGV, so a process
-# costs its host one fork and one exec instead of four execs. PWD is set as cd would set it. The
-# job's watchdog comes as a P frame too, flagged "w", with no workdir: its sh is exec'd directly.
+# costs its host one fork and one exec instead of four execs.
 #
-# The job's watchdog started told so (its last word "agent") reads its control bytes with the
-# shell's read, not with a process per byte (watchdog.sh): the agent hands it each byte followed by
-# a newline, and ends its stdin once no byte came for it for its silence limit T (its third word),
-# unless the last byte other than a heartbeat 'h' was 'z' (the job paused: it waits for `fg` with
-# no limit). The limit is checked only in a turn that read nothing from the launcher, so bytes
-# already sent (an agent starved of CPU while they came) are read first.
+# The job's watchdog (W frame) is the agent itself: no process of its own, and its sweeps read
+# /proc here, with no grep. It keeps watchdog.sh's protocol on its channel (the lines it prints,
+# the control bytes it reads: command.h) and its sweeps find what sweep.sh's find under the agent:
+# the processes whose environment holds MSRUN_SSH_JOB=J, and the agent's own P children (a process
+# of the job is one from its fork, before its exec marks it). A byte other than a heartbeat 'h'
+# stops the silence limit T only when it is 'z' (the job paused: it waits for `fg` with no limit);
+# the limit is checked only in a turn that read nothing from the launcher, so bytes already sent
+# (an agent starved of CPU while they came) are read first. The end of the agent's stdin (the
+# launcher or the connection gone) is the launcher lost: the agent ends the commands' stdin, tears
+# the job down and then exits. SIGTERM to the agent (a batch system ending the job step, a host
+# shutting down) kills every process of the job at once, as watchdog.sh's trap does.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
@@ -58,15 +63,18 @@
 # loads the three modules. Nor does it load strict.pm (a third of a millisecond more per host): the
 # unit tests compile it under strict (CommandSyntax).
 #
-# Its command line (ps, /proc/PID/cmdline), and that of a child between its fork and its exec: the
-# watchdog's sweep (sweep.sh) knows the agent's children not yet exec'd by it.
+# Its command line (ps, /proc/PID/cmdline), and that of a child between its fork and its exec.
 $0 = 'msrun-ssh-agent';
 my $HELLO = "\nmsrun-ssh-agent 1\n";
 my $MAX_OUT = 1 << 20;
 my $CHUNK = 65536;
 my $REAP_S = 0.25;
 my ($watchdog_pid, $watchdog_gone);
-my ($dog, $dog_silence, $dog_heard, $dog_paused);    # the watchdog reading lines (see the top)
+# The job's watchdog when the agent is it (W frame; see the top): {cid, job, silence, grace,
+# lost_grace, in (bytes not handled yet), eof, heard, paused, phase, wake, steps, then, sweeps}.
+my $wd;
+my $GRACE_STEP = 0.2;    # kWatchdogGraceStepS (command.h)
+my ($gone, $terminated);    # the agent's stdin has ended; a SIGTERM came
 my $IDLE_S = length($ARGV[0] // '') ? $ARGV[0] + 0 : undef;
 my @KEPT = qw(PERL5LIB PERL5OPT PERLLIB);
 for my $i (0 .. $#KEPT) {
@@ -145,7 +153,7 @@ sub send_frame {
 # group of its own), then exec @argv.
 sub start_child {
   my (@argv) = @_;
-  $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD);
+  $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD TERM);
   if (!(defined $SETSID_NR && syscall($SETSID_NR) >= 0)) {
     exec {$SETSID} 'setsid', @argv if $SETSID;
     setpgrp(0, 0);
@@ -231,7 +239,7 @@ sub spawn {
   close $pipes[1][1];
   close $pipes[2][1];
   my $child = {cid => $cid, pid => $pid, fin => $stdin ? $pipes[0][1] : undef, pending => '',
-    eof => 0, outs => {}};
+    eof => 0, outs => {}, job => $launch};
   for ([$pipes[1][0], 'o'], [$pipes[2][0], 'e']) {
     nonblocking($_->[0]);
     $child->{outs}{fileno $_->[0]} = $_;
@@ -240,25 +248,27 @@ sub spawn {
   nonblocking($child->{fin}) if $stdin;
   $children{$cid} = $child;
   $by_pid{$pid} = $child;
-  $watchdog_pid = $pid if $launch ? $flags =~ /w/ : $command =~ /msrun-ssh-watchdog/;
-  if ($launch && $flags =~ /w/ && $command =~ /\0msrun-ssh-watchdog\0[^\0]*\0([0-9.]+)\0.*\0agent\z/s) {
-    ($dog, $dog_silence, $dog_heard, $dog_paused) = ($child, $1, now(), 0);
-  }
+  $watchdog_pid = $pid if !$launch && $command =~ /msrun-ssh-watchdog/;
 }
 
 sub control {
   my ($op, $cid, $payload) = @_;
   return spawn($cid, $payload) if $op eq 'S';
   return spawn($cid, $payload, 1) if $op eq 'P';
+  return wd_start($cid, $payload) if $op eq 'W';
+  if ($wd && $cid == $wd->{cid}) {
+    if ($op eq 'I') {
+      $wd->{heard} = now();
+      for my $byte (split //, $payload) {
+        $wd->{paused} = $byte eq 'z' ? 1 : $byte eq 'h' ? $wd->{paused} : 0;
+      }
+      $wd->{in} .= $payload;
+    }
+    $wd->{eof} = 1 if $op eq 'E';
+    return;
+  }
   my $child = $children{$cid} or return;
   if ($op eq 'I' && $child->{fin}) {
-    if ($dog && $child == $dog) {
-      $dog_heard = now();
-      for my $byte (split //, $payload) {
-        $dog_paused = $byte eq 'z' ? 1 : $byte eq 'h' ? $dog_paused : 0;
-      }
-      $payload =~ s/(.)/$1\n/gs;
-    }
     $child->{pending} .= $payload;
   } elsif ($op eq 'E') {
     $child->{eof} = 1;
@@ -293,7 +303,13 @@ sub feed_stdin {
 sub read_control {
   my $n = sysread(STDIN, my $data, $CHUNK);
   return if !defined $n && ($! == $EAGAIN || $! == $EINTR);
-  exit 0 if !$n;
+  if (!$n) {
+    exit 0 if !$wd;
+    # The launcher gone: the watchdog tears the job down, then the agent exits (wd_end).
+    ($gone, $wd->{eof}, $out) = (1, 1, '');
+    close_stdin($_) for grep { $_->{fin} } values %children;
+    return;
+  }
   $inbuf .= $data;
   while (length $inbuf >= 9) {
     my ($op, $cid, $size) = unpack('a N N', $inbuf);
@@ -344,6 +360,7 @@ sub maybe_closed {
 }
 
 sub flush {
+  $out = '' if $gone;    # nobody reads it any more
   while (length $out) {
     my $n = syswrite(STDOUT, $out);
     return if !defined $n;
@@ -351,10 +368,225 @@ sub flush {
   }
 }
 
+# ---- The job's watchdog, run by the agent itself (W frame; see the top) ----
+
+sub wd_say { send_frame('o', $wd->{cid}, "$_[0]\n") }
+
+# Starts the watchdog: J T G L W, then stack_site.py's text (watchdog.sh's start).
+sub wd_start {
+  my ($cid, $payload) = @_;
+  my ($job, $silence, $grace, $lost_grace, $workdir, $site) = split /\0/, $payload, 6;
+  $wd = {cid => $cid, job => $job, silence => $silence, grace => $grace, lost_grace => $lost_grace,
+    in => '', heard => now(), paused => 0, phase => 'run'};
+  $SIG{TERM} = sub { $terminated = 1 };
+  my $name;
+  if (open(my $f, '<', '/proc/sys/kernel/hostname')) { $name = <$f> }
+  $name = `uname -n` if !length($name // '');
+  chomp($name //= '');
+  if (length $workdir && !(-d $workdir && -x _)) {
+    wd_say('msrun-ssh-watchdog: no workdir');
+    return wd_end();
+  }
+  make_stacks($site);
+  wd_say("msrun-ssh-watchdog: ready $$ $name");
+}
+
+# The watchdog has ended: its channel exits with status 0 and closes; nothing starts here any more.
+sub wd_end {
+  send_frame('x', $wd->{cid}, 0);
+  send_frame('c', $wd->{cid});
+  $wd = undef;
+  $watchdog_gone = 1;
+  $SIG{TERM} = 'DEFAULT';
+  if ($gone) {
+    flush();
+    exit 0;
+  }
+}
+
+# The job's stack-dump directory on this host (stack_dir.sh).
+sub stack_dir { (length($ENV{TMPDIR} // '') ? $ENV{TMPDIR} : '/tmp') . "/msrun-ssh-stacks-$_[0]" }
+
+# Makes it with $site as its sitecustomize.py, as stack_site does with "first": a directory that
+# exists already must be this user's and not a link.
+sub make_stacks {
+  my ($site) = @_;
+  my $d = stack_dir($wd->{job});
+  return if !-l $d && -d _ && -o _ && -f "$d/sitecustomize.py";
+  return if !length($site // '') || !(mkdir($d, 0700) || (!-l $d && -d _ && -o _));
+  open(my $f, '>', "$d/sitecustomize.py") or return;
+  print $f $site;
+  close $f;
+}
+
+# Removes it once the job's processes are gone (sweep.sh's forget_stacks); a link is not followed.
+sub forget_stacks {
+  my $d = stack_dir($wd->{job});
+  remove_tree($d) if !-l $d && -d _;
+}
+
+sub remove_tree {
+  my ($path) = @_;
+  return unlink $path if -l $path || !-d _;
+  opendir(my $dh, $path) or return;
+  remove_tree("$path/$_") for grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+  closedir $dh;
+  rmdir $path;
+}
+
+# The pids of the job's processes on this host but the agent: every process whose environment
+# holds MSRUN_SSH_JOB=J, and the agent's P children not reaped yet (sweep.sh's find_pids).
+sub job_pids {
+  my %pids = map { $_->{pid} => 1 } grep { $_->{job} } values %by_pid;
+  my $marker = "MSRUN_SSH_JOB=$wd->{job}";
+  opendir(my $proc, '/proc') or return keys %pids;
+  for my $pid (readdir $proc) {
+    next if $pid !~ /^[0-9]+\z/ || $pid == $$ || $pids{$pid};
+    open(my $f, '<', "/proc/$pid/environ") or next;
+    local $/;
+    my $env = <$f>;
+    $pids{$pid} = 1 if defined $env && $env =~ /(?:\A|\0)\Q$marker\E(?:\0|\z)/;
+  }
+  return keys %pids;
+}
+
+# Sends $sig to every process of the job, as a process group when it leads one; with $say a line
+# "killed PID SIGNAME COMMAND" per process signalled. True when it signalled one.
+sub signal_job {
+  my ($sig, $say) = @_;
+  my $found = 0;
+  for my $p (job_pids()) {
+    my $argv = '';
+    if ($say && open(my $f, '<', "/proc/$p/cmdline")) {
+      local $/;
+      $argv = <$f> // '';
+      $argv =~ tr/\0/ /;
+    }
+    next unless kill($sig, -$p) || kill($sig, $p);
+    $found = 1;
+    wd_say("killed $p SIG$sig $argv") if $say;
+  }
+  return $found;
+}
+
+# The next control byte ('' once the launcher counts as gone), or undef while none has come.
+sub wd_byte {
+  return substr($wd->{in}, 0, 1, '') if length $wd->{in};
+  return $wd->{eof} ? '' : undef;
+}
+
+# SIGTERM, then up to $steps steps of GRACE_STEP while any process of the job lives, then
+# SIGKILL (sweep.sh's teardown); then $then: 'done' or 'lost'.
+sub wd_teardown {
+  my ($steps, $then) = @_;
+  @$wd{qw(phase steps then)} = ('grace', $steps, $then);
+  return wd_torn_down() if !signal_job('TERM', 1);
+  wd_grace();
+}
+
+sub wd_grace {
+  if ($wd->{steps}-- <= 0 || !job_pids()) {
+    signal_job('KILL', 1);
+    return wd_torn_down();
+  }
+  $wd->{wake} = now() + $GRACE_STEP;
+}
+
+# After a requested teardown: done. After losing the launcher: four more sweeps over one second
+# (a command whose start was under way may appear after the first), then the end.
+sub wd_torn_down {
+  if ($wd->{then} eq 'lost') {
+    @$wd{qw(phase sweeps wake)} = ('sweeps', 4, now() + 0.25);
+    return;
+  }
+  forget_stacks();
+  wd_say('msrun-ssh-watchdog: done');
+  wd_end();
+}
+
+# Handles what came and what is due (watchdog.sh's loop).
+sub wd_step {
+  while ($wd) {
+    my $phase = $wd->{phase};
+    my $due = $wd->{wake} && now() >= $wd->{wake};
+    if ($phase eq 'grace') {
+      # 'K' (a second Ctrl-C) ends the grace at once; heartbeats are still answered.
+      while (length $wd->{in}) {
+        my $c = substr($wd->{in}, 0, 1, '');
+        if ($c eq 'K') {
+          $wd->{wake} = undef;
+          signal_job('KILL', 1);
+          return wd_torn_down();
+        }
+        wd_say('h') if $c eq 'h';
+      }
+      return if !$due;
+      $wd->{wake} = undef;
+      wd_grace();
+      next;
+    }
+    if ($phase eq 'abort' || $phase eq 'sweeps') {
+      return if !$due;
+      $wd->{wake} = undef;
+      if ($phase eq 'abort') {
+        wd_teardown($wd->{grace}, 'done');
+        next;
+      }
+      signal_job('KILL', 1);
+      if (--$wd->{sweeps} > 0) {
+        $wd->{wake} = now() + 0.25;
+        return;
+      }
+      forget_stacks();
+      return wd_end();
+    }
+    my $c = wd_byte();
+    return if !defined $c;
+    if ($phase eq 'paused') {
+      # Stopped until the next byte other than a heartbeat, with no time limit: it resumes the
+      # processes first; 'r' goes on as before, any other byte is handled as such.
+      if ($c eq 'h') {
+        wd_say('h');
+        next;
+      }
+      signal_job('CONT', 0);
+      $wd->{phase} = 'run';
+      if ($c eq 'r') {
+        wd_say('msrun-ssh-watchdog: resumed');
+        next;
+      }
+    }
+    if ($c eq 'h') {
+      wd_say('h');
+    } elsif ($c eq 'z') {
+      signal_job('STOP', 0);
+      wd_say('msrun-ssh-watchdog: paused');
+      $wd->{phase} = 'paused';
+    } elsif ($c eq 'q' || $c eq 'k') {
+      wd_teardown($wd->{grace}, 'done');
+    } elsif ($c eq 'a') {
+      # Every process of the job that leads its process group and runs Python gets SIGABRT (it
+      # prints its threads' stacks and ends); one second for them to write, then the teardown.
+      for my $p (job_pids()) {
+        kill('ABRT', $p) if kill(0, -$p) && (readlink("/proc/$p/exe") // '') =~ /python/;
+      }
+      @$wd{qw(phase wake)} = ('abort', now() + 1);
+    } elsif ($c eq 'K') {
+      signal_job('KILL', 1);
+      forget_stacks();
+      wd_say('msrun-ssh-watchdog: done');
+      wd_end();
+    } else {
+      wd_say('msrun-ssh-watchdog: launcher lost');
+      wd_teardown($wd->{lost_grace}, 'lost');
+    }
+  }
+}
+
 while (1) {
   flush();
   my ($rin, $win) = ('', '');
-  vec($rin, 0, 1) = 1;
+  vec($rin, 0, 1) = 1 if !$gone;
   vec($win, 1, 1) = 1 if length $out;
   if (length $out < $MAX_OUT) {
     vec($rin, $_, 1) = 1 for keys %by_fd;
@@ -362,9 +594,11 @@ while (1) {
   for my $child (values %children) {
     vec($win, fileno $child->{fin}, 1) = 1 if $child->{fin} && length $child->{pending};
   }
-  my $timeout = %children ? $REAP_S : $IDLE_S;
+  my $timeout = %children || $wd ? $REAP_S : $IDLE_S;
+  $timeout = $wd->{wake} - now() if $wd && $wd->{wake} && $wd->{wake} - now() < $REAP_S;
+  $timeout = 0 if defined $timeout && $timeout < 0;
   my $ready = select(my $rout = $rin, my $wout = $win, undef, $timeout);
-  exit 0 if $ready == 0 && !%children && defined $IDLE_S;
+  exit 0 if $ready == 0 && !%children && !$wd && defined $IDLE_S;
   my $heard = $ready > 0 && vec($rout, 0, 1);
   if ($ready > 0) {
     read_control() if $heard;
@@ -374,7 +608,16 @@ while (1) {
   }
   feed_stdin($_) for values %children;
   reap();
+  next if !$wd;
   # Not in a turn that read the launcher: what it read may end before a heartbeat it sent.
-  close_stdin($dog)
-    if !$heard && $dog && $dog->{fin} && !$dog_paused && now() - $dog_heard > $dog_silence;
+  $wd->{eof} = 1 if !$heard && !$wd->{paused} && now() - $wd->{heard} > $wd->{silence};
+  if ($terminated) {
+    signal_job('KILL', 1);
+    forget_stacks();
+    wd_say('msrun-ssh-watchdog: terminated');
+    wd_end();
+    flush();
+    exit 0;
+  }
+  wd_step();
 }

@@ -15,31 +15,18 @@
 # session leader, so that reaches the rc's children), else alone. One grep reads both files of
 # every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
 # and `stop` carry neither spelling; zombies have an empty environ and count as gone.
-# A watchdog that the launch agent started (watchdog.sh) empties CMDLINES and sets AGENT to the
-# agent's pid: there every process of the job is started by the agent without a shell, its
-# environment marked from its exec on, and no login shell runs a command of the job. Between its
-# fork and its exec such a process is still a copy of the agent, whose command line the agent set
-# to "msrun-ssh-agent" (agent.pl): the agent's children that still carry it are swept too. The
-# agent forks a process before it hands the watchdog any byte sent after that process's start,
-# so no process of the job is unseen by the sweep a teardown makes.
+# (Over the launch agent the agent is the watchdog and sweeps in Perl: agent.pl.)
 J=$1
 CMDLINES='/proc/[0-9]*/cmdline'
 
 # Sets P to the pids of the job's processes, found by one grep in this shell (a fork and an exec
 # per sweep, nothing more): the environments of every process for the marker, CMDLINES (if any)
-# for its quoted spelling, and the command lines of the agent's children but this shell for the
-# agent's name (that pattern only when it has any: none once every process has ended). A pid may
-# come twice.
+# for its quoted spelling. A pid may come twice.
 find_pids() {
-  set --
-  if [ -n "${AGENT-}" ]; then
-    k=; read -r k 2>/dev/null < "/proc/$AGENT/task/$AGENT/children" || :
-    for q in $k; do [ "$q" = "$$" ] || set -- "$@" "/proc/$q/cmdline"; done
-  fi
   P=
   # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are paths
   for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" ${CMDLINES:+-e "'MSRUN_SSH_JOB[=]$J'"} \
-    ${1+-e '^msrun-ssh-agent$'} /proc/[0-9]*/environ $CMDLINES "$@" 2>/dev/null); do
+    /proc/[0-9]*/environ $CMDLINES 2>/dev/null); do
     f=${f#/proc/}
     P="$P ${f%%/*}"
   done
@@ -85,7 +72,7 @@ teardown() {
   signal_all TERM || return 0
   i=0
   while [ "$i" -lt "$1" ] && find_pids && [ -n "$P" ]; do
-    c=$(timeout 0.2 dd bs="${B:-1}" count=1 2>/dev/null); rc=$?
+    c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
     case "$c" in
       K) break ;;
       h) echo h ;;

@@ -3,8 +3,8 @@
 # from the launcher (see command.h). Arguments: the job id (J, read by sweep.sh); T: silence
 # (seconds) after which the launcher counts as gone; G and L: grace steps of 0.2 s for a
 # requested teardown and for a teardown after losing the launcher; W: the host's workdir ("": none
-# to check); a 6th argument "agent" when the launch agent, its parent, started it (sweep.sh:
-# CMDLINES, AGENT).
+# to check). Over the launch agent the agent is the watchdog itself (agent.pl), with the same
+# protocol: this script runs over a channel of its own.
 # SIGPIPE is ignored so that echoing to a launcher that vanished cannot kill the watchdog first.
 # Before the ready line it makes the job's stack-dump directory (stack_dir.sh; $S, set in front of
 # this script, is stack_site.py's text), so that the processes find it made.
@@ -16,34 +16,21 @@
 # Over a channel of its own, the silence T is waited out in two reads, 3/4 and 1/4 of it: when
 # this host was too starved of CPU to run the first read while the launcher's bytes came, they wait
 # in the pipe and the second read, a new process, finds them at once; a launcher that is really
-# gone costs no extra time. Under the agent, the agent keeps the time (get, below).
+# gone costs no extra time.
 T=$2 G=$3 L=$4 W=${5-}
-# shellcheck disable=SC2034 # read by sweep.sh's pids
-[ "${6-}" = agent ] && CMDLINES='' AGENT=$PPID
-# get: the next control byte in c ("" once the launcher counts as gone); get_untimed: the same
-# with no time limit. Under the agent each byte comes as a line of its own and the agent ends this
-# stdin once the launcher has been silent for T (never while the job is paused): the shell's own
-# read, no process per heartbeat. Else dd, twice under timeout (see above). B: the bytes a
-# control byte takes on stdin (sweep.sh's teardown reads one whole).
-# shellcheck disable=SC2034 # B: read by sweep.sh's teardown
-if [ -n "${AGENT-}" ]; then
-  B=2
-  get() { read -r c || c=; }
-  get_untimed() { get; }
-else
-  B=1
-  # T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
-  # The milliseconds are padded to 3 digits by arithmetic, without a subshell.
-  ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
-  t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
-  f1=$((t1 % 1000 + 1000)) f2=$((t2 % 1000 + 1000))
-  T1=$((t1 / 1000)).${f1#1} T2=$((t2 / 1000)).${f2#1}
-  get() {
-    c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
-      c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
-  }
-  get_untimed() { c=$(dd bs=1 count=1 2>/dev/null) || c=; }
-fi
+# get: the next control byte in c ("" once the launcher counts as gone): dd, twice under timeout
+# (see above); get_untimed: the same with no time limit.
+# T comes as "S.mmm" (command.cc); 0 would mean "no limit" to timeout, so neither part is 0.
+# The milliseconds are padded to 3 digits by arithmetic, without a subshell.
+ms=$((${T%.*} * 1000 + 1${T#*.} - 1000))
+t2=$((ms / 4 + (ms < 8))) t1=$((ms - ms / 4 + (ms < 8)))
+f1=$((t1 % 1000 + 1000)) f2=$((t2 % 1000 + 1000))
+T1=$((t1 / 1000)).${f1#1} T2=$((t2 / 1000)).${f2#1}
+get() {
+  c=$(timeout "$T1" dd bs=1 count=1 2>/dev/null) ||
+    c=$(timeout "$T2" dd bs=1 count=1 2>/dev/null) || c=
+}
+get_untimed() { c=$(dd bs=1 count=1 2>/dev/null) || c=; }
 trap '' PIPE HUP
 # SIGTERM to the watchdog itself (a batch system ending the job step it runs in, as Slurm does at
 # `scancel` under --transport srun, then SIGKILL after KillWait; a host shutting down): nobody

@@ -189,19 +189,14 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
   const std::string& command = *c.command;
   std::string out;
   if (std::optional<WatchdogArgs> args = watchdog_args_of(command)) {
-    // The watchdog: its shell started by the agent itself (no /bin/sh -c in front of it), its
-    // program sent without a copy, and told that it runs under the agent.
-    // No workdir, flag w (the job's watchdog), no environment words, then its argv: sh -c SCRIPT
-    // msrun-ssh-watchdog ARGS... agent.
-    std::string before = launch_head("", "w", {});
-    append_words(before, {"sh", "-c"});
-    before += '\0';
-    std::string_view script = watchdog_script();
-    append_words(out, watchdog_words(*args));
-    append_words(out, {"agent"});
-    inner_.write(h.agent,
-                 frame_head('P', wire, before.size() + script.size() + out.size()) + before);
-    inner_.write_stable(h.agent, script);
+    // The watchdog: the agent is it (no process of its own on the host). Its arguments, each
+    // followed by a NUL, then the stack-dump directory's sitecustomize.py, sent without a copy.
+    std::string words;
+    for (const auto& word : watchdog_words(*args)) words += word + '\0';
+    std::string_view site = watchdog_stack_site();
+    inner_.write(h.agent, frame_head('W', wire, words.size() + site.size()) + words);
+    inner_.write_stable(h.agent, site);
+    hosts_[host].watchdog = id;
   } else if (std::string_view head = sampler_command_head(); command.starts_with(head)) {
     // A sampler's program is the same static text for every host: sent without a copy each.
     inner_.write(h.agent, frame_head('S', wire, command.size()));
@@ -416,17 +411,42 @@ void AgentTransport::on_frame(size_t host, AgentFrame&& f, const EventHandler& h
 }
 
 // The agent's channel ended. Commands that waited for it fail to start; while commands of its
-// host still run, the host is lost (their watchdog went with the agent).
+// host still run, the host is lost, unless the agent was the job's watchdog there (see the top):
+// then its channel closes first, and the host's later commands get channels of their own.
 void AgentTransport::agent_ended(size_t host, const EventHandler& handler) {
   Host& h = hosts_[host];
   if (h.mode == Mode::kDirect || h.mode == Mode::kGone) return;
   bool was_ready = h.mode == Mode::kReady;
-  h.mode = Mode::kGone;
+  ChannelId dog = h.watchdog;
+  bool dog_open = was_ready && dog >= 0 && chans_[static_cast<size_t>(dog)].state == State::kAgent;
+  h.mode = dog_open ? Mode::kDirect : Mode::kGone;
   std::string why = agent_trouble(h);
   auto queued = std::move(h.queued);
   h.queued.clear();
   for (ChannelId id : queued) unqueue(id, fmt::format("not started: {}", why));
   if (!was_ready || h.open == 0) return;
+  if (dog_open) {
+    TransportEvent said;
+    said.kind = TransportEvent::Kind::kData;
+    said.channel = dog;
+    said.host = host;
+    said.is_stderr = true;
+    said.data = why;
+    handler(said);
+    TransportEvent closed;
+    closed.kind = TransportEvent::Kind::kClosed;
+    closed.channel = dog;
+    closed.host = host;
+    finish(dog);
+    handler(closed);
+    for (size_t id = 0; id < chans_.size(); ++id) {
+      if (chans_[id].host != host || chans_[id].state != State::kAgent) continue;
+      closed.channel = static_cast<ChannelId>(id);
+      finish(closed.channel);
+      handler(closed);
+    }
+    return;
+  }
   TransportEvent lost;
   lost.kind = TransportEvent::Kind::kHostLost;
   lost.host = host;

@@ -82,7 +82,8 @@ def _killed_watchdog_test(agent):
     """Host 1's watchdog is killed while the job runs (its host and connection are fine): the
     job ends with 255 naming it, and what the ranks there left in sessions of their own (chatter.py's
     grandchildren, which no channel reaches) is ended by `stop`'s program, sent in the watchdog's
-    place, also through the launch agent, which starts nothing else once the watchdog is gone."""
+    place. Through the launch agent the watchdog is the agent itself, the ranks' parent: with it
+    go the ranks' channels, and `stop` runs on a channel of its own."""
     victim = 1
     p, _ = launch([job("chatter.py"), "30"], extra=["--agent", agent])
     try:
@@ -92,8 +93,13 @@ def _killed_watchdog_test(agent):
         env = open(f"/proc/{chatter_on(victim)}/environ", "rb").read().decode(errors="replace")
         job_id = [v[len("MSRUN_SSH_JOB="):] for v in env.split("\0")
                   if v.startswith("MSRUN_SSH_JOB=")]
-        dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")
-                if job_id and f" {job_id[0]} " in cmd]
+        if agent == "True":
+            rank = chatter_on(victim)
+            parent = int(open(f"/proc/{rank}/stat").read().rsplit(")", 1)[1].split()[1])
+            dogs = [parent] if cmdline(parent).startswith("msrun-ssh-agent") else []
+        else:
+            dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")
+                    if job_id and f" {job_id[0]} " in cmd]
         check(dogs, "no watchdog of the job found on host 1")
         os.kill(dogs[0], signal.SIGKILL)
         out, err = p.communicate(timeout=30)
@@ -105,6 +111,14 @@ def _killed_watchdog_test(agent):
     check(f"the watchdog on {addresses()[victim]} ended unexpectedly".encode() in err,
           err.decode()[-1500:])
     wait_clean(5)
+
+
+def cmdline(pid):
+    """The command line of `pid`, its words joined by blanks ("" once it is gone)."""
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def chatter_on(host):

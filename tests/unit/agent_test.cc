@@ -234,6 +234,27 @@ TEST_F(AgentOverLocal, AnAgentThatDiesWhileCommandsRunLosesTheHost) {
   EXPECT_EQ(seen[a].status, -1);
 }
 
+// The agent that dies was the job's watchdog there: its channel closes first, saying why, and the
+// host stays: the runner's `stop` then runs on a channel of its own to sweep it (the agent's
+// commands are gone with it).
+TEST_F(AgentOverLocal, AnAgentThatWasTheWatchdogDiesAndItsHostTakesChannelsOfItsOwn) {
+  AgentTransport t(local, 1, agent_command(30));
+  ChannelId dog = t.exec(0, watchdog_command("job-8", 10, 0.2));
+  ChannelId a = t.exec(0, "echo started; cat >/dev/null");
+  run_until(t, [&] {
+    return seen[a].out == "started\n" && seen[dog].out.find("ready") != std::string::npos;
+  });
+  ::kill(local.pid_of(0), SIGKILL);
+  run_until(t, closed({dog, a}));
+  EXPECT_TRUE(lost.empty()) << lost[0];
+  EXPECT_EQ(closings, (std::vector<ChannelId>{dog, a}));
+  EXPECT_EQ(seen[dog].err.rfind("the launch agent ended", 0), 0u) << seen[dog].err;
+  ChannelId stop = t.exec(0, "echo swept");
+  run_until(t, closed({stop}));
+  EXPECT_EQ(seen[stop].out, "swept\n");
+  EXPECT_EQ(local.execs.size(), 2u) << "the agent, then `stop` on a channel of its own";
+}
+
 TEST_F(AgentOverLocal, CancellingTheLastCommandWaitingForAnAgentEndsItsLoginRc) {
   AgentTransport t(local, 1, "sleep 5; " + agent_command(30));
   ChannelId a = t.exec(0, "echo never");
@@ -332,11 +353,13 @@ TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
                        [&](std::string_view v) { return v.data() == head.data(); });
   };
   EXPECT_TRUE(sent_as_view(sampler_command_head()));
-  EXPECT_TRUE(sent_as_view(watchdog_script()));
-  // The watchdog's shell is started by the agent itself, told that it runs under the agent.
-  std::string tail;
-  for (const auto& word : watchdog_words(watchdog_args("job-1", 10, 1))) tail += '\0' + word;
-  EXPECT_NE(local.written.find(tail + std::string("\0agent", 6)), std::string::npos);
+  EXPECT_TRUE(sent_as_view(watchdog_stack_site()));
+  // The agent is the watchdog itself: a W frame with its arguments, no program to run.
+  std::string words;
+  for (const auto& word : watchdog_words(watchdog_args("job-1", 10, 1))) words += word + '\0';
+  std::string head =
+      agent_frame('W', static_cast<uint32_t>(dog), words + std::string(watchdog_stack_site()));
+  EXPECT_NE(local.written.find(head.substr(0, 9 + words.size())), std::string::npos);
 }
 
 // Under the agent the watchdog's sweep reads environments only: every process of the job is the
@@ -357,29 +380,28 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsByEnvironmentOnly) {
   run_until(t, closed({spelled}));
 }
 
-// Between its fork and its exec a process of the job is a copy of the agent, unmarked; its command
-// line is the agent's name. The watchdog's sweep ends the agent's children that still carry it
-// (here a stand-in that stays so), and no other process of that name.
-TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsChildrenNotYetExeced) {
+// Between its fork and its exec a process of the job is a copy of the agent, unmarked. The
+// watchdog's sweep ends every process the agent started for the job, marked or not (here one that
+// dropped its marker), and no other unmarked process.
+TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsProcessesMarkedOrNot) {
   AgentTransport t(local, 1, agent_command(30));
-  const std::string named =
-      "exec perl -e '$0 = q(msrun-ssh-agent); $| = 1; print qq(up\\n); sleep 30'";
-  ChannelId fork = t.exec(0, named);
-  // Not the agent's child: its sh is.
-  ChannelId other = t.exec(0, "sh -c " + shell_quote(named) + "; :");
-  run_until(t, [&] { return seen[fork].out == "up\n" && seen[other].out == "up\n"; });
-  std::string said = quit_watchdog(t, "job-3", fork);
-  EXPECT_EQ(seen[fork].status, 143) << said;
-  EXPECT_NE(said.find("SIGTERM msrun-ssh-agent"), std::string::npos) << said;
+  Process p;
+  p.workdir = "/";
+  p.argv = {"/bin/sh", "-c", "echo up; exec env -u MSRUN_SSH_JOB sleep 31"};
+  ChannelId unmarked = t.exec(0, process_command(p, "job-3"));
+  ChannelId other = t.exec(0, "echo up; exec sleep 32");
+  run_until(t, [&] { return seen[unmarked].out == "up\n" && seen[other].out == "up\n"; });
+  std::string said = quit_watchdog(t, "job-3", unmarked);
+  EXPECT_EQ(seen[unmarked].status, 143) << said;
+  EXPECT_NE(said.find("SIGTERM sleep 31"), std::string::npos) << said;
   EXPECT_FALSE(seen[other].closed) << said;
   t.kill(other, "KILL");
   run_until(t, closed({other}));
 }
 
-// Under the agent the watchdog reads each control byte with the shell's read: a heartbeat costs
-// the host no process (`timeout`, `dd`, `grep` and `sh` on its PATH here only say that they ran).
-// The agent ends the watchdog's stdin after its silence limit without a byte, and the watchdog
-// takes the launcher for lost.
+// Under the agent the agent is the watchdog: a heartbeat costs the host no process (`timeout`,
+// `dd`, `grep` and `sh` on its PATH here only say that they ran). After its silence limit without
+// a byte it takes the launcher for lost.
 class WatchdogUnderTheAgent : public AgentOverLocal {
  protected:
   void SetUp() override {
@@ -421,9 +443,9 @@ TEST_F(WatchdogUnderTheAgent, HeartbeatsCostNoProcessAndSilenceLosesTheLauncher)
   EXPECT_NE(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
 }
 
-// A host's only shell is its watchdog's (the login shell execs perl itself: agent.sh), and each
-// sweep of a teardown is one grep, also while a process of the job is still the agent's child.
-TEST_F(WatchdogUnderTheAgent, AHostRunsNoShellButTheWatchdogsAndASweepIsOneGrep) {
+// A host runs no shell (the login shell execs perl itself: agent.sh; the agent is the watchdog),
+// and a teardown's sweeps run no grep, also while a process of the job is still the agent's child.
+TEST_F(WatchdogUnderTheAgent, AHostRunsNoShellAndASweepNoGrep) {
   AgentTransport t(local, 1, agent());
   ChannelId dog = t.exec(0, watchdog_command("job-7", 10, 0.2));
   run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
@@ -436,9 +458,10 @@ TEST_F(WatchdogUnderTheAgent, AHostRunsNoShellButTheWatchdogsAndASweepIsOneGrep)
   t.write(dog, std::string(1, kQuit));
   run_until(t, closed({dog, stubborn}));
   EXPECT_EQ(seen[stubborn].status, 137) << seen[dog].out;
-  EXPECT_EQ(ran("sh"), 1);
-  // SIGTERM's sweep, the one grace step's, SIGKILL's.
-  EXPECT_EQ(ran("grep"), 3) << seen[dog].out;
+  EXPECT_NE(seen[dog].out.find(" SIGTERM "), std::string::npos) << seen[dog].out;
+  EXPECT_NE(seen[dog].out.find(" SIGKILL "), std::string::npos) << seen[dog].out;
+  EXPECT_EQ(ran("sh"), 0);
+  EXPECT_EQ(ran("grep"), 0) << seen[dog].out;
 }
 
 TEST_F(WatchdogUnderTheAgent, APausedJobWaitsForItsLauncherWithoutLimit) {

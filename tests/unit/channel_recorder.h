@@ -36,7 +36,10 @@ class ChannelRecorder {
       s.signal = e.signal;
     }
     if (e.kind == Kind::kOpenFailed) s.failed = std::string(e.data);
-    if (e.kind == Kind::kClosed || e.kind == Kind::kOpenFailed) s.closed = true;
+    if (e.kind == Kind::kClosed || e.kind == Kind::kOpenFailed) {
+      s.closed = true;
+      closings.push_back(e.channel);
+    }
   }
   // Polls `t`, recording every event, until `done` or `limit_ms`; the test fails on the limit.
   void run_until(Transport& t, const std::function<bool()>& done, double limit_ms = 10000) {
@@ -59,6 +62,7 @@ class ChannelRecorder {
   }
 
   std::map<ChannelId, Seen> seen;
+  std::vector<ChannelId> closings;  // in the order they came
   std::map<size_t, std::string> lost;
 };
 
