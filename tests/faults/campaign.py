@@ -177,8 +177,18 @@ def ranks_on(t, host_index):
 
 
 def watchdog_pids(host_index):
-    return [int(pid) for n, pid, cmd in harness.leftovers(f"msrs-node{host_index}")
-            if "msrun-ssh-watchdog" in cmd]
+    """The host's watchdogs: watchdog.sh's shells, and the launch agents (each is its job's
+    watchdog there; a child of an agent between its fork and its exec carries its name too)."""
+    found = [int(pid) for n, pid, cmd in harness.leftovers(f"msrs-node{host_index}")
+             if "msrun-ssh-watchdog" in cmd or cmd.strip() == "msrun-ssh-agent"]
+    return [pid for pid in found if parent_of(pid) not in found]
+
+
+def parent_of(pid):
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def signal_all(pids, sig):
