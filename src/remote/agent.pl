@@ -153,7 +153,7 @@ sub send_frame {
 # group of its own), then exec @argv.
 sub start_child {
   my (@argv) = @_;
-  $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD TERM);
+  $SIG{$_} = 'DEFAULT' for grep { exists $SIG{$_} } qw(PIPE XFSZ CHLD TERM HUP);
   if (!(defined $SETSID_NR && syscall($SETSID_NR) >= 0)) {
     exec {$SETSID} 'setsid', @argv if $SETSID;
     setpgrp(0, 0);
@@ -379,6 +379,7 @@ sub wd_start {
   $wd = {cid => $cid, job => $job, silence => $silence, grace => $grace, lost_grace => $lost_grace,
     in => '', heard => now(), paused => 0, phase => 'run'};
   $SIG{TERM} = sub { $terminated = 1 };
+  $SIG{HUP} = 'IGNORE';    # as watchdog.sh: a hangup is no reason to stop watching
   my $name;
   if (open(my $f, '<', '/proc/sys/kernel/hostname')) { $name = <$f> }
   $name = `uname -n` if !length($name // '');

@@ -8,10 +8,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "channel_recorder.h"
@@ -102,6 +105,29 @@ class AgentOverLocal : public ::testing::Test, public test::ChannelRecorder {
 
   local::LocalTransport local;
 };
+
+// The pids whose environment holds MSRUN_SSH_JOB=`job`.
+std::vector<pid_t> marked(const std::string& job) {
+  std::vector<pid_t> out;
+  std::string want = std::string("\0MSRUN_SSH_JOB=", 15) + job + '\0';
+  std::error_code ec;  // a process may end while it is read: no exception
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::string name = it->path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (('\0' + test::slurp(it->path() / "environ")).find(want) != std::string::npos)
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Whether a process runs whose command line is `words` (NUL separated, as in /proc), exec'd.
+bool running(const std::string& words) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec))
+    if (test::slurp(it->path() / "cmdline") == words) return true;
+  return false;
+}
 
 TEST_F(AgentOverLocal, RunsEveryCommandOfAHostThroughOneAgent) {
   AgentTransport t(local, 1, agent_command(30));
@@ -255,6 +281,41 @@ TEST_F(AgentOverLocal, AnAgentThatWasTheWatchdogDiesAndItsHostTakesChannelsOfIts
   EXPECT_EQ(local.execs.size(), 2u) << "the agent, then `stop` on a channel of its own";
 }
 
+// SIGTERM to the agent that is the job's watchdog (a batch system ending the job step): every
+// process of the job is killed at once, a grandchild in a session of its own too, and the
+// watchdog says so. A SIGHUP before it changes nothing, as watchdog.sh ignores it.
+TEST_F(AgentOverLocal, SigtermToTheAgentKillsTheJobAtOnceAndAHangupChangesNothing) {
+  AgentTransport t(local, 1, agent_command(30));
+  ChannelId dog = t.exec(0, watchdog_command("job-9", 10, 5));
+  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  Process p;
+  p.workdir = "/";
+  p.argv = {"/bin/sh", "-c", "setsid sleep 41 & echo up; exec sleep 40"};
+  ChannelId a = t.exec(0, process_command(p, "job-9"));
+  // Both sleeps exec'd (the shell's fork and setsid's exec come and go before).
+  run_until(t, [&] {
+    return running(std::string("sleep\0"
+                               "40\0",
+                               9)) &&
+           running(std::string("sleep\0"
+                               "41\0",
+                               9));
+  });
+  pid_t agent = local.pid_of(0);
+  ::kill(agent, SIGHUP);
+  t.write(dog, std::string(1, kBeat));
+  run_until(t, [&] { return seen[dog].out.find("\nh\n") != std::string::npos; });
+  ::kill(agent, SIGTERM);
+  run_until(t, closed({dog, a}));
+  EXPECT_NE(seen[dog].out.find("msrun-ssh-watchdog: terminated\n"), std::string::npos)
+      << seen[dog].out;
+  EXPECT_NE(seen[dog].out.find("SIGKILL sleep 41"), std::string::npos) << seen[dog].out;
+  for (int i = 0; i < 100 && !marked("job-9").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(marked("job-9").empty()) << "a process of the job survived";
+  for (pid_t left : marked("job-9")) ::kill(left, SIGKILL);
+}
+
 TEST_F(AgentOverLocal, CancellingTheLastCommandWaitingForAnAgentEndsItsLoginRc) {
   AgentTransport t(local, 1, "sleep 5; " + agent_command(30));
   ChannelId a = t.exec(0, "echo never");
@@ -390,7 +451,14 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsProcessesMarkedOrN
   p.argv = {"/bin/sh", "-c", "echo up; exec env -u MSRUN_SSH_JOB sleep 31"};
   ChannelId unmarked = t.exec(0, process_command(p, "job-3"));
   ChannelId other = t.exec(0, "echo up; exec sleep 32");
-  run_until(t, [&] { return seen[unmarked].out == "up\n" && seen[other].out == "up\n"; });
+  run_until(t, [&] {
+    return running(std::string("sleep\0"
+                               "31\0",
+                               9)) &&
+           running(std::string("sleep\0"
+                               "32\0",
+                               9));
+  });
   std::string said = quit_watchdog(t, "job-3", unmarked);
   EXPECT_EQ(seen[unmarked].status, 143) << said;
   EXPECT_NE(said.find("SIGTERM sleep 31"), std::string::npos) << said;
