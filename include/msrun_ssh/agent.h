@@ -82,7 +82,7 @@ inline bool use_agent(std::optional<bool> option) { return option.value_or(true)
 
 // The command that starts the agent on a host: `exec sh -c AGENT_SH msrun-ssh-agent LOADER IDLE`,
 // where LOADER is a one-line Perl program that reads agent_program() from stdin and runs it. The
-// program (about 7 KB) goes over the channel's stdin, not in the exec request: a big request (or
+// program (about 15 KB) goes over the channel's stdin, not in the exec request: a big request (or
 // packet) grows libssh's session buffers for the session's life, about 11 KB per host more for a
 // 7 KB request (bench/libssh_floor.cc with FLOOR_PAD). AgentTransport writes it to every agent
 // it starts, right after the exec (a stand-in command in a test reads no stdin). With no command
