@@ -20,6 +20,9 @@ std::string_view trim(std::string_view s, std::string_view blanks = " \t");
 
 // The lines of `text` without their newlines: a last line without one counts; "" has none.
 std::vector<std::string_view> split_lines(std::string_view text);
+// The last line of `text` without its line end, after dropping the line ends at its end ("" when
+// none is left): what a command said last on stderr.
+std::string last_line(std::string_view text);
 
 // The words of `text` that `blanks` (default: space and tab) separate; none when it is all blank.
 std::vector<std::string_view> split_words(std::string_view text, std::string_view blanks = " \t");

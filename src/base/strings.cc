@@ -29,6 +29,12 @@ std::vector<std::string_view> split_lines(std::string_view text) {
   return lines;
 }
 
+std::string last_line(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  size_t nl = text.rfind('\n');
+  return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
+}
+
 std::string to_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -12,7 +12,8 @@
 namespace msrun_ssh {
 namespace {
 
-CheckResult make(std::string name, CheckStatus status, std::string detail, std::string value = "") {
+CheckResult port_result(std::string name, CheckStatus status, std::string detail,
+                        std::string value = "") {
   return CheckResult{std::move(name), status, std::move(detail), std::move(value)};
 }
 
@@ -50,24 +51,25 @@ std::vector<CheckResult> classify_connect_failure(const ConnectFailure& failure)
     case ConnectError::kHostKeyUnknown:
     case ConnectError::kHostKeyChanged:
     case ConnectError::kHostKeyUnverifiable:
-      return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
-              make("authenticated", CheckStatus::kSkip, "not attempted: host key not verified"),
-              make("host_key", CheckStatus::kFail, r)};
+      return {
+          port_result("reachable", CheckStatus::kPass, "the SSH server answered"),
+          port_result("authenticated", CheckStatus::kSkip, "not attempted: host key not verified"),
+          port_result("host_key", CheckStatus::kFail, r)};
     case ConnectError::kIdentityUnreadable:
     case ConnectError::kAuthDenied:
     case ConnectError::kAuthTimedOut:
-      return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
-              make("authenticated", CheckStatus::kFail, r),
-              make("host_key", CheckStatus::kPass, "host key verified (known_hosts)")};
+      return {port_result("reachable", CheckStatus::kPass, "the SSH server answered"),
+              port_result("authenticated", CheckStatus::kFail, r),
+              port_result("host_key", CheckStatus::kPass, "host key verified (known_hosts)")};
     case ConnectError::kUnreachable:
     case ConnectError::kRefused:
     case ConnectError::kTimedOut:
     case ConnectError::kOther:
       break;
   }
-  return {make("reachable", CheckStatus::kFail, r),
-          make("authenticated", CheckStatus::kSkip, not_tried),
-          make("host_key", CheckStatus::kSkip, not_tried)};
+  return {port_result("reachable", CheckStatus::kFail, r),
+          port_result("authenticated", CheckStatus::kSkip, not_tried),
+          port_result("host_key", CheckStatus::kSkip, not_tried)};
 }
 
 namespace {
@@ -75,13 +77,14 @@ namespace {
 // The host key's check once the key was past: verified, unless a warning says it was accepted
 // unverified or added as new.
 CheckResult host_key_check(size_t host, const std::vector<ConnectWarning>& warnings) {
-  CheckResult key = make("host_key", CheckStatus::kPass, "host key verified (known_hosts)", "");
+  CheckResult key =
+      port_result("host_key", CheckStatus::kPass, "host key verified (known_hosts)", "");
   for (const auto& w : warnings) {
     if (w.host != host) continue;
     switch (w.kind) {
       case ConnectWarningKind::kHostKeyNotVerified:
       case ConnectWarningKind::kHostKeyAdded:
-        key = make("host_key", CheckStatus::kWarn, w.message);
+        key = port_result("host_key", CheckStatus::kWarn, w.message);
         break;
     }
   }
@@ -92,8 +95,8 @@ CheckResult host_key_check(size_t host, const std::vector<ConnectWarning>& warni
 
 std::vector<CheckResult> connected_checks(size_t host,
                                           const std::vector<ConnectWarning>& warnings) {
-  return {make("reachable", CheckStatus::kPass, "the SSH server answered"),
-          make("authenticated", CheckStatus::kPass, "public key accepted"),
+  return {port_result("reachable", CheckStatus::kPass, "the SSH server answered"),
+          port_result("authenticated", CheckStatus::kPass, "public key accepted"),
           host_key_check(host, warnings)};
 }
 
@@ -120,23 +123,24 @@ CheckResult port_result(const std::string& master, const std::optional<std::stri
                         bool is_master) {
   std::string free = is_master ? "port free on the master; " : "";
   if (!output)
-    return make("master_port", CheckStatus::kFail,
-                fmt::format("{}no answer from the connection test to {}", free, master));
+    return port_result("master_port", CheckStatus::kFail,
+                       fmt::format("{}no answer from the connection test to {}", free, master));
   ProbeFacts f = parse_probe(*output);
   std::string r = f.get("reach");
   if (r == "ok")
-    return make("master_port", CheckStatus::kPass,
-                fmt::format("{}{} accepts connections", free, master), "ok");
+    return port_result("master_port", CheckStatus::kPass,
+                       fmt::format("{}{} accepts connections", free, master), "ok");
   if (r.rfind("fail", 0) == 0)
-    return make("master_port", CheckStatus::kFail,
-                fmt::format("{}cannot connect to {}: {}", free, master,
-                            r.size() > 5 ? r.substr(5) : "unknown error"));
+    return port_result("master_port", CheckStatus::kFail,
+                       fmt::format("{}cannot connect to {}: {}", free, master,
+                                   r.size() > 5 ? r.substr(5) : "unknown error"));
   if (r.rfind("untested", 0) == 0)
-    return make("master_port", CheckStatus::kWarn,
-                fmt::format("{}cannot test {}: {}", free, master,
-                            r.size() > 9 ? r.substr(9) : "unknown reason"));
-  return make("master_port", CheckStatus::kFail,
-              fmt::format("{}the connection test to {} printed nothing useful", free, master));
+    return port_result("master_port", CheckStatus::kWarn,
+                       fmt::format("{}cannot test {}: {}", free, master,
+                                   r.size() > 9 ? r.substr(9) : "unknown reason"));
+  return port_result(
+      "master_port", CheckStatus::kFail,
+      fmt::format("{}the connection test to {} printed nothing useful", free, master));
 }
 
 }  // namespace msrun_ssh

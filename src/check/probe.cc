@@ -34,7 +34,8 @@ std::vector<int> minus(const std::vector<int>& a, const std::vector<int>& b) {
 
 std::string join_ints(const std::vector<int>& v) { return fmt::format("{}", fmt::join(v, ",")); }
 
-CheckResult make(std::string name, CheckStatus status, std::string detail, std::string value = "") {
+CheckResult probe_result(std::string name, CheckStatus status, std::string detail,
+                         std::string value = "") {
   return CheckResult{std::move(name), status, std::move(detail), std::move(value)};
 }
 
@@ -42,7 +43,7 @@ CheckResult make(std::string name, CheckStatus status, std::string detail, std::
 CheckResult missing(const std::string& name, const ProbeFacts& facts) {
   std::string why = facts.get("probe_error");
   if (why.empty()) why = "the probe ended before this check (timed out or cut off)";
-  return make(name, CheckStatus::kFail, why);
+  return probe_result(name, CheckStatus::kFail, why);
 }
 
 std::string human_bytes(double bytes) {
@@ -71,40 +72,42 @@ CheckResult os_check(const ProbeFacts& f) {
   std::string kernel = f.get("kernel");
   std::string release = word_after(kernel, "Linux");
   if (release.empty()) release = kernel.substr(0, kernel.find(' '));
-  return make("os", CheckStatus::kPass,
-              fmt::format("{}{}{}", os.empty() ? "unknown OS" : os, "; ", kernel), release);
+  return probe_result("os", CheckStatus::kPass,
+                      fmt::format("{}{}{}", os.empty() ? "unknown OS" : os, "; ", kernel), release);
 }
 
 CheckResult cpus_check(const HostExpectation& e, const ProbeFacts& f) {
   if (!f.has("cpus_allowed")) return missing("cpus", f);
   std::string text = f.get("cpus_allowed");
   if (text.empty())
-    return make("cpus", CheckStatus::kWarn, "cannot read Cpus_allowed_list of a remote shell");
+    return probe_result("cpus", CheckStatus::kWarn,
+                        "cannot read Cpus_allowed_list of a remote shell");
   std::vector<int> allowed;
   try {
     allowed = parse_cpu_list(text, "Cpus_allowed_list");
   } catch (const InputError&) {
-    return make("cpus", CheckStatus::kWarn,
-                fmt::format("cannot parse Cpus_allowed_list \"{}\"", text));
+    return probe_result("cpus", CheckStatus::kWarn,
+                        fmt::format("cannot parse Cpus_allowed_list \"{}\"", text));
   }
   int n = static_cast<int>(allowed.size());
   std::string list = format_cpu_list(allowed);
   std::vector<int> outside = minus(e.manual_cpus, allowed);
   if (!outside.empty())
-    return make("cpus", CheckStatus::kFail,
-                fmt::format("bind_core CPUs {} are not allowed here (allowed: {})",
-                            format_cpu_list(outside), list));
+    return probe_result("cpus", CheckStatus::kFail,
+                        fmt::format("bind_core CPUs {} are not allowed here (allowed: {})",
+                                    format_cpu_list(outside), list));
   if (n < e.processes && e.auto_bind_core)
-    return make("cpus", CheckStatus::kFail,
-                fmt::format("{} allowed CPUs ({}) cannot be split among {} processes "
-                            "(--bind_core=True)",
-                            n, list, e.processes));
+    return probe_result("cpus", CheckStatus::kFail,
+                        fmt::format("{} allowed CPUs ({}) cannot be split among {} processes "
+                                    "(--bind_core=True)",
+                                    n, list, e.processes));
   if (n < e.processes)
-    return make("cpus", CheckStatus::kWarn,
-                fmt::format("only {} allowed CPUs ({}) for {} processes", n, list, e.processes));
-  return make("cpus", CheckStatus::kPass,
-              fmt::format("{} ({} CPUs) for {} processes", list, n, e.processes),
-              std::to_string(n));
+    return probe_result(
+        "cpus", CheckStatus::kWarn,
+        fmt::format("only {} allowed CPUs ({}) for {} processes", n, list, e.processes));
+  return probe_result("cpus", CheckStatus::kPass,
+                      fmt::format("{} ({} CPUs) for {} processes", list, n, e.processes),
+                      std::to_string(n));
 }
 
 CheckResult numa_check(const HostExpectation& e, const ProbeFacts& f) {
@@ -123,22 +126,23 @@ CheckResult numa_check(const HostExpectation& e, const ProbeFacts& f) {
   std::sort(ids.begin(), ids.end());
   if (ids.empty()) {
     if (!e.manual_numa.empty())
-      return make("numa", CheckStatus::kFail,
-                  fmt::format("bind_numa names nodes {} but the host shows no NUMA node",
-                              join_ints(e.manual_numa)));
+      return probe_result("numa", CheckStatus::kFail,
+                          fmt::format("bind_numa names nodes {} but the host shows no NUMA node",
+                                      join_ints(e.manual_numa)));
     if (e.auto_bind_numa)
-      return make("numa", CheckStatus::kWarn,
-                  "--bind_numa asked for, but /sys/devices/system/node shows no NUMA node");
-    return make("numa", CheckStatus::kPass, "no NUMA information (/sys/devices/system/node)", "-");
+      return probe_result("numa", CheckStatus::kWarn,
+                          "--bind_numa asked for, but /sys/devices/system/node shows no NUMA node");
+    return probe_result("numa", CheckStatus::kPass,
+                        "no NUMA information (/sys/devices/system/node)", "-");
   }
   std::vector<int> absent = minus(e.manual_numa, ids);
   if (!absent.empty())
-    return make("numa", CheckStatus::kFail,
-                fmt::format("bind_numa names node(s) {} that do not exist here (nodes: {})",
-                            join_ints(absent), join_ints(ids)));
-  return make("numa", CheckStatus::kPass,
-              fmt::format("{} node{}: {}", ids.size(), ids.size() == 1 ? "" : "s", listing),
-              std::to_string(ids.size()));
+    return probe_result("numa", CheckStatus::kFail,
+                        fmt::format("bind_numa names node(s) {} that do not exist here (nodes: {})",
+                                    join_ints(absent), join_ints(ids)));
+  return probe_result("numa", CheckStatus::kPass,
+                      fmt::format("{} node{}: {}", ids.size(), ids.size() == 1 ? "" : "s", listing),
+                      std::to_string(ids.size()));
 }
 
 // "RC COUNT" of one device tool; false when the tool is absent.
@@ -162,36 +166,39 @@ CheckResult devices_check(const HostExpectation& e, const ProbeFacts& f) {
   };
   Tool tools[] = {{"npu", "npu-smi info -l", "NPU"}, {"gpu", "nvidia-smi -L", "GPU"}};
   for (auto& t : tools) t.present = tool_result(f, t.key, t.rc, t.count);
-  if (e.workers == 0) return make("devices", CheckStatus::kPass, "no workers planned here", "-");
+  if (e.workers == 0)
+    return probe_result("devices", CheckStatus::kPass, "no workers planned here", "-");
   for (auto& t : tools)
     if (t.present && t.rc != 0)
-      return make("devices", CheckStatus::kFail,
-                  fmt::format("{} failed (exit {}): {}", t.command, t.rc,
-                              f.get(std::string(t.key) + "_error")));
+      return probe_result("devices", CheckStatus::kFail,
+                          fmt::format("{} failed (exit {}): {}", t.command, t.rc,
+                                      f.get(std::string(t.key) + "_error")));
   const Tool* use = nullptr;
   for (auto& t : tools)
     if (t.present && (!use || t.count > use->count)) use = &t;
   if (!use)
-    return make("devices", CheckStatus::kWarn,
-                fmt::format("no npu-smi or nvidia-smi here: no device found for {} worker{}",
-                            e.workers, e.workers == 1 ? "" : "s"),
-                "none");
+    return probe_result(
+        "devices", CheckStatus::kWarn,
+        fmt::format("no npu-smi or nvidia-smi here: no device found for {} worker{}", e.workers,
+                    e.workers == 1 ? "" : "s"),
+        "none");
   if (use->count == 0)
-    return make("devices", CheckStatus::kWarn,
-                fmt::format("{} lists no {} for {} worker{}", use->command, use->kind, e.workers,
-                            e.workers == 1 ? "" : "s"),
-                "none");
+    return probe_result("devices", CheckStatus::kWarn,
+                        fmt::format("{} lists no {} for {} worker{}", use->command, use->kind,
+                                    e.workers, e.workers == 1 ? "" : "s"),
+                        "none");
   int need = e.workers;
   for (int id : e.device_ids) need = std::max(need, id + 1);
   if (use->count < need)
-    return make("devices", CheckStatus::kFail,
-                fmt::format("{} worker{} need device ids {} but {} lists {} {}{}", e.workers,
-                            e.workers == 1 ? "" : "s", join_ints(e.device_ids), use->command,
-                            use->count, use->kind, use->count == 1 ? "" : "s"));
-  return make("devices", CheckStatus::kPass,
-              fmt::format("{} {}{} for {} worker{}", use->count, use->kind,
-                          use->count == 1 ? "" : "s", e.workers, e.workers == 1 ? "" : "s"),
-              fmt::format("{} {}", use->count, use->kind));
+    return probe_result(
+        "devices", CheckStatus::kFail,
+        fmt::format("{} worker{} need device ids {} but {} lists {} {}{}", e.workers,
+                    e.workers == 1 ? "" : "s", join_ints(e.device_ids), use->command, use->count,
+                    use->kind, use->count == 1 ? "" : "s"));
+  return probe_result("devices", CheckStatus::kPass,
+                      fmt::format("{} {}{} for {} worker{}", use->count, use->kind,
+                                  use->count == 1 ? "" : "s", e.workers, e.workers == 1 ? "" : "s"),
+                      fmt::format("{} {}", use->count, use->kind));
 }
 
 bool python_found(const ProbeFacts& f) {
@@ -202,28 +209,31 @@ CheckResult python_check(const HostExpectation& e, const ProbeFacts& f) {
   if (!f.has("python_path")) return missing("python", f);
   std::string path = f.get("python_path");
   if (path.empty())
-    return make("python", e.python_required ? CheckStatus::kFail : CheckStatus::kWarn,
-                fmt::format("{} not found on the PATH of a remote shell (set --python or the "
-                            "host file's python)",
-                            e.python));
+    return probe_result(
+        "python", e.python_required ? CheckStatus::kFail : CheckStatus::kWarn,
+        fmt::format("{} not found on the PATH of a remote shell (set --python or the "
+                    "host file's python)",
+                    e.python));
   if (f.has("python_error"))
-    return make("python", CheckStatus::kFail,
-                fmt::format("{} ({}) does not run: {}", e.python, path, f.get("python_error")));
+    return probe_result(
+        "python", CheckStatus::kFail,
+        fmt::format("{} ({}) does not run: {}", e.python, path, f.get("python_error")));
   std::string version = f.get("python_version");
-  return make("python", CheckStatus::kPass, fmt::format("{} {}", path, version), version);
+  return probe_result("python", CheckStatus::kPass, fmt::format("{} {}", path, version), version);
 }
 
 CheckResult import_check(const HostExpectation& e, const ProbeFacts& f, const std::string& m) {
   std::string name = "import:" + m;
   if (f.has("python_path") && !python_found(f))
-    return make(name, CheckStatus::kSkip, fmt::format("no working {}", e.python));
+    return probe_result(name, CheckStatus::kSkip, fmt::format("no working {}", e.python));
   for (const auto& ok : f.all("import_ok"))
-    if (ok == m) return make(name, CheckStatus::kPass, fmt::format("{} imports {}", e.python, m));
+    if (ok == m)
+      return probe_result(name, CheckStatus::kPass, fmt::format("{} imports {}", e.python, m));
   for (const auto& bad : f.all("import_fail"))
     if (bad.rfind(m + " ", 0) == 0 || bad == m)
-      return make(name, CheckStatus::kFail,
-                  fmt::format("import {}: {}", m,
-                              bad.size() > m.size() ? bad.substr(m.size() + 1) : "failed"));
+      return probe_result(name, CheckStatus::kFail,
+                          fmt::format("import {}: {}", m,
+                                      bad.size() > m.size() ? bad.substr(m.size() + 1) : "failed"));
   return missing(name, f);
 }
 
@@ -236,79 +246,85 @@ CheckResult workdir_check(const HostExpectation& e, const ProbeFacts& f) {
   if (!f.has("workdir")) return missing("workdir", f);
   std::string w = f.get("workdir");
   if (w == "writable")
-    return make("workdir", CheckStatus::kPass, fmt::format("{} is writable", e.workdir));
+    return probe_result("workdir", CheckStatus::kPass, fmt::format("{} is writable", e.workdir));
   if (w.rfind("unwritable", 0) == 0)
-    return make("workdir", CheckStatus::kFail,
-                fmt::format("cannot create a file in {}: {}", e.workdir,
-                            w.size() > 11 ? w.substr(11) : "unknown error"));
+    return probe_result("workdir", CheckStatus::kFail,
+                        fmt::format("cannot create a file in {}: {}", e.workdir,
+                                    w.size() > 11 ? w.substr(11) : "unknown error"));
   if (w == "notdir")
-    return make("workdir", CheckStatus::kFail, fmt::format("{} is not a directory", e.workdir));
+    return probe_result("workdir", CheckStatus::kFail,
+                        fmt::format("{} is not a directory", e.workdir));
   if (w == "noaccess")
-    return make("workdir", CheckStatus::kFail,
-                fmt::format("cannot enter {} (permission denied)", e.workdir));
-  return make("workdir", CheckStatus::kFail,
-              fmt::format("{} does not exist (or a parent is not a directory)", e.workdir));
+    return probe_result("workdir", CheckStatus::kFail,
+                        fmt::format("cannot enter {} (permission denied)", e.workdir));
+  return probe_result("workdir", CheckStatus::kFail,
+                      fmt::format("{} does not exist (or a parent is not a directory)", e.workdir));
 }
 
 CheckResult disk_check(const HostExpectation& e, const ProbeFacts& f) {
   if (!f.has("workdir")) return missing("disk", f);
   if (!workdir_entered(f))
-    return make("disk", CheckStatus::kSkip, fmt::format("workdir {} unavailable", e.workdir));
+    return probe_result("disk", CheckStatus::kSkip,
+                        fmt::format("workdir {} unavailable", e.workdir));
   std::string kb = f.get("disk_kb");
   if (kb.empty() || kb.find_first_not_of("0123456789") != std::string::npos)
-    return make("disk", CheckStatus::kWarn,
-                fmt::format("df gives no free space for {}", e.workdir));
+    return probe_result("disk", CheckStatus::kWarn,
+                        fmt::format("df gives no free space for {}", e.workdir));
   double bytes = std::strtod(kb.c_str(), nullptr) * 1024;
   std::string free = human_bytes(bytes);
   if (bytes < 1024.0 * 1024 * 1024)
-    return make("disk", CheckStatus::kWarn,
-                fmt::format("only {} free in {} (below 1 GiB)", free, e.workdir));
+    return probe_result("disk", CheckStatus::kWarn,
+                        fmt::format("only {} free in {} (below 1 GiB)", free, e.workdir));
   std::string shortv = free;
   shortv.erase(std::remove(shortv.begin(), shortv.end(), ' '), shortv.end());
-  return make("disk", CheckStatus::kPass, fmt::format("{} free in {}", free, e.workdir), shortv);
+  return probe_result("disk", CheckStatus::kPass, fmt::format("{} free in {}", free, e.workdir),
+                      shortv);
 }
 
 CheckResult clock_check(const ProbeFacts& f, const ClockSample& c) {
   if (!f.has("clock") || c.received <= 0) return missing("clock", f);
   if (c.sent <= 0 || c.sent > c.received)
-    return make("clock", CheckStatus::kWarn, "the clock exchange with the launcher failed");
+    return probe_result("clock", CheckStatus::kWarn, "the clock exchange with the launcher failed");
   bool whole = false;
   auto remote = parse_remote_time(f.get("clock"), &whole);
   if (!remote)
-    return make("clock", CheckStatus::kWarn,
-                fmt::format("cannot read the remote clock (date printed \"{}\")", f.get("clock")));
+    return probe_result(
+        "clock", CheckStatus::kWarn,
+        fmt::format("cannot read the remote clock (date printed \"{}\")", f.get("clock")));
   double mid = (c.sent + c.received) / 2;
   double half = std::max(0.0, (c.received - c.sent) / 2) + (whole ? 1.0 : 0.0);
   double offset = *remote - mid;
   std::string detail = fmt::format("{:+.3f} s (±{:.3f} s) from the launcher's clock", offset, half);
   std::string value = fmt::format("{:+.3f}s", offset);
   double a = std::fabs(offset);
-  if (a > 5) return make("clock", CheckStatus::kFail, detail + ": more than 5 s", value);
-  if (a > 0.5) return make("clock", CheckStatus::kWarn, detail + ": more than 0.5 s", value);
-  return make("clock", CheckStatus::kPass, detail, value);
+  if (a > 5) return probe_result("clock", CheckStatus::kFail, detail + ": more than 5 s", value);
+  if (a > 0.5)
+    return probe_result("clock", CheckStatus::kWarn, detail + ": more than 0.5 s", value);
+  return probe_result("clock", CheckStatus::kPass, detail, value);
 }
 
 CheckResult route_check(const HostExpectation& e, const ProbeFacts& f) {
   if (f.has("route_error"))
-    return make(
+    return probe_result(
         "route", CheckStatus::kWarn,
         fmt::format("cannot tell the interface to {}: {}", e.master_ip, f.get("route_error")));
   if (!f.has("route")) return missing("route", f);
   std::string r = f.get("route");
   std::string dev = word_after(r, "dev");
   if (dev.empty())
-    return make("route", CheckStatus::kFail,
-                fmt::format("no route to the master {}: {}", e.master_ip, r.empty() ? "?" : r));
+    return probe_result(
+        "route", CheckStatus::kFail,
+        fmt::format("no route to the master {}: {}", e.master_ip, r.empty() ? "?" : r));
   std::string src = word_after(r, "src");
   std::string via = word_after(r, "via");
   if (r.rfind("local ", 0) == 0)
-    return make("route", CheckStatus::kPass,
-                fmt::format("{} is a local address (dev {})", e.master_ip, dev), "local");
-  return make("route", CheckStatus::kPass,
-              fmt::format("to {} via {}{}{}", e.master_ip, dev,
-                          src.empty() ? "" : fmt::format(" (source {})", src),
-                          via.empty() ? "" : fmt::format(", gateway {}", via)),
-              dev);
+    return probe_result("route", CheckStatus::kPass,
+                        fmt::format("{} is a local address (dev {})", e.master_ip, dev), "local");
+  return probe_result("route", CheckStatus::kPass,
+                      fmt::format("to {} via {}{}{}", e.master_ip, dev,
+                                  src.empty() ? "" : fmt::format(" (source {})", src),
+                                  via.empty() ? "" : fmt::format(", gateway {}", via)),
+                      dev);
 }
 
 // The script verdict of one probed host against `reference` (the launcher's checksum when
@@ -321,30 +337,32 @@ CheckResult script_check(const HostExpectation& e, const ProbeFacts& f,
   std::string state = f.get("script");
   std::string sha = f.get("script_sha256");
   if (relative && f.has("workdir") && !workdir_entered(f))
-    return make("script", CheckStatus::kSkip, fmt::format("workdir {} unavailable", e.workdir));
+    return probe_result("script", CheckStatus::kSkip,
+                        fmt::format("workdir {} unavailable", e.workdir));
   if (state == "missing")
-    return make("script", CheckStatus::kFail, fmt::format("{} not found", where));
+    return probe_result("script", CheckStatus::kFail, fmt::format("{} not found", where));
   if (state == "notfile")
-    return make("script", CheckStatus::kFail, fmt::format("{} is a directory", where));
+    return probe_result("script", CheckStatus::kFail, fmt::format("{} is a directory", where));
   if (state == "unreadable")
-    return make("script", CheckStatus::kFail, fmt::format("{} is not readable", where));
+    return probe_result("script", CheckStatus::kFail, fmt::format("{} is not readable", where));
   if (state == "nohash")
-    return make("script", CheckStatus::kFail,
-                fmt::format("cannot checksum {}: no sha256sum, shasum or openssl", where));
+    return probe_result("script", CheckStatus::kFail,
+                        fmt::format("cannot checksum {}: no sha256sum, shasum or openssl", where));
   if (sha.empty()) return missing("script", f);
   if (sha == reference) {
     std::string against = local ? "the launcher's copy"
                                 : fmt::format("{} of {} hosts; no launcher copy: {}", counts[sha],
                                               hosts, local_error);
-    return make("script", CheckStatus::kPass,
-                fmt::format("{}: sha256 {} same as {}", where, sha.substr(0, 16), against),
-                sha.substr(0, 8));
+    return probe_result("script", CheckStatus::kPass,
+                        fmt::format("{}: sha256 {} same as {}", where, sha.substr(0, 16), against),
+                        sha.substr(0, 8));
   }
   std::string against = local ? fmt::format("the launcher's {}", reference.substr(0, 16))
                               : fmt::format("{} on {} other hosts (no launcher copy)",
                                             reference.substr(0, 16), counts[reference]);
-  return make("script", CheckStatus::kFail,
-              fmt::format("{}: sha256 {} differs from {}", where, sha.substr(0, 16), against));
+  return probe_result(
+      "script", CheckStatus::kFail,
+      fmt::format("{}: sha256 {} differs from {}", where, sha.substr(0, 16), against));
 }
 
 // Why gdb cannot take a native backtrace of the job's processes on the host ("" when it can).
@@ -364,12 +382,13 @@ CheckResult stacks_check(const HostExpectation& e, const ProbeFacts& f) {
   std::string gdb = no_gdb.empty() ? fmt::format("native stacks ({})", f.get("stack_gdb"))
                                    : "no native stacks: " + no_gdb;
   if (python_found(f))
-    return make("stacks", CheckStatus::kPass,
-                fmt::format("Python stacks (faulthandler on {}); {}", kStackSignalName, gdb),
-                no_gdb.empty() ? "python+gdb" : "python");
-  return make("stacks", CheckStatus::kWarn,
-              fmt::format("no Python stacks (no working {}); {}{}", e.python, gdb,
-                          no_gdb.empty() ? "" : "; stack shows the /proc state only"));
+    return probe_result(
+        "stacks", CheckStatus::kPass,
+        fmt::format("Python stacks (faulthandler on {}); {}", kStackSignalName, gdb),
+        no_gdb.empty() ? "python+gdb" : "python");
+  return probe_result("stacks", CheckStatus::kWarn,
+                      fmt::format("no Python stacks (no working {}); {}{}", e.python, gdb,
+                                  no_gdb.empty() ? "" : "; stack shows the /proc state only"));
 }
 
 }  // namespace
@@ -497,9 +516,9 @@ std::vector<CheckResult> script_checks(const std::vector<HostExpectation>& es,
   for (size_t i = 0; i < es.size(); ++i) {
     const ProbeFacts* f = i < facts.size() ? facts[i] : nullptr;
     if (es[i].script.empty())
-      out.push_back(make("script", CheckStatus::kSkip, es[i].script_note));
+      out.push_back(probe_result("script", CheckStatus::kSkip, es[i].script_note));
     else if (!f)
-      out.push_back(make("script", CheckStatus::kSkip, "host not probed"));
+      out.push_back(probe_result("script", CheckStatus::kSkip, "host not probed"));
     else
       out.push_back(script_check(es[i], *f, reference, counts, local_sha.has_value(), local_error,
                                  es.size()));

@@ -13,8 +13,8 @@
 namespace msrun_ssh {
 namespace {
 
-constexpr unsigned long kMaxSlots = 1024;   // as a host file's local_worker_num
-constexpr unsigned long kMaxHosts = 16384;  // as a host file
+constexpr unsigned long kMaxSlots = 1024;         // as a host file's local_worker_num
+constexpr unsigned long kMaxSourceHosts = 16384;  // as a host file
 
 // "NAME=value" for messages; NAME="value" when the value is empty or holds a blank.
 std::string shown(std::string_view name, std::string_view value) {
@@ -51,19 +51,20 @@ std::pair<int, size_t> count_item(std::string_view item) {
     times = item.substr(open + 2, item.size() - open - 3);
   }
   auto n = whole_number(count, 0, kMaxSlots);
-  auto m = whole_number(times, 1, kMaxHosts);
+  auto m = whole_number(times, 1, kMaxSourceHosts);
   if (!n || !m)
     throw InputError(fmt::format("\"{}\" is not a count N or N(xM) with N 0..{} and M 1..{}", item,
-                                 kMaxSlots, kMaxHosts));
+                                 kMaxSlots, kMaxSourceHosts));
   return {static_cast<int>(*n), *m};
 }
 
 // Appends `name` to `names` (whose names `seen` holds). Refuses a name that is no host name, one
-// listed before, and more than kMaxHosts names; the message has no location.
+// listed before, and more than kMaxSourceHosts names; the message has no location.
 void add_new_host(std::vector<std::string>& names, std::set<std::string>& seen, std::string name) {
   if (!valid_host_name(name)) throw InputError(fmt::format("\"{}\" is not a host name", name));
   if (!seen.insert(name).second) throw InputError(fmt::format("host \"{}\" is listed twice", name));
-  if (names.size() == kMaxHosts) throw InputError(fmt::format("more than {} hosts", kMaxHosts));
+  if (names.size() == kMaxSourceHosts)
+    throw InputError(fmt::format("more than {} hosts", kMaxSourceHosts));
   names.push_back(std::move(name));
 }
 
@@ -120,8 +121,8 @@ std::vector<int> expand_slurm_counts(std::string_view value) {
   std::vector<int> counts;
   for (std::string_view item : split_node_sets(value)) {
     auto [count, times] = count_item(item);
-    if (counts.size() + times > kMaxHosts)
-      throw InputError(fmt::format("more than {} counts", kMaxHosts));
+    if (counts.size() + times > kMaxSourceHosts)
+      throw InputError(fmt::format("more than {} counts", kMaxSourceHosts));
     counts.insert(counts.end(), times, count);
   }
   return counts;

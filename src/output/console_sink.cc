@@ -16,14 +16,12 @@
 #include "msrun_ssh/base.h"
 
 namespace msrun_ssh {
-namespace {
 
-struct Chunk {
+// What waits for the console: bytes for one descriptor.
+struct ConsoleChunk {
   int fd;
   std::string data;
 };
-
-}  // namespace
 
 struct ConsoleSink::State {
   size_t max_queued;
@@ -31,7 +29,7 @@ struct ConsoleSink::State {
   mutable std::mutex m;
   std::condition_variable work;  // something queued, or stopping
   std::condition_variable idle;  // a chunk was written
-  std::deque<Chunk> queue;
+  std::deque<ConsoleChunk> queue;
   size_t queued = 0;
   bool writing = false;
   bool stopping = false;
@@ -45,7 +43,7 @@ struct ConsoleSink::State {
     while (true) {
       work.wait(lock, [&] { return !queue.empty() || stopping; });
       if (queue.empty()) return;
-      Chunk c = std::move(queue.front());
+      ConsoleChunk c = std::move(queue.front());
       queue.pop_front();
       writing = true;
       lock.unlock();

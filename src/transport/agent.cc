@@ -24,13 +24,6 @@ void put_u32(std::string& s, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) s.push_back(static_cast<char>((v >> shift) & 0xff));
 }
 
-// The last line of `text` that has something in it.
-std::string last_line(std::string_view text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-  size_t nl = text.find_last_of('\n');
-  return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
-}
-
 // A frame's head: its op, channel and payload size.
 std::string frame_head(char op, uint32_t id, size_t payload_size) {
   std::string s;

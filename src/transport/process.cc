@@ -25,13 +25,6 @@ constexpr int kDisconnectWaitMs = 2000;
 // With nothing to wait on, a poll returns after this long at most.
 constexpr int kIdlePollMs = 10;
 
-// The last non-empty line of `text`, without its newline.
-std::string last_line(std::string_view text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-  size_t nl = text.rfind('\n');
-  return std::string(nl == std::string_view::npos ? text : text.substr(nl + 1));
-}
-
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
