@@ -184,8 +184,7 @@ sub start_process {
     $ENV{$name} = $value;
   }
   if ($flags =~ /s/) {
-    my $tmp = length($ENV{TMPDIR} // '') ? $ENV{TMPDIR} : '/tmp';
-    my $d = "$tmp/msrun-ssh-stacks-" . ($ENV{MSRUN_SSH_JOB} // '');
+    my $d = stack_dir($ENV{MSRUN_SSH_JOB} // '');
     my $error_file = $ENV{TORCHELASTIC_ERROR_FILE} // '';
     if (!-l $d && -d _ && -o _ && -f "$d/sitecustomize.py") {
       $ENV{MSRUN_SSH_STACK_DIR} = $d;

@@ -121,8 +121,10 @@ std::vector<pid_t> marked(const std::string& job) {
   return out;
 }
 
-// Whether a process runs whose command line is `words` (NUL separated, as in /proc), exec'd.
-bool running(const std::string& words) {
+// Whether a process runs whose command line is exactly `argv` (exec'd: not a shell or env before).
+bool running(const std::vector<std::string>& argv) {
+  std::string words;
+  for (const auto& w : argv) words += w + '\0';
   std::error_code ec;
   for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec))
     if (test::slurp(it->path() / "cmdline") == words) return true;
@@ -293,14 +295,7 @@ TEST_F(AgentOverLocal, SigtermToTheAgentKillsTheJobAtOnceAndAHangupChangesNothin
   p.argv = {"/bin/sh", "-c", "setsid sleep 41 & echo up; exec sleep 40"};
   ChannelId a = t.exec(0, process_command(p, "job-9"));
   // Both sleeps exec'd (the shell's fork and setsid's exec come and go before).
-  run_until(t, [&] {
-    return running(std::string("sleep\0"
-                               "40\0",
-                               9)) &&
-           running(std::string("sleep\0"
-                               "41\0",
-                               9));
-  });
+  run_until(t, [&] { return running({"sleep", "40"}) && running({"sleep", "41"}); });
   pid_t agent = local.pid_of(0);
   ::kill(agent, SIGHUP);
   t.write(dog, std::string(1, kBeat));
@@ -451,14 +446,7 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsProcessesMarkedOrN
   p.argv = {"/bin/sh", "-c", "echo up; exec env -u MSRUN_SSH_JOB sleep 31"};
   ChannelId unmarked = t.exec(0, process_command(p, "job-3"));
   ChannelId other = t.exec(0, "echo up; exec sleep 32");
-  run_until(t, [&] {
-    return running(std::string("sleep\0"
-                               "31\0",
-                               9)) &&
-           running(std::string("sleep\0"
-                               "32\0",
-                               9));
-  });
+  run_until(t, [&] { return running({"sleep", "31"}) && running({"sleep", "32"}); });
   std::string said = quit_watchdog(t, "job-3", unmarked);
   EXPECT_EQ(seen[unmarked].status, 143) << said;
   EXPECT_NE(said.find("SIGTERM sleep 31"), std::string::npos) << said;
