@@ -35,7 +35,12 @@ void Runner::on_signal(int signo) {
     teardown(kKillNow);
     return;
   }
-  fail(code, fmt::format("received SIG{}", sigabbrev_np(signo)));
+  std::string why = fmt::format("received SIG{}", sigabbrev_np(signo));
+  // A failure began the teardown first (under Slurm, scancel signals the ranks and the launcher
+  // at once): the first cause keeps the exit status, and the signal is still acknowledged. Once
+  // every process is being killed, more signals change nothing and say nothing.
+  if (phase_ == Phase::kTearingDown) out_.message(why + " during the teardown; it goes on");
+  fail(code, why);
 }
 
 void Runner::request_stacks() {

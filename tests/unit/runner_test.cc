@@ -583,6 +583,9 @@ TEST_F(Runner, SecondSigtermDoesNotKillAtOnce) {
   fake.at(1.05, [&] { runner().on_signal(SIGTERM); });
   EXPECT_EQ(run(fake), 143);
   EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: received SIGTERM; stopping the job on every host\n"
+            "msrun-ssh: received SIGTERM during the teardown; it goes on\n");
 }
 
 TEST_F(Runner, FailureThenSigtermKeepsTheFailuresStatus) {
@@ -592,6 +595,9 @@ TEST_F(Runner, FailureThenSigtermKeepsTheFailuresStatus) {
   EXPECT_EQ(run(fake), 7);
   EXPECT_EQ(fake.control(0), "hk");
   EXPECT_EQ(fake.control(1), "hk");
+  EXPECT_NE(console_err().find("msrun-ssh: received SIGTERM during the teardown; it goes on\n"),
+            std::string::npos)
+      << console_err();
 }
 
 TEST_F(Runner, FailureThenSigintKillsAtOnceAndKeepsTheFailuresStatus) {
