@@ -9,7 +9,8 @@
 // runner does not see the difference: AgentTransport is a Transport whose channels are the agent's
 // commands. The job's watchdog (watchdog_command) is the agent itself, on a channel of the agent
 // like any command (W frame): a host runs no process for it, and its sweeps read /proc without a
-// grep.
+// grep. So is the job's sampler (sampler_command, M frame): the agent compiles sampler.pl's
+// program and takes its samples on its own loop, with no fork and no Perl start.
 //
 // A host without perl (the agent exits 97 before its hello) gets a channel per command, as
 // without the agent. An agent that ends while commands of its host still run makes the host

@@ -173,6 +173,11 @@ std::vector<std::string> watchdog_words(const WatchdogArgs& args);
 // The first bytes of every sampler command (watch.h), `exec perl -e 'SAMPLER' `, of static
 // storage and the same for every host: a transport may send them without a copy per host.
 std::string_view sampler_command_head();
+// For the launch agent, which runs the sampler inside itself (agent.h): sampler.pl's text, of
+// static storage, and a sampler command's arguments (JOB INTERVAL RANKS), each followed by a NUL,
+// when `command` is one (exactly as sampler_command makes it), else nothing.
+std::string_view sampler_program();
+std::optional<std::string> sampler_words_of(std::string_view command);
 
 // The arguments `command` was made from when it is a watchdog command (exactly what
 // watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.

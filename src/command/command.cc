@@ -267,6 +267,25 @@ std::string_view sampler_command_head() {
   return head;
 }
 
+std::string_view sampler_program() { return remote::kSamplerPl; }
+
+std::optional<std::string> sampler_words_of(std::string_view command) {
+  if (!command.starts_with(sampler_command_head())) return std::nullopt;
+  // 'JOB' INTERVAL 'RANKS'
+  std::string_view rest = command.substr(sampler_command_head().size());
+  std::optional<std::string> job = take_quoted_word(rest);
+  size_t end = rest.find(' ', 1);
+  if (!job || !rest.starts_with(' ') || end == std::string_view::npos || end == 1)
+    return std::nullopt;
+  std::string_view interval = rest.substr(1, end - 1);
+  rest.remove_prefix(end + 1);
+  std::optional<std::string> ranks = take_quoted_word(rest);
+  if (!ranks || !rest.empty()) return std::nullopt;
+  std::string words = *job + '\0' + std::string(interval) + '\0' + *ranks + '\0';
+  if (std::count(words.begin(), words.end(), '\0') != 3) return std::nullopt;
+  return words;
+}
+
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command) {
   const std::string& head = watchdog_head();
   if (!command.starts_with(head)) return std::nullopt;

@@ -11,8 +11,10 @@
 # the job without a shell (payload: NUL separated, its workdir or "" for none, flags, the number
 # of environment words, those NAME=VALUE words, its argv; agent.h), W be the job's watchdog on
 # this channel (payload: NUL separated, the watchdog's arguments J T G L W, then the text of the
-# stack-dump directory's sitecustomize.py; see below), I stdin bytes, E end of stdin, K signal
-# its process group (payload: the signal's name without SIG). Agent to
+# stack-dump directory's sitecustomize.py; see below), M be the job's sampler on this channel
+# (payload: NUL separated, its arguments JOB INTERVAL RANKS, then sampler.pl's text; see below), I
+# stdin bytes, E end of stdin, K signal its process group (payload: the signal's name without
+# SIG). Agent to
 # launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
 # it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
 # (payload: why). Before the first frame the agent writes the line HELLO, so that whatever the
@@ -52,6 +54,13 @@
 # launcher or the connection gone) is the launcher lost: the agent ends the commands' stdin, tears
 # the job down and then exits. SIGTERM to the agent (a batch system ending the job step, a host
 # shutting down) kills every process of the job at once, as watchdog.sh's trap does.
+#
+# The job's sampler (M frame) runs inside the agent too: sampler.pl's program, compiled by eval in
+# a package of its own, returns a closure that takes one sample, and the agent's loop calls it
+# every INTERVAL seconds and sends each line on the sampler's channel: no fork, no exec, no Perl
+# start. The first sample is taken at once. The channel ends with status 0 at the end of its
+# stdin or after the sampler's last sample, with 128+N at a K frame, with 1 (and why, on its
+# stderr) when the program dies; the agent goes on.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
 # reap and select is seen at the next turn, at most REAP_S later.
@@ -109,6 +118,7 @@ my ($SETSID) = grep { -x } map { "$_/setsid" } split /:/, ($ENV{PATH} // '') . '
 my %children;    # channel id -> child: {cid, pid, fin, pending, eof, outs => {fd => [handle, op]}, status}
 my %by_fd;       # output fd -> child
 my %by_pid;      # pid -> child
+my %samplers;    # channel id -> sampler: {cid, sample (sampler.pl's closure), every, at}
 my $out = $HELLO;
 my $inbuf = '';
 
@@ -255,6 +265,15 @@ sub control {
   return spawn($cid, $payload) if $op eq 'S';
   return spawn($cid, $payload, 1) if $op eq 'P';
   return wd_start($cid, $payload) if $op eq 'W';
+  return sampler_start($cid, $payload) if $op eq 'M';
+  if (my $sampler = $samplers{$cid}) {
+    return sampler_end($sampler, 0) if $op eq 'E';
+    if ($op eq 'K') {
+      my ($n) = grep { $SIG_NAME[$_] eq $payload } 0 .. $#SIG_NAME;
+      sampler_end($sampler, defined $n ? sprintf('%d %s', 128 + $n, $payload) : 1);
+    }
+    return;
+  }
   if ($wd && $cid == $wd->{cid}) {
     if ($op eq 'I') {
       $wd->{heard} = now();
@@ -304,6 +323,7 @@ sub read_control {
   return if !defined $n && ($! == $EAGAIN || $! == $EINTR);
   if (!$n) {
     exit 0 if !$wd;
+    %samplers = ();
     # The launcher gone: the watchdog tears the job down, then the agent exits (wd_end).
     ($gone, $wd->{eof}, $out) = (1, 1, '');
     close_stdin($_) for grep { $_->{fin} } values %children;
@@ -365,6 +385,40 @@ sub flush {
     return if !defined $n;
     substr($out, 0, $n, '');
   }
+}
+
+# ---- The job's sampler, run by the agent itself (M frame; see the top) ----
+
+sub sampler_start {
+  my ($cid, $payload) = @_;
+  my ($job, $interval, $ranks, $program) = split /\0/, $payload, 4;
+  my ($sample, $every) = do {
+    local @ARGV = ($job, $interval, $ranks);
+    eval "package msrun_ssh_sampler_$cid; " . ($program // '');
+  };
+  my $sampler = {cid => $cid, sample => $sample, every => $every};
+  return sampler_end($sampler, 1, $@ || 'no sampler in its program') if ref $sample ne 'CODE';
+  $samplers{$cid} = $sampler;
+  sample($sampler);
+}
+
+# Takes a sample and sends its line; the sampler ends after its last.
+sub sample {
+  my ($sampler) = @_;
+  my ($line, $last) = eval { $sampler->{sample}->() };
+  return sampler_end($sampler, 1, $@ || 'no sample') if !defined $line;
+  send_frame('o', $sampler->{cid}, $line);
+  return sampler_end($sampler, 0) if $last;
+  $sampler->{at} = now() + $sampler->{every};
+}
+
+sub sampler_end {
+  my ($sampler, $status, $why) = @_;
+  send_frame('e', $sampler->{cid}, "msrun-ssh-agent: the sampler failed: $why" =~ s/\n*\z/\n/r)
+    if defined $why;
+  send_frame('x', $sampler->{cid}, $status);
+  send_frame('c', $sampler->{cid});
+  delete $samplers{$sampler->{cid}};
 }
 
 # ---- The job's watchdog, run by the agent itself (W frame; see the top) ----
@@ -596,9 +650,13 @@ while (1) {
   }
   my $timeout = %children || $wd ? $REAP_S : $IDLE_S;
   $timeout = $wd->{wake} - now() if $wd && $wd->{wake} && $wd->{wake} - now() < $REAP_S;
+  for my $sampler (values %samplers) {
+    my $wait = $sampler->{at} - now();
+    $timeout = $wait if !defined $timeout || $wait < $timeout;
+  }
   $timeout = 0 if defined $timeout && $timeout < 0;
   my $ready = select(my $rout = $rin, my $wout = $win, undef, $timeout);
-  exit 0 if $ready == 0 && !%children && !$wd && defined $IDLE_S;
+  exit 0 if $ready == 0 && !%children && !$wd && !%samplers && defined $IDLE_S;
   my $heard = $ready > 0 && vec($rout, 0, 1);
   if ($ready > 0) {
     read_control() if $heard;
@@ -608,6 +666,9 @@ while (1) {
   }
   feed_stdin($_) for values %children;
   reap();
+  for my $sampler (values %samplers) {
+    sample($sampler) if $samplers{$sampler->{cid}} && now() >= $sampler->{at};
+  }
   next if !$wd;
   # Not in a turn that read the launcher: what it read may end before a heartbeat it sent.
   $wd->{eof} = 1 if !$heard && !$wd->{paused} && now() - $wd->{heard} > $wd->{silence};

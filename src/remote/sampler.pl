@@ -10,15 +10,18 @@
 #    throttling of its cgroup (cpu.stat; -1 when unknown), "state": "R"|"S"|"D"|...}],
 #    "accel": [utilisation % of each GPU / NPU] when nvidia-smi or npu-smi is installed (asked
 #    every RESCAN-th sample: a tool's run costs more than the rest)}
-# Only core Perl, no module; it reads /proc and /sys and nothing else, and ends when its stdin
-# ends (the launcher or the agent is gone) or after 10 scans without a process of the job. It
+# Only core Perl, no module (the unit tests compile it under strict and warnings); it reads /proc
+# and /sys and nothing else, and ends when its stdin ends (the launcher or the agent is gone) or
+# after 10 scans without a process of the job. It
 # reads every process's environ (a host may run thousands) only every RESCAN-th sample, or when
 # it knows of no process of the job in its first RESCAN samples (the processes are starting); in
 # between, the processes it found. A host whose job processes have all ended is not scanned in
 # full every second.
-use strict;
-use warnings;
-
+#
+# The launch agent runs it inside itself (agent.pl's M frame): compiled by its eval, the program
+# returns its one-sample closure and its interval instead of looping, and the agent takes the
+# samples on its own loop. A host then pays no fork and no Perl start for its sampler. The
+# closure returns the line and whether it is the last (the 10th scan without a process).
 my ($job, $interval, $ranks) = @ARGV;
 $interval = 1 if !$interval || $interval < 0.1;
 my %mine = map { $_ => 1 } split /,/, ($ranks // '');
@@ -26,7 +29,6 @@ my %mine = map { $_ => 1 } split /,/, ($ranks // '');
 # (/proc, and cgroup v1 and v2 under /sys/fs/cgroup).
 my $ROOT = $ENV{MSRUN_SSH_SAMPLER_ROOT} // '';
 my $RESCAN = 5;
-$| = 1;
 
 sub slurp {
   my ($path) = @_;
@@ -75,8 +77,6 @@ sub wait_ns {
 
 my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
 my $empty = 0;
-my $stdin = '';
-vec($stdin, fileno(STDIN), 1) = 1;
 my %known;  # pid -> [its rank word, its start time], the job's processes found by the last scan
 my ($tool) = grep { my $t = $_; grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '') }
   qw(nvidia-smi npu-smi);
@@ -97,7 +97,7 @@ sub accel {
   return @u;
 }
 my $scans = 0;
-while (1) {
+my $sample = sub {
   my %rank;
   my $every = $scans++ % $RESCAN == 0;
   @accel = accel() if $tool && $every;
@@ -144,11 +144,21 @@ while (1) {
             $_, @$r{qw(pids cpu wait_ns rss_kb thr_ns state)})
   } sort keys %rank;
   my $t = slurp('/proc/uptime') // '0';
-  printf('{"t":%s,"hz":100,"cpu":[%s],"load":%s,"mem_kb":[%d,%d],"ranks":[%s]%s}' . "\n",
-         (split ' ', $t)[0], join(',', map { $_ // 0 } @cpu), $load, $total // 0, $avail // 0,
-         join(',', @ranks), $tool ? ',"accel":[' . join(',', @accel) . ']' : '');
   $empty = %rank ? 0 : $empty + 1;
-  exit 0 if $empty >= 10;
+  return (sprintf('{"t":%s,"hz":100,"cpu":[%s],"load":%s,"mem_kb":[%d,%d],"ranks":[%s]%s}' . "\n",
+                  (split ' ', $t)[0], join(',', map { $_ // 0 } @cpu), $load, $total // 0,
+                  $avail // 0, join(',', @ranks),
+                  $tool ? ',"accel":[' . join(',', @accel) . ']' : ''), $empty >= 10);
+};
+return ($sample, $interval) if caller;    # in the agent (see the top)
+
+$| = 1;
+my $stdin = '';
+vec($stdin, fileno(STDIN), 1) = 1;
+while (1) {
+  my ($line, $last) = $sample->();
+  print $line;
+  exit 0 if $last;
   my $ready = select(my $rin = $stdin, undef, undef, $interval);
   if ($ready > 0) {  # what comes on stdin is not for us: its end is
     my $n = sysread(STDIN, my $buf, 4096);

@@ -190,11 +190,12 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
     inner_.write(h.agent, frame_head('W', wire, words.size() + site.size()) + words);
     inner_.write_stable(h.agent, site);
     hosts_[host].watchdog = id;
-  } else if (std::string_view head = sampler_command_head(); command.starts_with(head)) {
-    // A sampler's program is the same static text for every host: sent without a copy each.
-    inner_.write(h.agent, frame_head('S', wire, command.size()));
-    inner_.write_stable(h.agent, head);
-    out = command.substr(head.size());
+  } else if (std::optional<std::string> words = sampler_words_of(command)) {
+    // The sampler: the agent runs its program itself (no fork, no Perl start on the host). Its
+    // arguments, then the program, the same static text for every host: sent without a copy.
+    std::string_view program = sampler_program();
+    inner_.write(h.agent, frame_head('M', wire, words->size() + program.size()) + *words);
+    inner_.write_stable(h.agent, program);
   } else if (std::optional<ProcessLaunch> launch = process_launch_of(command)) {
     // A process: the agent starts it itself, with no shell in between.
     out = agent_frame('P', wire, agent_launch_payload(*launch));

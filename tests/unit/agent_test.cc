@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -408,8 +409,14 @@ TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
     return std::any_of(local.stable.begin(), local.stable.end(),
                        [&](std::string_view v) { return v.data() == head.data(); });
   };
-  EXPECT_TRUE(sent_as_view(sampler_command_head()));
+  EXPECT_TRUE(sent_as_view(sampler_program()));
   EXPECT_TRUE(sent_as_view(watchdog_stack_site()));
+  // The agent is the sampler itself: an M frame with its arguments, then its program.
+  std::string sampler_args = std::string("no-such-job") + '\0' + "0.1" + '\0' + "0" + '\0';
+  EXPECT_NE(local.written.find(agent_frame('M', static_cast<uint32_t>(sampler),
+                                           sampler_args + std::string(sampler_program()))
+                                   .substr(0, 9 + sampler_args.size())),
+            std::string::npos);
   // The agent is the watchdog itself: a W frame with its arguments, no program to run.
   std::string words;
   for (const auto& word : watchdog_words(watchdog_args("job-1", 10, 1))) words += word + '\0';
@@ -461,7 +468,7 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsProcessesMarkedOrN
 class WatchdogUnderTheAgent : public AgentOverLocal {
  protected:
   void SetUp() override {
-    for (const char* tool : {"timeout", "dd", "grep", "sh"}) {
+    for (const char* tool : {"timeout", "dd", "grep", "sh", "perl"}) {
       std::string path = stubs_ + "/" + tool;
       std::ofstream(path) << "#!/bin/sh\necho " << tool << " >> " << stubs_
                           << "/ran\nexec /usr/bin/" << tool << " \"$@\"\n";
@@ -518,6 +525,48 @@ TEST_F(WatchdogUnderTheAgent, AHostRunsNoShellAndASweepNoGrep) {
   EXPECT_NE(seen[dog].out.find(" SIGKILL "), std::string::npos) << seen[dog].out;
   EXPECT_EQ(ran("sh"), 0);
   EXPECT_EQ(ran("grep"), 0) << seen[dog].out;
+}
+
+// The sampler runs inside the agent: the host starts no perl but the agent's own, the samples
+// find the job's process by its rank, and a KILL ends the sampler, not the agent.
+TEST_F(WatchdogUnderTheAgent, TheSamplerRunsInsideTheAgent) {
+  AgentTransport t(local, 1, agent());
+  Process p;
+  p.env = {{"RANK_ID", "3"}};
+  p.argv = {"/bin/sh", "-c", "echo up; exec sleep 30"};
+  ChannelId rank = t.exec(0, process_command(p, "job-9"));
+  run_until(t, [&] { return seen[rank].out == "up\n"; });
+  ChannelId sampler = t.exec(0, sampler_command("job-9", 0.1, "3"));
+  run_until(
+      t, [&] { return std::count(seen[sampler].out.begin(), seen[sampler].out.end(), '\n') >= 3; });
+  std::istringstream lines(seen[sampler].out);
+  for (std::string line; std::getline(lines, line);) {
+    auto sample = parse_sample(line);
+    ASSERT_TRUE(sample) << line;
+    ASSERT_EQ(sample->ranks.size(), 1u) << line;
+    EXPECT_EQ(sample->ranks[0].rank, "3") << line;
+  }
+  t.kill(sampler, "KILL");
+  run_until(t, closed({sampler}));
+  EXPECT_EQ(seen[sampler].status, 137) << seen[sampler].err;
+  EXPECT_FALSE(seen[rank].closed);
+  EXPECT_EQ(ran("perl"), 1);  // the agent's start
+  t.kill(rank, "KILL");
+  run_until(t, closed({rank}));
+  EXPECT_EQ(seen[rank].status, 137);
+}
+
+// A sampler whose program dies ends with status 1 and why; the agent and its commands go on.
+TEST_F(WatchdogUnderTheAgent, ASamplerThatDiesEndsAloneAndSaysWhy) {
+  AgentTransport t(
+      local, 1, "MSRUN_SSH_SAMPLER_ROOT=/no/such/root; export MSRUN_SSH_SAMPLER_ROOT; " + agent());
+  ChannelId sampler = t.exec(0, sampler_command("job-10", 0.1, "0"));
+  run_until(t, closed({sampler}));
+  EXPECT_EQ(seen[sampler].status, 1);
+  EXPECT_EQ(seen[sampler].err, "msrun-ssh-agent: the sampler failed: no /proc\n");
+  ChannelId after = t.exec(0, "echo still here");
+  run_until(t, closed({after}));
+  EXPECT_EQ(seen[after].out, "still here\n");
 }
 
 TEST_F(WatchdogUnderTheAgent, APausedJobWaitsForItsLauncherWithoutLimit) {

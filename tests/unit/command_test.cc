@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "msrun_ssh/agent.h"
+#include "msrun_ssh/watch.h"
 #include "remote/programs.h"
 #include "test_util.h"
 
@@ -510,6 +511,25 @@ TEST(WatchdogProtocol, OtherCommandsAreNoWatchdogs) {
                                w.substr(0, w.rfind("'j'")) + "'j' 10.000 25 13 '' ''",
                                w.substr(0, w.rfind("'j'")) + "'j' 10.000 25 '/w'"})
     EXPECT_EQ(watchdog_args_of(c), std::nullopt) << c.substr(c.size() > 40 ? c.size() - 40 : 0);
+}
+
+// The launch agent runs the sampler itself: its arguments are read back from the command.
+TEST(SamplerProtocol, ArgsAreReadBackFromTheCommandAndOtherCommandsAreNoSamplers) {
+  for (const char* job : {"j-1", "", "it's", "x'; touch pwned; '", "a b\nc 1 2"})
+    for (double interval : {0.1, 1.0, 2.5})
+      for (const char* ranks : {"", "sched,0,1", "7", "a 'b' c"})
+        EXPECT_EQ(sampler_words_of(sampler_command(job, interval, ranks)),
+                  std::string(job) + '\0' + fmt::format("{:g}", interval) + '\0' + ranks + '\0')
+            << job << " " << ranks;
+  std::string s = sampler_command("j", 1, "0,1");
+  std::string head(sampler_command_head());
+  for (const std::string& c :
+       {std::string(), head, s + " ", s + " 'x'", s.substr(1), watchdog_command("j", 10, 5),
+        head + "j 1 '0,1'", head + "'j' 1 0,1", head + "'j'  '0,1'", head + "'j' 1",
+        head + std::string("'j\0' 1 '0'", 10), head + std::string("'j' 1 '0\0'", 10)})
+    EXPECT_EQ(sampler_words_of(c), std::nullopt)
+        << c.substr(head.size() < c.size() ? head.size() : 0);
+  EXPECT_EQ(sampler_program().data(), remote::kSamplerPl.data());
 }
 
 class CommandSyntax : public CommandTest {};
