@@ -1,6 +1,7 @@
 // Fuzzes shell_quote / shell_join (src/command/command.cc) for the property command.h promises:
 // the argv a POSIX shell sees equals the words we quoted, byte for byte; and process_launch_of
-// for giving back the parts of a process command (check_launch).
+// for giving back the parts of a process command (check_launch), and sampler_words_of for a
+// sampler command's (check_sampler).
 //
 // The input split on NUL bytes gives the words (argv cannot hold NUL, so words never do; empty
 // words come from adjacent NULs). Each input is checked two ways:
@@ -17,6 +18,7 @@
 //     MSRUN_SSH_FUZZ_EXEC_ALL=1 to run every input through every shell (e.g. with -runs=0 on a
 //     corpus directory as a regression check).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@
 
 #include "fuzz_check.h"
 #include "msrun_ssh/command.h"
+#include "msrun_ssh/watch.h"
 
 namespace {
 
@@ -228,6 +231,20 @@ void check_launch(const std::vector<std::string>& words, std::string_view raw) {
              "taken apart wrongly: %s", printable(command).c_str());
 }
 
+// The launch agent's readers of the watchdog's and the sampler's commands: any text is taken or
+// refused without harm, and a sampler command gives back exactly the words it was made from.
+void check_sampler(const std::vector<std::string>& words, std::string_view raw) {
+  (void)msrun_ssh::watchdog_args_of(raw);
+  (void)msrun_ssh::sampler_words_of(raw);
+  if (words.size() < 2) return;
+  double interval = 0.1 * static_cast<double>(1 + raw.size() % 50);
+  std::string command = msrun_ssh::sampler_command(words[0], interval, words[1]);
+  std::optional<std::string> back = msrun_ssh::sampler_words_of(command);
+  std::string want = words[0] + '\0' + fmt::format("{:g}", interval) + '\0' + words[1] + '\0';
+  FUZZ_CHECK(back == want, "a sampler command was taken apart wrongly: %s",
+             printable(command).c_str());
+}
+
 size_t calls = 0;
 
 }  // namespace
@@ -238,6 +255,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string joined = msrun_ssh::shell_join(words);
   check_parse(words, joined);
   check_launch(words, std::string_view(reinterpret_cast<const char*>(data), size));
+  check_sampler(words, std::string_view(reinterpret_cast<const char*>(data), size));
   for (const auto& w : words) {
     std::string q = msrun_ssh::shell_quote(w);
     FUZZ_CHECK(!q.empty(), "shell_quote gave nothing");
