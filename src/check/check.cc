@@ -27,12 +27,10 @@ double wall_now() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-std::string last_line(const std::string& text) {
-  size_t end = text.find_last_not_of("\r\n \t");
-  if (end == std::string::npos) return "";
-  size_t start = text.rfind('\n', end);
-  start = start == std::string::npos ? 0 : start + 1;
-  return text.substr(start, end + 1 - start);
+// What a host's port test said last: the last line (base's last_line) once trailing blanks are
+// gone too.
+std::string last_said(const std::string& text) {
+  return last_line(std::string_view(text).substr(0, text.find_last_not_of("\r\n \t") + 1));
 }
 
 // Phase two, on the hosts that connected: the probes and the port test in one batch.
@@ -195,11 +193,11 @@ void fill_port(CheckReport& report, const Session& s, const std::vector<size_t>&
     std::string out = l->out;
     if (out.rfind("in_use", 0) == 0) {
       m.set("master_port", CheckStatus::kFail,
-            fmt::format("port {} in use on the master:{}", port, last_line(out).substr(6)));
+            fmt::format("port {} in use on the master:{}", port, last_said(out).substr(6)));
     } else if (out.rfind("bind_error", 0) == 0) {
       m.set("master_port", CheckStatus::kFail,
             fmt::format("cannot listen on 0.0.0.0:{} on the master:{}", port,
-                        last_line(out).substr(10)));
+                        last_said(out).substr(10)));
     } else if (out.rfind("no_python", 0) == 0) {
       m.set("master_port", CheckStatus::kWarn,
             "cannot test the port: no python on the master to listen with");
