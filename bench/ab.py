@@ -4,9 +4,11 @@
   bench/ab.py --a /tmp/msrun-ssh.before --b build-rel/msrun-ssh --suite relay,launch --reps 9
   bench/ab.py --a OLD --b NEW --b-args='--watch=False --agent=False'   # same choices as OLD
   bench/ab.py --a OLD --b NEW --b-env PATH=/nonexistent   # B finds no ssh client: libssh's parser
+  bench/ab.py --a OLD --b NEW --suite launch --sizes 64 --ppn 8   # 8 processes per host
 
 Uses the same cluster, workloads and measurement as bench.py (relay: 4 hosts x 50 MB; launch:
-/bin/true on --sizes farm hosts). Prints medians (min-max) of wall time and launcher CPU.
+/bin/true on --sizes farm hosts, --ppn per host). Prints medians (min-max) of wall time,
+launcher CPU and the whole machine's busy CPU (/proc/stat: the hosts' side too), and B/A.
 """
 
 import argparse
@@ -31,6 +33,7 @@ def main():
     p.add_argument("--b-args", default="", help="options given to every run of B (split on blanks)")
     p.add_argument("--a-env", default="", help="NAME=VALUE ... set for every run of A")
     p.add_argument("--b-env", default="", help="NAME=VALUE ... set for every run of B")
+    p.add_argument("--ppn", type=int, default=1, help="launch: processes per host")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--relay-mb", type=int, default=50)
     p.add_argument("--work", default="/tmp/msrun-bench")
@@ -56,7 +59,8 @@ def main():
         relay_toml = args.cluster.write_toml(os.path.join(args.work, "nodes4.toml"),
                                              args.cluster.node_addrs[:4], 1)
         tomls = {n: args.cluster.write_toml(os.path.join(args.work, f"farm{n}.toml"),
-                                            args.cluster.farm_addrs[:n], 1) for n in sizes}
+                                            args.cluster.farm_addrs[:n], args.ppn)
+                 for n in sizes}
         for rep in range(args.reps):
             for name in (("A", "B") if rep % 2 == 0 else ("B", "A")):
                 extra = (args.a_args if name == "A" else args.b_args).split()
@@ -76,19 +80,24 @@ def main():
                     args.settle_ns = "msrs-farm"
                     for n in sizes:
                         r = bench.one_run(args, tools, "msrun-ssh", args.cluster.farm_addrs[:n],
-                                          "/bin/true", tomls[n], tag=f"launch {name} {n}")
+                                          "/bin/true", tomls[n], tag=f"launch {name} {n}",
+                                          ppn=args.ppn)
                         results.setdefault((f"launch{n}", name), []).append(r)
                         log(f"launch {n} {name} wall {r['wall']:.3f} cpu/host "
-                            f"{r['cpu'] * 1000 / n:.3f} ms ok {r['ok']}")
+                            f"{r['cpu'] * 1000 / n:.3f} ms machine {r['machine_cpu']:.2f} s "
+                            f"ok {r['ok']}")
     finally:
         if not args.keep_cluster:
             args.cluster.down()
         shutil.rmtree(os.path.join(args.work, "runs"), ignore_errors=True)
-    print("\n| workload | binary | wall, s | launcher CPU |")
-    print("|---|---|---|---|")
+    print(f"\n{args.reps} runs each, alternating (A B, B A, ...), median (min-max)\n")
+    print("| workload | binary | wall, s | launcher CPU | machine CPU, s |")
+    print("|---|---|---|---|---|")
+    medians = {}
     for (what, name), rs in sorted(results.items()):
         rs = [r for r in rs if r["ok"]]
         wall = common.summarize([r["wall"] for r in rs])
+        machine = common.summarize([r["machine_cpu"] for r in rs])
         if what == "relay":
             cpu = common.summarize([r["cpu"] / (r["payload"] / 1e9) for r in rs])
             unit = "s/GB"
@@ -96,8 +105,14 @@ def main():
             n = int(what[6:])
             cpu = common.summarize([r["cpu"] * 1000 / n for r in rs])
             unit = "ms/host"
+        medians[(what, name)] = (wall, machine)
         print(f"| {what} | {name} | {bench.fmt_stat(wall, 1, 3)} | "
-              f"{bench.fmt_stat(cpu, 1, 3)} {unit} |")
+              f"{bench.fmt_stat(cpu, 1, 3)} {unit} | {bench.fmt_stat(machine, 1, 2)} |")
+    for what in sorted({w for w, _ in medians}):
+        a, b = medians.get((what, "A")), medians.get((what, "B"))
+        if a and b and a[0] and b[0]:
+            print(f"| {what} | B/A | {b[0]['median'] / a[0]['median']:.3f}x | | "
+                  f"{b[1]['median'] / a[1]['median']:.3f}x |")
     return 0
 
 

@@ -40,8 +40,10 @@
 # A P frame's process is what `cd -- DIR && exec env -- ENV... ARGV` under /bin/sh -c would start
 # (process_command, command.h), with stack_site.sh's step when flagged "s" (the job's stack-dump
 # directory made by the watchdog: found, not made) and stdin from /dev/null when flagged "n": the
-# agent's child does the cd, the environment and the step itself and execs ARGV, so a process
-# costs its host one fork and one exec instead of four execs.
+# agent makes the environment, the step and the program's path itself before its fork (plan_of),
+# and its child makes only the start's system calls (the descriptors, the cd, setsid) and execs
+# ARGV, so a process costs its host one fork and one exec instead of four execs, and its child
+# runs no Perl (each interpreter page it wrote to would cost it a copy-on-write fault).
 #
 # The job's watchdog (W frame) is the agent itself: no process of its own, and its sweeps read
 # /proc here, with no grep. It keeps watchdog.sh's protocol on its channel (the lines it prints,
@@ -90,13 +92,21 @@ for my $i (0 .. $#KEPT) {
   my $value = $ARGV[$i + 1] // '';
   $ENV{$KEPT[$i]} = substr($value, 1) if length $value;
 }
-# setsid(2) by its number where it is known (perl has no call of its own without POSIX.pm, whose
-# loading costs more than the whole agent), else setsid(1), else a process group of its own.
-my %SETSID_OF_MACHINE = (62 => 112, 183 => 157, 243 => 157, 258 => 157);    # ELF e_machine
-my %CLOCK_GETTIME_OF_MACHINE = (62 => 228, 183 => 113, 243 => 113, 258 => 113);
+# System calls by their numbers where they are known (ELF e_machine: x86_64, then the kernel's
+# generic table of aarch64, riscv64 and loongarch64): perl has no setsid, dup3 or execve of its
+# own without POSIX.pm, whose loading costs more than the whole agent. Elsewhere setsid(1), else a
+# process group of its own, and every child starts the way of Perl's exec (start_child).
+my %NR_X86_64 = (setsid => 112, clock_gettime => 228, execve => 59, dup3 => 292, chdir => 80,
+  rt_sigaction => 13);
+my %NR_GENERIC = (setsid => 157, clock_gettime => 113, execve => 221, dup3 => 24, chdir => 49,
+  rt_sigaction => 134);
+my %NR_OF_MACHINE = (62 => \%NR_X86_64, 183 => \%NR_GENERIC, 243 => \%NR_GENERIC,
+  258 => \%NR_GENERIC);
 my $MACHINE = $^O eq 'linux' ? elf_machine() : 0;
-my $SETSID_NR = $SETSID_OF_MACHINE{$MACHINE};
-my $CLOCK_NR = $CLOCK_GETTIME_OF_MACHINE{$MACHINE};
+my $NR = $NR_OF_MACHINE{$MACHINE};
+my $SETSID_NR = $NR ? $NR->{setsid} : undef;
+my $CLOCK_NR = $NR ? $NR->{clock_gettime} : undef;
+my $DEVNULL;    # /dev/null, opened once, for the stdin of the processes flagged "n"
 my ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
 if (defined $SETSID_NR) {
   ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK) = (11, 4, 2, 3, 4, 2048);
@@ -168,47 +178,139 @@ sub start_child {
     exec {$SETSID} 'setsid', @argv if $SETSID;
     setpgrp(0, 0);
   }
+  exec_or_say(@argv);
+}
+
+sub exec_or_say {
+  my (@argv) = @_;
   { exec {$argv[0]} @argv }
   my $errno = $! + 0;
   syswrite(STDERR, "msrun-ssh-agent: cannot run $argv[0]: $!\n");
   exit($errno == $ENOENT ? 127 : 126);
 }
 
+# A P frame's process as cd would leave it: its logical PWD after a cd to $dir (the path as
+# given; undef when it is relative or not plain: the kernel's, known after the cd).
+sub pwd_after_cd {
+  my ($dir) = @_;
+  return undef if $dir !~ m{^/} || $dir =~ m{//|(^|/)\.\.?(/|\z)};
+  return $dir =~ s{/+\z}{}r;
+}
+
+# The environment of a P frame's process (see the top), made in %$env: cd's PWD and OLDPWD when
+# it has a workdir, the frame's NAME=VALUE words, then stack_site.sh's step when flagged "s".
+sub process_env {
+  my ($env, $pwd, $flags, @set) = @_;
+  if (defined $pwd) {
+    $env->{OLDPWD} = $env->{PWD} if defined $env->{PWD};
+    $env->{PWD} = length $pwd ? $pwd : '/';
+  }
+  for (@set) {
+    my ($name, $value) = split /=/, $_, 2;
+    $env->{$name} = $value;
+  }
+  return if $flags !~ /s/;
+  my $d = stack_dir($env->{MSRUN_SSH_JOB} // '', $env);
+  my $error_file = $env->{TORCHELASTIC_ERROR_FILE} // '';
+  if (!-l $d && -d _ && -o _ && -f "$d/sitecustomize.py") {
+    $env->{MSRUN_SSH_STACK_DIR} = $d;
+    $env->{PYTHONPATH} = length($env->{PYTHONPATH} // '') ? "$d:$env->{PYTHONPATH}" : $d;
+    $env->{TORCHELASTIC_ERROR_FILE} = "$d/$1" if $error_file =~ m{^\@msrun-ssh-job-dir\@/(.*)\z}s;
+  } elsif ($error_file =~ m{^\@msrun-ssh-job-dir\@/}) {
+    delete $env->{TORCHELASTIC_ERROR_FILE};
+  }
+}
+
 # In the child, a P frame's process (see the top): cd, environment, stack-dump step, exec.
 sub start_process {
   my ($dir, $flags, $count, @words) = split /\0/, $_[0], -1;
-  my @env = splice(@words, 0, $count // 0);
+  my @set = splice(@words, 0, $count // 0);
+  my $pwd;
   if (length $dir) {
     if (!chdir $dir) {
       syswrite(STDERR, "msrun-ssh-agent: cannot cd to $dir: $!\n");
       exit 2;
     }
-    # cd's logical PWD: the path as given; the kernel's when it is relative or not plain.
-    my $plain = $dir =~ m{^/} && $dir !~ m{//|(^|/)\.\.?(/|\z)};
-    my $pwd = $plain ? $dir =~ s{/+\z}{}r : readlink('/proc/self/cwd');
-    $ENV{OLDPWD} = $ENV{PWD} if defined $ENV{PWD};
-    $ENV{PWD} = length($pwd // '') ? $pwd : '/';
+    $pwd = pwd_after_cd($dir) // readlink('/proc/self/cwd') // '';
   }
-  for (@env) {
-    my ($name, $value) = split /=/, $_, 2;
-    $ENV{$name} = $value;
-  }
-  if ($flags =~ /s/) {
-    my $d = stack_dir($ENV{MSRUN_SSH_JOB} // '');
-    my $error_file = $ENV{TORCHELASTIC_ERROR_FILE} // '';
-    if (!-l $d && -d _ && -o _ && -f "$d/sitecustomize.py") {
-      $ENV{MSRUN_SSH_STACK_DIR} = $d;
-      $ENV{PYTHONPATH} = length($ENV{PYTHONPATH} // '') ? "$d:$ENV{PYTHONPATH}" : $d;
-      $ENV{TORCHELASTIC_ERROR_FILE} = "$d/$1" if $error_file =~ m{^\@msrun-ssh-job-dir\@/(.*)\z}s;
-    } elsif ($error_file =~ m{^\@msrun-ssh-job-dir\@/}) {
-      delete $ENV{TORCHELASTIC_ERROR_FILE};
-    }
-  }
+  process_env(\%ENV, $pwd, $flags, @set);
   if ($flags =~ /n/ && !open(STDIN, '<', '/dev/null')) {
     syswrite(STDERR, "msrun-ssh-agent: cannot open /dev/null: $!\n");
     exit 126;
   }
   start_child(@words);
+}
+
+# A child's start made whole in the agent, before its fork, so that the child runs no Perl
+# between its fork and its exec but system calls (each page of the interpreter a child writes to
+# costs it a copy-on-write fault): {dir, argv, env, path, envw, argvp, envp}, argvp and envp being
+# execve's arguments packed (pointers to the words of argv and envw). Undef where it cannot be
+# made here (a workdir, a PATH entry or a TMPDIR that only the child's cd resolves, a program not
+# found), and on machines whose calls it does not know: then the child starts as before
+# (start_process, start_child), which also says why a start failed.
+sub plan_of {
+  my ($payload, $launch) = @_;
+  return undef if !$NR;
+  my ($dir, $flags, $count, @argv) = ('', '');
+  my %env = %ENV;
+  if ($launch) {
+    ($dir, $flags, $count, @argv) = split /\0/, $payload, -1;
+    my @set = splice(@argv, 0, $count // 0);
+    my $pwd;
+    if (length $dir) {
+      $pwd = pwd_after_cd($dir);
+      return undef if !defined $pwd;
+    }
+    process_env(\%env, $pwd, $flags, @set);
+    return undef if $flags =~ /s/ && stack_dir('', \%env) !~ m{^/};
+  } else {
+    @argv = ('/bin/sh', '-c', $payload);
+  }
+  my $path = program_path($argv[0] // '', $env{PATH});
+  return undef if !defined $path || ($flags =~ /n/ && !($DEVNULL //= devnull()));
+  my @envw = map { "$_=$env{$_}" } keys %env;
+  my $plan = {dir => $dir, argv => \@argv, env => \%env, path => $path, envw => \@envw};
+  $plan->{argvp} = pack('p*', @argv, undef);
+  $plan->{envp} = pack('p*', @envw, undef);
+  return $plan;
+}
+
+sub devnull {
+  open(my $null, '<', '/dev/null') or return undef;
+  return $null;
+}
+
+# Where execvp would find $name on $search (a PATH; unset: /bin:/usr/bin): undef when not found,
+# or when an entry before it is relative or empty (the child's cwd).
+sub program_path {
+  my ($name, $search) = @_;
+  return undef if !length $name;
+  return $name if $name =~ m{/};
+  for my $d (split /:/, $search // '/bin:/usr/bin', -1) {
+    return undef if $d !~ m{^/};
+    return "$d/$name" if -f "$d/$name" && -x _;
+  }
+  return undef;
+}
+
+# In the child, a planned start (plan_of): signals back to their defaults, stdin, stdout and
+# stderr from @fds, the workdir, a session of its own, execve, each one system call. Where a
+# call fails, Perl's way of the start goes on from there and says why.
+sub start_planned {
+  my ($plan, @fds) = @_;
+  my $default = "\0" x 32;    # struct sigaction: SIG_DFL, no flags, an empty mask
+  syscall($NR->{rt_sigaction}, $_, $default, 0, 8) for 1, 13, 15, 17, 25;   # HUP PIPE TERM CHLD XFSZ
+  for my $to (0 .. 2) {
+    return if syscall($NR->{dup3}, $fds[$to], $to, 0) != $to;
+  }
+  if (length $plan->{dir} && syscall($NR->{chdir}, $plan->{dir}) != 0) {
+    syswrite(STDERR, "msrun-ssh-agent: cannot cd to $plan->{dir}: $!\n");
+    exit 2;
+  }
+  setpgrp(0, 0) if syscall($SETSID_NR) < 0;
+  syscall($NR->{execve}, $plan->{path}, $plan->{argvp}, $plan->{envp});
+  %ENV = %{$plan->{env}};
+  exec_or_say(@{$plan->{argv}});
 }
 
 # Starts a child on channel $cid: /bin/sh -c $command, or with $launch (a P frame's payload) the
@@ -232,6 +334,9 @@ sub spawn {
     binmode $w;
     $pipes[$_] = [$r, $w];
   }
+  my $plan = plan_of($command, $launch);
+  my @fds = !$plan ? () : map { fileno $_ } ($stdin ? $pipes[0][0] : $DEVNULL), $pipes[1][1],
+    $pipes[2][1];
   my $pid = fork;
   if (!defined $pid) {
     my $why = "$!";
@@ -239,6 +344,7 @@ sub spawn {
     return send_frame('f', $cid, $why);
   }
   if ($pid == 0) {
+    start_planned($plan, @fds) if $plan;
     (!$stdin || open(STDIN, '<&', $pipes[0][0])) && open(STDOUT, '>&', $pipes[1][1])
       && open(STDERR, '>&', $pipes[2][1])
       && ($launch ? start_process($command) : start_child('/bin/sh', '-c', $command));
@@ -458,8 +564,13 @@ sub wd_end {
   }
 }
 
-# The job's stack-dump directory on this host (stack_dir.sh).
-sub stack_dir { (length($ENV{TMPDIR} // '') ? $ENV{TMPDIR} : '/tmp') . "/msrun-ssh-stacks-$_[0]" }
+# The job's stack-dump directory on this host (stack_dir.sh), under the TMPDIR of %$env (the
+# agent's own by default).
+sub stack_dir {
+  my ($job, $env) = @_;
+  $env //= \%ENV;
+  return (length($env->{TMPDIR} // '') ? $env->{TMPDIR} : '/tmp') . "/msrun-ssh-stacks-$job";
+}
 
 # Makes it with $site as its sitecustomize.py, as stack_site does with "first": a directory that
 # exists already must be this user's and not a link.

@@ -225,12 +225,15 @@ class CommandTest : public test::TempDirTest {
   // Runs process command `command` the way the launch agent starts it (a P frame: no shell, no
   // env program), in `cwd` with stdin /dev/null unless the command reads the launcher's; bounded.
   // The status is a wait status, as run_shell's; the output is the process's stdout and stderr.
-  Result run_agent(const std::string& command, const std::string& cwd, double timeout_s = 10) {
+  // `wrap`: words in front of the agent's /bin/sh (a tracer).
+  Result run_agent(const std::string& command, const std::string& cwd, double timeout_s = 10,
+                   Words wrap = {}) {
     Result r;
     std::optional<ProcessLaunch> launch = process_launch_of(command);
     EXPECT_TRUE(launch) << "not a process command: " << command;
     if (!launch) return r;
-    Child c = spawn({"/bin/sh", "-c", agent_command(30)}, kShellEnv, cwd, true);
+    wrap.insert(wrap.end(), {"/bin/sh", "-c", agent_command(30)});
+    Child c = spawn(wrap, kShellEnv, cwd, true);
     std::string in = std::string(agent_program()) +
                      agent_frame('P', 1, agent_launch_payload(*launch)) + agent_frame('E', 1);
     EXPECT_EQ(::write(c.in, in.data(), in.size()), static_cast<ssize_t>(in.size()));
@@ -978,6 +981,52 @@ TEST_F(CommandRoundTrip, MissingWorkdirFailsWithoutRunning) {
     EXPECT_FALSE(fs::exists(workdir_ + "/argv.bin"));
     EXPECT_FALSE(fs::exists(dir_ + "/argv.bin"));
   }
+}
+
+// The agent makes a process's start whole before its fork (plan_of in agent.pl): between its fork
+// and its exec the child makes no system call but the start's own (signals to their defaults, the
+// three descriptors, the workdir, the session), none of Perl's opens, environment or stack.
+// Before, it made 37: fcntl, ioctl, lseek, newfstatat, dup2 and close per descriptor, an openat,
+// two rt_sigprocmask around each signal's reset...
+TEST_F(CommandRoundTrip, TheAgentsChildMakesOnlyItsStartsSystemCallsBeforeItsExec) {
+  std::string strace = test::shell_output("command -v strace");
+  if (strace.empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
+  if (strace.ends_with('\n')) strace.pop_back();
+  process_.argv = {"/bin/sh", "-c", kRecorder, "recorder", "x"};
+  recorder_words_ = 4;
+  std::string trace = dir_ + "/strace.txt";
+  Result r =
+      run_agent(process_command(process_, job_), dir_, 10, {strace, "-f", "-qq", "-o", trace});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(slurp(workdir_ + "/argv.bin"), std::string("x\0", 2));
+  // The pid that exec'd the recorder's /bin/sh, and its calls before that.
+  std::istringstream lines(slurp(trace));
+  std::map<std::string, Words> calls;
+  Words before_exec;
+  for (std::string line; std::getline(lines, line);) {
+    size_t space = line.find(' ');
+    size_t paren = line.find('(', space);
+    if (space == std::string::npos || paren == std::string::npos) continue;
+    std::string pid = line.substr(0, space), call = line.substr(space + 1, paren - space - 1);
+    if (call.starts_with("<") || call.starts_with("---")) continue;
+    if (call == "execve" &&
+        line.find("\"/bin/sh\", [\"/bin/sh\", \"-c\", \"{ [ $#") != std::string::npos) {
+      before_exec = calls[pid];
+      break;
+    }
+    calls[pid].push_back(call);
+  }
+  ASSERT_FALSE(before_exec.empty()) << slurp(trace);
+  // set_robust_list: glibc's fork; rt_sigprocmask: Perl's gives the child back its signal mask.
+  const std::set<std::string> start = {"set_robust_list", "rt_sigprocmask", "rt_sigaction", "dup3",
+                                       "chdir",           "setsid"};
+  std::string seen;
+  for (const auto& call : before_exec) seen += call + " ";
+  for (const auto& call : before_exec) EXPECT_TRUE(start.count(call)) << call << " in " << seen;
+  EXPECT_EQ(std::count(before_exec.begin(), before_exec.end(), "dup3"), 3);
+  EXPECT_EQ(std::count(before_exec.begin(), before_exec.end(), "chdir"), 1);
+  EXPECT_EQ(std::count(before_exec.begin(), before_exec.end(), "setsid"), 1);
 }
 
 // A program that is not there ends as under env: 127, with its name and why on stderr.
