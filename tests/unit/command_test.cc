@@ -893,6 +893,39 @@ TEST_F(CommandRoundTrip, ProgramWithAnEqualsSign) {
   }
 }
 
+// The agent finds a bare program name on the process's PATH as execvp would, also through an
+// entry relative to the workdir (which only the child's cd resolves), and runs a script without
+// a #! line with /bin/sh, as env(1) under the shell does.
+TEST_F(CommandRoundTrip, TheAgentFindsAndRunsProgramsAsExecvpDoes) {
+  fs::create_directory(workdir_ + "/bin");
+  fs::create_directory(workdir_ + "/later");  // a program of the same name, later on PATH
+  std::ofstream(workdir_ + "/later/rec-on-path") << "#!/bin/sh\nexit 3\n";
+  fs::permissions(workdir_ + "/later/rec-on-path", fs::perms::owner_all);
+  for (const char* name : {"/bin/rec-on-path", "/rec-no-line"}) {
+    std::string program = workdir_ + name;
+    std::ofstream(program) << (std::string(name) == "/bin/rec-on-path" ? "#!/bin/sh\n" : "")
+                           << kRecorder << "\n";
+    fs::permissions(program, fs::perms::owner_all);
+  }
+  recorder_words_ = 1;
+  struct Case {
+    std::string program, path;
+  };
+  for (const Case& c :
+       {Case{"rec-on-path", "bin:" + workdir_ + "/later:/bin"},  // relative entry: the cd's
+        Case{"rec-on-path", workdir_ + "/bin:/usr/bin:/bin"},    // absolute
+        Case{"./rec-no-line", "/usr/bin:/bin"}}) {
+    SCOPED_TRACE(c.program + " on " + c.path);
+    process_.argv = {c.program};
+    process_.argv.insert(process_.argv.end(), corpus_.begin(), corpus_.end());
+    process_.env = {{"PATH", c.path}, {"T0", corpus_[0]}};
+    for (const auto& shell : {"/bin/sh", "agent"}) {
+      check_run(shell);
+      for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+    }
+  }
+}
+
 TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
   process_.stack_dumps = true;
   process_.env.emplace_back("PYTHONPATH", "/opt/lib");
