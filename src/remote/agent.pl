@@ -299,7 +299,8 @@ sub program_path {
 sub start_planned {
   my ($plan, @fds) = @_;
   my $default = "\0" x 32;    # struct sigaction: SIG_DFL, no flags, an empty mask
-  syscall($NR->{rt_sigaction}, $_, $default, 0, 8) for 1, 13, 15, 17, 25;   # HUP PIPE TERM CHLD XFSZ
+  # HUP, PIPE, TERM, CHLD and XFSZ, as start_child's %SIG
+  syscall($NR->{rt_sigaction}, $_, $default, 0, 8) for 1, 13, 15, 17, 25;
   for my $to (0 .. 2) {
     return if syscall($NR->{dup3}, $fds[$to], $to, 0) != $to;
   }

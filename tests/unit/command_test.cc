@@ -1039,9 +1039,10 @@ TEST_F(CommandRoundTrip, TheAgentsChildMakesOnlyItsStartsSystemCallsBeforeItsExe
   Words before_exec;
   for (std::string line; std::getline(lines, line);) {
     size_t space = line.find(' ');
-    size_t paren = line.find('(', space);
-    if (space == std::string::npos || paren == std::string::npos) continue;
-    std::string pid = line.substr(0, space), call = line.substr(space + 1, paren - space - 1);
+    size_t name = line.find_first_not_of(' ', space);  // strace pads the pid: "1865  execve("
+    size_t paren = line.find('(', name);
+    if (name == std::string::npos || paren == std::string::npos) continue;
+    std::string pid = line.substr(0, space), call = line.substr(name, paren - name);
     if (call.starts_with("<") || call.starts_with("---")) continue;
     if (call == "execve" &&
         line.find("\"/bin/sh\", [\"/bin/sh\", \"-c\", \"{ [ $#") != std::string::npos) {
