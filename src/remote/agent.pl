@@ -315,9 +315,9 @@ sub start_planned {
 }
 
 # Starts a child on channel $cid: /bin/sh -c $command, or with $launch (a P frame's payload) the
-# process it describes.
+# process it describes; $plan: its plan_of, made before.
 sub spawn {
-  my ($cid, $command, $launch) = @_;
+  my ($cid, $command, $launch, $plan) = @_;
   return send_frame('f', $cid, "the job's watchdog on this host has ended: nothing starts here")
     if $watchdog_gone && ($launch || $command !~ /msrun-ssh-stop/);
   my $flags = $launch ? (split /\0/, $command, 3)[1] : '';
@@ -335,7 +335,6 @@ sub spawn {
     binmode $w;
     $pipes[$_] = [$r, $w];
   }
-  my $plan = plan_of($command, $launch);
   my @fds = !$plan ? () : map { fileno $_ } ($stdin ? $pipes[0][0] : $DEVNULL), $pipes[1][1],
     $pipes[2][1];
   my $pid = fork;
@@ -368,9 +367,9 @@ sub spawn {
 }
 
 sub control {
-  my ($op, $cid, $payload) = @_;
-  return spawn($cid, $payload) if $op eq 'S';
-  return spawn($cid, $payload, 1) if $op eq 'P';
+  my ($op, $cid, $payload, $plan) = @_;
+  return spawn($cid, $payload, 0, $plan) if $op eq 'S';
+  return spawn($cid, $payload, 1, $plan) if $op eq 'P';
   return wd_start($cid, $payload) if $op eq 'W';
   return sampler_start($cid, $payload) if $op eq 'M';
   if (my $sampler = $samplers{$cid}) {
@@ -437,12 +436,22 @@ sub read_control {
     return;
   }
   $inbuf .= $data;
+  my @frames;
   while (length $inbuf >= 9) {
     my ($op, $cid, $size) = unpack('a N N', $inbuf);
     last if length $inbuf < 9 + $size;
-    my $payload = substr($inbuf, 9, $size);
+    push @frames, [$op, $cid, substr($inbuf, 9, $size)];
     substr($inbuf, 0, 9 + $size, '');
-    control($op, $cid, $payload);
+  }
+  # The starts of a run of P and S frames are all planned before the first of them forks: a fork
+  # write-protects the agent's pages, and every page a plan wrote after it would cost a fault.
+  # A run ends at any other frame (a W frame makes the stack-dump directory the plans look for).
+  for my $i (0 .. $#frames) {
+    for (my $j = $i; $j <= $#frames && $frames[$j][0] =~ /^[PS]\z/; $j++) {
+      last if exists $frames[$j][3];
+      $frames[$j][3] = plan_of($frames[$j][2], $frames[$j][0] eq 'P');
+    }
+    control(@{$frames[$i]});
   }
 }
 
