@@ -103,6 +103,9 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 //   "msrun-ssh-watchdog: done"                when the teardown the launcher asked for is over
 //   "msrun-ssh-watchdog: paused" / "resumed"  after 'z' (the processes stopped) / after 'r'
 //                                             (while paused, 'h' is answered: the job stays so)
+//   "msrun-ssh-watchdog: terminated"          after a SIGTERM to the watchdog itself (Slurm
+//                                             ending its step): it has SIGKILLed every process
+//                                             of the job on its host, and ends
 // and exits 0 after its teardown (after losing the launcher it sweeps four more times over a
 // second first).
 inline constexpr char kBeat = 'h';
@@ -118,6 +121,7 @@ inline constexpr std::string_view kWatchdogLost = "msrun-ssh-watchdog: launcher 
 inline constexpr std::string_view kWatchdogDone = "msrun-ssh-watchdog: done";
 inline constexpr std::string_view kWatchdogPaused = "msrun-ssh-watchdog: paused";
 inline constexpr std::string_view kWatchdogResumed = "msrun-ssh-watchdog: resumed";
+inline constexpr std::string_view kWatchdogTerminated = "msrun-ssh-watchdog: terminated";
 // Instead of the ready line, when the host's workdir is not a directory it can enter; the
 // watchdog then ends.
 inline constexpr std::string_view kWatchdogNoWorkdir = "msrun-ssh-watchdog: no workdir";

@@ -36,8 +36,9 @@ trap '' PIPE HUP
 # `scancel` under --transport srun, then SIGKILL after KillWait; a host shutting down): nobody
 # will watch this host's processes any more, so they are killed at once, grandchildren that left
 # the step's process tree too. (sh runs the trap once the read in progress returns: its `timeout`
-# and `dd` get the same SIGTERM from a step's end.)
-trap 'signal_all KILL; forget_stacks; echo "msrun-ssh-watchdog: terminated"; exit 0' TERM
+# and `dd` get the same SIGTERM from a step's end.) The line comes first, so that the launcher
+# reads it before the processes' ends the kill brings, and takes them for what they are.
+trap 'echo "msrun-ssh-watchdog: terminated"; signal_all KILL; forget_stacks; exit 0' TERM
 n=; read -r n < /proc/sys/kernel/hostname 2>/dev/null || n=$(uname -n)
 # The host's workdir (W) is said missing before anything starts, not as each process's cd error:
 # a directory this user may enter (tested, not entered: no subshell).

@@ -143,10 +143,12 @@ def _scancel_of_the_allocation_ends_every_process_on_every_node(transport):
         subprocess.run(["scancel", ids[0]], env=env, check=True, timeout=30)
         out, err = _finish(p, 30)
         # salloc -K sends SIGTERM to the launcher when the allocation is revoked; slurmd signals
-        # the step's processes at the same moment. Whichever reaches first is the cause, and the
-        # launcher says it received the signal either way (unless it had ended before it came).
+        # the step's processes at the same moment (over srun, the watchdogs' steps too).
+        # Whichever reaches first is the cause, and the launcher says it received the signal
+        # either way (unless it had ended before it came); each ends the job with 143.
         check(p.returncode == 143, f"exit {p.returncode}: {err}")
         check(re.search(r"^msrun-ssh: received SIGTERM(;| during the teardown)", err, re.M)
+              or re.search(r"^msrun-ssh: the watchdog on node\d received SIGTERM", err, re.M)
               or re.search(r"^--- root cause: rank \d+ on node\d: killed by SIGTERM ---$", err,
                            re.M), err)
         wait_clean(5)

@@ -78,12 +78,15 @@ def test_sigkill_watchdog_cleans_within_3_heartbeats():
     print(f"hosts clean {took:.1f} s after SIGKILL of the launcher")
 
 
-def _killed_watchdog_test(agent):
+def _killed_watchdog_test(agent, sig=signal.SIGKILL):
     """Host 1's watchdog is killed while the job runs (its host and connection are fine): the
     job ends with 255 naming it, and what the ranks there left in sessions of their own (chatter.py's
     grandchildren, which no channel reaches) is ended by `stop`'s program, sent in the watchdog's
     place. Through the launch agent the watchdog is the agent itself, the ranks' parent: with it
-    go the ranks' channels, and `stop` runs on a channel of its own."""
+    go the ranks' channels, and `stop` runs on a channel of its own.
+
+    With SIGTERM (what Slurm sends a step it ends) the watchdog kills its host's processes itself
+    and says so: the job ends with 143, as if the launcher had got the SIGTERM."""
     victim = 1
     p, _ = launch([job("chatter.py"), "30"], extra=["--agent", agent])
     try:
@@ -101,14 +104,17 @@ def _killed_watchdog_test(agent):
             dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")
                     if job_id and f" {job_id[0]} " in cmd]
         check(dogs, "no watchdog of the job found on host 1")
-        os.kill(dogs[0], signal.SIGKILL)
+        os.kill(dogs[0], sig)
         out, err = p.communicate(timeout=30)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    check(p.returncode == 255, f"exit {p.returncode}, expected 255: {err.decode()[-2000:]}")
-    check(f"the watchdog on {addresses()[victim]} ended unexpectedly".encode() in err,
+    expected, said = (255, "ended unexpectedly") if sig == signal.SIGKILL else (
+        143, "received SIGTERM (the job was ended there from outside); stopping the job")
+    check(p.returncode == expected,
+          f"exit {p.returncode}, expected {expected}: {err.decode()[-2000:]}")
+    check(f"msrun-ssh: the watchdog on {addresses()[victim]} {said}".encode() in err,
           err.decode()[-1500:])
     wait_clean(5)
 
@@ -138,6 +144,14 @@ def test_a_killed_watchdog_s_host_is_swept_in_its_place():
 
 def test_a_killed_watchdog_s_host_is_swept_in_its_place_through_the_agent():
     _killed_watchdog_test("True")
+
+
+def test_a_sigterm_to_a_watchdog_ends_the_job_with_143():
+    _killed_watchdog_test("False", signal.SIGTERM)
+
+
+def test_a_sigterm_to_a_watchdog_ends_the_job_with_143_through_the_agent():
+    _killed_watchdog_test("True", signal.SIGTERM)
 
 
 def _lost_host_test(break_host, repair_host):

@@ -69,7 +69,10 @@ struct HostScript {
   std::optional<Transport::ServerAlive> server_alive;
   double lost_at = -1;  // then the transport reports kHostLost
   std::string lost_reason = "connection reset by peer";
-  double watchdog_exits_at = -1;         // then the watchdog channel closes by itself
+  double watchdog_exits_at = -1;  // then the watchdog channel closes by itself
+  // Then the watchdog gets SIGTERM (Slurm ending its step): it says "terminated", SIGKILLs the
+  // host's processes and ends.
+  double watchdog_terminated_at = -1;
   bool no_workdir = false;               // the watchdog says the workdir is missing and ends
   std::vector<std::string> sweep_lines;  // printed by the watchdog when it sweeps ("killed ...")
   bool honours_signals = true;           // sshd delivers SSH "signal" requests (OpenSSH >= 7.9)
@@ -406,6 +409,15 @@ class FakeTransport : public Transport, public FakeClock {
     const HostScript& s = script(c.host);
     ChannelId id = c.id;
     if (s.watchdog_exits_at >= 0) at(s.watchdog_exits_at, [this, id] { end(id, 0, ""); });
+    if (s.watchdog_terminated_at >= 0)
+      at(s.watchdog_terminated_at, [this, id] {
+        Channel& w = chan(id);
+        if (!w.running) return;
+        w.killing = true;
+        emit_data(w, std::string(kWatchdogTerminated) + "\n");
+        kill_all(w.host, true);
+        end(id, 0, "");
+      });
     if (!s.watchdog_answers) return;
     if (s.no_workdir) {
       after(s.ready_after, [this, id] {

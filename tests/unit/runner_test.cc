@@ -443,6 +443,24 @@ TEST_F(Runner, WatchdogEndingUnexpectedlyFailsTheJob) {
   EXPECT_EQ(ended_ms_, 2000 + 100 + 10);
 }
 
+TEST_F(Runner, WatchdogEndedBySigtermEndsTheJobAs143NotAsALostHost) {
+  // scancel of the allocation: Slurm ends node1's watchdog step before salloc -K's SIGTERM
+  // reaches the launcher (if it ever does).
+  plan_ = make_plan({1, 1});
+  HostScript cancelled = host();
+  cancelled.watchdog_terminated_at = 2;
+  FakeTransport fake({host(), cancelled});
+  EXPECT_EQ(run(fake), 143);
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: the watchdog on node1 received SIGTERM (the job was ended there from "
+            "outside); stopping the job on every host\n");
+  EXPECT_EQ(fake.control(0), "hk");
+  EXPECT_EQ(statuses(), (Strings{kTerm, kKill}));
+  // Its processes are already ended: no `stop` is sent to the host.
+  for (msrun_ssh::ChannelId c = 0; c < fake.channel_count(); ++c)
+    EXPECT_EQ(fake.channel(c).command.find("msrun-ssh-stop"), std::string::npos);
+}
+
 // --- Signals to the launcher ---------------------------------------------------------------------
 
 TEST_F(Runner, SigintTearsDownAndExits130) {
