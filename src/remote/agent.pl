@@ -221,10 +221,21 @@ sub process_env {
   }
 }
 
-# In the child, a P frame's process (see the top): cd, environment, stack-dump step, exec.
+# A P frame's payload (see the top) in its parts, {dir, flags, set, argv}; an S frame's command
+# as the start of /bin/sh -c COMMAND, without a workdir, flags or variables of its own.
+sub start_of {
+  my ($payload, $launch) = @_;
+  return {dir => '', flags => '', set => [], argv => ['/bin/sh', '-c', $payload]} if !$launch;
+  my ($dir, $flags, $count, @argv) = split /\0/, $payload, -1;
+  my @set = splice(@argv, 0, $count // 0);
+  return {dir => $dir, flags => $flags // '', set => \@set, argv => \@argv};
+}
+
+# In the child, a start (start_of) the agent could not plan: cd, environment, stack-dump step,
+# exec.
 sub start_process {
-  my ($dir, $flags, $count, @words) = split /\0/, $_[0], -1;
-  my @set = splice(@words, 0, $count // 0);
+  my ($start) = @_;
+  my ($dir, $flags) = @$start{qw(dir flags)};
   my $pwd;
   if (length $dir) {
     if (!chdir $dir) {
@@ -233,12 +244,12 @@ sub start_process {
     }
     $pwd = pwd_after_cd($dir) // readlink('/proc/self/cwd') // '';
   }
-  process_env(\%ENV, $pwd, $flags, @set);
+  process_env(\%ENV, $pwd, $flags, @{$start->{set}});
   if ($flags =~ /n/ && !open(STDIN, '<', '/dev/null')) {
     syswrite(STDERR, "msrun-ssh-agent: cannot open /dev/null: $!\n");
     exit 126;
   }
-  start_child(@words);
+  start_child(@{$start->{argv}});
 }
 
 # A child's start made whole in the agent, before its fork, so that the child runs no Perl
@@ -249,23 +260,18 @@ sub start_process {
 # found), and on machines whose calls it does not know: then the child starts as before
 # (start_process, start_child), which also says why a start failed.
 sub plan_of {
-  my ($payload, $launch) = @_;
+  my ($start) = @_;
   return undef if !$NR;
-  my ($dir, $flags, $count, @argv) = ('', '');
+  my ($dir, $flags, $argv) = @$start{qw(dir flags argv)};
   my %env = %ENV;
-  if ($launch) {
-    ($dir, $flags, $count, @argv) = split /\0/, $payload, -1;
-    my @set = splice(@argv, 0, $count // 0);
-    my $pwd;
-    if (length $dir) {
-      $pwd = pwd_after_cd($dir);
-      return undef if !defined $pwd;
-    }
-    process_env(\%env, $pwd, $flags, @set);
-    return undef if $flags =~ /s/ && stack_dir('', \%env) !~ m{^/};
-  } else {
-    @argv = ('/bin/sh', '-c', $payload);
+  my $pwd;
+  if (length $dir) {
+    $pwd = pwd_after_cd($dir);
+    return undef if !defined $pwd;
   }
+  process_env(\%env, $pwd, $flags, @{$start->{set}});
+  return undef if $flags =~ /s/ && stack_dir('', \%env) !~ m{^/};
+  my @argv = @$argv;
   my $path = program_path($argv[0] // '', $env{PATH});
   return undef if !defined $path || ($flags =~ /n/ && !($DEVNULL //= devnull()));
   my @envw = map { "$_=$env{$_}" } keys %env;
@@ -314,15 +320,14 @@ sub start_planned {
   exec_or_say(@{$plan->{argv}});
 }
 
-# Starts a child on channel $cid: /bin/sh -c $command, or with $launch (a P frame's payload) the
-# process it describes; $plan: its plan_of, made before.
+# Starts a child on channel $cid: an S frame's /bin/sh -c $command, or with $launch a P frame's
+# process; $start: its start_of, $plan: its plan_of, both made before.
 sub spawn {
-  my ($cid, $command, $launch, $plan) = @_;
+  my ($cid, $command, $launch, $start, $plan) = @_;
   return send_frame('f', $cid, "the job's watchdog on this host has ended: nothing starts here")
     if $watchdog_gone && ($launch || $command !~ /msrun-ssh-stop/);
-  my $flags = $launch ? (split /\0/, $command, 3)[1] : '';
   # A process whose stdin is /dev/null (flag n) gets no stdin pipe: start_process opens it.
-  my $stdin = $flags !~ /n/;
+  my $stdin = $start->{flags} !~ /n/;
   my @pipes;
   for ($stdin ? 0 .. 2 : 1 .. 2) {
     my ($r, $w);
@@ -347,7 +352,7 @@ sub spawn {
     start_planned($plan, @fds) if $plan;
     (!$stdin || open(STDIN, '<&', $pipes[0][0])) && open(STDOUT, '>&', $pipes[1][1])
       && open(STDERR, '>&', $pipes[2][1])
-      && ($launch ? start_process($command) : start_child('/bin/sh', '-c', $command));
+      && start_process($start);
     exit 127;
   }
   close $pipes[0][0] if $stdin;
@@ -367,9 +372,9 @@ sub spawn {
 }
 
 sub control {
-  my ($op, $cid, $payload, $plan) = @_;
-  return spawn($cid, $payload, 0, $plan) if $op eq 'S';
-  return spawn($cid, $payload, 1, $plan) if $op eq 'P';
+  my ($op, $cid, $payload, $start, $plan) = @_;
+  return spawn($cid, $payload, 0, $start, $plan) if $op eq 'S';
+  return spawn($cid, $payload, 1, $start, $plan) if $op eq 'P';
   return wd_start($cid, $payload) if $op eq 'W';
   return sampler_start($cid, $payload) if $op eq 'M';
   if (my $sampler = $samplers{$cid}) {
@@ -449,7 +454,8 @@ sub read_control {
   for my $i (0 .. $#frames) {
     for (my $j = $i; $j <= $#frames && $frames[$j][0] =~ /^[PS]\z/; $j++) {
       last if exists $frames[$j][3];
-      $frames[$j][3] = plan_of($frames[$j][2], $frames[$j][0] eq 'P');
+      $frames[$j][3] = start_of($frames[$j][2], $frames[$j][0] eq 'P');
+      $frames[$j][4] = plan_of($frames[$j][3]);
     }
     control(@{$frames[$i]});
   }
