@@ -5,6 +5,7 @@
   bench/ab.py --a OLD --b NEW --b-args='--watch=False --agent=False'   # same choices as OLD
   bench/ab.py --a OLD --b NEW --b-env PATH=/nonexistent   # B finds no ssh client: libssh's parser
   bench/ab.py --a OLD --b NEW --suite launch --sizes 64 --ppn 8   # 8 processes per host
+  bench/ab.py --a OLD --b NEW --suite launch --sizes 64 --clutter 3000   # a busy host's processes
 
 Uses the same cluster, workloads and measurement as bench.py (relay: 4 hosts x 50 MB; launch:
 /bin/true on --sizes farm hosts, --ppn per host). Prints medians (min-max) of wall time,
@@ -34,6 +35,9 @@ def main():
     p.add_argument("--a-env", default="", help="NAME=VALUE ... set for every run of A")
     p.add_argument("--b-env", default="", help="NAME=VALUE ... set for every run of B")
     p.add_argument("--ppn", type=int, default=1, help="launch: processes per host")
+    p.add_argument("--clutter", type=int, default=0,
+                   help="launch: idle processes on the farm, as on a busy host (its watchdogs "
+                        "sweep them)")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--relay-mb", type=int, default=50)
     p.add_argument("--work", default="/tmp/msrun-bench")
@@ -51,9 +55,12 @@ def main():
     common.raise_nofile()
     args.cluster = common.Cluster(os.path.join(args.work, "cluster"), 4, max(sizes))
     results = {}
+    clutter = None
     try:
         if not args.no_up:
             args.cluster.up()
+        if args.clutter:
+            clutter = args.cluster.clutter(args.clutter)
         args.baseline = bench.baseline(args)
         prog, per_proc = bench.make_relay_program(args.work, args.relay_mb)
         relay_toml = args.cluster.write_toml(os.path.join(args.work, "nodes4.toml"),
@@ -87,6 +94,8 @@ def main():
                             f"{r['cpu'] * 1000 / n:.3f} ms machine {r['machine_cpu']:.2f} s "
                             f"ok {r['ok']}")
     finally:
+        if clutter:
+            args.cluster.end_clutter(clutter)
         if not args.keep_cluster:
             args.cluster.down()
         shutil.rmtree(os.path.join(args.work, "runs"), ignore_errors=True)

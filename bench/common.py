@@ -85,6 +85,34 @@ class Cluster:
         subprocess.run(["bash", CLUSTER_SH, "burnrc", "farm", str(cpu_seconds)], check=True,
                        timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    def clutter(self, count, max_wait_s=120):
+        """Starts `count` idle processes on the farm, in its pid namespace (where the farm's
+        watchdogs sweep), as the other processes of a busy host; returns the Popen whose process
+        group ends them (end_clutter)."""
+        own = os.readlink("/proc/self/ns/pid")
+        inside = [p for p in netns_pids("msrs-farm")
+                  if os.path.exists(f"/proc/{p}") and os.readlink(f"/proc/{p}/ns/pid") != own]
+        if not inside:
+            raise RuntimeError("no process in the farm's pid namespace")
+        before = len(netns_pids("msrs-farm"))
+        proc = subprocess.Popen(
+            ["nsenter", "-t", str(inside[0]), "-p", "-m", "-n", "--", "sh", "-c",
+             f"i=0; while [ $i -lt {count} ]; do sleep 86400 & i=$((i + 1)); done; wait"],
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + max_wait_s
+        while len(netns_pids("msrs-farm")) < before + count and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log(f"clutter: {len(netns_pids('msrs-farm')) - before} idle processes on the farm")
+        return proc
+
+    @staticmethod
+    def end_clutter(proc):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+
     def write_toml(self, path, addrs, workers, extra=""):
         with open(path, "w") as f:
             f.write("[defaults]\nuser = \"root\"\nport = 22\n")

@@ -97,19 +97,25 @@ for my $i (0 .. $#KEPT) {
 # own without POSIX.pm, whose loading costs more than the whole agent. Elsewhere setsid(1), else a
 # process group of its own, and every child starts the way of Perl's exec (start_child).
 my %NR_X86_64 = (setsid => 112, clock_gettime => 228, execve => 59, dup3 => 292, chdir => 80,
-  rt_sigaction => 13);
+  rt_sigaction => 13, prctl => 157);
 my %NR_GENERIC = (setsid => 157, clock_gettime => 113, execve => 221, dup3 => 24, chdir => 49,
-  rt_sigaction => 134);
+  rt_sigaction => 134, prctl => 167);
 my %NR_OF_MACHINE = (62 => \%NR_X86_64, 183 => \%NR_GENERIC, 243 => \%NR_GENERIC,
   258 => \%NR_GENERIC);
 my $MACHINE = $^O eq 'linux' ? elf_machine() : 0;
 my $NR = $NR_OF_MACHINE{$MACHINE};
 my $SETSID_NR = $NR ? $NR->{setsid} : undef;
 my $CLOCK_NR = $NR ? $NR->{clock_gettime} : undef;
-my $DEVNULL;    # /dev/null, opened once, for the stdin of the processes flagged "n"
-my ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
+# The agent is the subreaper of what its children leave (prctl PR_SET_CHILD_SUBREAPER): a process
+# that outlives its parent (a daemon's double fork, `setsid cmd &`) becomes the agent's child, not
+# init's. So once the agent has no child at all, nothing it started lives any more, nor anything
+# those started, and the watchdog's sweep reads no process's environment (job_pids).
+my $SUBREAPER = $NR && syscall($NR->{prctl}, 36, 1, 0, 0, 0) == 0;
+my $childless = 0;    # the last waitpid found no child at all
+my $DEVNULL;          # /dev/null, opened once, for the stdin of the processes flagged "n"
+my ($EAGAIN, $EINTR, $ENOENT, $ECHILD, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
 if (defined $SETSID_NR) {
-  ($EAGAIN, $EINTR, $ENOENT, $F_GETFL, $F_SETFL, $O_NONBLOCK) = (11, 4, 2, 3, 4, 2048);
+  ($EAGAIN, $EINTR, $ENOENT, $ECHILD, $F_GETFL, $F_SETFL, $O_NONBLOCK) = (11, 4, 2, 10, 3, 4, 2048);
   @SIG_NAME = qw(ZERO HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT
     CHLD CONT STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS);
 } else {
@@ -119,7 +125,8 @@ if (defined $SETSID_NR) {
   require Time::HiRes;
   Config->import;    # %Config
   our %Config;
-  ($EAGAIN, $EINTR, $ENOENT) = (Errno::EAGAIN(), Errno::EINTR(), Errno::ENOENT());
+  ($EAGAIN, $EINTR, $ENOENT, $ECHILD) =
+    (Errno::EAGAIN(), Errno::EINTR(), Errno::ENOENT(), Errno::ECHILD());
   ($F_GETFL, $F_SETFL, $O_NONBLOCK) = (Fcntl::F_GETFL(), Fcntl::F_SETFL(), Fcntl::O_NONBLOCK());
   @SIG_NAME = split ' ', $Config{sig_name};
 }
@@ -474,9 +481,12 @@ sub read_output {
   maybe_closed($child);
 }
 
+# Reaps every child that ended: the agent's commands (their status is sent) and what they left
+# (the agent is its subreaper: reaped without a word).
 sub reap {
-  while (%by_pid) {
+  while (1) {
     my $pid = waitpid(-1, 1);    # WNOHANG
+    $childless = $pid == -1 && $! == $ECHILD;
     return if $pid <= 0;
     my $child = delete $by_pid{$pid} or next;
     $watchdog_gone = 1 if defined $watchdog_pid && $pid == $watchdog_pid;
@@ -616,8 +626,11 @@ sub remove_tree {
 }
 
 # The pids of the job's processes on this host but the agent: every process whose environment
-# holds MSRUN_SSH_JOB=J, and the agent's P children not reaped yet (sweep.sh's find_pids).
+# holds MSRUN_SSH_JOB=J, and the agent's P children not reaped yet (sweep.sh's find_pids). None,
+# without a look at /proc, once the agent, their subreaper, has no child left.
 sub job_pids {
+  reap();
+  return () if $SUBREAPER && $childless;
   my %pids = map { $_->{pid} => 1 } grep { $_->{job} } values %by_pid;
   my $marker = "MSRUN_SSH_JOB=$wd->{job}";
   opendir(my $proc, '/proc') or return keys %pids;

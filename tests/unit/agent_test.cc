@@ -462,6 +462,48 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsTheAgentsProcessesMarkedOrN
   run_until(t, closed({other}));
 }
 
+// The agent is the subreaper of what its processes leave: a process of the job that left a daemon
+// (setsid in the background) and ended is no child of the agent any more, but the daemon is, and
+// the watchdog's sweep finds and ends it.
+TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsWhatAnEndedProcessLeft) {
+  AgentTransport t(local, 1, agent_command(30));
+  Process p;
+  p.workdir = "/";
+  p.argv = {"/bin/sh", "-c", "setsid sleep 34 < /dev/null > /dev/null 2>&1 & echo up"};
+  ChannelId left = t.exec(0, process_command(p, "job-5"));
+  run_until(t, [&] { return seen[left].closed && running({"sleep", "34"}); });
+  EXPECT_EQ(seen[left].status, 0);
+  std::string said = quit_watchdog(t, "job-5", left);
+  EXPECT_NE(said.find("SIGTERM sleep 34"), std::string::npos) << said;
+  run_until(t, [] { return !running({"sleep", "34"}); });
+}
+
+// Once the agent has no child left, nothing it started lives any more (it is their subreaper):
+// the watchdog's sweep at the job's end reads no process's environment, whatever runs on the host.
+TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
+  std::string strace = test::shell_output("command -v strace");
+  if (strace.empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
+  if (strace.ends_with('\n')) strace.pop_back();
+  test::TempDir dir;
+  std::string trace = dir.path() + "/strace.txt";
+  // Only the agent is traced (no -f); with an idle limit of 0.5 s it ends once the job is over.
+  AgentTransport t(local, 1,
+                   fmt::format("exec {} -q -e trace=openat -o {} /bin/sh -c {}", strace, trace,
+                               shell_quote(agent_command(0.5))));
+  Process p;
+  p.workdir = "/";
+  p.argv = {"/bin/sh", "-c", "echo up"};
+  ChannelId ended = t.exec(0, process_command(p, "job-6"));
+  run_until(t, closed({ended}));
+  std::string said = quit_watchdog(t, "job-6", ended);
+  EXPECT_NE(said.find("msrun-ssh-watchdog: done"), std::string::npos) << said;
+  run_until(t, [&] { return test::slurp(trace).find("+++ exited") != std::string::npos; });
+  std::string opened = test::slurp(trace);
+  EXPECT_NE(opened.find("/proc/self/exe"), std::string::npos) << opened;  // it traced the agent
+  EXPECT_EQ(opened.find("/environ"), std::string::npos) << opened;
+}
+
 // Under the agent the agent is the watchdog: a heartbeat costs the host no process (`timeout`,
 // `dd`, `grep` and `sh` on its PATH here only say that they ran). After its silence limit without
 // a byte it takes the launcher for lost.
