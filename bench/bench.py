@@ -528,6 +528,8 @@ def main():
     p.add_argument("--out", default="/tmp/msrun-bench-results", help="results.json, results.md")
     p.add_argument("--timeout", type=float, default=180, help="per run, seconds")
     p.add_argument("--keep-cluster", action="store_true", help="do not take the cluster down")
+    p.add_argument("--clutter", type=int, default=0,
+                   help="idle processes on the farm for the whole run, as on a busy host")
     p.add_argument("--no-up", action="store_true", help="use the cluster already in --work/cluster")
     p.add_argument("--plot", metavar="PREFIX", help="draw PREFIX-launch.png from the results")
     p.add_argument("--replot", action="store_true", help="only redraw/retable --out/results.json")
@@ -568,9 +570,13 @@ def main():
     args.cluster = common.Cluster(os.path.join(args.work, "cluster"), 4,
                                   max(args.sizes + args.mem_sizes + args.login_sizes))
     tools = Tools(args.cluster, msrun_copy, args.work, os.path.abspath(args.floor))
+    clutter = None
     try:
         if not args.no_up:
             args.cluster.up()
+        if args.clutter:
+            clutter = args.cluster.clutter(args.clutter)
+            results["machine"]["clutter"] = f"{args.clutter} idle processes on the farm"
         args.baseline = baseline(args)
         if "launch" in suites:
             bench_launch(args, tools, results)
@@ -583,6 +589,8 @@ def main():
         if "login" in suites:
             bench_login(args, tools, results)
     finally:
+        if clutter:
+            args.cluster.end_clutter(clutter)
         if not args.keep_cluster:
             args.cluster.down()
         shutil.rmtree(os.path.join(args.work, "runs"), ignore_errors=True)
