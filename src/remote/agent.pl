@@ -813,9 +813,10 @@ while (1) {
   # Not in a turn that read the launcher: what it read may end before a heartbeat it sent.
   $wd->{eof} = 1 if !$heard && !$wd->{paused} && now() - $wd->{heard} > $wd->{silence};
   if ($terminated) {
+    # Said first: the launcher takes the ends the kill brings for the teardown's, not the cause.
+    wd_say('msrun-ssh-watchdog: terminated');
     signal_job('KILL', 1);
     forget_stacks();
-    wd_say('msrun-ssh-watchdog: terminated');
     wd_end();
     flush();
     exit 0;
