@@ -103,8 +103,8 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
 //   "msrun-ssh-watchdog: done"                when the teardown the launcher asked for is over
 //   "msrun-ssh-watchdog: paused" / "resumed"  after 'z' (the processes stopped) / after 'r'
 //                                             (while paused, 'h' is answered: the job stays so)
-//   "msrun-ssh-watchdog: terminated"          after a SIGTERM to the watchdog itself (Slurm
-//                                             ending its step): it has SIGKILLed every process
+//   "msrun-ssh-watchdog: terminated"          at a SIGTERM to the watchdog itself (Slurm
+//                                             ending its step): it then SIGKILLs every process
 //                                             of the job on its host, and ends
 // and exits 0 after its teardown (after losing the launcher it sweeps four more times over a
 // second first).

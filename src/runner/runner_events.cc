@@ -124,12 +124,15 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   } else if (line == kWatchdogTerminated) {
     // Not a lost host: something ended the job there on purpose (scancel of the allocation ends
     // every step with SIGTERM, and salloc -K's SIGTERM to the launcher may come later or not at
-    // all). The job ends as if the launcher had got it. The line comes before the watchdog's
-    // SIGKILL of its host's processes, so their ends are the teardown's, not the cause.
-    if (!ending())
+    // all). The job ends as if the launcher had got it, and is not restarted: a batch system
+    // ending it would meet a restart with the same. The line comes before the watchdog's SIGKILL
+    // of its host's processes, so their ends are the teardown's, not the cause.
+    if (!ending()) {
+      interrupted_ = true;
       fail(exit_status_of_signal(SIGTERM),
            fmt::format("the watchdog on {} received SIGTERM (the job was ended there from outside)",
                        host_name(host)));
+    }
   } else if (line == kWatchdogLost) {
     // Not the host's fault: the launcher was silent for too long (excuse_stall says why). The
     // watchdog is tearing its host's processes down; everyone else follows.

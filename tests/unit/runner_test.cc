@@ -451,6 +451,7 @@ TEST_F(Runner, WatchdogEndedBySigtermEndsTheJobAs143NotAsALostHost) {
   cancelled.watchdog_terminated_at = 2;
   FakeTransport fake({host(), cancelled});
   EXPECT_EQ(run(fake), 143);
+  EXPECT_TRUE(runner().interrupted());  // never restarted
   EXPECT_EQ(console_err(),
             "msrun-ssh: the watchdog on node1 received SIGTERM (the job was ended there from "
             "outside); stopping the job on every host\n");
