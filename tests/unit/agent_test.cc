@@ -92,6 +92,9 @@ TEST(AgentFrame, ExitPayloads) {
     EXPECT_FALSE(parse_agent_exit(bad, status, signal)) << bad;
 }
 
+// Every test here runs its processes under a job id of its own ("job-N", N used by no other
+// test): CI runs the unit tests in two shards side by side, and a watchdog's sweep ends every
+// process on the machine that carries its job's marker, another test's too.
 class AgentOverLocal : public ::testing::Test, public test::ChannelRecorder {
  protected:
   // Starts job `job`'s watchdog on host 0 of `t`, asks it to quit once ready and waits until it
@@ -401,7 +404,7 @@ TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
   EXPECT_EQ(seen[sampler].status, 0) << seen[sampler].err;
   auto sample = parse_sample(seen[sampler].out.substr(0, seen[sampler].out.find('\n')));
   EXPECT_TRUE(sample) << seen[sampler].out;
-  ChannelId dog = t.exec(0, watchdog_command("job-1", 10, 1));
+  ChannelId dog = t.exec(0, watchdog_command("job-14", 10, 1));
   t.send_eof(dog);  // a launcher gone: its teardown finds nothing and it ends
   run_until(t, closed({dog}));
   EXPECT_NE(seen[dog].out.find("msrun-ssh-watchdog: ready"), std::string::npos) << seen[dog].err;
@@ -419,7 +422,7 @@ TEST_F(AgentOverLocal, TheWatchdogsAndSamplersProgramsAreSentWithoutACopy) {
             std::string::npos);
   // The agent is the watchdog itself: a W frame with its arguments, no program to run.
   std::string words;
-  for (const auto& word : watchdog_words(watchdog_args("job-1", 10, 1))) words += word + '\0';
+  for (const auto& word : watchdog_words(watchdog_args("job-14", 10, 1))) words += word + '\0';
   std::string head =
       agent_frame('W', static_cast<uint32_t>(dog), words + std::string(watchdog_stack_site()));
   EXPECT_NE(local.written.find(head.substr(0, 9 + words.size())), std::string::npos);
@@ -470,10 +473,10 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsWhatAnEndedProcessLeft) {
   Process p;
   p.workdir = "/";
   p.argv = {"/bin/sh", "-c", "setsid sleep 34 < /dev/null > /dev/null 2>&1 & echo up"};
-  ChannelId left = t.exec(0, process_command(p, "job-5"));
+  ChannelId left = t.exec(0, process_command(p, "job-11"));
   run_until(t, [&] { return seen[left].closed && running({"sleep", "34"}); });
   EXPECT_EQ(seen[left].status, 0);
-  std::string said = quit_watchdog(t, "job-5", left);
+  std::string said = quit_watchdog(t, "job-11", left);
   EXPECT_NE(said.find("SIGTERM sleep 34"), std::string::npos) << said;
   run_until(t, [] { return !running({"sleep", "34"}); });
 }
@@ -494,9 +497,9 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
   Process p;
   p.workdir = "/";
   p.argv = {"/bin/sh", "-c", "echo up"};
-  ChannelId ended = t.exec(0, process_command(p, "job-6"));
+  ChannelId ended = t.exec(0, process_command(p, "job-12"));
   run_until(t, closed({ended}));
-  std::string said = quit_watchdog(t, "job-6", ended);
+  std::string said = quit_watchdog(t, "job-12", ended);
   EXPECT_NE(said.find("msrun-ssh-watchdog: done"), std::string::npos) << said;
   run_until(t, [&] { return test::slurp(trace).find("+++ exited") != std::string::npos; });
   std::string opened = test::slurp(trace);
@@ -576,9 +579,9 @@ TEST_F(WatchdogUnderTheAgent, TheSamplerRunsInsideTheAgent) {
   Process p;
   p.env = {{"RANK_ID", "3"}};
   p.argv = {"/bin/sh", "-c", "echo up; exec sleep 30"};
-  ChannelId rank = t.exec(0, process_command(p, "job-9"));
+  ChannelId rank = t.exec(0, process_command(p, "job-13"));
   run_until(t, [&] { return seen[rank].out == "up\n"; });
-  ChannelId sampler = t.exec(0, sampler_command("job-9", 0.1, "3"));
+  ChannelId sampler = t.exec(0, sampler_command("job-13", 0.1, "3"));
   run_until(
       t, [&] { return std::count(seen[sampler].out.begin(), seen[sampler].out.end(), '\n') >= 3; });
   std::istringstream lines(seen[sampler].out);
