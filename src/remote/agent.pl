@@ -278,12 +278,11 @@ sub plan_of {
   }
   process_env(\%env, $pwd, $flags, @{$start->{set}});
   return undef if $flags =~ /s/ && stack_dir('', \%env) !~ m{^/};
-  my @argv = @$argv;
-  my $path = program_path($argv[0] // '', $env{PATH});
+  my $path = program_path($argv->[0] // '', $env{PATH});
   return undef if !defined $path || ($flags =~ /n/ && !($DEVNULL //= devnull()));
   my @envw = map { "$_=$env{$_}" } keys %env;
-  my $plan = {dir => $dir, argv => \@argv, env => \%env, path => $path, envw => \@envw};
-  $plan->{argvp} = pack('p*', @argv, undef);
+  my $plan = {dir => $dir, argv => $argv, env => \%env, path => $path, envw => \@envw};
+  $plan->{argvp} = pack('p*', @$argv, undef);
   $plan->{envp} = pack('p*', @envw, undef);
   return $plan;
 }
