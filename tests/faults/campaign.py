@@ -210,6 +210,7 @@ class Runner:
         self.log_dir = os.path.join(tmpdir(), f"campaign-logs-{t.seed}-{t.number}")
         self.console = b""
         self.err = b""
+        self.err_ended = False
         self.disk = None
         self.tty = None
         self.code = None
@@ -265,10 +266,18 @@ class Runner:
         if self.tty is None and self.p.stdout.closed:  # read to its end (a detached launcher)
             time.sleep(seconds)
             return False
+        # The launcher's messages (stderr, a pipe but with a terminal) are read on the way too,
+        # so that a trial can wait for one of them; the rest comes at its end.
+        err_fd = None if self.tty is not None or self.err_ended else self.p.stderr.fileno()
         while time.monotonic() < end:
-            r, _, _ = select.select([self.out_fd], [], [],
-                                    max(0.0, min(0.1, end - time.monotonic())))
-            if r:
+            fds = [self.out_fd] + ([err_fd] if err_fd is not None else [])
+            r, _, _ = select.select(fds, [], [], max(0.0, min(0.1, end - time.monotonic())))
+            if err_fd in r:
+                chunk = os.read(err_fd, 65536)
+                self.err += chunk
+                if not chunk:
+                    self.err_ended, err_fd = True, None
+            if self.out_fd in r:
                 try:
                     chunk = os.read(self.out_fd, 65536)
                 except OSError:  # a pty whose other side is closed
@@ -277,6 +286,14 @@ class Runner:
                     return False
                 self.console += chunk
         return True
+
+    def wait_for_message(self, text, timeout):
+        """Reads the console until the launcher's messages hold `text` (bounded); False if not."""
+        end = time.monotonic() + timeout
+        while text not in self.err and time.monotonic() < end:
+            if not self.read_some(0.1):
+                break
+        return text in self.err
 
     def shown(self):
         """The console's lines as a terminal shows them: without colours, each line what its last
@@ -388,13 +405,18 @@ class Runner:
                 self.wait_for_lines(30)
                 self.read_some(t.delay * 2)
             elif t.moment == "backoff":
-                # A first failure starts the restart back-off (2 s); the fault comes inside it.
+                # A first failure starts the restart back-off (2 s); the fault comes inside it,
+                # once the launcher says it began (the attempt's teardown comes first, and takes
+                # longer on a busy machine). In place (--restart_policy process) there is no
+                # back-off: the fault comes once the process was started again.
                 self.wait_for_lines(30)
                 pids = ranks_on(t, t.victim)
                 if pids:
                     signal_all(pids[:1], signal.SIGKILL)
                     self.restarted = True
-                self.read_some(0.5 + t.delay)
+                    self.wait_for_message(b"started again in place" if t.policy == "process"
+                                          else b"restarting the whole job in", 30)
+                self.read_some(0.2 + t.delay)
             if t.fault != "slow_rc":
                 self.inject()
             self.finish()
@@ -438,12 +460,13 @@ class Runner:
             self.console = self.shown()
         else:
             try:
-                rest, self.err = self.p.communicate(timeout=max(1, end - time.monotonic()))
+                rest, err = self.p.communicate(timeout=max(1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.fail("the launcher did not end within 120 s")
                 self.p.kill()
-                rest, self.err = self.p.communicate()
+                rest, err = self.p.communicate()
             self.console += rest or b""
+            self.err += err or b""
         self.code = self.p.returncode
         if t_ok := self.t.expected(self.applied, self.restarted):
             # A kill_rank in the back-off trial is the back-off's own failure: the restart that
