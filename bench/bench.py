@@ -13,6 +13,8 @@ results.md into --out. See docs/benchmarks.md for what is measured and why.
   bench/bench.py --plot docs/benchmarks    # also draw docs/benchmarks-launch.png (matplotlib)
   bench/bench.py --suite memory --mem-sizes 64,512 --tools msrun-ssh,libssh-floor
                                           # peak RSS per host against libssh's own floor
+  bench/bench.py --suite launch,login --tools msrun-ssh,pdsh,libssh-floor
+                                          # start-up CPU against one bare login per host
 
 Needs root (network namespaces), a release build of msrun-ssh (--msrun), pdsh, clush, mpirun.
 """
@@ -41,7 +43,9 @@ VARIANTS = {"msrun-ssh+gather": ["--output", "gather"], "msrun-ssh+timestamps": 
 
 
 # Not a launcher: one authenticated libssh session and one open channel per host, nothing else
-# (libssh_floor.cc); the memory suite's floor for any libssh launcher.
+# (libssh_floor.cc); the memory suite's floor for any libssh launcher. In the launch and login
+# suites it runs the program on every host at once and waits for it: the start-up floor (machine
+# CPU) of any launcher that logs in once per host over libssh.
 FLOOR = "libssh-floor"
 
 
@@ -85,6 +89,17 @@ class Tools:
             return dict(self.msrun_env)
         return {}
 
+    @staticmethod
+    def shell_program(program, ppn):
+        """What pdsh, clush and the libssh floor run on a host: its `ppn` processes, from one
+        remote shell."""
+        return f"for i in $(seq {ppn}); do {program} & done; wait" if ppn > 1 else program
+
+    def floor_env(self, program, ppn):
+        """The libssh floor as a launcher (launch and login suites): every host at once runs the
+        program and is waited for (libssh_floor.cc, FLOOR_COMMAND)."""
+        return {"FLOOR_COMMAND": self.shell_program(program, ppn)}
+
     def argv(self, tool, addrs, program, log_dir, toml, ppn=1):
         """`ppn` processes of `program` per host: msrun-ssh's host file says so (toml), mpirun
         gets HOST:ppn, and pdsh/clush run one remote shell per host that starts them all."""
@@ -94,8 +109,8 @@ class Tools:
         if is_msrun(tool):
             return [self.msrun, "--hostfile", toml, "--log_dir", log_dir, "--fanout", str(FANOUT),
                     *self.msrun_args, *VARIANTS.get(tool, []), program]
-        if ppn > 1 and tool in ("pdsh", "clush"):
-            program = f"for i in $(seq {ppn}); do {program} & done; wait"
+        if tool in ("pdsh", "clush"):
+            program = self.shell_program(program, ppn)
         if tool == "pdsh":
             return ["pdsh", "-R", "ssh", "-f", str(FANOUT), "-w", ",".join(addrs), program]
         if tool == "clush":
@@ -154,7 +169,10 @@ def one_run(args, tools, tool, addrs, program, toml, *, relay=False, sample=None
         stdout_file = None if relay and (is_msrun(tool) or tool == "mpirun") else out
         uses_logs = is_msrun(tool) or (relay and tool == "mpirun")
         argv = tools.argv(tool, addrs, program, log_dir if uses_logs else None, toml, ppn)
-        r = common.run_measured(argv, env=tools.env(tool), stdout=stdout_file,
+        env = tools.env(tool)
+        if tool == FLOOR and not sample:  # the memory suite samples the floor's serial mode
+            env = tools.floor_env(program, ppn)
+        r = common.run_measured(argv, env=env, stdout=stdout_file,
                                 timeout_s=args.timeout, sample=sample)
         r["leftover"] = common.wait_settled(args.settle_ns, args.baseline.get(args.settle_ns, 0))
         if relay:
@@ -342,7 +360,7 @@ def launch_tables(results, key="launch"):
         lines.append(f"\n{title}: median (min–max)\n")
         lines.append("| tool | " + " | ".join(f"{n} hosts" for n in sizes) + " |")
         lines.append("|---|" + "---|" * len(sizes))
-        for tool in TOOLS + list(VARIANTS):
+        for tool in TOOLS + list(VARIANTS) + [FLOOR]:
             if tool not in runs:
                 continue
             cells = size_cells(runs, tool, sizes, fn, scale, digits)
@@ -365,7 +383,7 @@ def login_table(results):
              "processes per host: wall s / machine-wide CPU s, median (min–max)\n",
              "| tool | " + " | ".join(f"{c.split('x')[0]} hosts x {c.split('x')[1]}" for c in configs)
              + " |", "|---|" + "---|" * len(configs)]
-    for tool in TOOLS + list(VARIANTS):
+    for tool in TOOLS + list(VARIANTS) + [FLOOR]:
         if tool not in runs:
             continue
         cells = []
