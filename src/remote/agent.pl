@@ -80,6 +80,7 @@ my $HELLO = "\nmsrun-ssh-agent 1\n";
 my $MAX_OUT = 1 << 20;
 my $CHUNK = 65536;
 my $REAP_S = 0.25;
+my $EXEC_WAIT_S = 0.5;    # the longest wait for a child's exec (spawn)
 my ($watchdog_pid, $watchdog_gone);
 # The job's watchdog when the agent is it (W frame; see the top): {cid, job, silence, grace,
 # lost_grace, in (bytes not handled yet), eof, heard, paused, phase, wake, steps, then, sweeps}.
@@ -348,10 +349,13 @@ sub spawn {
   }
   my @fds = !$plan ? () : map { fileno $_ } ($stdin ? $pipes[0][0] : $DEVNULL), $pipes[1][1],
     $pipes[2][1];
+  # Closed in the child by its exec (close-on-exec, as every pipe Perl makes above fd 2).
+  my ($execd, $execing);
+  ($execd, $execing) = () if !pipe($execd, $execing);
   my $pid = fork;
   if (!defined $pid) {
     my $why = "$!";
-    close $_ for map { @$_ } grep { defined } @pipes;
+    close $_ for grep { defined } $execd, $execing, map { @$_ } grep { defined } @pipes;
     return send_frame('f', $cid, $why);
   }
   if ($pid == 0) {
@@ -360,6 +364,16 @@ sub spawn {
       && open(STDERR, '>&', $pipes[2][1])
       && start_process($start);
     exit 127;
+  }
+  # The agent waits for its child's exec (or end) before it goes on: until then every page of the
+  # agent is shared with the child, and each one it writes would cost a copy and, with the child
+  # on another CPU, a TLB shootdown; after it, a write costs a fault without a copy. Bounded: a
+  # child stuck before its exec (a cd into a hung mount) does not stop the agent.
+  if ($execd) {
+    close $execing;
+    vec(my $rin = '', fileno $execd, 1) = 1;
+    select($rin, undef, undef, $EXEC_WAIT_S);
+    close $execd;
   }
   close $pipes[0][0] if $stdin;
   close $pipes[1][1];

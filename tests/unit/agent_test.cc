@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -505,6 +506,97 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
   std::string opened = test::slurp(trace);
   EXPECT_NE(opened.find("/proc/self/exe"), std::string::npos) << opened;  // it traced the agent
   EXPECT_EQ(opened.find("/environ"), std::string::npos) << opened;
+}
+
+// What strace says the agent did while it started /bin/true (its select calls, the execve calls
+// of every process; `inject`: strace's fault injection, "" for none): the trace's lines, the
+// agent's pid (the traced command's), and the /bin/true child's status.
+struct ExecTrace {
+  std::vector<std::string> lines;
+  std::string agent, child;
+  int status = -1;
+};
+
+class AgentExecWait : public AgentOverLocal {
+ protected:
+  ExecTrace trace_a_start(const std::string& job, const std::string& inject) {
+    std::string strace = test::shell_output("command -v strace");
+    if (strace.ends_with('\n')) strace.pop_back();
+    ExecTrace out;
+    if (strace.empty()) return out;
+    test::TempDir dir;
+    std::string file = dir.path() + "/strace.txt";
+    AgentTransport t(
+        local, 1,
+        fmt::format("exec {} -f -q -e trace=execve,select,pselect6 {} -o {} /bin/sh -c {}", strace,
+                    inject, file, shell_quote(agent_command(0.5))));
+    Process p;
+    p.workdir = "/";
+    p.argv = {"/bin/true"};
+    ChannelId ch = t.exec(0, process_command(p, job));
+    run_until(t, closed({ch}));
+    out.status = seen[ch].status;
+    run_until(t, [&] { return test::slurp(file).find("+++ exited") != std::string::npos; });
+    std::istringstream in(test::slurp(file));
+    for (std::string line; std::getline(in, line);) out.lines.push_back(line);
+    if (!out.lines.empty()) out.agent = out.lines[0].substr(0, out.lines[0].find(' '));
+    for (const auto& line : out.lines)
+      if (line.find(" execve(\"/bin/true\"") != std::string::npos)
+        out.child = line.substr(0, line.find(' '));
+    return out;
+  }
+  // The result of the agent's wait for its child's exec (its select on one descriptor, not its
+  // stdin, for 0.5 s at most), and whether it came after the child's execve had begun; "" when the
+  // agent made no such wait.
+  static std::pair<std::string, bool> exec_wait(const ExecTrace& tr) {
+    static const std::regex wait(
+        R"(select6?\(\d+, \[[1-9]\d*\], NULL, NULL, \{tv_sec=0, tv_(usec=500000|nsec=500000000)\})");
+    static const std::regex resumed(R"(<\.\.\. p?select6? resumed>)");
+    size_t execve = tr.lines.size();
+    for (size_t i = 0; i < tr.lines.size(); ++i)
+      if (tr.lines[i].starts_with(tr.child + " execve(")) execve = std::min(execve, i);
+    bool waiting = false;
+    for (size_t i = 0; i < tr.lines.size(); ++i) {
+      const std::string& line = tr.lines[i];
+      if (!line.starts_with(tr.agent + " ")) continue;
+      bool entry = std::regex_search(line, wait);
+      if (entry && line.find("<unfinished") != std::string::npos) {
+        waiting = true;
+        continue;
+      }
+      if (entry || (waiting && std::regex_search(line, resumed)))
+        return {line.substr(line.rfind(" = ") + 3), i > execve};
+    }
+    return {"", false};
+  }
+};
+
+// After its fork the agent waits until its child has exec'd before it goes on: until then each
+// page it wrote would be copied (the child still shares them all).
+TEST_F(AgentExecWait, TheAgentGoesOnOnceItsChildHasExeced) {
+  ExecTrace tr = trace_a_start("job-15", "");
+  if (tr.lines.empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
+  std::string all;
+  for (const auto& l : tr.lines) all += l + "\n";
+  EXPECT_EQ(tr.status, 0);
+  ASSERT_FALSE(tr.child.empty()) << all;
+  auto [result, after_execve] = exec_wait(tr);
+  EXPECT_TRUE(result.starts_with("1 ")) << result << "\n" << all;  // the pipe's end: readable
+  EXPECT_TRUE(after_execve) << all;
+}
+
+// A child stuck before its exec (here strace holds the first execve of each process for 0.9 s)
+// does not stop the agent: it waits 0.5 s at most, and the process still starts and ends well.
+TEST_F(AgentExecWait, AChildSlowToExecStopsTheAgentHalfASecondAtMost) {
+  ExecTrace tr = trace_a_start("job-16", "-e inject=execve:delay_enter=900000:when=1");
+  if (tr.lines.empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
+  std::string all;
+  for (const auto& l : tr.lines) all += l + "\n";
+  EXPECT_EQ(tr.status, 0);
+  ASSERT_FALSE(tr.child.empty()) << all;
+  EXPECT_TRUE(exec_wait(tr).first.starts_with("0 (Timeout)")) << all;
 }
 
 // Under the agent the agent is the watchdog: a heartbeat costs the host no process (`timeout`,
