@@ -538,7 +538,14 @@ class AgentExecWait : public AgentOverLocal {
     out.status = seen[ch].status;
     run_until(t, [&] { return test::slurp(file).find("+++ exited") != std::string::npos; });
     std::istringstream in(test::slurp(file));
-    for (std::string line; std::getline(in, line);) out.lines.push_back(line);
+    // "PID  call(...)": strace pads short pids; one blank after the pid here.
+    for (std::string line; std::getline(in, line);) {
+      size_t pid_end = line.find(' ');
+      size_t rest = line.find_first_not_of(' ', pid_end);
+      if (pid_end != std::string::npos && rest != std::string::npos)
+        line = line.substr(0, pid_end + 1) + line.substr(rest);
+      out.lines.push_back(line);
+    }
     if (!out.lines.empty()) out.agent = out.lines[0].substr(0, out.lines[0].find(' '));
     for (const auto& line : out.lines)
       if (line.find(" execve(\"/bin/true\"") != std::string::npos)
