@@ -266,7 +266,7 @@ class Runner:
         if self.tty is None and self.p.stdout.closed:  # read to its end (a detached launcher)
             time.sleep(seconds)
             return False
-        # The launcher's messages (stderr, a pipe but with a terminal) are read on the way too,
+        # The launcher's messages (stderr: a pipe, unless the console is a terminal) are read too,
         # so that a trial can wait for one of them; the rest comes at its end.
         err_fd = None if self.tty is not None or self.err_ended else self.p.stderr.fileno()
         while time.monotonic() < end:
