@@ -482,13 +482,20 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsWhatAnEndedProcessLeft) {
   run_until(t, [] { return !running({"sleep", "34"}); });
 }
 
+// strace's path ("" when it is not installed).
+std::string strace_path() {
+  std::string strace = test::shell_output("command -v strace");
+  if (strace.ends_with('\n')) strace.pop_back();
+  return strace;
+}
+constexpr const char* kNoStrace =
+    "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
+
 // Once the agent has no child left, nothing it started lives any more (it is their subreaper):
 // the watchdog's sweep at the job's end reads no process's environment, whatever runs on the host.
 TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
-  std::string strace = test::shell_output("command -v strace");
-  if (strace.empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
-  if (strace.ends_with('\n')) strace.pop_back();
+  std::string strace = strace_path();
+  if (strace.empty()) GTEST_SKIP() << kNoStrace;
   test::TempDir dir;
   std::string trace = dir.path() + "/strace.txt";
   // Only the agent is traced (no -f); with an idle limit of 0.5 s it ends once the job is over.
@@ -510,25 +517,26 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
 
 // What strace says the agent did while it started /bin/true (its select calls, the execve calls
 // of every process; `inject`: strace's fault injection, "" for none): the trace's lines, the
-// agent's pid (the traced command's), and the /bin/true child's status.
+// agent's pid (the traced command's), and the /bin/true child's status; `text`: the whole trace.
 struct ExecTrace {
   std::vector<std::string> lines;
-  std::string agent, child;
+  std::string agent, child, text;
   int status = -1;
 };
 
 class AgentExecWait : public AgentOverLocal {
  protected:
-  ExecTrace trace_a_start(const std::string& job, const std::string& inject) {
-    std::string strace = test::shell_output("command -v strace");
-    if (strace.ends_with('\n')) strace.pop_back();
-    ExecTrace out;
-    if (strace.empty()) return out;
+  void SetUp() override {
+    if (strace_.empty()) GTEST_SKIP() << kNoStrace;
+  }
+  // The trace of one start into `out`, with strace's options `inject` ("" for none); /bin/true
+  // must have started and ended with 0.
+  void trace_a_start(const std::string& job, const std::string& inject, ExecTrace& out) {
     test::TempDir dir;
     std::string file = dir.path() + "/strace.txt";
     AgentTransport t(
         local, 1,
-        fmt::format("exec {} -f -q -e trace=execve,select,pselect6 {} -o {} /bin/sh -c {}", strace,
+        fmt::format("exec {} -f -q -e trace=execve,select,pselect6 {} -o {} /bin/sh -c {}", strace_,
                     inject, file, shell_quote(agent_command(0.5))));
     Process p;
     p.workdir = "/";
@@ -545,12 +553,14 @@ class AgentExecWait : public AgentOverLocal {
       if (pid_end != std::string::npos && rest != std::string::npos)
         line = line.substr(0, pid_end + 1) + line.substr(rest);
       out.lines.push_back(line);
+      out.text += line + "\n";
     }
     if (!out.lines.empty()) out.agent = out.lines[0].substr(0, out.lines[0].find(' '));
     for (const auto& line : out.lines)
       if (line.find(" execve(\"/bin/true\"") != std::string::npos)
         out.child = line.substr(0, line.find(' '));
-    return out;
+    EXPECT_EQ(out.status, 0) << out.text;
+    ASSERT_FALSE(out.child.empty()) << out.text;
   }
   // The result of the agent's wait for its child's exec (its select on one descriptor, not its
   // stdin, for 0.5 s at most), and whether it came after the child's execve had begun; "" when the
@@ -576,34 +586,26 @@ class AgentExecWait : public AgentOverLocal {
     }
     return {"", false};
   }
+  std::string strace_ = strace_path();
 };
 
 // After its fork the agent waits until its child has exec'd before it goes on: until then each
 // page it wrote would be copied (the child still shares them all).
 TEST_F(AgentExecWait, TheAgentGoesOnOnceItsChildHasExeced) {
-  ExecTrace tr = trace_a_start("job-15", "");
-  if (tr.lines.empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
-  std::string all;
-  for (const auto& l : tr.lines) all += l + "\n";
-  EXPECT_EQ(tr.status, 0);
-  ASSERT_FALSE(tr.child.empty()) << all;
+  ExecTrace tr;
+  ASSERT_NO_FATAL_FAILURE(trace_a_start("job-15", "", tr));
   auto [result, after_execve] = exec_wait(tr);
-  EXPECT_TRUE(result.starts_with("1 ")) << result << "\n" << all;  // the pipe's end: readable
-  EXPECT_TRUE(after_execve) << all;
+  EXPECT_TRUE(result.starts_with("1 ")) << result << "\n" << tr.text;  // the pipe's end: readable
+  EXPECT_TRUE(after_execve) << tr.text;
 }
 
 // A child stuck before its exec (here strace holds the first execve of each process for 0.9 s)
 // does not stop the agent: it waits 0.5 s at most, and the process still starts and ends well.
 TEST_F(AgentExecWait, AChildSlowToExecStopsTheAgentHalfASecondAtMost) {
-  ExecTrace tr = trace_a_start("job-16", "-e inject=execve:delay_enter=900000:when=1");
-  if (tr.lines.empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
-  std::string all;
-  for (const auto& l : tr.lines) all += l + "\n";
-  EXPECT_EQ(tr.status, 0);
-  ASSERT_FALSE(tr.child.empty()) << all;
-  EXPECT_TRUE(exec_wait(tr).first.starts_with("0 (Timeout)")) << all;
+  ExecTrace tr;
+  ASSERT_NO_FATAL_FAILURE(
+      trace_a_start("job-16", "-e inject=execve:delay_enter=900000:when=1", tr));
+  EXPECT_TRUE(exec_wait(tr).first.starts_with("0 (Timeout)")) << tr.text;
 }
 
 // Under the agent the agent is the watchdog: a heartbeat costs the host no process (`timeout`,
