@@ -14,8 +14,23 @@
 #include "pool.h"
 
 namespace msrun_ssh {
+namespace {
+// Marks a stretch: one in which libssh may run the pool's callbacks (in_libssh), or in which the
+// pool tears channels and sessions down (tearing_down).
+class Stretch {
+ public:
+  explicit Stretch(int& depth) : depth_(depth) { ++depth_; }
+  ~Stretch() { --depth_; }
+  Stretch(const Stretch&) = delete;
+  Stretch& operator=(const Stretch&) = delete;
+
+ private:
+  int& depth_;
+};
+}  // namespace
+
 void SshPool::Impl::emit(const TransportEvent& e) {
-  if (!handler) return;
+  if (!handler || tearing_down != 0) return;
   if (in_libssh == 0) return (*handler)(e);
   Held h{e, held_bytes.size(), e.data.size()};
   h.event.data = {};
@@ -42,20 +57,6 @@ void SshPool::Impl::drop_held(std::optional<size_t> host) {
   for (Held& h : held)
     if (!host || h.event.host == *host) h.dropped = true;
 }
-
-namespace {
-// Marks a stretch in which libssh may run the pool's callbacks.
-class InLibssh {
- public:
-  explicit InLibssh(int& depth) : depth_(depth) { ++depth_; }
-  ~InLibssh() { --depth_; }
-  InLibssh(const InLibssh&) = delete;
-  InLibssh& operator=(const InLibssh&) = delete;
-
- private:
-  int& depth_;
-};
-}  // namespace
 
 int SshPool::Impl::wait(std::vector<epoll_event>& evs, int timeout_ms) {
   if (timeout_ms > 0 && !busy) {
@@ -106,6 +107,7 @@ void SshPool::Impl::free_channel(Chan& ch) {
 }
 
 void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
+  Stretch quiet(tearing_down);
   Conn& c = conns[ci];
   close_known_hosts(c);
   if (c.fd >= 0) epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr);
@@ -127,6 +129,7 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
 }
 
 void SshPool::Impl::close_all() {
+  Stretch quiet(tearing_down);
   drop_held(std::nullopt);
   for (auto& [id, ch] : chans) free_channel(*ch);
   for (size_t i = 0; i < conns.size(); ++i)
@@ -294,7 +297,7 @@ bool SshPool::Impl::needs_step(const Chan& ch) const {
 // Steps the channels, then hands over the events their libssh calls gave.
 void SshPool::Impl::step_all() {
   {
-    InLibssh guard(in_libssh);
+    Stretch guard(in_libssh);
     step_unsettled();
   }
   deliver_held();
@@ -413,7 +416,7 @@ void SshPool::Impl::poll(int timeout_ms, const EventHandler& h) {
       emit(e);
     } else {
       {
-        InLibssh guard(in_libssh);
+        Stretch guard(in_libssh);
         pump(static_cast<size_t>(key));
       }
       deliver_held();

@@ -94,6 +94,11 @@ struct SshPool::Impl {
   // once libssh has returned. A handler may tear a host down (drop_host frees its session and
   // channels); doing that under libssh's own frames freed what libssh was still walking.
   int in_libssh = 0;
+  // Above 0 while the pool frees channels and sessions it tears down. Closing a channel makes
+  // libssh flush the session, and a flush that has to wait reads: the other channels' data it
+  // reads then belongs to what is being torn down, and is not handed over (no event comes after
+  // drop_host or disconnect_all, not even from inside a handler that called them).
+  int tearing_down = 0;
   struct Held {
     TransportEvent event;  // its data empty: the bytes are held_bytes[offset, offset + size)
     size_t offset = 0;
