@@ -6,6 +6,7 @@
   bench/ab.py --a OLD --b NEW --b-env PATH=/nonexistent   # B finds no ssh client: libssh's parser
   bench/ab.py --a OLD --b NEW --suite launch --sizes 64 --ppn 8   # 8 processes per host
   bench/ab.py --a OLD --b NEW --suite launch --sizes 64 --clutter 3000   # a busy host's processes
+  bench/ab.py --a OLD --b NEW --suite launch --sizes 64 --login-rc-cpu 0.3   # a conda-like rc
 
 Uses the same cluster, workloads and measurement as bench.py (relay: 4 hosts x 50 MB; launch:
 /bin/true on --sizes farm hosts, --ppn per host). Prints medians (min-max) of wall time,
@@ -38,6 +39,8 @@ def main():
     p.add_argument("--clutter", type=int, default=0,
                    help="launch: idle processes on the farm, as on a busy host (its watchdogs "
                         "sweep them)")
+    p.add_argument("--login-rc-cpu", type=float, default=0,
+                   help="launch: CPU seconds every farm host's login rc burns (0: a clean rc)")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--relay-mb", type=int, default=50)
     p.add_argument("--work", default="/tmp/msrun-bench")
@@ -61,6 +64,8 @@ def main():
             args.cluster.up()
         if args.clutter:
             clutter = args.cluster.clutter(args.clutter)
+        if args.login_rc_cpu:
+            args.cluster.login_rc(args.login_rc_cpu)
         args.baseline = bench.baseline(args)
         prog, per_proc = bench.make_relay_program(args.work, args.relay_mb)
         relay_toml = args.cluster.write_toml(os.path.join(args.work, "nodes4.toml"),
@@ -94,6 +99,8 @@ def main():
                             f"{r['cpu'] * 1000 / n:.3f} ms machine {r['machine_cpu']:.2f} s "
                             f"ok {r['ok']}")
     finally:
+        if args.login_rc_cpu:
+            args.cluster.login_rc(0)
         if clutter:
             args.cluster.end_clutter(clutter)
         if not args.keep_cluster:

@@ -64,8 +64,12 @@
 # stdin or after the sampler's last sample, with 128+N at a K frame, with 1 (and why, on its
 # stderr) when the program dies; the agent goes on.
 #
-# A child's end is seen by SIGCHLD, which interrupts select; one that comes between the last
-# reap and select is seen at the next turn, at most REAP_S later.
+# A child's end is seen by SIGCHLD, which interrupts select; the signal's handler also marks it,
+# and a turn that finds it marked before select does not wait (nor does one that finds SIGTERM's
+# mark), so that one that came since the last reap is not left waiting. Only one that comes in the few ops
+# between that step and the system call waits for the turn's end, TURN_S at most. Nothing else
+# ends a turn by the clock: what is due (a watchdog's silence limit, its grace, a sampler's next
+# sample) sets the turn's end itself, so an agent waiting for its job costs its host no CPU.
 #
 # Its start is paid on every host of every job, so it loads no module on the machines whose
 # constants it knows (Linux on x86_64, aarch64, riscv64, loongarch64: the kernel's generic errno,
@@ -79,7 +83,8 @@ $0 = 'msrun-ssh-agent';
 my $HELLO = "\nmsrun-ssh-agent 1\n";
 my $MAX_OUT = 1 << 20;
 my $CHUNK = 65536;
-my $REAP_S = 0.25;
+my $TURN_S = 2;
+my $chld = 0;    # a SIGCHLD came since the last reap
 my $EXEC_WAIT_S = 0.5;    # the longest wait for a child's exec (spawn)
 my ($watchdog_pid, $watchdog_gone);
 # The job's watchdog when the agent is it (W frame; see the top): {cid, job, silence, grace,
@@ -140,7 +145,7 @@ my %samplers;    # channel id -> sampler: {cid, sample (sampler.pl's closure), e
 my $out = $HELLO;
 my $inbuf = '';
 
-$SIG{CHLD} = sub { };
+$SIG{CHLD} = sub { $chld = 1 };
 $SIG{PIPE} = 'IGNORE';
 binmode STDIN;
 binmode STDOUT;
@@ -497,6 +502,7 @@ sub read_output {
 # Reaps every child that ended: the agent's commands (their status is sent) and what they left
 # (the agent is its subreaper: reaped without a word).
 sub reap {
+  $chld = 0;
   while (1) {
     my $pid = waitpid(-1, 1);    # WNOHANG
     $childless = $pid == -1 && $! == $ECHILD;
@@ -801,14 +807,22 @@ while (1) {
   for my $child (values %children) {
     vec($win, fileno $child->{fin}, 1) = 1 if $child->{fin} && length $child->{pending};
   }
-  my $timeout = %children || $wd ? $REAP_S : $IDLE_S;
-  $timeout = $wd->{wake} - now() if $wd && $wd->{wake} && $wd->{wake} - now() < $REAP_S;
+  my $timeout = %children || $wd ? $TURN_S : $IDLE_S;
+  if ($wd) {
+    my $now = now();
+    $timeout = $wd->{wake} - $now if $wd->{wake} && $wd->{wake} - $now < $timeout;
+    # The silence limit's end (checked below, in a turn that read nothing), just past it.
+    my $silent = $wd->{heard} + $wd->{silence} + 0.01 - $now;
+    $timeout = $silent if !$wd->{eof} && !$wd->{paused} && $silent < $timeout;
+  }
   for my $sampler (values %samplers) {
     my $wait = $sampler->{at} - now();
     $timeout = $wait if !defined $timeout || $wait < $timeout;
   }
-  $timeout = 0 if defined $timeout && $timeout < 0;
-  my $ready = select(my $rout = $rin, my $wout = $win, undef, $timeout);
+  $timeout = 0 if (defined $timeout && $timeout < 0) || ($terminated && $wd);
+  # A SIGCHLD since the last reap: a turn with no wait, as if it had interrupted select.
+  my ($rout, $wout) = ($rin, $win);
+  my $ready = $chld ? -1 : select($rout, $wout, undef, $timeout);
   exit 0 if $ready == 0 && !%children && !$wd && !%samplers && defined $IDLE_S;
   my $heard = $ready > 0 && vec($rout, 0, 1);
   if ($ready > 0) {

@@ -101,11 +101,27 @@ class AgentOverLocal : public ::testing::Test, public test::ChannelRecorder {
   // Starts job `job`'s watchdog on host 0 of `t`, asks it to quit once ready and waits until it
   // and `swept` have closed; returns what the watchdog printed.
   std::string quit_watchdog(Transport& t, const std::string& job, ChannelId swept) {
-    ChannelId dog = t.exec(0, watchdog_command(job, 10, 0.2));
-    run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+    ChannelId dog = ready_watchdog(t, job, 10, 0.2);
     t.write(dog, std::string(1, kQuit));
     run_until(t, closed({dog, swept}));
     return seen[dog].out;
+  }
+  // Starts job `job`'s watchdog on host 0 of `t` (its silence limit and grace in seconds); returns
+  // it once it has said that it is ready.
+  ChannelId ready_watchdog(Transport& t, const std::string& job, double silence, double grace) {
+    ChannelId dog = t.exec(0, watchdog_command(job, silence, grace));
+    run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+    return dog;
+  }
+  // Starts `script` (whose first line out is "up") under /bin/sh -c in / as a process of job
+  // `job` on host 0 of `t`; returns it once it has said "up".
+  ChannelId up_process(Transport& t, const std::string& job, const std::string& script) {
+    Process p;
+    p.workdir = "/";
+    p.argv = {"/bin/sh", "-c", script};
+    ChannelId ch = t.exec(0, process_command(p, job));
+    run_until(t, [&] { return seen[ch].out == "up\n"; });
+    return ch;
   }
 
   local::LocalTransport local;
@@ -293,8 +309,7 @@ TEST_F(AgentOverLocal, AnAgentThatWasTheWatchdogDiesAndItsHostTakesChannelsOfIts
 // watchdog says so. A SIGHUP before it changes nothing, as watchdog.sh ignores it.
 TEST_F(AgentOverLocal, SigtermToTheAgentKillsTheJobAtOnceAndAHangupChangesNothing) {
   AgentTransport t(local, 1, agent_command(30));
-  ChannelId dog = t.exec(0, watchdog_command("job-9", 10, 5));
-  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  ChannelId dog = ready_watchdog(t, "job-9", 10, 5);
   Process p;
   p.workdir = "/";
   p.argv = {"/bin/sh", "-c", "setsid sleep 41 & echo up; exec sleep 40"};
@@ -491,17 +506,32 @@ std::string strace_path() {
 constexpr const char* kNoStrace =
     "SKIPPED LOUDLY: no strace on this machine (apt-get install strace)";
 
+// The agent under strace, which skips loudly without it.
+class TracedAgent : public AgentOverLocal {
+ protected:
+  void SetUp() override {
+    if (strace_.empty()) GTEST_SKIP() << kNoStrace;
+  }
+  // The agent's command, strace writing its calls `calls` (the agent alone: no -f) to the
+  // fixture's file; with an idle limit of 0.5 s the agent ends once the job is over.
+  std::string agent(const std::string& calls) const {
+    return fmt::format("exec {} -q -e trace={} -o {} /bin/sh -c {}", strace_, calls, file_,
+                       shell_quote(agent_command(0.5)));
+  }
+  // What strace wrote, once the agent has exited.
+  std::string trace_at_exit(Transport& t) {
+    run_until(t, [&] { return test::slurp(file_).find("+++ exited") != std::string::npos; });
+    return test::slurp(file_);
+  }
+  std::string strace_ = strace_path();
+  test::TempDir dir_;
+  std::string file_ = dir_.path() + "/strace.txt";
+};
+
 // Once the agent has no child left, nothing it started lives any more (it is their subreaper):
 // the watchdog's sweep at the job's end reads no process's environment, whatever runs on the host.
-TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
-  std::string strace = strace_path();
-  if (strace.empty()) GTEST_SKIP() << kNoStrace;
-  test::TempDir dir;
-  std::string trace = dir.path() + "/strace.txt";
-  // Only the agent is traced (no -f); with an idle limit of 0.5 s it ends once the job is over.
-  AgentTransport t(local, 1,
-                   fmt::format("exec {} -q -e trace=openat -o {} /bin/sh -c {}", strace, trace,
-                               shell_quote(agent_command(0.5))));
+TEST_F(TracedAgent, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
+  AgentTransport t(local, 1, agent("openat"));
   Process p;
   p.workdir = "/";
   p.argv = {"/bin/sh", "-c", "echo up"};
@@ -509,10 +539,29 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
   run_until(t, closed({ended}));
   std::string said = quit_watchdog(t, "job-12", ended);
   EXPECT_NE(said.find("msrun-ssh-watchdog: done"), std::string::npos) << said;
-  run_until(t, [&] { return test::slurp(trace).find("+++ exited") != std::string::npos; });
-  std::string opened = test::slurp(trace);
+  std::string opened = trace_at_exit(t);
   EXPECT_NE(opened.find("/proc/self/exe"), std::string::npos) << opened;  // it traced the agent
   EXPECT_EQ(opened.find("/environ"), std::string::npos) << opened;
+}
+
+// An agent waiting for its job makes no turn of its own: while a process sleeps for 4 s and the
+// watchdog waits for its launcher, no select of the agent's ends by its time limit more than
+// twice (a turn is 2 s at most; one that ended every 0.25 s cost a host 170 µs of CPU each).
+TEST_F(TracedAgent, AnAgentWaitingForItsJobMakesNoTurnOfItsOwn) {
+  AgentTransport t(local, 1, agent("select,pselect6"));
+  ChannelId dog = ready_watchdog(t, "job-19", 30, 0.2);
+  Process p;
+  p.workdir = "/";
+  p.argv = {"/bin/sleep", "4"};
+  ChannelId ch = t.exec(0, process_command(p, "job-19"));
+  run_until(t, closed({ch}));
+  EXPECT_EQ(seen[ch].status, 0);
+  t.write(dog, std::string(1, kQuit));
+  run_until(t, closed({dog}));
+  std::string text = trace_at_exit(t);
+  size_t timeouts = 0;
+  for (size_t at = 0; (at = text.find("= 0 (Timeout)", at)) != std::string::npos; ++at) ++timeouts;
+  EXPECT_LE(timeouts, 2u) << text;
 }
 
 // What strace says the agent did while it started /bin/true (its select calls, the execve calls
@@ -524,11 +573,8 @@ struct ExecTrace {
   int status = -1;
 };
 
-class AgentExecWait : public AgentOverLocal {
+class AgentExecWait : public TracedAgent {
  protected:
-  void SetUp() override {
-    if (strace_.empty()) GTEST_SKIP() << kNoStrace;
-  }
   // The trace of one start into `out`, with strace's options `inject` ("" for none); /bin/true
   // must have started and ended with 0.
   void trace_a_start(const std::string& job, const std::string& inject, ExecTrace& out) {
@@ -586,7 +632,6 @@ class AgentExecWait : public AgentOverLocal {
     }
     return {"", false};
   }
-  std::string strace_ = strace_path();
 };
 
 // After its fork the agent waits until its child has exec'd before it goes on: until then each
@@ -638,8 +683,7 @@ class WatchdogUnderTheAgent : public AgentOverLocal {
 
 TEST_F(WatchdogUnderTheAgent, HeartbeatsCostNoProcessAndSilenceLosesTheLauncher) {
   AgentTransport t(local, 1, agent());
-  ChannelId dog = t.exec(0, watchdog_command("job-5", 1.0, 0.2));
-  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  ChannelId dog = ready_watchdog(t, "job-5", 1.0, 0.2);
   for (int i = 0; i < 4; ++i) {
     t.write(dog, std::string(1, kBeat));
     run_for(t, 400);  // 1.6 s in all: longer than the limit, but never silent for it
@@ -652,17 +696,42 @@ TEST_F(WatchdogUnderTheAgent, HeartbeatsCostNoProcessAndSilenceLosesTheLauncher)
   EXPECT_NE(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
 }
 
+// The end of the silence limit is a wake-up of its own: the launcher counts as lost just after
+// the limit, not at the end of whatever turn the agent was waiting out.
+TEST_F(WatchdogUnderTheAgent, TheSilenceLimitEndsOnTime) {
+  AgentTransport t(local, 1, agent());
+  ChannelId dog = ready_watchdog(t, "job-17", 1.0, 0.2);
+  t.write(dog, std::string(1, kBeat));
+  run_until(t, [&] { return std::count(seen[dog].out.begin(), seen[dog].out.end(), '\n') >= 2; });
+  double heard = t.now_ms();  // the heartbeat's answer is back: the agent has read it
+  run_until(t, [&] { return seen[dog].out.find(kWatchdogLost) != std::string::npos; });
+  EXPECT_GE(t.now_ms() - heard, 900) << seen[dog].out;
+  EXPECT_LT(t.now_ms() - heard, 1700) << seen[dog].out;  // a turn is 2 s at most
+  run_until(t, closed({dog}));
+}
+
+// A process whose end closes no pipe (what it started holds its output) is seen to end by its
+// SIGCHLD alone, at once: the agent's turns have no clock of their own to catch it.
+TEST_F(WatchdogUnderTheAgent, AnEndThatClosesNoPipeIsSeenAtOnce) {
+  AgentTransport t(local, 1, agent());
+  ChannelId dog = ready_watchdog(t, "job-18", 10, 0.2);
+  ChannelId ch = up_process(t, "job-18", "echo up; sleep 3 & exit 5");
+  double up = t.now_ms();
+  run_until(t, [&] { return seen[ch].status >= 0; });
+  EXPECT_EQ(seen[ch].status, 5);
+  EXPECT_LT(t.now_ms() - up, 1000) << "the end was seen after a turn's wait, not by its SIGCHLD";
+  EXPECT_FALSE(seen[ch].closed) << "sleep still holds the output";
+  t.write(dog, std::string(1, kQuit));
+  run_until(t, closed({dog, ch}));
+}
+
 // A host runs no shell (the login shell execs perl itself: agent.sh; the agent is the watchdog),
 // and a teardown's sweeps run no grep, also while a process of the job is still the agent's child.
 TEST_F(WatchdogUnderTheAgent, AHostRunsNoShellAndASweepNoGrep) {
   AgentTransport t(local, 1, agent());
-  ChannelId dog = t.exec(0, watchdog_command("job-7", 10, 0.2));
-  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
-  Process p;
-  p.workdir = "/";
-  p.argv = {"/bin/sh", "-c", "trap '' TERM; echo up; while :; do sleep 0.05; done"};
-  ChannelId stubborn = t.exec(0, process_command(p, "job-7"));
-  run_until(t, [&] { return seen[stubborn].out == "up\n"; });
+  ChannelId dog = ready_watchdog(t, "job-7", 10, 0.2);
+  ChannelId stubborn =
+      up_process(t, "job-7", "trap '' TERM; echo up; while :; do sleep 0.05; done");
   EXPECT_EQ(ran("grep"), 0);
   t.write(dog, std::string(1, kQuit));
   run_until(t, closed({dog, stubborn}));
@@ -717,8 +786,7 @@ TEST_F(WatchdogUnderTheAgent, ASamplerThatDiesEndsAloneAndSaysWhy) {
 
 TEST_F(WatchdogUnderTheAgent, APausedJobWaitsForItsLauncherWithoutLimit) {
   AgentTransport t(local, 1, agent());
-  ChannelId dog = t.exec(0, watchdog_command("job-6", 0.5, 0.2));
-  run_until(t, [&] { return seen[dog].out.find("ready") != std::string::npos; });
+  ChannelId dog = ready_watchdog(t, "job-6", 0.5, 0.2);
   t.write(dog, std::string(1, kSuspend));
   run_until(t, [&] { return seen[dog].out.find(kWatchdogPaused) != std::string::npos; });
   t.write(dog, std::string(1, kBeat));  // a heartbeat sent before the launcher stopped
