@@ -8,9 +8,10 @@
 #       -- --watch=False
 #
 # CLUSTER_DIR is an up test cluster's directory (tests/cluster/cluster.sh up, or bench.py's
-# --keep-cluster); its first farm address is the host. Every run is bounded by `timeout`.
+# --keep-cluster); its first farm address is the host. Every run is bounded by `timeout`. Run it
+# with no other job on the machine: the agent measured is the first `msrun-ssh-agent` found.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
 dir=$1 reps=$2
 shift 2
 bins=()

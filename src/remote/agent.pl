@@ -65,11 +65,12 @@
 # stderr) when the program dies; the agent goes on.
 #
 # A child's end is seen by SIGCHLD, which interrupts select; the signal's handler also marks it,
-# and a turn that finds it marked before select does not wait (nor does one that finds SIGTERM's
-# mark), so that one that came since the last reap is not left waiting. Only one that comes in the few ops
-# between that step and the system call waits for the turn's end, TURN_S at most. Nothing else
-# ends a turn by the clock: what is due (a watchdog's silence limit, its grace, a sampler's next
-# sample) sets the turn's end itself, so an agent waiting for its job costs its host no CPU.
+# and a turn that finds the mark before its select does not wait (nor does one that finds
+# SIGTERM's), so that a signal that came since the last reap is not left waiting. Only one that
+# comes in the few ops between that check and the system call waits for the turn's end, TURN_S at
+# most. Nothing else ends a turn by the clock: what is due (a watchdog's silence limit, its
+# grace, a sampler's next sample) sets the turn's end itself, so an agent waiting for its job
+# wakes only for the launcher's heartbeats and once per TURN_S.
 #
 # Its start is paid on every host of every job, so it loads no module on the machines whose
 # constants it knows (Linux on x86_64, aarch64, riscv64, loongarch64: the kernel's generic errno,
