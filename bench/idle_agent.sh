@@ -11,7 +11,7 @@
 # --keep-cluster); its first farm address is the host. Every run is bounded by `timeout`. Run it
 # with no other job on the machine: the agent measured is the first `msrun-ssh-agent` found.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 dir=$1 reps=$2
 shift 2
 bins=()
