@@ -809,15 +809,15 @@ while (1) {
     vec($win, fileno $child->{fin}, 1) = 1 if $child->{fin} && length $child->{pending};
   }
   my $timeout = %children || $wd ? $TURN_S : $IDLE_S;
+  my $now = now();
   if ($wd) {
-    my $now = now();
     $timeout = $wd->{wake} - $now if $wd->{wake} && $wd->{wake} - $now < $timeout;
     # The silence limit's end (checked below, in a turn that read nothing), just past it.
     my $silent = $wd->{heard} + $wd->{silence} + 0.01 - $now;
     $timeout = $silent if !$wd->{eof} && !$wd->{paused} && $silent < $timeout;
   }
   for my $sampler (values %samplers) {
-    my $wait = $sampler->{at} - now();
+    my $wait = $sampler->{at} - $now;
     $timeout = $wait if !defined $timeout || $wait < $timeout;
   }
   $timeout = 0 if (defined $timeout && $timeout < 0) || ($terminated && $wd);

@@ -512,10 +512,11 @@ class TracedAgent : public AgentOverLocal {
   void SetUp() override {
     if (strace_.empty()) GTEST_SKIP() << kNoStrace;
   }
-  // The agent's command, strace writing its calls `calls` (the agent alone: no -f) to the
-  // fixture's file; with an idle limit of 0.5 s the agent ends once the job is over.
-  std::string agent(const std::string& calls) const {
-    return fmt::format("exec {} -q -e trace={} -o {} /bin/sh -c {}", strace_, calls, file_,
+  // The agent's command under strace with its `options` (`-e trace=...`; `-f` to follow the
+  // agent's children too; fault injection), the trace going to the fixture's file; with an idle
+  // limit of 0.5 s the agent ends once the job is over.
+  std::string agent(const std::string& options) const {
+    return fmt::format("exec {} -q {} -o {} /bin/sh -c {}", strace_, options, file_,
                        shell_quote(agent_command(0.5)));
   }
   // What strace wrote, once the agent has exited.
@@ -531,7 +532,7 @@ class TracedAgent : public AgentOverLocal {
 // Once the agent has no child left, nothing it started lives any more (it is their subreaper):
 // the watchdog's sweep at the job's end reads no process's environment, whatever runs on the host.
 TEST_F(TracedAgent, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
-  AgentTransport t(local, 1, agent("openat"));
+  AgentTransport t(local, 1, agent("-e trace=openat"));
   Process p;
   p.workdir = "/";
   p.argv = {"/bin/sh", "-c", "echo up"};
@@ -548,7 +549,7 @@ TEST_F(TracedAgent, TheWatchdogUnderTheAgentReadsNoProcessOnceItHasNoChild) {
 // watchdog waits for its launcher, no select of the agent's ends by its time limit more than
 // twice (a turn is 2 s at most; one that ended every 0.25 s cost a host 170 µs of CPU each).
 TEST_F(TracedAgent, AnAgentWaitingForItsJobMakesNoTurnOfItsOwn) {
-  AgentTransport t(local, 1, agent("select,pselect6"));
+  AgentTransport t(local, 1, agent("-e trace=select,pselect6"));
   ChannelId dog = ready_watchdog(t, "job-19", 30, 0.2);
   Process p;
   p.workdir = "/";
@@ -578,20 +579,14 @@ class AgentExecWait : public TracedAgent {
   // The trace of one start into `out`, with strace's options `inject` ("" for none); /bin/true
   // must have started and ended with 0.
   void trace_a_start(const std::string& job, const std::string& inject, ExecTrace& out) {
-    test::TempDir dir;
-    std::string file = dir.path() + "/strace.txt";
-    AgentTransport t(
-        local, 1,
-        fmt::format("exec {} -f -q -e trace=execve,select,pselect6 {} -o {} /bin/sh -c {}", strace_,
-                    inject, file, shell_quote(agent_command(0.5))));
+    AgentTransport t(local, 1, agent("-f -e trace=execve,select,pselect6 " + inject));
     Process p;
     p.workdir = "/";
     p.argv = {"/bin/true"};
     ChannelId ch = t.exec(0, process_command(p, job));
     run_until(t, closed({ch}));
     out.status = seen[ch].status;
-    run_until(t, [&] { return test::slurp(file).find("+++ exited") != std::string::npos; });
-    std::istringstream in(test::slurp(file));
+    std::istringstream in(trace_at_exit(t));
     // "PID  call(...)": strace pads short pids; one blank after the pid here.
     for (std::string line; std::getline(in, line);) {
       size_t pid_end = line.find(' ');
