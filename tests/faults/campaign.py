@@ -421,9 +421,10 @@ class Runner:
                 self.inject()
             self.finish()
         finally:
-            if self.p.poll() is None:
-                self.p.kill()
-                self.p.wait()
+            p = getattr(self, "p", None)  # none when the launcher could not be started
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
             self.repair()
         try:
             self.check_hosts()

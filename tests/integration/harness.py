@@ -37,7 +37,7 @@ def binary():
     b = os.environ.get("MSRUN_SSH_BIN", "")
     if not b or not os.access(b, os.X_OK):
         raise AssertionError(f"MSRUN_SSH_BIN={b!r} is not an executable")
-    return b
+    return os.path.abspath(b)  # the tests run it from other directories
 
 
 def cluster_script():
