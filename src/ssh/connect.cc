@@ -53,6 +53,21 @@ ConnectError classify_libssh_error(std::string_view message) {
   return ConnectError::kOther;
 }
 
+std::string explain_lost_connection(std::string_view message) {
+  if (message.empty() || message == "connection failed") return "connection closed";
+  // libssh's words (packet.c, packet_crypt.c) for a packet it could not take as sent.
+  static constexpr std::string_view kDamaged[] = {
+      "HMAC error",      "Decryption error",         "Packet len too high",
+      "Invalid padding", "Packet too short to read", "must be used on multiple of blocksize"};
+  for (std::string_view words : kDamaged) {
+    if (message.find(words) != message.npos)
+      return std::string(message) +
+             " (a packet arrived damaged: a faulty link, NIC or middlebox on the way changed its"
+             " bytes)";
+  }
+  return std::string(message);
+}
+
 SshPool::Impl::Impl(std::vector<SshEndpoint> h, SshSettings s)
     : hosts(std::move(h)), settings(std::move(s)) {
   raise_fd_limit();

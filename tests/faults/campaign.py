@@ -21,6 +21,11 @@ on and exits 1 at the end. With the test cluster up (tests/cluster/cluster.sh up
     python3 tests/faults/campaign.py --seed 1 --trials 300
   ... --seed 1 --first 17 --trials 1        # trial 17 of seed 1 alone
   ... --seed 1 --trials 30 --faults stop,log_full  # only these faults
+  ... --seed 1 --trials 80 --busy 1000 --burn 1      # busy hosts, a loaded machine
+
+--busy N gives every host N idle processes of its own for the whole campaign (each sweep and
+sampler there reads them all), as on a node running thousands of other processes; --burn K
+keeps K CPUs busy with loops at the launcher's priority, as on a loaded node.
 
 CI runs a short slice (ctest: faults.campaign_slice).
 """
@@ -636,6 +641,50 @@ class Runner:
             self.fail(f"stack directories left in /tmp: {sorted(new)}")
 
 
+def make_hosts_busy(count):
+    """`count` idle processes on every host of the cluster, in its pid namespace, as the other
+    processes of a busy node: `sleep 86399` (harness.BUSY_HOST_IDLER), which the harness leaves
+    out of its looks at the hosts. Returns the Popens whose process groups end them (end_groups)."""
+    own = os.readlink("/proc/self/ns/pid")
+    procs = []
+    for index in range(len(addresses())):
+        ns = f"msrs-node{index}"
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True, timeout=30).stdout.split()
+        inside = [p for p in pids if os.path.exists(f"/proc/{p}")
+                  and os.readlink(f"/proc/{p}/ns/pid") != own]
+        if not inside:
+            raise RuntimeError(f"no process in {ns}'s pid namespace")
+        procs.append(subprocess.Popen(
+            ["nsenter", "-t", inside[0], "-p", "-m", "-n", "--", "sh", "-c",
+             f"i=0; while [ $i -lt {count} ]; do sleep 86399 & i=$((i + 1)); done; wait"],
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        idle = len(subprocess.run(["pgrep", "-fx", harness.BUSY_HOST_IDLER.decode()],
+                                  capture_output=True, text=True, timeout=30).stdout.split())
+        if idle >= count * len(procs):
+            break
+        time.sleep(1)
+    print(f"campaign: {idle} idle processes on the {len(procs)} hosts", flush=True)
+    return procs
+
+
+def burn(count):
+    """`count` CPU-bound loops at this process's priority, as the other load of a busy node."""
+    return [subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+            for _ in range(count)]
+
+
+def end_groups(procs):
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(30)
+
+
 def clean_hosts():
     """Before a trial: the hosts hold nothing but their own processes. What an earlier failed
     trial left (it was reported there) is killed, so that one finding does not fail the rest."""
@@ -654,6 +703,10 @@ def main():
     p.add_argument("--max-minutes", type=float, default=0, help="stop starting trials after it")
     p.add_argument("--faults", default="",
                    help="draw only these faults (comma-separated; default: all)")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="N idle processes on every host for the whole campaign")
+    p.add_argument("--burn", type=int, default=0, metavar="K",
+                   help="K CPU-bound loops beside the campaign")
     args = p.parse_args()
     faults = [f for f in args.faults.split(",") if f]
     if any(f not in FAULTS for f in faults):
@@ -663,6 +716,14 @@ def main():
     except harness.Skip as e:
         print(e, file=sys.stderr)
         return harness.SKIP
+    load = (make_hosts_busy(args.busy) if args.busy > 0 else []) + burn(args.burn)
+    try:
+        return run_trials(args, faults)
+    finally:
+        end_groups(load)
+
+
+def run_trials(args, faults):
     start = time.monotonic()
     failed = []
     counts = {}
@@ -692,7 +753,9 @@ def main():
                   + (f" --faults {args.faults}" if faults else ""), flush=True)
     print(f"campaign: seed {args.seed}, {ran} trials, {len(failed)} failed "
           f"({time.monotonic() - start:.0f} s); fault x moment: "
-          + ", ".join(f"{f}/{m} {n}" for (f, m), n in sorted(counts.items())))
+          + ", ".join(f"{f}/{m} {n}" for (f, m), n in sorted(counts.items()))
+          + (f"; {args.busy} idle processes per host" if args.busy > 0 else "")
+          + (f"; {args.burn} CPU loops beside it" if args.burn > 0 else ""))
     return 1 if failed else 0
 
 

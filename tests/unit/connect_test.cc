@@ -23,5 +23,20 @@ TEST(Connect, LibsshErrorsHaveTheirKind) {
   EXPECT_EQ(classify_libssh_error(""), E::kOther);
 }
 
+TEST(Connect, ALostConnectionSaysWhenAPacketArrivedDamaged) {
+  const std::string damaged =
+      " (a packet arrived damaged: a faulty link, NIC or middlebox on the "
+      "way changed its bytes)";
+  EXPECT_EQ(explain_lost_connection("Decryption error"), "Decryption error" + damaged);
+  EXPECT_EQ(explain_lost_connection("HMAC error"), "HMAC error" + damaged);
+  EXPECT_EQ(explain_lost_connection("read_packet(): Packet len too high(1234567 0012d687)"),
+            "read_packet(): Packet len too high(1234567 0012d687)" + damaged);
+  EXPECT_EQ(explain_lost_connection("Invalid padding: 300 (12 left)"),
+            "Invalid padding: 300 (12 left)" + damaged);
+  EXPECT_EQ(explain_lost_connection("Socket error: disconnected"), "Socket error: disconnected");
+  EXPECT_EQ(explain_lost_connection("connection failed"), "connection closed");
+  EXPECT_EQ(explain_lost_connection(""), "connection closed");
+}
+
 }  // namespace
 }  // namespace msrun_ssh
