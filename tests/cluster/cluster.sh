@@ -174,11 +174,12 @@ set_sysctl() { if [[ -w $1 ]]; then echo "$2" >"$1" || true; fi; }
 
 ns_pids() { ip netns pids "$1" 2>/dev/null || true; }
 
-# Pids of the sshd processes (listener and per-connection) in namespace $1.
+# Pids of the sshd processes (listener and per-connection) in namespace $1. Read with no fork per
+# process: a busy host runs thousands (the fault campaign's --busy).
 ns_sshd_pids() {
   local pid comm
   for pid in $(ns_pids "$1"); do
-    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    { read -r comm <"/proc/$pid/comm"; } 2>/dev/null || continue
     [[ $comm == sshd ]] && echo "$pid"
   done
   return 0
@@ -186,13 +187,16 @@ ns_sshd_pids() {
 
 # Root-namespace pid of the host's init (the process that is pid 1 in its pid namespace).
 ns_init_pid() {
-  local pid nspid
+  local pid key ids
   for pid in $(ns_pids "$1"); do
-    nspid=$(awk '$1 == "NSpid:" { print $NF }' "/proc/$pid/status" 2>/dev/null) || continue
-    if [[ $nspid == 1 ]]; then
-      echo "$pid"
-      return 0
-    fi
+    while read -r key ids; do
+      [[ $key == NSpid: ]] || continue
+      if [[ ${ids##*[[:space:]]} == 1 ]]; then
+        echo "$pid"
+        return 0
+      fi
+      break
+    done 2>/dev/null <"/proc/$pid/status" || continue
   done
   return 1
 }
