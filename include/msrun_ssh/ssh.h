@@ -86,11 +86,11 @@ struct ConnectWarning {
 // text such as "Connection refused", "Failed to resolve hostname ...", a key exchange error).
 ConnectError classify_libssh_error(std::string_view message);
 
-// Why a ready connection ended, for the user, from libssh's words for it (ssh_get_error; ""
-// or "connection failed" when libssh gave none: "connection closed"). Words that say a packet
-// arrived damaged (its MAC or AEAD tag did not match, its length or padding cannot be) get what
-// they mean: something on the way changed its bytes past TCP's checksum.
-std::string explain_lost_connection(std::string_view message);
+// libssh's words for a failed or ended connection (ssh_get_error), for the user: words that say
+// a packet arrived damaged (its MAC or AEAD tag did not match, its length or padding cannot be)
+// get what they mean, that something on the way changed its bytes past TCP's checksum; others
+// are kept as they are.
+std::string name_damage(std::string message);
 
 // sshd's default MaxSessions: channels per connection before another connection is opened.
 inline constexpr int kChannelsPerConnection = 10;

@@ -338,7 +338,7 @@ void SshPool::Impl::check_conn(size_t ci) {
   if (c.state != ConnState::kReady) return;
   int status = ssh_get_status(c.session);
   if ((status & (SSH_CLOSED | SSH_CLOSED_ERROR)) || !ssh_is_connected(c.session)) {
-    host_lost(ci, explain_lost_connection(describe_error(c.session)));
+    host_lost(ci, describe_loss(c.session));
     return;
   }
   update_epoll(ci);
@@ -349,7 +349,7 @@ void SshPool::Impl::pump(size_t ci) {
   for (int round = 0; round < kMaxPumpRounds && c.state == ConnState::kReady; ++round) {
     int rc = ssh_event_dopoll(c.event, 0);
     if (rc == SSH_ERROR && c.state == ConnState::kReady) {
-      host_lost(ci, explain_lost_connection(describe_error(c.session)));
+      host_lost(ci, describe_loss(c.session));
       return;
     }
     if (rc != SSH_OK) break;     // SSH_AGAIN: nothing more to read now

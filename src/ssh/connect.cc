@@ -37,7 +37,7 @@ std::string user_home_dir() {
 
 // A failure libssh describes: its words, and their kind.
 ConnectFailure libssh_failure(ssh_session s) {
-  std::string why = describe_error(s);
+  std::string why = name_damage(describe_error(s));
   return {classify_libssh_error(why), why};
 }
 
@@ -53,19 +53,18 @@ ConnectError classify_libssh_error(std::string_view message) {
   return ConnectError::kOther;
 }
 
-std::string explain_lost_connection(std::string_view message) {
-  if (message.empty() || message == "connection failed") return "connection closed";
+std::string name_damage(std::string message) {
   // libssh's words (packet.c, packet_crypt.c) for a packet it could not take as sent.
   static constexpr std::string_view kDamaged[] = {
       "HMAC error",      "Decryption error",         "Packet len too high",
       "Invalid padding", "Packet too short to read", "must be used on multiple of blocksize"};
   for (std::string_view words : kDamaged) {
     if (message.find(words) != message.npos)
-      return std::string(message) +
+      return message +
              " (a packet arrived damaged: a faulty link, NIC or middlebox on the way changed its"
              " bytes)";
   }
-  return std::string(message);
+  return message;
 }
 
 SshPool::Impl::Impl(std::vector<SshEndpoint> h, SshSettings s)

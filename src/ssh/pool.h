@@ -31,6 +31,13 @@ inline std::string describe_error(ssh_session s) {
   return e;
 }
 
+// Why a ready connection ended, for the user: libssh's words with a damaged packet named
+// (name_damage), or "connection closed" when libssh gave none.
+inline std::string describe_loss(ssh_session s) {
+  std::string why = name_damage(describe_error(s));
+  return why == "connection failed" ? "connection closed" : why;
+}
+
 struct KeyDeleter {
   void operator()(ssh_key k) const { ssh_key_free(k); }
 };

@@ -23,19 +23,18 @@ TEST(Connect, LibsshErrorsHaveTheirKind) {
   EXPECT_EQ(classify_libssh_error(""), E::kOther);
 }
 
-TEST(Connect, ALostConnectionSaysWhenAPacketArrivedDamaged) {
+TEST(Connect, LibsshWordsForADamagedPacketSaySo) {
   const std::string damaged =
-      " (a packet arrived damaged: a faulty link, NIC or middlebox on the "
-      "way changed its bytes)";
-  EXPECT_EQ(explain_lost_connection("Decryption error"), "Decryption error" + damaged);
-  EXPECT_EQ(explain_lost_connection("HMAC error"), "HMAC error" + damaged);
-  EXPECT_EQ(explain_lost_connection("read_packet(): Packet len too high(1234567 0012d687)"),
+      " (a packet arrived damaged: a faulty link, NIC or middlebox on the way changed its bytes)";
+  EXPECT_EQ(name_damage("Decryption error"), "Decryption error" + damaged);
+  EXPECT_EQ(name_damage("HMAC error"), "HMAC error" + damaged);
+  EXPECT_EQ(name_damage("read_packet(): Packet len too high(1234567 0012d687)"),
             "read_packet(): Packet len too high(1234567 0012d687)" + damaged);
-  EXPECT_EQ(explain_lost_connection("Invalid padding: 300 (12 left)"),
+  EXPECT_EQ(name_damage("Invalid padding: 300 (12 left)"),
             "Invalid padding: 300 (12 left)" + damaged);
-  EXPECT_EQ(explain_lost_connection("Socket error: disconnected"), "Socket error: disconnected");
-  EXPECT_EQ(explain_lost_connection("connection failed"), "connection closed");
-  EXPECT_EQ(explain_lost_connection(""), "connection closed");
+  EXPECT_EQ(name_damage("Socket error: disconnected"), "Socket error: disconnected");
+  EXPECT_EQ(name_damage("Connection refused"), "Connection refused");
+  EXPECT_EQ(name_damage("connection failed"), "connection failed");
 }
 
 }  // namespace
