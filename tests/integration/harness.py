@@ -9,6 +9,7 @@ loud reason. Every wait here is bounded.
 import os
 import re
 import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,14 @@ def tmpdir():
         _TMP = tempfile.mkdtemp(prefix="msrun-ssh-it-", dir="/tmp")
         os.chmod(_TMP, 0o755)
     return _TMP
+
+
+def remove_tmpdir():
+    """Removes the scratch directory (a passing test's; a failing test's is kept to be read)."""
+    global _TMP
+    if _TMP is not None:
+        shutil.rmtree(_TMP, ignore_errors=True)
+        _TMP = None
 
 
 def addresses():

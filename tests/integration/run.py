@@ -19,9 +19,12 @@ def main():
         return harness.SKIP
     except Exception:
         traceback.print_exc()
+        if harness._TMP is not None:
+            print(f"the test's scratch directory is kept: {harness._TMP}", file=sys.stderr)
         return 1
     finally:
         harness.restore_cluster()
+    harness.remove_tmpdir()
     print(f"PASS {module}.{function}")
     return 0
 

@@ -8,11 +8,12 @@ sshd and, once told, flips one bit of the next bytes it forwards in one directio
 import os
 import re
 import socket
+import subprocess
 import threading
 import time
 
 from harness import (addresses, check, cluster_dir, copy_hosts_file, job, launch, marked_processes,
-                     read, wait_clean, wait_for)
+                     read, tmpdir, wait_clean, wait_for)
 
 HEARTBEAT = 1.0
 VICTIM = 1
@@ -91,7 +92,7 @@ def _victim_hosts_file(proxy, victim_addr):
     key = [l.split(None, 1)[1] for l in open(os.path.join(d, "known_hosts")).read().splitlines()
            if l.split(None, 1)[0] == victim_addr]
     check(key, f"no key of {victim_addr} in the cluster's known_hosts")
-    known = os.path.join(os.path.dirname(copy_hosts_file()), f"known-corrupt-{proxy.port}")
+    known = os.path.join(tmpdir(), f"known-corrupt-{proxy.port}")
     with open(known, "w") as f:
         f.write(open(os.path.join(d, "known_hosts")).read())
         f.write(f"[127.0.0.1]:{proxy.port} {key[0]}\n")
@@ -118,7 +119,7 @@ def _corrupted_link(towards_client):
             proxy.corrupt(towards_client)
             out, err = p.communicate(timeout=30)
             took = time.monotonic() - start
-        except Exception:
+        except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
             raise AssertionError(f"the launcher did not end: {err.decode(errors='replace')[-3000:]}")
@@ -134,7 +135,8 @@ def _corrupted_link(towards_client):
         # way to the host, just ends the connection.
         check(not towards_client or b"a packet arrived damaged" in lost.group(0),
               f"the damage is not named: {lost.group(0).decode(errors='replace')}")
-        # The corrupted connection is the only one lost: the others end by the teardown.
+        # The job ends soon after the damage: at once when the launcher reads it, at the next
+        # heartbeat when sshd does (the launcher's next write).
         check(took < 3 * HEARTBEAT + 2 + 10, f"the job took {took:.1f} s to end")
         # Nothing corrupted reached a log or the console: every line of every rank is whole and
         # in order, each log from line 0 on.
