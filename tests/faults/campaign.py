@@ -718,9 +718,12 @@ def main():
         return harness.SKIP
     load = (make_hosts_busy(args.busy) if args.busy > 0 else []) + burn(args.burn)
     try:
-        return run_trials(args, faults)
+        code = run_trials(args, faults)
     finally:
         end_groups(load)
+    if code == 0:
+        harness.remove_tmpdir()  # a failed trial's logs and host files are kept to be read
+    return code
 
 
 def run_trials(args, faults):
