@@ -88,13 +88,13 @@ class CorruptingProxy:
 def _victim_hosts_file(proxy, victim_addr):
     """The cluster's host file with the victim reached through the proxy: its address 127.0.0.1
     and the proxy's port, and its host key under that name in a known_hosts of its own."""
-    d = cluster_dir()
-    key = [l.split(None, 1)[1] for l in open(os.path.join(d, "known_hosts")).read().splitlines()
+    cluster_known = open(os.path.join(cluster_dir(), "known_hosts")).read()
+    key = [l.split(None, 1)[1] for l in cluster_known.splitlines()
            if l.split(None, 1)[0] == victim_addr]
     check(key, f"no key of {victim_addr} in the cluster's known_hosts")
     known = os.path.join(tmpdir(), f"known-corrupt-{proxy.port}")
     with open(known, "w") as f:
-        f.write(open(os.path.join(d, "known_hosts")).read())
+        f.write(cluster_known)
         f.write(f"[127.0.0.1]:{proxy.port} {key[0]}\n")
     path = copy_hosts_file(known_hosts=f'"{known}"')
     text = open(path).read()
