@@ -12,8 +12,14 @@ import resource
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "cluster"))
+import idlers  # noqa: E402
+from idlers import netns_pids  # noqa: E402,F401 (the benchmarks' common.netns_pids)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER_SH = os.path.join(REPO, "tests", "cluster", "cluster.sh")
@@ -87,31 +93,15 @@ class Cluster:
 
     def clutter(self, count, max_wait_s=120):
         """Starts `count` idle processes on the farm, in its pid namespace (where the farm's
-        watchdogs sweep), as the other processes of a busy host; returns the Popen whose process
-        group ends them (end_clutter)."""
-        own = os.readlink("/proc/self/ns/pid")
-        inside = [p for p in netns_pids("msrs-farm")
-                  if os.path.exists(f"/proc/{p}") and os.readlink(f"/proc/{p}/ns/pid") != own]
-        if not inside:
-            raise RuntimeError("no process in the farm's pid namespace")
-        before = len(netns_pids("msrs-farm"))
-        proc = subprocess.Popen(
-            ["nsenter", "-t", str(inside[0]), "-p", "-m", "-n", "--", "sh", "-c",
-             f"i=0; while [ $i -lt {count} ]; do sleep 86400 & i=$((i + 1)); done; wait"],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + max_wait_s
-        while len(netns_pids("msrs-farm")) < before + count and time.monotonic() < deadline:
-            time.sleep(0.5)
-        log(f"clutter: {len(netns_pids('msrs-farm')) - before} idle processes on the farm")
+        watchdogs sweep), as the other processes of a busy host (tests/cluster/idlers.py);
+        returns the Popen whose process group ends them (end_clutter)."""
+        proc, gained = idlers.start("msrs-farm", count, max_wait_s)
+        log(f"clutter: {gained} idle processes on the farm")
         return proc
 
     @staticmethod
     def end_clutter(proc):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(30)
+        idlers.end(proc)
 
     def write_toml(self, path, addrs, workers, extra=""):
         with open(path, "w") as f:
@@ -122,15 +112,6 @@ class Cluster:
             for a in addrs:
                 f.write(f"\n[[hosts]]\naddress = \"{a}\"\n")
         return path
-
-
-def netns_pids(ns):
-    try:
-        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
-                             timeout=30)
-    except subprocess.TimeoutExpired:
-        return []
-    return [int(p) for p in out.stdout.split() if p.isdigit()]
 
 
 def wait_settled(ns, baseline, max_wait_s=20):

@@ -44,8 +44,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "cluster"))
 sys.dont_write_bytecode = True
 import harness  # noqa: E402
+import idlers  # noqa: E402
 from harness import addresses, binary, cluster, job, marked_processes, tmpdir  # noqa: E402
 
 HEARTBEAT = 1.0
@@ -643,29 +645,13 @@ class Runner:
 
 def make_hosts_busy(count):
     """`count` idle processes on every host of the cluster, in its pid namespace, as the other
-    processes of a busy node: `sleep 86399` (harness.BUSY_HOST_IDLER), which the harness leaves
-    out of its looks at the hosts. Returns the Popens whose process groups end them (end_groups)."""
-    own = os.readlink("/proc/self/ns/pid")
-    procs = []
+    processes of a busy node (tests/cluster/idlers.py), which the harness leaves out of its looks at
+    the hosts. Returns the Popens whose process groups end them (end_groups)."""
+    procs, idle = [], 0
     for index in range(len(addresses())):
-        ns = f"msrs-node{index}"
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
-                              text=True, timeout=30).stdout.split()
-        inside = [p for p in pids if os.path.exists(f"/proc/{p}")
-                  and os.readlink(f"/proc/{p}/ns/pid") != own]
-        if not inside:
-            raise RuntimeError(f"no process in {ns}'s pid namespace")
-        procs.append(subprocess.Popen(
-            ["nsenter", "-t", inside[0], "-p", "-m", "-n", "--", "sh", "-c",
-             f"i=0; while [ $i -lt {count} ]; do sleep 86399 & i=$((i + 1)); done; wait"],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        idle = len(subprocess.run(["pgrep", "-fx", harness.BUSY_HOST_IDLER.decode()],
-                                  capture_output=True, text=True, timeout=30).stdout.split())
-        if idle >= count * len(procs):
-            break
-        time.sleep(1)
+        proc, gained = idlers.start(f"msrs-node{index}", count)
+        procs.append(proc)
+        idle += gained
     print(f"campaign: {idle} idle processes on the {len(procs)} hosts", flush=True)
     return procs
 
@@ -678,11 +664,7 @@ def burn(count):
 
 def end_groups(procs):
     for proc in procs:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(30)
+        idlers.end(proc)
 
 
 def clean_hosts():

@@ -16,6 +16,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "cluster"))
+import idlers  # noqa: E402
 SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 JOBS = os.path.join(HERE, "jobs")
 SKIP = 77
@@ -128,9 +130,9 @@ def job(name):
     return os.path.join(JOBS, name)
 
 
-# The command line of the idle processes a busy host runs beside the job (the fault campaign's
-# --busy): left out of every look at the hosts' processes.
-BUSY_HOST_IDLER = b"sleep 86399"
+# The command line of the idle processes a busy host runs beside the job (tests/cluster/idlers.py,
+# the fault campaign's --busy): left out of every look at the hosts' processes.
+BUSY_HOST_IDLER = idlers.COMMAND.encode()
 
 
 def _host_processes(ns_prefix):
