@@ -648,10 +648,14 @@ def make_hosts_busy(count):
     processes of a busy node (tests/cluster/idlers.py), which the harness leaves out of its looks at
     the hosts. Returns the Popens whose process groups end them (end_groups)."""
     procs, idle = [], 0
-    for index in range(len(addresses())):
-        proc, gained = idlers.start(f"msrs-node{index}", count)
-        procs.append(proc)
-        idle += gained
+    try:
+        for index in range(len(addresses())):
+            proc, gained = idlers.start(f"msrs-node{index}", count)
+            procs.append(proc)
+            idle += gained
+    except BaseException:  # those of the hosts before are not left behind
+        end_groups(procs)
+        raise
     print(f"campaign: {idle} idle processes on the {len(procs)} hosts", flush=True)
     return procs
 
