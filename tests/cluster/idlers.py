@@ -13,7 +13,7 @@ import subprocess
 import time
 
 # Their command line: the integration tests' harness leaves processes with exactly this one out of
-# its looks at the hosts (harness.BUSY_HOST_IDLER), no test job runs it.
+# its looks at the hosts (harness.BUSY_HOST_IDLER), and no test job runs it.
 COMMAND = "sleep 86399"
 
 
