@@ -32,9 +32,10 @@ def start(ns, count, max_wait_s=120):
     waits (at most max_wait_s) until they run. Returns (the Popen whose process group ends them:
     end(), how many of them run)."""
     own = os.readlink("/proc/self/ns/pid")
-    already = count_in(ns)
+    pids = netns_pids(ns)
+    already = _idlers_among(pids)
     inside = []
-    for pid in netns_pids(ns):
+    for pid in pids:
         try:
             if os.readlink(f"/proc/{pid}/ns/pid") != own:
                 inside.append(pid)
@@ -56,9 +57,13 @@ def start(ns, count, max_wait_s=120):
 
 def count_in(ns):
     """How many idlers network namespace `ns` holds."""
+    return _idlers_among(netns_pids(ns))
+
+
+def _idlers_among(pids):
     want = (COMMAND.replace(" ", "\0") + "\0").encode()
     found = 0
-    for pid in netns_pids(ns):
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 found += f.read() == want
