@@ -74,9 +74,10 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path);
 void take_spares(Cluster& cluster, int n);
 
 // Expands a node set: "node[01-03]" -> node01 node02 node03; "n[1-3,7]" -> n1 n2 n3 n7; several
-// bracket groups multiply ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is
-// returned as is. Throws InputError (message without location) on malformed sets, reversed
-// ranges, or more than 16384 names.
+// bracket groups multiply, in Slurm's order: the last fastest, then the first, the second, ...
+// ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is returned as is. Throws
+// InputError (message without location) on malformed sets, reversed ranges, forms neither
+// ClusterShell nor Slurm reads (docs/host-file.md), or more than 16384 names.
 std::vector<std::string> expand_nodeset(std::string_view pattern);
 
 // `value` split at the commas outside brackets: "n[1-2,5], m" -> "n[1-2,5]", " m" (blanks kept).

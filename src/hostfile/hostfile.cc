@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -164,40 +165,73 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
   }
 }
 
-// `where[i]` locates host i for messages: "FILE:LINE:COL" (TOML) or "FILE:LINE" (plain).
-void check_unique(const Cluster& cluster, const std::vector<std::string>& where) {
-  std::set<std::pair<std::string, int>> seen;
+// Where each host of a file came from: the place of the address that named it ("FILE:LINE:COL"
+// in TOML, "FILE:LINE" in the plain format) and that address as written (a node set).
+struct Origin {
+  std::string where;
+  std::string written;
+};
+
+// `name` as a message names it: with the address that named it when that was a node set.
+std::string named(const std::string& name, const Origin& origin) {
+  if (origin.written == name) return fmt::format("{:?}", name);
+  return fmt::format("{:?} (of address {:?})", name, origin.written);
+}
+
+void check_unique(const Cluster& cluster, const std::vector<Origin>& origins) {
+  std::map<std::pair<std::string, int>, size_t> seen;
   for (size_t i = 0; i < cluster.hosts.size(); ++i) {
     const Host& h = cluster.hosts[i];
-    if (!seen.emplace(h.address, h.port.value_or(0)).second)
-      throw InputError(fmt::format("{}: host \"{}\" is listed twice", where[i], h.address));
+    auto [it, added] = seen.emplace(std::pair(h.address, h.port.value_or(0)), i);
+    if (added) continue;
+    const Origin& first = origins[it->second];
+    const Origin& again = origins[i];
+    if (first.where == again.where)
+      throw InputError(fmt::format("{}: host {:?} is listed twice by address {:?}", again.where,
+                                   h.address, again.written));
+    throw InputError(fmt::format(
+        "{}: host {} is listed twice: {} has it already{}", again.where, named(h.address, again),
+        first.where,
+        first.written == h.address ? "" : fmt::format(" (address {:?})", first.written)));
   }
 }
 
-void add_expanded(Cluster& cluster, std::vector<std::string>& wheres, const Host& host,
+// The first character of `name` that no host name has.
+char not_allowed(std::string_view name) {
+  for (char c : name)
+    if (!valid_host_name(std::string_view(&c, 1))) return c;
+  return '\0';
+}
+
+void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& host,
                   const std::string& where) {
   std::vector<std::string> names;
   try {
     names = expand_nodeset(host.address);
   } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: address \"{}\": {}", where, host.address, e.what()));
+    throw InputError(fmt::format("{}: address {:?}: {}", where, host.address, e.what()));
   }
   if (cluster.hosts.size() + names.size() > kMaxHosts)
     throw InputError(fmt::format("{}: more than {} hosts in the host file", where, kMaxHosts));
   for (auto& name : names) {
-    if (!valid_host_name(name))
-      throw InputError(
-          fmt::format("{}: address \"{}\" contains a character not allowed in a "
-                      "host name or address",
-                      where, name));
+    if (!valid_host_name(name)) {
+      std::string what = name.empty() ? "is empty"
+                                      : fmt::format(
+                                            "has {:?}, a character not allowed in a host "
+                                            "name or address (letters, digits and . - _ "
+                                            ": % only)",
+                                            not_allowed(name));
+      throw InputError(name == host.address ? fmt::format("{}: address {:?} {}", where, name, what)
+                                            : fmt::format("{}: address {:?}: the name {:?} {}",
+                                                          where, host.address, name, what));
+    }
     Host h = host;
     h.address = std::move(name);
     cluster.hosts.push_back(std::move(h));
-    wheres.push_back(where);
+    origins.push_back({where, host.address});
   }
 }
 
-// Moves the hosts marked spare to cluster.spares, in order; `empty` says why none would be left.
 // Moves the spare hosts to cluster.spares. Every host a spare is an error, located where the first
 // host is (`where`: wheres.front(), the hosts being there).
 void split_spares(Cluster& cluster, const std::string& where) {
@@ -241,7 +275,7 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
     apply_keys(path, *d->as_table(), false, defaults, &contract);
   }
   Cluster cluster{path, {}, contract};
-  std::vector<std::string> wheres;
+  std::vector<Origin> origins;
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     if (key == "defaults") continue;
@@ -260,8 +294,9 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
       Host host = defaults;
       host.origin = fmt::format("{}:{}", path, entry.source().begin.line);
       apply_keys(path, *entry.as_table(), true, host);
-      if (host.address.empty()) fail(path, entry, "[[hosts]] entry without \"address\"");
-      add_expanded(cluster, wheres, host, at(path, entry));
+      const toml::node* address = entry.as_table()->get("address");
+      if (!address) fail(path, entry, "[[hosts]] entry without \"address\"");
+      add_expanded(cluster, origins, host, at(path, *address));
     }
   }
   if (!cluster.source.empty()) {
@@ -274,32 +309,38 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
     return cluster;
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no [[hosts]] entries", path));
-  check_unique(cluster, wheres);
-  split_spares(cluster, wheres.front());
+  check_unique(cluster, origins);
+  split_spares(cluster, origins.front().where);
   return cluster;
 }
 
 Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
   Cluster cluster{path, {}};
-  std::vector<std::string> wheres;
+  std::vector<Origin> origins;
   std::istringstream in{std::string(text)};
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
     if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
-    std::istringstream words(line);
-    std::string address, word;
-    if (!(words >> address)) continue;
-    // A node set with blanks after its commas ("node[1-3, 7]", "a, b") goes on to the next word.
+    std::vector<std::string_view> words = split_words(line, " \t\r\v\f");
+    if (words.empty()) continue;
+    // A node set with blanks around its commas ("node[1-3, 7]", "a , b") goes on to the next
+    // word.
     auto unfinished = [](const std::string& a) {
       return a.back() == ',' ||
              std::count(a.begin(), a.end(), '[') > std::count(a.begin(), a.end(), ']');
     };
-    while (unfinished(address) && words >> word) address += " " + word;
+    std::string address(words[0]);
+    size_t next = 1;
+    while (next < words.size() && (unfinished(address) || words[next][0] == ',')) {
+      address += ' ';
+      address += words[next++];
+    }
     std::string where = fmt::format("{}:{}", path, lineno);
     Host host;
     host.address = address;
     host.origin = where;
-    while (words >> word) {
+    for (; next < words.size(); ++next) {
+      std::string word(words[next]);
       if (word == "spare") {
         host.spare = true;
         continue;
@@ -324,11 +365,11 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
                                      kMaxWorkersPerHost, word));
       if (key == "slots") host.local_worker_num = n;  // max_slots is accepted and ignored
     }
-    add_expanded(cluster, wheres, host, where);
+    add_expanded(cluster, origins, host, where);
   }
   if (cluster.hosts.empty()) throw InputError(fmt::format("{}: no hosts", path));
-  check_unique(cluster, wheres);
-  split_spares(cluster, wheres.front());
+  check_unique(cluster, origins);
+  split_spares(cluster, origins.front().where);
   return cluster;
 }
 

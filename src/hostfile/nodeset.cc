@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -16,21 +17,36 @@ namespace {
 
 // Far above any real cluster, low enough that a typo cannot make the launcher plan for millions.
 constexpr size_t kMaxNames = 16384;
-// Digits of a range's bound or step: 19 fit in 64 bits. A single number may be any length.
+// Digits of a range's bound: 19 fit in 64 bits. A single number may be any length.
 constexpr size_t kMaxDigits = 19;
+// What ClusterShell strips around a node set's parts (Python's blanks, ASCII ones): a node list
+// wrapped over lines in a TOML multi-line string reads as on one line.
+constexpr std::string_view kBlanks = " \t\n\r\v\f";
 using Wide = std::uint64_t;
 
 bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// A range's bound or step as a number; nullopt when it is not one (empty, a sign, a blank inside,
-// too long).
+bool has_blank(std::string_view s) { return s.find_first_of(kBlanks) != std::string_view::npos; }
+
+// A range's bound as a number; nullopt when it is not one (empty, a sign, a blank inside, too
+// long).
 std::optional<Wide> wide_number(std::string_view s) {
   if (!all_digits(s) || s.size() > kMaxDigits) return std::nullopt;
   Wide v = 0;
   for (char c : s) v = v * 10 + static_cast<unsigned>(c - '0');
   return v;
+}
+
+// A range's step as a number, leading zeros dropped; one too large for 64 bits is the largest
+// (a step past the range's end: its first bound alone, as ClusterShell reads it).
+std::optional<Wide> step_number(std::string_view s) {
+  if (!all_digits(s)) return std::nullopt;
+  size_t first = s.find_first_not_of('0');
+  if (first == std::string_view::npos) return Wide{0};
+  s.remove_prefix(first);
+  return s.size() > kMaxDigits ? std::numeric_limits<Wide>::max() : *wide_number(s);
 }
 
 // `v` in decimal, zero-padded to `width` digits.
@@ -48,25 +64,44 @@ std::string decimal(Wide v, size_t width) {
 // "07" is zero-padded; "0" and "7" are not.
 bool padded(std::string_view digits) { return digits.size() > 1 && digits[0] == '0'; }
 
+// What a bracket group holds beside its words: the forms that only one of ClusterShell and Slurm
+// reads, and what each refuses around them.
+struct GroupForm {
+  bool step = false;          // a "/N" step: ClusterShell's, refused by Slurm
+  bool uneven_width = false;  // bounds padded to different widths ("01-100"): Slurm's only
+  bool blank = false;         // blanks inside (Slurm reads them its own way: "n[ 1-3]" is n01..n03)
+  bool blank_ends_bound = false;  // a bound ends with a blank ("[1 -3]", "[1-3 ]")
+};
+
+bool ends_with_blank(std::string_view s) {
+  return !s.empty() && kBlanks.find(s.back()) != std::string_view::npos;
+}
+
 // One item of a bracket group, blanks around its parts allowed (as ClusterShell): "7", "01-16",
 // "1-10/2". Appends its words to `out`.
-void expand_item(std::string_view item, std::vector<std::string>& out) {
+void expand_item(std::string_view item, std::vector<std::string>& out, GroupForm& form) {
   auto bad = [&](std::string_view why) {
-    return InputError(fmt::format("bad node set range \"{}\"{}", trim(item), why));
+    return InputError(fmt::format("bad node set range \"{}\"{}", trim(item, kBlanks), why));
   };
   size_t slash = item.find('/');
   std::string_view range = item.substr(0, slash);
   size_t dash = range.find('-');
-  std::string_view lo_s = trim(range.substr(0, dash));
+  form.blank_ends_bound =
+      form.blank_ends_bound || ends_with_blank(range.substr(0, dash)) ||
+      (dash != std::string_view::npos && ends_with_blank(range.substr(dash + 1)));
+  std::string_view lo_s = trim(range.substr(0, dash), kBlanks);
   if (dash == std::string_view::npos) {
     if (slash != std::string_view::npos) throw bad(": a step needs a range (\"1-9/2\")");
     if (!all_digits(lo_s)) throw bad("");
     out.emplace_back(lo_s);  // a single number stands as written, however long
     return;
   }
-  std::string_view hi_s = trim(range.substr(dash + 1));
+  std::string_view hi_s = trim(range.substr(dash + 1), kBlanks);
   std::optional<Wide> lo = wide_number(lo_s), hi = wide_number(hi_s), step = Wide{1};
-  if (slash != std::string_view::npos) step = wide_number(trim(item.substr(slash + 1)));
+  if (slash != std::string_view::npos) {
+    step = step_number(trim(item.substr(slash + 1), kBlanks));
+    form.step = true;
+  }
   if (!lo || !hi || !step) {
     bool long_number = (lo_s.size() > kMaxDigits && all_digits(lo_s)) ||
                        (hi_s.size() > kMaxDigits && all_digits(hi_s));
@@ -78,38 +113,68 @@ void expand_item(std::string_view item, std::vector<std::string>& out) {
   // Checked before expanding: many ranges of one group must not allocate past the limit first.
   if (count > kMaxNames || out.size() + static_cast<size_t>(count) > kMaxNames)
     throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
-  // "01-16" pads every name to 2 digits. The first bound alone decides, as in Slurm: "01-100" is
-  // n01 .. n99, n100 (ClusterShell refuses bounds of different widths; docs/host-file.md).
+  // "01-16" pads every name to 2 digits. Bounds of different widths, one of them padded, are
+  // Slurm's form, where the first bound alone decides: "01-100" is n01 .. n99, n100
+  // (ClusterShell refuses them: "padding length mismatch"; docs/host-file.md).
+  form.uneven_width =
+      form.uneven_width || ((padded(lo_s) || padded(hi_s)) && lo_s.size() != hi_s.size());
   size_t width = padded(lo_s) ? lo_s.size() : 0;
   for (Wide i = 0; i < count; ++i) out.push_back(decimal(*lo + i * *step, width));
 }
 
 // Expands the inside of one bracket group ("01-03, 7, 10-20/5") into its words, padding kept.
-std::vector<std::string> expand_group(std::string_view body) {
+std::vector<std::string> expand_group(std::string_view body, GroupForm& form) {
   std::vector<std::string> out;
-  if (trim(body).empty()) throw InputError("empty node set \"[]\"");
+  if (trim(body, kBlanks).empty()) throw InputError("empty node set \"[]\"");
+  form.blank = has_blank(body);
   const std::string_view whole = body;
   while (true) {
     size_t comma = body.find(',');
     std::string_view item = body.substr(0, comma);
-    if (trim(item).empty()) throw InputError(fmt::format("empty item in node set \"[{}]\"", whole));
-    expand_item(item, out);
+    if (trim(item, kBlanks).empty())
+      throw InputError(fmt::format("empty item in node set \"[{}]\"", whole));
+    expand_item(item, out, form);
     if (comma == std::string_view::npos) break;
     body = body.substr(comma + 1);
   }
   return out;
 }
 
+// The forms only Slurm reads (bounds of different widths, groups side by side: ClusterShell
+// refuses both) are read only as Slurm reads them: without a step or blanks in a group, and with
+// nothing after the last "]" (Slurm refuses all three there, and ClusterShell the whole set).
+void check_slurm_form(std::string_view pattern, const std::vector<GroupForm>& forms,
+                      bool side_by_side, bool text_after) {
+  bool uneven = std::any_of(forms.begin(), forms.end(), [](auto& f) { return f.uneven_width; });
+  if (!uneven && !side_by_side) return;
+  std::string_view what = uneven ? "bounds padded to different widths" : "groups side by side";
+  std::string_view but;
+  if (std::any_of(forms.begin(), forms.end(), [](auto& f) { return f.step; }))
+    but = "a step";
+  else if (std::any_of(forms.begin(), forms.end(), [](auto& f) { return f.blank; }))
+    but = "blanks inside a group";
+  else if (text_after)
+    but = "text after the last \"]\"";
+  else
+    return;
+  throw InputError(fmt::format(
+      "\"{}\": {} are Slurm's form, and Slurm reads them only without {} (ClusterShell refuses "
+      "them)",
+      pattern, what, but));
+}
+
 // One node set without a top-level comma: literal text and bracket groups.
 std::vector<std::string> expand_one(std::string_view pattern) {
-  // The pattern as literal text each followed by a group of two or more words (a group of one is
-  // literal text); the names are then built each once, in one pass. At most 14 groups of two or
-  // more fit under kMaxNames, so the work is about the size of the names, however many segments.
+  // The pattern as literal text each followed by a bracket group's words, then the trailing
+  // literal; the names are then built each once, in one pass. At most 14 groups of two or more
+  // words fit under kMaxNames, so the work is about the size of the names, however many segments.
   struct Segment {
     std::string literal;
     std::vector<std::string> words;  // empty: the trailing literal
   };
   std::vector<Segment> segments{Segment{}};
+  std::vector<GroupForm> forms;
+  bool side_by_side = false;
   size_t count = 1;
   size_t pos = 0;
   while (true) {
@@ -119,24 +184,42 @@ std::vector<std::string> expand_one(std::string_view pattern) {
       throw InputError("unmatched \"]\" in node set");
     segments.back().literal += pattern.substr(pos, open - pos);
     if (open == std::string_view::npos) break;
+    // Groups side by side, or with digits alone between them ("n[1-2]0[3-4]"): ClusterShell's
+    // "illegal reopening bracket".
+    side_by_side =
+        side_by_side || (pos > 0 && (open == pos || all_digits(pattern.substr(pos, open - pos))));
     size_t close = pattern.find(']', open);
     if (close == std::string_view::npos) throw InputError("unmatched \"[\" in node set");
     std::string_view body = pattern.substr(open + 1, close - open - 1);
     if (body.find('[') != std::string_view::npos) throw InputError("nested \"[\" in node set");
-    std::vector<std::string> words = expand_group(body);
+    GroupForm form;
+    std::vector<std::string> words = expand_group(body, form);
+    // Digits right after a group ("n[1-3]0": n10, n20, n30) are appended to its bounds by
+    // ClusterShell, which cannot do it after a step ("illegal trailing digits after range with
+    // steps") or after a bound that ends with a blank ("[1-3 ]0"); Slurm reads neither.
+    if (close + 1 < pattern.size() && pattern[close + 1] >= '0' && pattern[close + 1] <= '9' &&
+        (form.step || form.blank_ends_bound))
+      throw InputError(fmt::format(
+          "\"{}\": digits right after a group with {}, which neither ClusterShell nor Slurm "
+          "reads",
+          pattern, form.step ? "a step (\"n[1-9/2]0\")" : "a blank after a bound (\"n[1-3 ]0\")"));
     if (count * words.size() > kMaxNames)
       throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
     count *= words.size();
-    if (words.size() == 1) {
-      segments.back().literal += words[0];
-    } else {
-      segments.back().words = std::move(words);
-      segments.emplace_back();
-    }
+    forms.push_back(form);
+    segments.back().words = std::move(words);
+    segments.emplace_back();
     pos = close + 1;
   }
   if (pattern.empty()) throw InputError("empty host name");
-  // Left to right, the last group varying fastest: "a[1-2]b[1-2]" is a1b1, a1b2, a2b1, a2b2.
+  check_slurm_form(pattern, forms, side_by_side, !segments.back().literal.empty());
+  // Slurm's order (`scontrol show hostnames`): the last group varies fastest, then the first, the
+  // second, ... up to the one before the last: "a[1-2]b[1-2]" is a1b1, a1b2, a2b1, a2b2, and
+  // "a[1-2]b[1-2]c[1-2]" is a1b1c1, a1b1c2, a2b1c1, a2b1c2, a1b2c1, ...
+  size_t groups = segments.size() - 1;
+  std::vector<size_t> turn;  // the groups, fastest first
+  if (groups > 0) turn.push_back(groups - 1);
+  for (size_t g = 0; g + 1 < groups; ++g) turn.push_back(g);
   std::vector<std::string> names;
   names.reserve(count);
   std::vector<size_t> at(segments.size(), 0);
@@ -147,10 +230,9 @@ std::vector<std::string> expand_one(std::string_view pattern) {
       if (!segments[i].words.empty()) name += segments[i].words[at[i]];
     }
     names.push_back(std::move(name));
-    for (size_t i = segments.size(); i-- > 0;) {
-      if (segments[i].words.empty()) continue;
-      if (++at[i] < segments[i].words.size()) break;
-      at[i] = 0;
+    for (size_t g : turn) {
+      if (++at[g] < segments[g].words.size()) break;
+      at[g] = 0;
     }
   }
   return names;
@@ -180,7 +262,7 @@ std::vector<std::string> expand_nodeset(std::string_view pattern) {
   // blanks around each are dropped, as ClusterShell drops them.
   std::vector<std::string> names;
   for (std::string_view set : split_node_sets(pattern)) {
-    std::string_view item = trim(set);
+    std::string_view item = trim(set, kBlanks);
     if (item.empty())
       throw InputError(pattern.find(',') == std::string_view::npos
                            ? "empty host name"

@@ -292,14 +292,20 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
       // duplicate host
       {"[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"b\"\n"
        "[[hosts]]\naddress = \"a\"\n",
-       "h.toml:5:1: host \"a\" is listed twice"},
-      // duplicate through node set
+       "h.toml:6:11: host \"a\" is listed twice: h.toml:2:11 has it already"},
+      // duplicate through node set: both places and both addresses named
       {"[[hosts]]\naddress = \"n[1-3]\"\n[[hosts]]\naddress = \"n2\"\n",
-       "h.toml:3:1: host \"n2\" is listed twice"},
+       "h.toml:4:11: host \"n2\" is listed twice: h.toml:2:11 has it already (address "
+       "\"n[1-3]\")"},
+      {"[[hosts]]\naddress = \"n2\"\n[[hosts]]\naddress = \"n[1-3]\"\n",
+       "h.toml:4:11: host \"n2\" (of address \"n[1-3]\") is listed twice: h.toml:2:11 has it "
+       "already"},
+      {"[[hosts]]\naddress = \"n[1-3],n[2-4]\"\n",
+       "h.toml:2:11: host \"n2\" is listed twice by address \"n[1-3],n[2-4]\""},
       // duplicate with the same port
       {"[defaults]\nport = 22\n[[hosts]]\naddress = \"a\"\n"
        "[[hosts]]\naddress = \"a\"\nport = 22\n",
-       "h.toml:5:1: host \"a\" is listed twice"},
+       "h.toml:6:11: host \"a\" is listed twice: h.toml:4:11 has it already"},
       // TOML syntax errors: the text after the location is toml++'s own description
       {"[[hosts]]\naddress = \"a\"\nuser = \n",
        "h.toml:3:8: Error while parsing key-value pair: expected value, saw '\\n'"},
@@ -335,22 +341,30 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
       {kHead + "bind_numa = { device0 = [] }\n", "h.toml:3:25: bind_numa.device0 is an empty list"},
       // bad characters in address
       {"[[hosts]]\naddress = \"a b\"\n",
-       "h.toml:1:1: address \"a b\" contains a character not allowed in a host name or "
-       "address"},
+       "h.toml:2:11: address \"a b\" has ' ', a character not allowed in a host name or "
+       "address (letters, digits and . - _ : % only)"},
       {"[[hosts]]\naddress = \"$(reboot)\"\n",
-       "h.toml:1:1: address \"$(reboot)\" contains a character not allowed in a host name "
-       "or address"},
+       "h.toml:2:11: address \"$(reboot)\" has '$', a character not allowed in a host name or "
+       "address (letters, digits and . - _ : % only)"},
       {"[[hosts]]\naddress = \"user@host\"\n",
-       "h.toml:1:1: address \"user@host\" contains a character not allowed in a host name "
-       "or address"},
+       "h.toml:2:11: address \"user@host\" has '@', a character not allowed in a host name or "
+       "address (letters, digits and . - _ : % only)"},
+      // the address as written, and the name at fault
       {"[[hosts]]\naddress = \"n[1-2];x\"\n",
-       "h.toml:1:1: address \"n1;x\" contains a character not allowed in a host name or "
-       "address"},
+       "h.toml:2:11: address \"n[1-2];x\": the name \"n1;x\" has ';', a character not allowed "
+       "in a host name or address (letters, digits and . - _ : % only)"},
+      {"[[hosts]]\naddress = \"n[1-3]!n2\"\n",
+       "h.toml:2:11: address \"n[1-3]!n2\": the name \"n1!n2\" has '!', a character not "
+       "allowed in a host name or address (letters, digits and . - _ : % only)"},
+      // control characters are shown escaped, never raw
+      {"[[hosts]]\naddress = \"a\\u0007b\"\n",
+       "h.toml:2:11: address \"a\\x07b\" has '\\x07', a character not allowed in a host name "
+       "or address (letters, digits and . - _ : % only)"},
       // bad node set in address
       {"[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"n[3-1]\"\n",
-       "h.toml:3:1: address \"n[3-1]\": bad node set range \"3-1\": reversed"},
+       "h.toml:4:11: address \"n[3-1]\": bad node set range \"3-1\": reversed"},
       {"[[hosts]]\naddress = \"n[1-2\"\n",
-       "h.toml:1:1: address \"n[1-2\": unmatched \"[\" in node set"},
+       "h.toml:2:11: address \"n[1-2\": unmatched \"[\" in node set"},
   };
   for (const auto& c : kCases) EXPECT_EQ(toml_error(c.input), c.expected) << c.input;
 }
@@ -385,13 +399,13 @@ TEST(Hostfile, SpareErrors) {
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = 1\n"),
             "h.toml:3:9: key \"spare\" must be true or false");
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\nspare = true\n"),
-            "h.toml:1:1: every host is a spare; at least one host must run the job");
+            "h.toml:2:11: every host is a spare; at least one host must run the job");
   EXPECT_EQ(toml_error("[defaults]\nspare = true\n[[hosts]]\naddress = \"a\"\n"),
             "h.toml:2:9: unknown key \"spare\" in [defaults] (expected one of: user, port, "
             "identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
             "bind_numa, contract)");
   EXPECT_EQ(toml_error("[[hosts]]\naddress = \"a\"\n[[hosts]]\naddress = \"a\"\nspare = true\n"),
-            "h.toml:3:1: host \"a\" is listed twice");
+            "h.toml:4:11: host \"a\" is listed twice: h.toml:2:11 has it already");
 }
 
 TEST(HostfilePlain, SpareWord) {
@@ -461,6 +475,12 @@ TEST(HostfilePlain, NodeSetWithBlanksAfterCommas) {
   EXPECT_EQ(c.hosts[2].local_worker_num, 2);
   ASSERT_EQ(c.spares.size(), 2u);
   EXPECT_EQ(c.spares[1].address, "gpu02");
+  // and blanks before a comma as well
+  Cluster before = parse_plain_hostfile("n[1-3] ,n5 slots=1\na , b\n", "hosts");
+  ASSERT_EQ(before.hosts.size(), 6u);
+  EXPECT_EQ(before.hosts[3].address, "n5");
+  EXPECT_EQ(before.hosts[3].local_worker_num, 1);
+  EXPECT_EQ(before.hosts[5].address, "b");
   EXPECT_EQ(plain_error("n[1-2, x slots=1\n"),
             "hosts:1: address \"n[1-2, x slots=1\": unmatched \"[\" in node set");
 }
@@ -507,12 +527,13 @@ TEST(HostfilePlain, NodeSetErrorsNameTheLine) {
 
 TEST(HostfilePlain, BadCharactersInAddress) {
   EXPECT_EQ(plain_error("a\nb;reboot slots=1\n"),
-            "hosts:2: address \"b;reboot\" contains a character not allowed in a host name or "
-            "address");
+            "hosts:2: address \"b;reboot\" has ';', a character not allowed in a host name or "
+            "address (letters, digits and . - _ : % only)");
 }
 
 TEST(HostfilePlain, DuplicateHost) {
-  EXPECT_EQ(plain_error("a\nb\n\na slots=2\n"), "hosts:4: host \"a\" is listed twice");
+  EXPECT_EQ(plain_error("a\nb\n\na slots=2\n"),
+            "hosts:4: host \"a\" is listed twice: hosts:1 has it already");
 }
 
 TEST(HostfilePlain, NoHosts) {

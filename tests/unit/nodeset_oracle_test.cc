@@ -5,8 +5,10 @@
 // character no host name has, a range's bound of 20 digits or more, a sign in a number,
 // ClusterShell's set operators and groups. Where only ClusterShell refuses, the documented
 // differences are Slurm's forms ("n[01-100]", which Slurm prints, and groups side by side), and
-// then Slurm's `scontrol show hostnames` must agree. Skips loudly without ClusterShell (CI installs
-// python3-clustershell).
+// then Slurm's `scontrol show hostnames` must give the same names in the same order, or refuse
+// too. ClusterShell sorts; the order is Slurm's: wherever Slurm gives the same names as msrun-ssh,
+// it must give them in the same order. Skips loudly without ClusterShell or scontrol (CI installs
+// python3-clustershell and slurm-client).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -129,6 +131,28 @@ std::vector<OracleCase> hand_cases() {
       {"node-[1-2].ib.example"},
       {"10.0.[0-1].[1-2]"},
       {"n[9999999999999999998-9999999999999999999]"},
+      // Slurm's order and forms (review of 2026-12-05)
+      {"n[1-2][3-4][5-6]"},
+      {"a[1-2]b[3-4]c[5]"},
+      {"n[1-2]0[3-4]"},
+      {"n[1-2]0[3-4 ]"},
+      {"n[1-9/2]0"},
+      {"n[1-5/1]0"},
+      {"n[01-100/25]"},
+      {"n[1-010/3]"},
+      {"n[1-2][1-4/2]"},
+      {"n[01 - 100]"},
+      {"n[1-2][ 3-4]"},
+      {"n[01-100]x"},
+      {"n[1-2][3-4]-ib"},
+      {"n[1-3 ]0"},
+      {"n[ 1-3]0"},
+      {"n[1 ,3]0"},
+      {"n[1-3/99999999999999999999]"},
+      {"n[1-3/0000000000000000000002]"},
+      {"\nnode[1-3],\nnode[5-6]"},
+      {"n[1-3\n]"},
+      {"n[1-3]\r\n,n5"},
       {"n[1-99999999999999999999]", Rule::kLong},
       {"n[+1]", Rule::kSign},
       {"n[-1]", Rule::kSign},
@@ -161,7 +185,7 @@ class Generator {
  private:
   int pick(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
   bool chance(int percent) { return pick(1, 100) <= percent; }
-  std::string blanks() { return chance(15) ? (chance(80) ? " " : "\t ") : ""; }
+  std::string blanks() { return chance(15) ? (chance(80) ? " " : chance(50) ? "\t " : "\n") : ""; }
 
   std::string number(int value, int width) { return fmt::format("{:0{}}", value, width); }
 
@@ -195,10 +219,13 @@ class Generator {
     static const char* const kHeads[] = {"n", "node", "gpu-", "r1n", "a.b", "198.18.0.", "x"};
     std::string out = kHeads[pick(0, 6)];
     out += static_cast<char>('a' + index);  // different sets rarely share names
-    int groups = pick(0, 2);
+    int groups = chance(10) ? 3 : pick(0, 2);
     for (int g = 0; g < groups; ++g) {
       out += group();
-      if (g + 1 < groups ? chance(85) : chance(40)) out += chance(50) ? ".ib" : "-p";
+      // Text between groups mostly (else side by side: Slurm's form), after the last sometimes,
+      // and now and then digits (after a step: refused by both).
+      if (g + 1 < groups ? chance(85) : chance(40))
+        out += chance(10) ? "0" : chance(50) ? ".ib" : "-p";
     }
     if (chance(3)) out += chance(50) ? "[" : "]";  // malformed now and then
     return out;
@@ -210,17 +237,19 @@ class Generator {
 struct Answer {
   bool ok = false;
   std::vector<std::string> names;  // sorted, duplicates kept
+  std::vector<std::string> order;  // ours only: as expanded
   std::string error;
 };
 
 Answer ours(const std::string& input) {
   Answer a;
   try {
-    a.names = expand_nodeset(input);
+    a.order = expand_nodeset(input);
     a.ok = true;
   } catch (const InputError& e) {
     a.error = e.what();
   }
+  a.names = a.order;
   std::sort(a.names.begin(), a.names.end());
   return a;
 }
@@ -255,28 +284,42 @@ std::vector<Answer> clustershell(const std::vector<std::string>& inputs) {
   return answers;
 }
 
-// Slurm's expansion of `input` (`scontrol show hostnames`, sorted), or nullopt without scontrol.
-std::optional<std::vector<std::string>> slurm_hostnames(const std::string& input) {
-  static const bool have = std::system("command -v scontrol >/dev/null 2>&1") == 0;
-  if (!have) return std::nullopt;
+// Slurm's expansion of each of `inputs` (`scontrol show hostnames`, in its order; nullopt when
+// it refuses one), in order; an empty vector without scontrol.
+std::vector<std::optional<std::vector<std::string>>> slurm(const std::vector<std::string>& inputs) {
+  std::vector<std::optional<std::vector<std::string>>> answers;
+  if (std::system("command -v scontrol >/dev/null 2>&1") != 0) return answers;
   // scontrol wants a configuration even to expand a host list; a minimal one does.
-  static const test::TempDir dir;
-  static const std::string conf =
+  test::TempDir dir;
+  std::string conf =
       dir.write("slurm.conf",
                 "ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1\nPartitionName=p Nodes=n1\n");
+  std::string cases;
+  for (const auto& i : inputs) cases += i + '\0';
+  std::string file = dir.write("cases", cases);
+  // One answer per input, each ended by a NUL: "+" and its names a line each, or "-".
   int status = 0;
+  std::string script =
+      "while IFS= read -r -d '' x; do "
+      "if o=$(scontrol show hostnames \"$x\" 2>/dev/null); then printf '+%s\\0' \"$o\"; "
+      "else printf -- '-\\0'; fi; done";
   std::string out = test::shell_output(
-      "SLURM_CONF=" + conf + " scontrol show hostnames " + shell_quote(input) + " 2>/dev/null",
-      &status);
-  std::vector<std::string> names;
-  if (status != 0) return names;  // refused: never equal to an accepted expansion
+      "SLURM_CONF=" + conf + " bash -c " + shell_quote(script) + " <" + file, &status);
+  if (status != 0) return {};
   for (size_t pos = 0; pos < out.size();) {
-    size_t nl = out.find('\n', pos);
-    names.push_back(out.substr(pos, nl - pos));
-    pos = nl == std::string::npos ? out.size() : nl + 1;
+    size_t end = out.find('\0', pos);
+    if (end == std::string::npos) break;
+    std::string_view one(out.data() + pos, end - pos);
+    if (one.empty() || one[0] != '+') {
+      answers.emplace_back(std::nullopt);
+    } else {
+      std::vector<std::string> names;
+      for (auto line : split_lines(one.substr(1))) names.emplace_back(line);
+      answers.emplace_back(std::move(names));
+    }
+    pos = end + 1;
   }
-  std::sort(names.begin(), names.end());
-  return names;
+  return answers;
 }
 
 std::vector<std::string> unique(std::vector<std::string> sorted) {
@@ -284,13 +327,26 @@ std::vector<std::string> unique(std::vector<std::string> sorted) {
   return sorted;
 }
 
-// "" when msrun-ssh's answer agrees with ClusterShell's under the documented rules, else why not.
-std::string disagreement(const OracleCase& c, const Answer& mine, const Answer& ref, int& same) {
+// "" when msrun-ssh's answer agrees with ClusterShell's (`ref`) and Slurm's (`slurm`) under the
+// documented rules, else why not.
+std::string disagreement(const OracleCase& c, const Answer& mine, const Answer& ref,
+                         const std::optional<std::vector<std::string>>& slurm, int& same,
+                         int& same_order) {
   bool names_ok = mine.ok && std::all_of(mine.names.begin(), mine.names.end(), valid_host_name);
   bool no_twice = unique(mine.names).size() == mine.names.size();
   if (c.rule != Rule::kSame) {
     // Documented refusals: the host file must refuse them, whatever ClusterShell does.
     return names_ok ? "accepted a documented refusal" : "";
+  }
+  // The order: wherever Slurm gives the names we give, it gives them in our order.
+  if (mine.ok && slurm) {
+    std::vector<std::string> sorted = *slurm;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted == mine.names) {
+      if (*slurm != mine.order)
+        return fmt::format("Slurm's names in another order: {}", fmt::join(*slurm, " "));
+      ++same_order;
+    }
   }
   if (mine.ok && ref.ok) {
     if (unique(mine.names) != ref.names) return "different names";
@@ -301,16 +357,15 @@ std::string disagreement(const OracleCase& c, const Answer& mine, const Answer& 
   if (!mine.ok && !ref.ok) return "";
   if (mine.ok) {
     // Only ClusterShell refuses: allowed for Slurm's forms alone (bounds padded to different
-    // widths, which Slurm prints: "n[01-100]"; groups side by side), and Slurm, when it can read
-    // the node set (one group, no steps, no blanks), must give the same names.
+    // widths, which Slurm prints: "n[01-100]"; groups side by side), and Slurm must give the
+    // same names in the same order.
     bool slurm_form = ref.error.find("padding length mismatch") != std::string::npos ||
                       ref.error.find("illegal reopening bracket") != std::string::npos;
     if (!slurm_form) return "accepted what ClusterShell refuses: " + ref.error;
-    if (c.input.find_first_of("/ \t") != std::string::npos ||
-        c.input.find('[') != c.input.rfind('['))
-      return "";
-    std::optional<std::vector<std::string>> slurm = slurm_hostnames(c.input);
-    if (slurm && *slurm != mine.names) return "names other than Slurm's";
+    // A list: each of its node sets is a case of its own.
+    if (split_node_sets(c.input).size() > 1) return "";
+    if (!slurm) return "accepted what both ClusterShell and Slurm refuse";
+    if (*slurm != mine.order) return "names other than Slurm's";
     return "";
   }
   // Only msrun-ssh refuses: allowed for the size limit alone.
@@ -326,17 +381,31 @@ TEST(NodesetOracle, AgreesWithClusterShell) {
   for (const auto& c : cases) seen.insert(c.input);
   for (int i = 0; i < 2000 && cases.size() < 600; ++i)
     if (std::string s = gen.node_sets(); seen.insert(s).second) cases.push_back({s});
+  // Each node set of a comma-separated list is a case of its own too: where ClusterShell refuses
+  // the list for one Slurm form in it, that one is held to Slurm alone.
+  for (size_t i = 0, n = cases.size(); i < n && cases.size() < 900; ++i) {
+    std::vector<std::string_view> sets = split_node_sets(cases[i].input);
+    if (sets.size() < 2 || cases[i].rule != Rule::kSame) continue;
+    for (std::string_view set : sets)
+      if (std::string one(trim(set, " \t\n")); !one.empty() && seen.insert(one).second)
+        cases.push_back({one});
+  }
   std::vector<std::string> inputs;
   for (const auto& c : cases) inputs.push_back(c.input);
   std::vector<Answer> ref = clustershell(inputs);
   if (ref.empty())
     GTEST_SKIP() << "SKIPPED LOUDLY: ClusterShell is not installed (apt-get install "
                     "python3-clustershell); the node-set differential did not run";
+  std::vector<std::optional<std::vector<std::string>>> slurm_ref = slurm(inputs);
+  if (slurm_ref.empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: Slurm's scontrol is not installed (apt-get install "
+                    "slurm-client); the node-set differential did not run";
   ASSERT_EQ(ref.size(), cases.size());
-  int same = 0, refused_by_both = 0;
+  ASSERT_EQ(slurm_ref.size(), cases.size());
+  int same = 0, same_order = 0, refused_by_both = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     Answer mine = ours(cases[i].input);
-    std::string why = disagreement(cases[i], mine, ref[i], same);
+    std::string why = disagreement(cases[i], mine, ref[i], slurm_ref[i], same, same_order);
     refused_by_both += !mine.ok && !ref[i].ok;
     EXPECT_EQ(why, "") << "node set \"" << cases[i].input << "\": ours "
                        << (mine.ok ? fmt::format("{}", fmt::join(mine.names, " ")) : mine.error)
@@ -347,6 +416,7 @@ TEST(NodesetOracle, AgreesWithClusterShell) {
   // The corpus is a real one: most cases are node sets both accept with the same names.
   EXPECT_GE(cases.size(), 550u);
   EXPECT_GE(same, 300) << "cases accepted alike";
+  EXPECT_GE(same_order, 80) << "cases where Slurm gives our names, so its order was compared";
   EXPECT_GE(refused_by_both, 20) << "cases refused alike";
 }
 

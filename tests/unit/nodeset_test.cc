@@ -104,9 +104,70 @@ TEST(Nodeset, GroupsMultiply) {
   EXPECT_EQ(expand_nodeset("r[1-2]n[1-2]"), (Names{"r1n1", "r1n2", "r2n1", "r2n2"}));
 }
 
-TEST(Nodeset, ThreeGroupsMultiplyInOrder) {
+// Slurm's order (scontrol show hostnames): the last group fastest, then the first, the second, ...
+// A group of one counts: it is the last here.
+TEST(Nodeset, ThreeGroupsMultiplyInSlurmsOrder) {
   EXPECT_EQ(expand_nodeset("a[1-2]-[01,03]x[9]"),
-            (Names{"a1-01x9", "a1-03x9", "a2-01x9", "a2-03x9"}));
+            (Names{"a1-01x9", "a2-01x9", "a1-03x9", "a2-03x9"}));
+  EXPECT_EQ(expand_nodeset("n[1-2][3-4][5-6]"),
+            (Names{"n135", "n136", "n235", "n236", "n145", "n146", "n245", "n246"}));
+  EXPECT_EQ(expand_nodeset("a[1-2]b[3-4]c[5-6]d[7-8]").size(), 16u);
+  EXPECT_EQ(expand_nodeset("a[1-2]b[3-4]c[5-6]d[7-8]")[4], "a1b4c5d7");
+}
+
+// The forms only Slurm reads (ClusterShell refuses them) are read only as Slurm reads them.
+TEST(Nodeset, SlurmFormsOnlyAsSlurmReadsThem) {
+  EXPECT_EQ(expand_nodeset("n[1-2][3-4]"), (Names{"n13", "n14", "n23", "n24"}));
+  EXPECT_EQ(expand_nodeset("n[9-010]").size(), 2u);
+  for (const char* refused : {"n[01-100/25]", "n[1-010/3]", "n[1-2][1-4/2]", "n[01 - 100]",
+                              "n[1-2][ 3-4]", "n[01-100]x", "n[1-2][3-4]-ib"})
+    EXPECT_THROW(expand_nodeset(refused), InputError) << refused;
+  EXPECT_EQ(error_of("n[01-100]-ib"),
+            "\"n[01-100]-ib\": bounds padded to different widths are Slurm's form, and Slurm "
+            "reads them only without text after the last \"]\" (ClusterShell refuses them)");
+  EXPECT_EQ(error_of("n[1-2][1-4/2]"),
+            "\"n[1-2][1-4/2]\": groups side by side are Slurm's form, and Slurm reads them only "
+            "without a step (ClusterShell refuses them)");
+}
+
+// Digits right after a group with a step: refused by ClusterShell and by Slurm.
+TEST(Nodeset, DigitsAfterAStepAreRefused) {
+  EXPECT_EQ(error_of("n[1-9/2]0"),
+            "\"n[1-9/2]0\": digits right after a group with a step (\"n[1-9/2]0\"), which "
+            "neither ClusterShell nor Slurm reads");
+  EXPECT_EQ(expand_nodeset("n[1-9/4]x0"), (Names{"n1x0", "n5x0", "n9x0"}));
+}
+
+// Digits after a group are appended to its bounds by ClusterShell; a bound that ends with a blank
+// cannot take them ("1 0"), one that starts with one can.
+TEST(Nodeset, DigitsAfterABoundEndingWithABlankAreRefused) {
+  EXPECT_EQ(expand_nodeset("n[ 1-3]0"), (Names{"n10", "n20", "n30"}));
+  EXPECT_EQ(expand_nodeset("n[1, 3]0"), (Names{"n10", "n30"}));
+  for (const char* refused : {"n[1 -3]0", "n[1-3 ]0", "n[1 ,3]0", "n[1-3\n]0"})
+    EXPECT_THROW(expand_nodeset(refused), InputError) << refused;
+  EXPECT_EQ(expand_nodeset("n[1-3 ]x0"), (Names{"n1x0", "n2x0", "n3x0"}));
+}
+
+// Digits alone between two groups make them side by side, as ClusterShell reads it: Slurm's form.
+TEST(Nodeset, DigitsBetweenGroupsAreSideBySide) {
+  EXPECT_EQ(expand_nodeset("n[1-2]0[3-4]"), (Names{"n103", "n104", "n203", "n204"}));
+  EXPECT_THROW(expand_nodeset("n[1-2]0[3-4 ]"), InputError);
+  EXPECT_EQ(expand_nodeset("n[1-2]0x[3-4 ]").size(), 4u);
+}
+
+// A step of any length, leading zeros dropped, as ClusterShell reads it.
+TEST(Nodeset, LongSteps) {
+  EXPECT_EQ(expand_nodeset("n[1-3/99999999999999999999]"), (Names{"n1"}));
+  EXPECT_EQ(expand_nodeset("n[1-3/0000000000000000000002]"), (Names{"n1", "n3"}));
+  EXPECT_THROW(expand_nodeset("n[1-3/000]"), InputError);
+}
+
+// Every ASCII blank ClusterShell strips: a node list wrapped over lines (a TOML multi-line string).
+TEST(Nodeset, LineEndsAndOtherBlanksAreBlanks) {
+  EXPECT_EQ(expand_nodeset("\nnode[1-2],\r\n node[5-6]\n"),
+            (Names{"node1", "node2", "node5", "node6"}));
+  EXPECT_EQ(expand_nodeset("n[1-3\n]"), (Names{"n1", "n2", "n3"}));
+  EXPECT_EQ(expand_nodeset("n[1,\v\f2]"), (Names{"n1", "n2"}));
 }
 
 TEST(Nodeset, LargestAllowedRange) {
