@@ -81,9 +81,11 @@ std::string ssh_section(const std::vector<std::string>& names,
 
 std::string describe_plan(const Plan& plan, const Options& options, std::string_view hosts_from,
                           const std::vector<SshResolution>* ssh) {
+  const bool torch = plan.contract == Contract::kTorch;
   std::string out = fmt::format(
-      "job {}: {} hosts, {} workers, scheduler at {}:{}{}\nlogs: {}\n", plan.job_id,
-      plan.hosts.size(), plan.worker_num, plan.master_ip, plan.master_port,
+      "job {}: {} hosts, {} workers, {} at {}:{}{}\nlogs: {}\n", plan.job_id, plan.hosts.size(),
+      plan.worker_num, torch ? "rendezvous (MASTER_ADDR:MASTER_PORT, RANK 0's store)" : "scheduler",
+      plan.master_ip, plan.master_port,
       options.sim_level >= 0 ? fmt::format(" (simulation level {})", options.sim_level) : "",
       options.log_dir);
   if (!hosts_from.empty()) out += fmt::format("hosts: {}\n", hosts_from);
@@ -96,8 +98,10 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
                        h.is_master ? " [master]" : "",
                        ssh && i < ssh->size() ? reach_of(h, (*ssh)[i]) : reach_of(h));
     for (const auto& p : h.processes) {
-      out += fmt::format("  {}: DEVICE_ID={} cpus {} log {}\n", p.label(),
-                         p.device_id.empty() ? "-" : p.device_id, describe_binding(p), p.log_name);
+      out += fmt::format(
+          "  {}:{} cpus {} log {}\n", p.label(),
+          torch ? "" : fmt::format(" DEVICE_ID={}", p.device_id.empty() ? "-" : p.device_id),
+          describe_binding(p), p.log_name);
       for (const auto& [n, v] : p.env) out += fmt::format("    {}={}\n", n, shell_quote(v));
       out += fmt::format(
           "    command: {}\n",

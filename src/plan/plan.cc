@@ -105,7 +105,14 @@ void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const
   int local_world = 0;
   for (const auto& q : hp.processes) local_world += q.role == Role::kWorker ? 1 : 0;
   std::string world = std::to_string(plan.worker_num);
-  std::string node = std::to_string(hp.node_rank);
+  // Nodes as torchrun counts them: the hosts that run workers (torchrun refuses a node of none).
+  int group_rank = 0, group_world = 0;
+  for (const auto& other : plan.hosts) {
+    if (workers_of(other.host, options) == 0) continue;
+    ++group_world;
+    group_rank += other.node_rank < hp.node_rank ? 1 : 0;
+  }
+  std::string node = std::to_string(group_rank);
   set_env(env, "MASTER_ADDR", plan.master_ip);
   set_env(env, "MASTER_PORT", std::to_string(plan.master_port));
   set_env(env, "WORLD_SIZE", world);
@@ -121,7 +128,7 @@ void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const
   set_env(env, "TORCHELASTIC_RESTART_COUNT", "0");  // the runner numbers restarts
   set_env(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts));
   set_env(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
-  set_env(env, "GROUP_WORLD_SIZE", std::to_string(plan.hosts.size()));
+  set_env(env, "GROUP_WORLD_SIZE", std::to_string(group_world));
   // The rank's error file (torch.distributed.elastic's @record writes it), in the job's directory
   // on its host: stack_site.sh puts that directory in place of kJobDirToken (plan.h).
   set_env(env, "TORCHELASTIC_ERROR_FILE",
@@ -297,6 +304,19 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     check_ranks({options.sim_rank_id}, plan.worker_num, "--sim_rank_id");
   }
   size_t master = find_master(options, plan.hosts, resolve);
+  if (plan.contract == Contract::kTorch) {
+    // RANK 0's process hosts the rendezvous store (env://), so MASTER_ADDR must be its host:
+    // the first host with workers, as torchrun's node rank 0 is.
+    size_t first = 0;
+    while (workers_of(plan.hosts[first].host, options) == 0) ++first;
+    if (!options.master_addr.empty() && master != first)
+      throw InputError(fmt::format(
+          "--master_addr={}: under --contract torch the master is the host of RANK 0, whose "
+          "process serves the rendezvous (MASTER_ADDR): here {}, the first host of {} with "
+          "workers; put {} first in the host file, or leave --master_addr out",
+          options.master_addr, plan.hosts[first].host.address, cluster.path, options.master_addr));
+    master = first;
+  }
   plan.hosts[master].is_master = true;
   plan.master_ip = resolved_ip(plan.hosts[master], resolve);
   plan_processes(plan, options);

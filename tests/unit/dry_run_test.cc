@@ -248,5 +248,19 @@ TEST_F(DryRun, ShowsTheSshSettingsOpensshGives) {
             std::string::npos);
 }
 
+// torchrun's contract has no scheduler and no DEVICE_ID: the text says what it has.
+TEST_F(DryRun, TorchContractShowsTheRendezvousAndNoDeviceId) {
+  options.contract = Contract::kTorch;
+  std::string t = text();
+  EXPECT_EQ(t.rfind("job 20261129-154501-3fa9c2: 1 hosts, 1 workers, rendezvous (MASTER_ADDR:"
+                    "MASTER_PORT, RANK 0's store) at 198.18.0.1:8118\n",
+                    0),
+            0u)
+      << t;
+  EXPECT_NE(t.find("  rank 0: cpus - log worker_0.log\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("DEVICE_ID"), std::string::npos) << t;
+  EXPECT_EQ(t.find("scheduler"), std::string::npos) << t;
+}
+
 }  // namespace
 }  // namespace msrun_ssh

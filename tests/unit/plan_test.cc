@@ -711,6 +711,35 @@ TEST_F(MakePlan, TorchContractGivesTorchrunsVariablesAndNoScheduler) {
   EXPECT_EQ(*env_of(p.hosts[2].processes[3], "LOCAL_RANK"), "3");
 }
 
+// RANK 0's process serves the rendezvous store (env://): MASTER_ADDR is its host, the first with
+// workers; a host of none is no node (torchrun refuses --nproc_per_node 0).
+TEST_F(MakePlan, TorchContractMasterIsRankZerosHostAndNodesRunWorkers) {
+  options.contract = Contract::kTorch;
+  cluster.hosts = {host("alpha", 0), host("beta", 2), host("gamma", 0), host("gamma.example", 1)};
+  Plan p = plan();
+  EXPECT_TRUE(p.hosts[1].is_master);
+  EXPECT_EQ(p.master_ip, "198.18.0.2");
+  const Process& r0 = p.hosts[1].processes[0];
+  EXPECT_EQ(r0.rank, 0);
+  EXPECT_EQ(*env_of(r0, "MASTER_ADDR"), "198.18.0.2");
+  EXPECT_EQ(*env_of(r0, "GROUP_RANK"), "0");
+  EXPECT_EQ(*env_of(r0, "GROUP_WORLD_SIZE"), "2");
+  const Process& r2 = p.hosts[3].processes[0];
+  EXPECT_EQ(*env_of(r2, "GROUP_RANK"), "1");
+  EXPECT_EQ(*env_of(r2, "NODE_RANK"), "1");
+  options.master_addr = "beta";
+  EXPECT_TRUE(plan().hosts[1].is_master);
+  options.master_addr = "gamma.example";
+  EXPECT_EQ(error(),
+            "--master_addr=gamma.example: under --contract torch the master is the host of RANK "
+            "0, whose process serves the rendezvous (MASTER_ADDR): here beta, the first host of "
+            "h.toml with workers; put gamma.example first in the host file, or leave "
+            "--master_addr out");
+  // msrun's contract keeps its scheduler where --master_addr says.
+  options.contract = Contract::kMsrun;
+  EXPECT_TRUE(plan().hosts[3].is_master);
+}
+
 TEST_F(MakePlan, TorchContractKeepsTheUsersOmpNumThreads) {
   options.contract = Contract::kTorch;
   options.env = {{"OMP_NUM_THREADS", "8"}};
