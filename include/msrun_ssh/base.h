@@ -45,6 +45,11 @@ void write_fully(int fd, std::string_view data);
 
 // The whole of the file at `path`; nullopt when it cannot be read or is a directory.
 std::optional<std::string> read_whole_file(const std::string& path);
+// The same, but nullopt also past `max_bytes` (/dev/zero, a file given by mistake), with `why`
+// set: strerror's text ("No such file or directory", "Is a directory", ...) or "larger than N
+// bytes".
+std::optional<std::string> read_whole_file(const std::string& path, size_t max_bytes,
+                                           std::string& why);
 
 // Writes `text` to the file `path` (created or truncated); false, with a warning on stderr naming
 // the file and the error, when it cannot.

@@ -24,6 +24,9 @@ inline constexpr int kExitTimeout = 124;  // --timeout passed, or --hang_timeout
 // The launcher gave up waiting for the end of the job on a host it still reaches: processes it
 // names (on stderr and in the summary) may still run there.
 inline constexpr int kExitUnconfirmed = 254;
+// Out of memory, or an internal error (a bug): said on stderr; whatever was started on a host ends
+// by its watchdog within 3x --heartbeat (sysexits.h's EX_SOFTWARE).
+inline constexpr int kExitInternal = 70;
 
 // The launcher's exit status after SIGINT, SIGHUP or SIGTERM (130, 129, 143).
 inline int exit_status_of_signal(int signo) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "msrun_ssh/base.h"
 
@@ -83,17 +84,37 @@ void write_fully(int fd, std::string_view data) {
   }
 }
 
-std::optional<std::string> read_whole_file(const std::string& path) {
+std::optional<std::string> read_whole_file(const std::string& path, size_t max_bytes,
+                                           std::string& why) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  if (fd < 0) {
+    why = std::strerror(errno);
+    return std::nullopt;
+  }
   std::string text;
   char buf[65536];
   ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n <= 0) continue;
+    if (text.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      why = fmt::format("larger than {} bytes", max_bytes);
+      return std::nullopt;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  int error = errno;
   ::close(fd);
-  if (n < 0) return std::nullopt;  // a directory reads as EISDIR
+  if (n < 0) {  // a directory reads as EISDIR
+    why = std::strerror(error);
+    return std::nullopt;
+  }
   return text;
+}
+
+std::optional<std::string> read_whole_file(const std::string& path) {
+  std::string why;
+  return read_whole_file(path, std::numeric_limits<size_t>::max(), why);
 }
 
 namespace {

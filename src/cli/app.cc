@@ -225,6 +225,15 @@ int run_app(const std::vector<std::string>& args) {
     std::fflush(stdout);
     std::fprintf(stderr, "msrun-ssh: error: %s\n", e.what());
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    // Never an abort with a core dump: what was started ends by its watchdogs (3x --heartbeat).
+    std::fflush(stdout);
+    std::fprintf(stderr, "msrun-ssh: error: out of memory\n");
+    return kExitInternal;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "msrun-ssh: internal error: %s\n", e.what());
+    return kExitInternal;
   }
 }
 

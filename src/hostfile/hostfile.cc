@@ -1,5 +1,6 @@
 #include "msrun_ssh/hostfile.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -20,6 +21,8 @@ namespace {
 
 constexpr int kMaxWorkersPerHost = 1024;
 constexpr size_t kMaxHosts = 16384;
+// A host file past this is not one (/dev/zero, a data file given by mistake).
+constexpr size_t kMaxFileBytes = 16 << 20;
 // The keys [defaults] and [[hosts]] share.
 constexpr const char* kSharedKeys =
     "user, port, identity_file, known_hosts, python, workdir, local_worker_num, env, bind_core, "
@@ -203,6 +206,20 @@ char not_allowed(std::string_view name) {
   return '\0';
 }
 
+// Why a name of allowed characters is still no host ("" when it is one): longer than a DNS name
+// may be, or a ":" outside an IPv6 address ("host:port", MPICH's "host:N").
+std::string not_a_host(const std::string& name) {
+  constexpr size_t kMaxName = 253;
+  if (name.size() > kMaxName)
+    return fmt::format("is longer than a host name may be ({} characters, at most {})", name.size(),
+                       kMaxName);
+  if (name.find(':') == std::string::npos) return "";
+  in6_addr ip6{};
+  if (::inet_pton(AF_INET6, name.substr(0, name.find('%')).c_str(), &ip6) == 1) return "";
+  return "has a \":\" but is no IPv6 address: a port goes in its own key (port = N; in the "
+         "plain format, in the ssh config), and the plain format's workers in slots=N";
+}
+
 void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& host,
                   const std::string& where) {
   std::vector<std::string> names;
@@ -225,6 +242,10 @@ void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& ho
                                             : fmt::format("{}: address {:?}: the name {:?} {}",
                                                           where, host.address, name, what));
     }
+    if (std::string why = not_a_host(name); !why.empty())
+      throw InputError(name == host.address ? fmt::format("{}: address {:?} {}", where, name, why)
+                                            : fmt::format("{}: address {:?}: the name {:?} {}",
+                                                          where, host.address, name, why));
     Host h = host;
     h.address = std::move(name);
     cluster.hosts.push_back(std::move(h));
@@ -315,6 +336,8 @@ Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
 }
 
 Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
+  // A UTF-8 byte order mark (an editor's) is no part of the first address; TOML skips it too.
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
   Cluster cluster{path, {}};
   std::vector<Origin> origins;
   std::istringstream in{std::string(text)};
@@ -387,8 +410,9 @@ void take_spares(Cluster& cluster, int n) {
 }
 
 Cluster load_hostfile(const std::string& path) {
-  std::optional<std::string> read = read_whole_file(path);
-  if (!read) throw InputError(fmt::format("{}: cannot read host file", path));
+  std::string why;
+  std::optional<std::string> read = read_whole_file(path, kMaxFileBytes, why);
+  if (!read) throw InputError(fmt::format("{}: cannot read host file: {}", path, why));
   const std::string& text = *read;
   bool toml = path.size() >= 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
   return toml ? parse_toml_hostfile(text, path) : parse_plain_hostfile(text, path);

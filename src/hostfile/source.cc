@@ -81,8 +81,11 @@ const char* required(const GetEnv& getenv, const char* variable, const char* sou
 
 Allocation pbs_allocation(const GetEnv& getenv) {
   std::string path = required(getenv, "PBS_NODEFILE", "pbs", "PBS/Torque");
-  std::optional<std::string> text = read_whole_file(path);
-  if (!text) throw InputError(fmt::format("{}: cannot read the file", shown("PBS_NODEFILE", path)));
+  std::string why;
+  // One line per slot: 16384 hosts of 1024 slots with names of 63 bytes fit.
+  std::optional<std::string> text = read_whole_file(path, size_t{1} << 30, why);
+  if (!text)
+    throw InputError(fmt::format("{}: cannot read the file: {}", shown("PBS_NODEFILE", path), why));
   return parse_pbs_nodefile(*text, path);
 }
 

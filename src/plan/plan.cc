@@ -27,6 +27,10 @@ std::string replace_all(std::string s, std::string_view from, const std::string&
   return s;
 }
 
+// The most workers of one job: 16384 hosts of 8, twice over; each costs the launcher a few KB of
+// plan before anything starts.
+constexpr int kMaxJobWorkers = 262144;
+
 int workers_of(const Host& host, const Options& options) {
   return host.local_worker_num.value_or(options.local_worker_num);
 }
@@ -244,6 +248,10 @@ void plan_hosts(Plan& plan, const Options& options, const Cluster& cluster) {
     if (hp.host.workdir.empty()) hp.host.workdir = options.launcher_cwd;
     per_host.push_back(workers_of(hp.host, options));
     total += per_host.back();
+    // Checked as it grows: 16384 hosts of 1024 workers would be planned in gigabytes first.
+    if (total > kMaxJobWorkers)
+      throw InputError(fmt::format("{}: more than {} workers in the job (at host {}, {})",
+                                   cluster.path, kMaxJobWorkers, hp.host.address, hp.host.origin));
     plan.hosts.push_back(std::move(hp));
   }
   if (total == 0) throw InputError(fmt::format("{}: the job has no workers", cluster.path));

@@ -168,7 +168,7 @@ TEST_F(App, RestartPolicyProcessInTheDryRunAndItsUsageErrors) {
 
 TEST_F(App, HostFileErrorsExitTwo) {
   expect_error({"--dry_run", "--hostfile", dir_ + "/none.toml", "train.py"},
-               dir_ + "/none.toml: cannot read host file");
+               dir_ + "/none.toml: cannot read host file: No such file or directory");
   std::string bad = write("bad.toml", "[[hosts]]\naddress = \"198.18.0.1\"\nport = 0\n");
   expect_error({"--dry_run", "--hostfile", bad, "train.py"},
                bad + ":3:8: key \"port\" = 0 is out of range 1..65535");

@@ -186,7 +186,7 @@ TEST_F(PbsSource, UnsetUnreadableAndEmpty) {
             "PBS_NODEFILE is not set: the host source pbs reads the hosts of the PBS/Torque job it "
             "runs in");
   EXPECT_EQ(error_of_source("pbs", {{"PBS_NODEFILE", path}}),
-            "PBS_NODEFILE=" + path + ": cannot read the file");
+            "PBS_NODEFILE=" + path + ": cannot read the file: No such file or directory");
   write("nodefile", "");
   EXPECT_EQ(error_of_source("pbs", {{"PBS_NODEFILE", path}}),
             path + ": no hosts in the file (PBS_NODEFILE)");

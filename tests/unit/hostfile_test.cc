@@ -531,6 +531,24 @@ TEST(HostfilePlain, BadCharactersInAddress) {
             "address (letters, digits and . - _ : % only)");
 }
 
+// host:port and MPICH's host:N are no addresses; IPv6 addresses are. Nor is a name past DNS's 253.
+TEST(HostfilePlain, ColonsOnlyInIpv6AndNamesOfDnsLength) {
+  EXPECT_EQ(plain_error("198.18.99.1:4\n"),
+            "hosts:1: address \"198.18.99.1:4\" has a \":\" but is no IPv6 address: a port goes "
+            "in its own key (port = N; in the plain format, in the ssh config), and the plain "
+            "format's workers in slots=N");
+  Cluster c = parse_plain_hostfile("fd00::1 slots=1\nfe80::2%eth0\n::1\n", "hosts");
+  ASSERT_EQ(c.hosts.size(), 3u);
+  EXPECT_EQ(c.hosts[1].address, "fe80::2%eth0");
+  std::string long_name(254, 'a');
+  EXPECT_EQ(plain_error(long_name),
+            fmt::format("hosts:1: address \"{}\" is longer than a host name may be (254 "
+                        "characters, at most 253)",
+                        long_name));
+  long_name.pop_back();
+  EXPECT_EQ(parse_plain_hostfile(long_name, "hosts").hosts.size(), 1u);
+}
+
 TEST(HostfilePlain, DuplicateHost) {
   EXPECT_EQ(plain_error("a\nb\n\na slots=2\n"),
             "hosts:4: host \"a\" is listed twice: hosts:1 has it already");
@@ -582,12 +600,26 @@ TEST_F(LoadHostfile, ErrorsNameTheFile) {
 
 TEST_F(LoadHostfile, UnreadableFile) {
   std::string path = dir_ + "/missing.toml";
-  EXPECT_EQ(load_error(path), path + ": cannot read host file");
+  EXPECT_EQ(load_error(path), path + ": cannot read host file: No such file or directory");
+}
+
+// /dev/zero or a data file given by mistake: refused before it fills the memory.
+TEST_F(LoadHostfile, AFileBeyondSixteenMebibytesIsNoHostFile) {
+  EXPECT_EQ(load_error("/dev/zero"),
+            "/dev/zero: cannot read host file: larger than 16777216 bytes");
+}
+
+// An editor's byte order mark is no part of the first address.
+TEST_F(LoadHostfile, PlainFormatSkipsAByteOrderMark) {
+  std::string path = write("hosts", "\xEF\xBB\xBFnode1 slots=2\n");
+  Cluster c = load_hostfile(path);
+  ASSERT_EQ(c.hosts.size(), 1u);
+  EXPECT_EQ(c.hosts[0].address, "node1");
 }
 
 TEST_F(LoadHostfile, DirectoryIsUnreadable) {
   std::filesystem::create_directory(dir_ + "/d.toml");
-  EXPECT_EQ(load_error(dir_ + "/d.toml"), dir_ + "/d.toml: cannot read host file");
+  EXPECT_EQ(load_error(dir_ + "/d.toml"), dir_ + "/d.toml: cannot read host file: Is a directory");
 }
 
 }  // namespace

@@ -740,6 +740,14 @@ TEST_F(MakePlan, TorchContractMasterIsRankZerosHostAndNodesRunWorkers) {
   EXPECT_TRUE(plan().hosts[3].is_master);
 }
 
+// Refused before it is planned in gigabytes: 16384 hosts of 1024 workers took 3 GB and 43 s.
+TEST_F(MakePlan, MoreThan262144WorkersAreRefusedNamingTheHost) {
+  cluster.hosts.clear();
+  for (int i = 0; i < 257; ++i) cluster.hosts.push_back(host(fmt::format("n{}", i), 1024));
+  cluster.hosts.back().origin = "h.toml:771";
+  EXPECT_EQ(error(), "h.toml: more than 262144 workers in the job (at host n256, h.toml:771)");
+}
+
 TEST_F(MakePlan, TorchContractKeepsTheUsersOmpNumThreads) {
   options.contract = Contract::kTorch;
   options.env = {{"OMP_NUM_THREADS", "8"}};
