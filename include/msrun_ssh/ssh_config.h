@@ -61,9 +61,18 @@ struct SshTokens {
   const std::string* hostname = nullptr;
 };
 
-// `value` with its tokens and a leading "~/" expanded. Throws std::runtime_error for an unknown
-// token ("%x") or a lone "%" at the end.
+// `value` (an IdentityFile, which ssh -G leaves as written) with its tokens, ${NAME}s (the
+// launcher's environment) and a leading "~/" or "~user/" expanded, as ssh does. Throws
+// std::runtime_error for an unknown token ("%x"), a lone "%" at the end, an unset variable or an
+// unknown user.
 std::string expand_ssh_tokens(std::string_view value, const SshTokens& tokens);
+
+// ssh -G's ProxyCommand (its tokens left as they are) as libssh must be given it: %h, %n, %p, %r
+// and %% expanded as ssh expands them, every '%' of the result doubled. Throws std::runtime_error
+// for a token ssh refuses there.
+std::string proxy_command_for_libssh(std::string_view command, const std::string& hostname,
+                                     int port, const std::string& user,
+                                     const std::string& original_host);
 
 // The ProxyCommand OpenSSH itself makes of `ProxyJump HOPS` (HOPS not "none"): an `ssh` to the
 // last hop, through the ones before it (-J), forwarding stdio to the target (-W '[%h]:%p'), with

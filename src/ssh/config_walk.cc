@@ -24,6 +24,32 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
   return paths;
 }
 
+// `value` up to a word that starts with '#' outside quotes: a comment, as OpenSSH splits its
+// arguments ("Host a # was b" is the pattern a alone).
+std::string_view without_comment(std::string_view value) {
+  bool quoted = false;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '"') quoted = !quoted;
+    if (value[i] == '#' && !quoted && (i == 0 || value[i - 1] == ' ' || value[i - 1] == '\t'))
+      return trim(value.substr(0, i), " \t");
+  }
+  return value;
+}
+
+// A pattern of an Include: "~/" is the home, "~user/" that user's, a relative one under `base`.
+std::string include_pattern(std::string_view word, const std::string& base) {
+  if (word.starts_with("~/")) return config_home() + std::string(word.substr(1));
+  if (word.starts_with('~')) {
+    size_t slash = word.find('/');
+    std::string user(word.substr(1, slash == std::string_view::npos ? word.npos : slash - 1));
+    const passwd* pw = ::getpwnam(user.c_str());
+    if (pw && pw->pw_dir)
+      return pw->pw_dir + std::string(slash == std::string_view::npos ? "" : word.substr(slash));
+  }
+  if (word.starts_with('/')) return std::string(word);
+  return fmt::format("{}/{}", base, word);
+}
+
 }  // namespace
 
 std::string config_home() {
@@ -44,14 +70,12 @@ ConfigWalk walk_config(const std::string& path, const std::string& base,
     size_t end = line.find_first_of(" \t=");
     std::string_view value = end == std::string_view::npos ? "" : trim(line.substr(end), " \t");
     if (value.starts_with('=')) value = trim(value.substr(1), " \t");
+    value = without_comment(value);
     ConfigLine l{path, number, line, to_lower(line.substr(0, end)), line.substr(0, end), value};
     if (!visit(l)) return ConfigWalk::kStopped;
     if (l.keyword != "include") continue;
     for (std::string_view word : split_words(value)) {
-      std::string pattern = word.starts_with("~/")  ? config_home() + std::string(word.substr(1))
-                            : word.starts_with('/') ? std::string(word)
-                                                    : fmt::format("{}/{}", base, word);
-      for (const std::string& included : glob_paths(pattern)) {
+      for (const std::string& included : glob_paths(include_pattern(word, base))) {
         ConfigWalk w = walk_config(included, base, visit, depth + 1);
         if (w != ConfigWalk::kRead && w != ConfigWalk::kMissing) return w;
       }

@@ -151,22 +151,16 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
   unsigned int port = static_cast<unsigned int>(h.port);
   ssh_options_set(c.session, SSH_OPTIONS_PORT, &port);
   if (!h.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, h.user.c_str());
-  // Checked when it was resolved: the jump's command can be made.
-  std::string proxy = h.proxy_jump.empty() ? h.proxy_command
-                                           : proxy_jump_command(h.proxy_jump, settings.ssh_config);
+  // Checked when it was resolved: the jump's command can be made, the command's tokens are ssh's.
+  std::string proxy = h.proxy_jump.empty()
+                          ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
+                                                     hosts[c.host].address)
+                          : proxy_jump_command(h.proxy_jump, settings.ssh_config);
   if (!proxy.empty()) ssh_options_set(c.session, SSH_OPTIONS_PROXYCOMMAND, proxy.c_str());
+  // As ssh -G gives it: its tokens, variables and "~" expanded already.
   if (!h.identity_agent.empty() && h.identity_agent != "none" &&
-      h.identity_agent != "SSH_AUTH_SOCK") {
-    SshTokens t = tokens;
-    t.original_host = hosts[c.host].address;
-    t.host = &h;
-    try {
-      std::string agent = expand_ssh_tokens(h.identity_agent, t);
-      ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, agent.c_str());
-    } catch (const std::runtime_error&) {
-      // A token ssh itself would refuse: libssh asks SSH_AUTH_SOCK's agent, if any.
-    }
-  }
+      h.identity_agent != "SSH_AUTH_SOCK")
+    ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, h.identity_agent.c_str());
 }
 
 void SshPool::Impl::resolve_hosts() {
@@ -186,9 +180,13 @@ void SshPool::Impl::resolve_hosts() {
     std::string why = r.error;
     if (r.config && !r.config->certificate_files.empty())
       why = "the ssh config gives it a CertificateFile, which msrun-ssh does not support";
-    if (r.config && why.empty() && !r.config->proxy_jump.empty()) {
+    if (r.config && why.empty()) {
       try {
-        proxy_jump_command(r.config->proxy_jump, settings.ssh_config);
+        if (!r.config->proxy_jump.empty())
+          proxy_jump_command(r.config->proxy_jump, settings.ssh_config);
+        else
+          proxy_command_for_libssh(r.config->proxy_command, r.config->hostname, r.config->port,
+                                   r.config->user, hosts[h].address);
       } catch (const std::runtime_error& e) {
         why = e.what();
       }

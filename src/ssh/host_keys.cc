@@ -109,21 +109,10 @@ bool SshPool::Impl::hand_known_hosts(Conn& c, const std::string& user_lines,
 void SshPool::Impl::narrow_openssh_known_hosts(Conn& c) {
   const SshHostConfig& h = *openssh[c.host].shared;  // its hostname is empty: the host's own
   const std::string& hostname = openssh[c.host].hostname;
-  SshTokens t = openssh_tokens(c.host);
-  auto expanded = [&](const std::vector<std::string>& files) {
-    std::vector<std::string> out;
-    for (const auto& f : files) {
-      std::string path = f;
-      try {
-        path = expand_ssh_tokens(f, t);
-      } catch (const std::runtime_error&) {
-      }
-      if (!path.empty()) out.push_back(path);
-    }
-    return out;
-  };
-  std::vector<std::string> user = expanded(h.user_known_hosts_files);
-  std::vector<std::string> global = expanded(h.global_known_hosts_files);
+  // As ssh -G gives them: their tokens and "~" expanded already (a second expansion would read
+  // "kh%%h" as kh<host>), "none" left out.
+  const std::vector<std::string>& user = h.user_known_hosts_files;
+  const std::vector<std::string>& global = h.global_known_hosts_files;
   c.known_hosts = user.empty() ? "" : user[0];
   c.global_known_hosts = global.empty() ? "" : global[0];
   const bool alias = !h.host_key_alias.empty();
@@ -185,6 +174,7 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   std::string key_name =
       h && !h->host_key_alias.empty() ? h->host_key_alias : known_hosts_name(target, port);
   std::string known = c.known_hosts;
+  if (known.empty() && h) known = "no file (UserKnownHostsFile none)";
   if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
   if (known.empty()) known = "~/.ssh/known_hosts";
   enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);

@@ -416,16 +416,38 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
     key += fmt::format("\n{}\n{}\n{}\n", q.user, q.port.value_or(0), q.known_hosts);
     groups[key].push_back(i);
   }
+  // Each group's first name is asked, and a second name of it too: its answer must be the first
+  // one's but for its own name where the first has its own, else the group is asked name by name.
+  // That is what the config's text cannot tell: a HostName fixed to the first name ("Host *" /
+  // "HostName vm" asked first for vm), or a value hashed from the name (%C) that holds no name.
   std::vector<size_t> first;
+  std::map<size_t, size_t> probe_of;  // a group's first member -> its second name's query
   first.reserve(groups.size());
-  for (const auto& [key, members] : groups) first.push_back(members.front());
+  for (const auto& [key, members] : groups) {
+    first.push_back(members.front());
+    for (size_t m : members)
+      if (queries[m].name != queries[members.front()].name) {
+        probe_of[members.front()] = m;
+        first.push_back(m);
+        break;
+      }
+  }
   if (!ask(queries, first, config_file, parallel, timeout_s, out)) return std::nullopt;
   std::vector<size_t> again;
   for (const auto& [key, members] : groups) {
     size_t rep = members.front();
     bool shared = stands_for_others(out[rep], queries[rep].name);
+    if (shared && probe_of.contains(rep)) {
+      size_t probe = probe_of[rep];
+      std::optional<SshHostConfig> expected = out[rep].config;
+      if (expected && expected->hostname == to_lower(queries[rep].name))
+        expected->hostname = to_lower(queries[probe].name);
+      shared = out[probe].config && expected && *out[probe].config == *expected &&
+               out[probe].error == out[rep].error;
+    }
     for (size_t i = 1; i < members.size(); ++i) {
       size_t m = members[i];
+      if (out[m].config || !out[m].error.empty()) continue;  // asked already (the probe)
       // The answer without ssh's text (about 4 KB: a copy per host was 2 MB at 512 hosts).
       if (queries[m].name == queries[rep].name) {
         out[m] = SshResolution{out[rep].config, out[rep].error, {}};

@@ -1,8 +1,10 @@
 // `ssh -G`'s answer read (ssh_config.h): the settings, the %-tokens, and the commands that ask
 // ssh and reach a ProxyJump's hops.
 #include <fmt/format.h>
+#include <pwd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -60,9 +62,11 @@ SshHostConfig parse_ssh_g(std::string_view text) {
     } else if (key == "proxycommand") {
       c.proxy_command = value == "none" ? "" : std::string(value);
     } else if (key == "userknownhostsfile") {
-      c.user_known_hosts_files = owned_words(value);
+      // "none": no file (ssh neither reads nor writes one), never a file named so.
+      c.user_known_hosts_files = value == "none" ? std::vector<std::string>{} : owned_words(value);
     } else if (key == "globalknownhostsfile") {
-      c.global_known_hosts_files = owned_words(value);
+      c.global_known_hosts_files =
+          value == "none" ? std::vector<std::string>{} : owned_words(value);
     } else if (key == "hostkeyalias") {
       c.host_key_alias = value == "none" ? "" : std::string(value);
     } else if (key == "hashknownhosts") {
@@ -96,8 +100,31 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
   if (value.starts_with("~/")) {
     out = t.home;
     value.remove_prefix(1);
+  } else if (value.starts_with('~')) {
+    // "~user/...": that user's home, as ssh's tilde_expand.
+    size_t slash = value.find('/');
+    std::string user(value.substr(1, slash == std::string_view::npos ? value.npos : slash - 1));
+    const passwd* pw = ::getpwnam(user.c_str());
+    if (!pw || !pw->pw_dir)
+      throw std::runtime_error(fmt::format("\"{}\": no user {}", value, user));
+    out = pw->pw_dir;
+    value.remove_prefix(slash == std::string_view::npos ? value.size() : slash);
   }
   for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '$' && i + 1 < value.size() && value[i + 1] == '{') {
+      // ${NAME}: the launcher's environment, as ssh's for IdentityFile (ssh -G leaves it as is).
+      size_t close = value.find('}', i);
+      if (close == std::string_view::npos)
+        throw std::runtime_error(fmt::format("\"{}\": an unclosed ${{", value));
+      std::string name(value.substr(i + 2, close - i - 2));
+      const char* v = std::getenv(name.c_str());
+      if (!v)
+        throw std::runtime_error(
+            fmt::format("\"{}\": environment variable {} is not set", value, name));
+      out += v;
+      i = close;
+      continue;
+    }
     if (value[i] != '%') {
       out += value[i];
       continue;
@@ -139,11 +166,55 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
       case 'r':
         out += h ? h->user : "";
         break;
-      case 'k':
-        out += h ? (h->host_key_alias.empty() ? hostname : h->host_key_alias) : "";
+      case 'k':  // the HostKeyAlias, else the name as given (ssh's command line: the host file's)
+        out += h && !h->host_key_alias.empty() ? h->host_key_alias : t.original_host;
         break;
       default:
         throw std::runtime_error(fmt::format("\"{}\": unknown token %{}", value, token));
+    }
+  }
+  return out;
+}
+
+std::string proxy_command_for_libssh(std::string_view command, const std::string& hostname,
+                                     int port, const std::string& user,
+                                     const std::string& original_host) {
+  // libssh expands the tokens of its ProxyCommand itself, but not %n and with other meanings for
+  // some: every token is expanded here as ssh does (ProxyCommand takes %%, %h, %n, %p and %r) and
+  // each '%' of the result doubled, for libssh to read back as it is.
+  auto escaped = [](std::string_view v) {
+    std::string out;
+    for (char ch : v) out += ch == '%' ? std::string("%%") : std::string(1, ch);
+    return out;
+  };
+  std::string out;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (command[i] != '%') {
+      out += command[i];
+      continue;
+    }
+    if (i + 1 == command.size())
+      throw std::runtime_error(fmt::format("ProxyCommand \"{}\": a lone % at the end", command));
+    switch (command[++i]) {
+      case '%':
+        out += "%%";
+        break;
+      case 'h':
+        out += escaped(hostname);
+        break;
+      case 'n':
+        out += escaped(original_host);
+        break;
+      case 'p':
+        out += std::to_string(port);
+        break;
+      case 'r':
+        out += escaped(user);
+        break;
+      default:
+        throw std::runtime_error(fmt::format(
+            "ProxyCommand \"{}\": unknown token %{} (ssh takes %%, %h, %n, %p and %r there)",
+            command, command[i]));
     }
   }
   return out;
@@ -169,8 +240,17 @@ std::string proxy_jump_command(std::string_view hops, const std::string& config_
     last = last.substr(at + 1);
   }
   std::string port;
-  if (size_t colon = last.rfind(':');
-      colon != std::string::npos && last.find(':') == colon && colon + 1 < last.size()) {
+  if (last.starts_with('[')) {
+    // ssh -G brackets an address: "[198.18.7.3]", "[::1]:2222"; ssh would take the brackets as
+    // part of a host argument's name.
+    size_t close = last.find(']');
+    std::string rest = close == std::string::npos ? "" : last.substr(close + 1);
+    if (close == std::string::npos || (!rest.empty() && (rest[0] != ':' || rest.size() == 1)))
+      throw std::runtime_error(fmt::format("ProxyJump {}: not [user@]host[:port]", hops));
+    if (!rest.empty()) port = rest.substr(1);
+    last = last.substr(1, close - 1);
+  } else if (size_t colon = last.rfind(':');
+             colon != std::string::npos && last.find(':') == colon && colon + 1 < last.size()) {
     port = last.substr(colon + 1);
     last = last.substr(0, colon);
   }

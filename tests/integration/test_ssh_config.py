@@ -140,6 +140,26 @@ def test_accept_new_in_the_config_records_the_key_as_ssh_does_and_then_verifies_
     check(open(known).read() == text, "the second run wrote to known_hosts again")
 
 
+def test_known_hosts_file_none_is_no_file_and_accept_new_refuses_as_ssh_does():
+    """UserKnownHostsFile none: no file to read or to write. ssh refuses the unknown key even
+    with accept-new; msrun-ssh once wrote it to a file named "none" and trusted it after."""
+    a = addresses()
+    cfg = _config("kh_none", f"Host n0\n  HostName {a[0]}\n  StrictHostKeyChecking accept-new\n"
+                  "  UserKnownHostsFile none\n  GlobalKnownHostsFile none\n" + _common())
+    places = [os.getcwd(), tmpdir()]
+    for p in places:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(p, "none"))
+    r = subprocess.run(["ssh", "-F", cfg, "n0", "true"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode != 0 and "verification failed" in r.stderr, f"ssh: {r.stderr}")
+    for attempt in (1, 2):  # nothing recorded by the first: the second refuses as well
+        seen, err = _msrun_sees(cfg, _hostfile("kh_none", "n0"), code_wanted=255)
+        check("UserKnownHostsFile none" in err, f"attempt {attempt}: {err[-1500:]}")
+    written = [p for p in places if os.path.exists(os.path.join(p, "none"))]
+    check(not written, f"a file named none was written in {written}")
+
+
 def test_host_key_alias_in_the_second_known_hosts_file():
     a = addresses()
     d = cluster_dir()

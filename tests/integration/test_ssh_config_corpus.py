@@ -1,7 +1,8 @@
-"""The ssh config differential corpus (issue #33): 40 (config, host) cases, each a host alias of
+"""The ssh config differential corpus (issue #33): 43 (config, host) cases, each a host alias of
 one ssh config that exercises an option OpenSSH honours (HostName and its tokens, Port, User and
 its tokens, Host patterns with wildcards, negation and case, first value wins, Match with every
-criterion that needs no DNS, Include, ProxyJump in every form, ProxyCommand and its tokens,
+criterion that needs no DNS, Include, ProxyJump in every form, ProxyCommand and its tokens (%n
+too), a comment after a Host line's patterns,
 IdentityFile order and tokens, IdentitiesOnly, known_hosts files, StrictHostKeyChecking,
 ConnectTimeout). OpenSSH 9.2 refuses some forms itself (tokens in User, a jump given by address
 without a Host block for its key, Match final without canonicalization); those are left out:
@@ -77,6 +78,11 @@ def _corpus():
         ("c38", ""),                                                  # Match exec false, then all
         ("c39", ""),                                                  # Match !originalhost
         ("c40", f"HostName {a[2]}"),                                  # Match exec with a token
+        # ProxyCommand's %n (libssh knows no %n): the alias as given
+        ("c41", f"HostName {a[1]}\n  ProxyCommand sh -c 'test %n = c41 && "
+                f"exec ssh -F {{cfg}} -W [%h]:%p j2'"),
+        ("c42", ""),                                                  # Host c42 # c43: a comment
+        ("c43", ""),                                                  # not c42's block
     ], inc
 
 
@@ -103,6 +109,8 @@ def _config():
         f"Match originalhost c39\n  HostName {a[0]}\n",
         f"Match originalhost c40 exec \"test %h = {a[2]}\"\n  User root\n",
         f"Host C25\n  HostName {a[2]}\n",                            # never: C25 matched first
+        f"Host c42 # c43 was here until the move\n  HostName {a[2]}\n",
+        f"Host c43\n  HostName {a[0]}\n",
         f"Host *\n  User root\n  IdentityFile {d}/id_ed25519\n  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {d}/known_hosts\n  GlobalKnownHostsFile /dev/null\n"
         "  BatchMode yes\n  ConnectTimeout 5\n  StrictHostKeyChecking yes\n",
@@ -134,9 +142,9 @@ def _same_as_ssh(aliases, logs, theirs):
           "\n".join(problems))
 
 
-def test_forty_cases_reach_what_ssh_reaches():
+def test_every_case_reaches_what_ssh_reaches():
     cfg, aliases = _config()
-    check(len(aliases) == 40, f"{len(aliases)} cases")
+    check(len(aliases) == 43, f"{len(aliases)} cases")
     hostfile = os.path.join(tmpdir(), "corpus.toml")
     open(hostfile, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 1\n' +
                               "".join(f'\n[[hosts]]\naddress = "{h}"\n' for h in aliases))

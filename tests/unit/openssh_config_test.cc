@@ -2,6 +2,7 @@
 // IdentityFile, ProxyJump as OpenSSH turns it into a command, and the real `ssh -G` asked through
 // resolve_with_openssh (the ssh client is one of the build's packages).
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,22 +100,34 @@ TEST(OpensshConfig, Tokens) {
   h.user = "bob";
   SshTokens t{"/home/me", "me", "1000", "launch.example.org", "node0", &h};
   EXPECT_EQ(expand_ssh_tokens("~/.ssh/id_%h_%p_%r", t), "/home/me/.ssh/id_198.18.1.10_2200_bob");
+  // %k without a HostKeyAlias is the name as given (ssh's command line), not the HostName.
   EXPECT_EQ(expand_ssh_tokens("%d/%u/%i/%l/%L/%n/%k/100%%", t),
-            "/home/me/me/1000/launch.example.org/launch/node0/198.18.1.10/100%");
+            "/home/me/me/1000/launch.example.org/launch/node0/node0/100%");
   h.host_key_alias = "alias";
   EXPECT_EQ(expand_ssh_tokens("%k", t), "alias");
   EXPECT_EQ(expand_ssh_tokens("/a~/b", t), "/a~/b");
   EXPECT_THROW(expand_ssh_tokens("%x", t), std::runtime_error);
   EXPECT_THROW(expand_ssh_tokens("id%", t), std::runtime_error);
   // Settings shared by several hosts (SharedHostConfig) carry no HostName: the host's own comes
-  // beside them, for %h and for %k without an alias.
+  // beside them, for %h.
   std::string own = "198.18.1.11";
   SshHostConfig shared = h;
   shared.hostname.clear();
   shared.host_key_alias.clear();
   t.host = &shared;
   t.hostname = &own;
-  EXPECT_EQ(expand_ssh_tokens("%h:%p/%k", t), "198.18.1.11:2200/198.18.1.11");
+  EXPECT_EQ(expand_ssh_tokens("%h:%p/%k", t), "198.18.1.11:2200/node0");
+  // ~user and ${NAME}, which ssh -G leaves in an IdentityFile for ssh to expand.
+  const passwd* pw = ::getpwuid(::getuid());
+  ASSERT_TRUE(pw);
+  EXPECT_EQ(expand_ssh_tokens(std::string("~") + pw->pw_name + "/.ssh/id", t),
+            std::string(pw->pw_dir) + "/.ssh/id");
+  ::setenv("MSRUN_SSH_TEST_KEYS", "/keys", 1);
+  EXPECT_EQ(expand_ssh_tokens("${MSRUN_SSH_TEST_KEYS}/id_%h", t), "/keys/id_198.18.1.11");
+  ::unsetenv("MSRUN_SSH_TEST_KEYS");
+  EXPECT_THROW(expand_ssh_tokens("${MSRUN_SSH_TEST_KEYS}/id", t), std::runtime_error);
+  EXPECT_THROW(expand_ssh_tokens("${X/id", t), std::runtime_error);
+  EXPECT_THROW(expand_ssh_tokens("~no-such-user-here/id", t), std::runtime_error);
 }
 
 TEST(OpensshConfig, ProxyJumpAsOpensshRunsIt) {
@@ -127,6 +140,33 @@ TEST(OpensshConfig, ProxyJumpAsOpensshRunsIt) {
   EXPECT_THROW(proxy_jump_command("j1,", ""), std::runtime_error);
   EXPECT_THROW(proxy_jump_command("a b", ""), std::runtime_error);
   EXPECT_THROW(proxy_jump_command("j1:port", ""), std::runtime_error);
+  // ssh -G brackets an address; ssh would keep the brackets in a host argument.
+  EXPECT_EQ(proxy_jump_command("[127.0.0.3]", ""), "ssh -o BatchMode=yes -W '[%h]:%p' '127.0.0.3'");
+  EXPECT_EQ(proxy_jump_command("bob@[198.18.7.3]:2222", ""),
+            "ssh -o BatchMode=yes -l 'bob' -p 2222 -W '[%h]:%p' '198.18.7.3'");
+  EXPECT_EQ(proxy_jump_command("j1,ops@[::1]:1", ""),
+            "ssh -o BatchMode=yes -l 'ops' -p 1 -J 'j1' -W '[%h]:%p' '::1'");
+  EXPECT_THROW(proxy_jump_command("[::1", ""), std::runtime_error);
+  EXPECT_THROW(proxy_jump_command("[::1]x", ""), std::runtime_error);
+}
+
+// ProxyCommand's tokens as ssh expands them (libssh knows no %n), each '%' then doubled for libssh.
+TEST(OpensshConfig, ProxyCommandTokensAsSshExpandsThem) {
+  EXPECT_EQ(
+      proxy_command_for_libssh("pc n=%n h=%h p=%p r=%r pct=%%", "10.0.0.1", 2200, "ops", "p1"),
+      "pc n=p1 h=10.0.0.1 p=2200 r=ops pct=%%");
+  EXPECT_EQ(proxy_command_for_libssh("nc %h %p", "fe80::1%eth0", 22, "u", "x"),
+            "nc fe80::1%%eth0 22");
+  EXPECT_EQ(proxy_command_for_libssh("", "h", 22, "u", "x"), "");
+  EXPECT_THROW(proxy_command_for_libssh("pc %d", "h", 22, "u", "x"), std::runtime_error);
+  EXPECT_THROW(proxy_command_for_libssh("pc %", "h", 22, "u", "x"), std::runtime_error);
+}
+
+// "none" is no file: ssh neither reads nor writes one (never a file named "none").
+TEST(OpensshConfig, KnownHostsFileNoneIsNoFile) {
+  SshHostConfig c = parse_ssh_g("hostname h\nuserknownhostsfile none\nglobalknownhostsfile none\n");
+  EXPECT_TRUE(c.user_known_hosts_files.empty());
+  EXPECT_TRUE(c.global_known_hosts_files.empty());
 }
 
 TEST(OpensshConfig, TheQuestionGivesTheHostFilesValuesAsSshsOptions) {
@@ -150,6 +190,16 @@ TEST(OpensshConfig, KnownHostsNamesAsSshWritesThem) {
             "h ssh-ed25519 K c\n@revoked h ssh-rsa R\n");
   KnownHostsIndex mixed("* ssh-ed25519 W\nalias ssh-ed25519 K\n");
   EXPECT_EQ(mixed.lines_for("alias", 22, true), "alias ssh-ed25519 K\n");  // no wildcard lines
+}
+
+// The user's name and a path as seen from their home, for "Include ~user/PATH".
+std::string user_name() {
+  const passwd* pw = ::getpwuid(::getuid());
+  return pw ? pw->pw_name : "";
+}
+std::string from_home(const std::filesystem::path& p) {
+  const passwd* pw = ::getpwuid(::getuid());
+  return std::filesystem::relative(p, pw ? pw->pw_dir : "/").string();
 }
 
 class RealSshG : public ::testing::Test {
@@ -233,16 +283,18 @@ TEST_F(RealSshG, AnAnswerIsAskedOncePerRunAndAgainWhenTheConfigChanges) {
   long after_third = runs();
   restore_path();
   ASSERT_TRUE(first && second && third);
-  EXPECT_EQ(after_first, 1) << "a Match host line of patterns: the names asked once";
-  EXPECT_EQ(after_second, 1) << "asked again";
-  EXPECT_EQ(after_third, 2) << "the rewritten config was not asked";
+  // The first name of the group, and the second to check that the first's answer stands for it.
+  EXPECT_EQ(after_first, 2) << "a Match host line of patterns: the names asked once";
+  EXPECT_EQ(after_second, 2) << "asked again";
+  EXPECT_EQ(after_third, 4) << "the rewritten config was not asked";
   ASSERT_TRUE((*second)[1].config && (*third)[1].config);
   EXPECT_EQ((*second)[1].config->port, 2201);
   EXPECT_EQ((*third)[1].config->port, 2202);
 }
 
 // Match user, localuser and an exec that does not name the host answer alike for every name of
-// the same Host lines: 3 names are asked once; an exec naming the host (%h) asks each name.
+// the same Host lines: of 3 names, 2 are asked (the second checks that the first's answer stands
+// for the others); an exec naming the host (%h) asks each name.
 TEST_F(RealSshG, UserAndExecMatchesAskOncePerHostLinesAndAnExecNamingTheHostEachName) {
   count_ssh_runs();
   const std::string config = (dir_ / "user-exec").string();
@@ -256,7 +308,8 @@ TEST_F(RealSshG, UserAndExecMatchesAskOncePerHostLinesAndAnExecNamingTheHostEach
   long after_each = runs();
   restore_path();
   ASSERT_TRUE(grouped && each);
-  EXPECT_EQ(after_grouped, 1) << "Match user/localuser/exec without the host: asked once";
+  EXPECT_EQ(after_grouped, 2) << "Match user/localuser/exec without the host: asked once (and "
+                                 "a second name, to check the first stands for it)";
   EXPECT_EQ(after_each - after_grouped, 3) << "an exec naming the host: asked per name";
   for (size_t i = 0; i < q.size(); ++i) {
     ASSERT_TRUE((*grouped)[i].config && (*each)[i].config);
@@ -320,6 +373,14 @@ TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
       "Match host node1 user other\n  Port 2310\n",
       "Match !user root\n  Port 2311\n",
       "Host node2\n  Port 2312\nMatch exec \"test %p = 2312\"\n  User p\n",
+      // A HostName fixed to the first name asked, values hashed from the name (%C), a comment
+      // on a Host line, an Include under ~user (review of 2026-12-05).
+      "Host *\n  HostName node1\n  Port 2313\n",
+      "Host node*\n  UserKnownHostsFile /tmp/kh_%C\n  IdentityAgent /tmp/ag_%C\n",
+      "Host node1 # was node2 until the move\n  Port 2314\n",
+      "Include ~" + user_name() + "/" + from_home(dir_ / "included") + "\nHost *\n  Port 2315\n",
+      "Host *\n  UserKnownHostsFile none\n  GlobalKnownHostsFile none\n",
+      "Host node1\n  UserKnownHostsFile /tmp/kh%%h\n",
   };
   const std::vector<std::string> names{"node1", "node2", "node10", "Node1", "a",    "b",
                                        "c",     "cx",    "xay",    "inc1",  "inc2", "198.18.1.10"};
