@@ -216,6 +216,9 @@ const std::vector<OptionSpec>& option_table() {
        kRun, S::kOwn,
        [](O& o, V n, V v, G) {
          o.progress_regex = non_empty(n, v);
+         // std::regex compiles by recursion: 20000 nested groups overflow the stack.
+         if (o.progress_regex.size() > 512)
+           bad(n, v.substr(0, 40) + "...", "is longer than 512 characters");
          try {
            std::regex check(o.progress_regex);
          } catch (const std::regex_error& e) {

@@ -67,11 +67,18 @@ bool make_dirs(const std::string& dir) {
 }
 
 JobRecord read_record_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  std::string why;
+  std::optional<std::string> text = read_whole_file(path, 64 << 20, why);
+  if (!text) throw InputError(fmt::format("cannot read {}: {}", path, why));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's text without its "[json.exception.parse_error.101] " tag.
+    std::string_view what = e.what();
+    if (size_t tag = what.find("] "); tag != std::string_view::npos) what.remove_prefix(tag + 2);
+    throw InputError(fmt::format("{}: not a job record: invalid JSON: {}", path, what));
+  }
   return record_from_json(j, path);
 }
 
@@ -164,6 +171,12 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     const nlohmann::json& ssh = j.at("ssh");
     r.ssh = {ssh.value("ssh_config", ""), policy_of(ssh.value("strict_host_key_checking", "")),
              ssh.value("connect_timeout", 10.0), ssh.value("fanout", 64)};
+    // As the command line takes them (a fanout of 0 would never start a connection).
+    if (!(r.ssh.connect_timeout >= 0.1 && r.ssh.connect_timeout <= 3600))
+      throw InputError(
+          fmt::format("ssh.connect_timeout {} is not 0.1..3600 s", ssh["connect_timeout"].dump()));
+    if (r.ssh.fanout < 1 || r.ssh.fanout > 4096)
+      throw InputError(fmt::format("ssh.fanout {} is not 1..4096", r.ssh.fanout));
     for (const auto& h : j.at("hosts")) r.hosts.push_back(host_of(h));
     for (const auto& p : j.at("processes")) {
       std::string host = p.at("host").get<std::string>();

@@ -330,7 +330,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   };
   std::vector<epoll_event> evs(256);
   while (true) {
-    while (next < conns.size() && in_flight < settings.fanout) {
+    while (next < conns.size() && in_flight < std::max(1, settings.fanout)) {
       size_t ci = next++;
       ++in_flight;
       ConnectFailure error;

@@ -20,6 +20,7 @@ namespace msrun_ssh {
 namespace {
 
 constexpr int kTopWaitSeconds = 120;
+constexpr size_t kProgressScan = 1024;
 
 const std::regex kStep(R"((?:^|[^A-Za-z])(?:step|iter|iteration)[^0-9\n]{0,4}(\d+))",
                        std::regex::icase);
@@ -116,6 +117,10 @@ int top_of_detached(const JobRecord& record, const Options& options, int sfd) {
 
 std::optional<double> progress_step(std::string_view line,
                                     const std::optional<std::regex>& custom) {
+  // std::regex matches by recursion, a frame per character a repetition takes: a rank's line of
+  // a megabyte of digits after "step" would overflow the launcher's stack. A step is read from
+  // the line's first kProgressScan bytes only.
+  line = line.substr(0, kProgressScan);
   if (custom) return first_number(line, *custom);
   for (const std::regex* re : {&kStep, &kTqdm, &kEpoch})
     if (auto v = first_number(line, *re)) return v;

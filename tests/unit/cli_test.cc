@@ -378,6 +378,10 @@ TEST(Cli, EnvBadName) {
 TEST(Cli, MissingValue) {
   EXPECT_EQ(error_of({"train.py", "--hostfile"}), "run: --hostfile is required");
   EXPECT_EQ(error_of({"--hostfile"}), "--hostfile: expects a value");
+  // std::regex compiles by recursion: a pattern of 20000 nested groups overflowed the stack.
+  std::string deep = std::string(20000, '(') + "a" + std::string(20000, ')');
+  EXPECT_EQ(error_of({"--hostfile", "h", "--progress_regex", deep, "t.py"}),
+            "--progress_regex=" + std::string(40, '(') + "...: is longer than 512 characters");
   EXPECT_EQ(error_of({"--hostfile", "h", "--master_port"}), "--master_port: expects a value");
 }
 

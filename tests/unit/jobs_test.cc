@@ -116,6 +116,32 @@ TEST_F(JobRecords, NewestFirstBrokenOnesSkipped) {
   EXPECT_TRUE(load_job_records(dir_ + "/none", stderr).empty());
 }
 
+// A record edited or damaged by hand: a located error naming what is wrong, never nlohmann's
+// internals, and never a value that would hang status or list (a fanout of 0 started nothing).
+TEST_F(JobRecords, ADamagedRecordSaysWhatIsWrong) {
+  std::string dir = dir_ + "/jobs";
+  JobRecord r = two_hosts();
+  ASSERT_TRUE(write_job_record(dir, r, stderr));
+  nlohmann::json j = record_json(r);
+  auto error_with = [&](const nlohmann::json& bad) {
+    write("jobs/" + r.id + ".json", bad.dump());
+    return test::error_of([&] { load_job_record(dir, r.id); });
+  };
+  std::string path = dir + "/" + r.id + ".json";
+  nlohmann::json zero = j;
+  zero["ssh"]["fanout"] = 0;
+  EXPECT_EQ(error_with(zero), path + ": not a job record: ssh.fanout 0 is not 1..4096");
+  nlohmann::json negative = j;
+  negative["ssh"]["connect_timeout"] = -5;
+  EXPECT_EQ(error_with(negative),
+            path + ": not a job record: ssh.connect_timeout -5 is not 0.1..3600 s");
+  write("jobs/" + r.id + ".json", "{\"id\": 3");
+  std::string invalid = test::error_of([&] { load_job_record(dir, r.id); });
+  EXPECT_EQ(invalid.rfind(path + ": not a job record: invalid JSON: parse error at line 1", 0), 0u)
+      << invalid;
+  EXPECT_EQ(invalid.find("json.exception"), std::string::npos) << invalid;
+}
+
 TEST_F(JobRecords, UnknownIdNamesTheDirectory) {
   EXPECT_EQ(test::error_of([&] { load_job_record(dir_, "nope"); }), "no job nope in " + dir_);
 }

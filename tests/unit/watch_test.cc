@@ -342,6 +342,12 @@ TEST(WatchTop, ProgressSteps) {
   std::optional<std::regex> custom(std::regex(R"(batch=(\d+))"));
   EXPECT_EQ(progress_step("step 5 batch=77", custom), 77);
   EXPECT_FALSE(progress_step("step 5", custom));
+  // A rank's line of 4 MB of digits after "step": read from its first 1024 bytes (std::regex
+  // recursed a frame per digit, past the launcher's stack).
+  std::string huge = "step " + std::string(4 << 20, '7');
+  EXPECT_TRUE(progress_step(huge, none).has_value());
+  EXPECT_EQ(progress_step("step 12" + std::string(4 << 20, ' '), none), 12);
+  EXPECT_FALSE(progress_step(std::string(2000, 'x') + " step 3", none));
 }
 
 // Samples of one host, once a second for `n` s: each rank in `ranks` busy `busy` CPUs.
