@@ -189,12 +189,33 @@ TEST(Cli, Flags) {
   EXPECT_TRUE(o.dry_run);
 }
 
-TEST(Cli, FlagDoesNotTakeTheNextWord) {
-  // A flag never swallows the next word: here "True" is TASK_SCRIPT.
+// A flag takes a boolean word after it as its value ("--watch False train.py" once ran a program
+// named False); any other word is TASK_SCRIPT.
+TEST(Cli, FlagTakesABooleanWordAfterItAndNothingElse) {
   CliResult r = parse({"--hostfile", "h", "--dry_run", "True", "x.py"});
   EXPECT_TRUE(r.options.dry_run);
-  EXPECT_EQ(r.options.task_script, "True");
-  EXPECT_EQ(r.options.task_args, Args{"x.py"});
+  EXPECT_EQ(r.options.task_script, "x.py");
+  EXPECT_TRUE(r.options.task_args.empty());
+  r = parse({"--hostfile", "h", "--watch", "False", "--quiet", "0", "x.py", "True"});
+  EXPECT_FALSE(r.options.watch);
+  EXPECT_FALSE(r.options.quiet);
+  EXPECT_EQ(r.options.task_script, "x.py");
+  EXPECT_EQ(r.options.task_args, Args{"True"});
+  r = parse({"--hostfile", "h", "--dry_run", "yes.py"});
+  EXPECT_TRUE(r.options.dry_run);
+  EXPECT_EQ(r.options.task_script, "yes.py");
+}
+
+// "--log_dir --quiet": the value forgotten; the option is not taken as it (both would be lost).
+TEST(Cli, AValueOptionRefusesAnOptionAsItsValue) {
+  EXPECT_EQ(error_of({"--hostfile", "h", "--log_dir", "--quiet", "x.py"}),
+            "--log_dir: expects a value, but the next word is the option --quiet (a value that "
+            "starts so goes as --log_dir=VALUE)");
+  EXPECT_EQ(error_of({"--hostfile", "--log_dir=x", "x.py"}),
+            "--hostfile: expects a value, but the next word is the option --log_dir=x (a value "
+            "that starts so goes as --hostfile=VALUE)");
+  EXPECT_EQ(parse({"--hostfile", "h", "--log_dir", "--not-an-option", "x.py"}).options.log_dir,
+            "--not-an-option");
 }
 
 TEST(Cli, BooleanWords) {
@@ -389,7 +410,22 @@ TEST(Cli, UnknownOption) {
   EXPECT_EQ(run_error({"--frobnicate"}), "unknown option \"--frobnicate\" for run (see --help)");
   EXPECT_EQ(run_error({"--frobnicate=1"}), "unknown option \"--frobnicate\" for run (see --help)");
   EXPECT_EQ(run_error({"-x"}), "unknown option \"-x\" for run (see --help)");
-  EXPECT_EQ(run_error({"--Hostfile=h"}), "unknown option \"--Hostfile\" for run (see --help)");
+  // A close match is suggested ('-' and '_' alike): within two edits.
+  EXPECT_EQ(run_error({"--Hostfile=h"}),
+            "unknown option \"--Hostfile\" for run (did you mean --hostfile?) (see --help)");
+  EXPECT_EQ(run_error({"--hostflie"}),
+            "unknown option \"--hostflie\" for run (did you mean --hostfile?) (see --help)");
+  EXPECT_EQ(run_error({"--worker-num=2"}),
+            "unknown option \"--worker-num\" for run (did you mean --worker_num?) (see --help)");
+  EXPECT_EQ(run_error({"--dryrun"}),
+            "unknown option \"--dryrun\" for run (did you mean --dry_run?) (see --help)");
+}
+
+// "msrun-ssh chek --hostfile h": the misspelt command became TASK_SCRIPT and the rest its words.
+TEST(Cli, AMisspeltCommandIsNamed) {
+  EXPECT_EQ(error_of({"chek", "--hostfile", "h"}),
+            "run: --hostfile is required; \"chek\" was taken as TASK_SCRIPT and every word after "
+            "it as its own (did you mean check, a command?)");
 }
 
 TEST(Cli, DoubleDashIsRefused) {
@@ -401,7 +437,8 @@ TEST(Cli, MissingHostfile) {
   EXPECT_EQ(error_of({"train.py"}), "run: --hostfile is required");
   EXPECT_EQ(error_of({}), "run: --hostfile is required");
   EXPECT_EQ(error_of({"check"}), "check: --hostfile is required");
-  EXPECT_EQ(error_of({"stop"}), "stop: --hostfile is required");
+  // stop's --hostfile is optional (the job's record has the hosts); its --job is not.
+  EXPECT_EQ(error_of({"stop"}), "stop: --job ID is required");
 }
 
 TEST(Cli, MissingTaskScript) {
@@ -622,7 +659,7 @@ TEST(CliJobs, StackTakesTheJobAndTheOptionsOfReachingHosts) {
           .options;
   EXPECT_EQ(o.hostfile, "h");
   EXPECT_EQ(o.log_dir, "l");
-  EXPECT_EQ(error_of({"stack"}), "stack: --hostfile is required");
+  EXPECT_EQ(error_of({"stack"}), "stack: --job ID is required");
   EXPECT_EQ(error_of({"stack", "--hostfile", "h"}), "stack: --job ID is required");
   EXPECT_EQ(error_of({"stack", "--job", "j", "--kill_grace", "1"}),
             "unknown option \"--kill_grace\" for stack (see --help)");
