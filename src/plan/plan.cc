@@ -160,7 +160,8 @@ void set_msrun_env(EnvList& env, const Options& options, const Plan& plan, const
   if (p.role == Role::kWorker) set_env(env, "MS_NODE_RANK", std::to_string(hp.node_rank));
   set_env(env, "RANK_ID", std::to_string(p.rank));
   if (p.role == Role::kWorker) {
-    set_env(env, "MS_NODE_ID", std::to_string(p.rank));
+    // As msrun's --sim_rank_id: its one process has no MS_NODE_ID.
+    if (options.sim_rank_id < 0) set_env(env, "MS_NODE_ID", std::to_string(p.rank));
     set_env(env, "DEVICE_ID", p.device_id);
   }
   if (!options.rank_table_file.empty()) set_env(env, "RANK_TABLE_FILE", options.rank_table_file);
@@ -287,7 +288,9 @@ void plan_processes(Plan& plan, const Options& options) {
       w.role = Role::kWorker;
       w.rank = rank;
       w.local_index = i;
-      w.device_id = std::to_string(i);
+      // As msrun: --sim_rank_id's one process is device 0 of its host (its log is still
+      // worker_<rank>.log: the log's number is the rank's, whatever runs; docs/remote.md).
+      w.device_id = options.sim_rank_id >= 0 ? "0" : std::to_string(i);
       w.bind_key = "device" + devices[i];
       hp.processes.push_back(std::move(w));
     }

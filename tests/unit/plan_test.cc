@@ -347,7 +347,10 @@ TEST_F(MakePlan, SimRankIdRunsExactlyOneProcessOnItsHost) {
     const Process& proc = p.hosts[host_of].processes[0];
     EXPECT_EQ(proc.rank, r);
     EXPECT_EQ(proc.local_index, local);
-    EXPECT_EQ(proc.device_id, std::to_string(local));
+    // As msrun (msrun-notes.md): DEVICE_ID 0 and no MS_NODE_ID for the one process.
+    EXPECT_EQ(proc.device_id, "0");
+    EXPECT_EQ(*env_of(proc, "DEVICE_ID"), "0");
+    EXPECT_EQ(env_of(proc, "MS_NODE_ID"), nullptr);
     EXPECT_EQ(*env_of(proc, "RANK_ID"), std::to_string(r));
     EXPECT_EQ(*env_of(proc, "MS_NODE_RANK"), std::to_string(host_of));
     EXPECT_EQ(*env_of(proc, "RANK_SIZE"), "8");
