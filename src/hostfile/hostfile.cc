@@ -399,8 +399,11 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
 void take_spares(Cluster& cluster, int n) {
   if (n <= 0) return;
   if (static_cast<size_t>(n) >= cluster.hosts.size())
-    throw InputError(fmt::format("--spares={} leaves no host to run the job ({} has {} hosts)", n,
-                                 cluster.path, cluster.hosts.size()));
+    throw InputError(fmt::format(
+        "--spares={} leaves no host to run the job ({} has {} host{} besides {} spare{} of its "
+        "own)",
+        n, cluster.path, cluster.hosts.size(), cluster.hosts.size() == 1 ? "" : "s",
+        cluster.spares.size(), cluster.spares.size() == 1 ? "" : "s"));
   auto first = cluster.hosts.end() - n;
   for (auto it = first; it != cluster.hosts.end(); ++it) {
     it->spare = true;

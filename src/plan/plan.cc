@@ -46,7 +46,8 @@ const std::string& resolved_ip(HostPlan& hp, const Resolver& resolve) {
 }
 
 // Index of the master host: --master_addr matched by address, then by resolved IP.
-size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Resolver& resolve) {
+size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Cluster& cluster,
+                   const Resolver& resolve) {
   if (options.master_addr.empty()) return 0;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (hosts[i].host.address == options.master_addr) return i;
@@ -54,6 +55,12 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const R
   if (ip.empty()) ip = options.master_addr;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (resolved_ip(hosts[i], resolve) == ip) return i;
+  for (const Host& spare : cluster.spares)
+    if (spare.address == options.master_addr || resolve(spare.address) == ip)
+      throw InputError(fmt::format(
+          "--master_addr={}: {} is a spare host of the host file, which starts nothing until it "
+          "replaces a lost one; the master must be one of the hosts that run the job",
+          options.master_addr, spare.address));
   throw InputError(
       fmt::format("--master_addr={}: no host of the host file has this address, name or IP ({})",
                   options.master_addr, ip));
@@ -314,7 +321,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     if (options.sim_level < 0) throw InputError("--sim_rank_id needs --sim_level");
     check_ranks({options.sim_rank_id}, plan.worker_num, "--sim_rank_id");
   }
-  size_t master = find_master(options, plan.hosts, resolve);
+  size_t master = find_master(options, plan.hosts, cluster, resolve);
   if (plan.contract == Contract::kTorch) {
     // RANK 0's process hosts the rendezvous store (env://), so MASTER_ADDR must be its host:
     // the first host with workers, as torchrun's node rank 0 is.

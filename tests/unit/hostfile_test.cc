@@ -434,7 +434,8 @@ TEST(Hostfile, TakeSparesMovesTheLastHostsAfterTheMarkedOnes) {
   take_spares(c, 0);
   EXPECT_EQ(c.hosts.size(), 2u);
   EXPECT_EQ(error_of([&] { take_spares(c, 2); }),
-            "--spares=2 leaves no host to run the job (hosts has 2 hosts)");
+            "--spares=2 leaves no host to run the job (hosts has 2 hosts besides 3 spares of its "
+            "own)");
 }
 
 // ---- plain format -----------------------------------------------------------------------------

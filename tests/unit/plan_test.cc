@@ -163,6 +163,14 @@ TEST_F(MakePlan, UnknownMasterAddr) {
   EXPECT_EQ(error(),
             "--master_addr=elsewhere: no host of the host file has this address, name or "
             "IP (198.18.9.9)");
+  // A spare is in the file, but runs nothing: said so.
+  Host spare = host("delta", 1);
+  spare.spare = true;
+  cluster.spares = {spare};
+  options.master_addr = "delta";
+  EXPECT_EQ(error(),
+            "--master_addr=delta: delta is a spare host of the host file, which starts nothing "
+            "until it replaces a lost one; the master must be one of the hosts that run the job");
 }
 
 TEST_F(MakePlan, SchedulerEnvironment) {
