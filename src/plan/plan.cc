@@ -109,7 +109,8 @@ bool wants_stacks(const Options& options) {
 // and rules of its local elastic agent), so that init_process_group(init_method="env://") works
 // unchanged. There is no elastic agent: rank 0's process hosts the TCPStore itself
 // (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count follows --max_restarts. As under
-// torchrun, a user's own NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS are kept, and
+// torchrun, a user's own NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS (--env, the host file's
+// env; not yet a value of the host's login environment: docs/torch.md) are kept, and
 // OMP_NUM_THREADS=1 is set only where a host runs more than one process.
 void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const HostPlan& hp,
                    const Process& p) {
