@@ -82,6 +82,8 @@ int signal_status(int fd);
 // ---- hashing (OpenSSL's libcrypto) --------------------------------------------------------------
 
 std::string sha256_hex(std::string_view data);
+// SHA-1 in hex: what ssh's %C token is (of %l%h%p%r); never for security.
+std::string sha1_hex(std::string_view data);
 // The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").
 std::optional<std::string> sha256_file(const std::string& path, std::string& error);
 

@@ -17,10 +17,10 @@ namespace {
 
 using Digest = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
 
-Digest new_digest() {
+Digest new_digest(const EVP_MD* md = EVP_sha256()) {
   Digest ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    throw std::runtime_error("libcrypto: cannot start a SHA-256 digest");
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), md, nullptr) != 1)
+    throw std::runtime_error("libcrypto: cannot start a digest");
   return ctx;
 }
 
@@ -28,7 +28,7 @@ std::string finish_hex(EVP_MD_CTX* ctx) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_DigestFinal_ex(ctx, md, &len) != 1)
-    throw std::runtime_error("libcrypto: cannot finish a SHA-256 digest");
+    throw std::runtime_error("libcrypto: cannot finish a digest");
   std::string hex;
   for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
   return hex;
@@ -38,6 +38,12 @@ std::string finish_hex(EVP_MD_CTX* ctx) {
 
 std::string sha256_hex(std::string_view data) {
   Digest ctx = new_digest();
+  EVP_DigestUpdate(ctx.get(), data.data(), data.size());
+  return finish_hex(ctx.get());
+}
+
+std::string sha1_hex(std::string_view data) {
+  Digest ctx = new_digest(EVP_sha1());
   EVP_DigestUpdate(ctx.get(), data.data(), data.size());
   return finish_hex(ctx.get());
 }

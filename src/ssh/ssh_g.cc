@@ -166,6 +166,9 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
       case 'r':
         out += h ? h->user : "";
         break;
+      case 'C':  // as ssh 9.2: a hash of %l%h%p%r
+        out += h ? sha1_hex(t.local_host + hostname + std::to_string(h->port) + h->user) : "";
+        break;
       case 'k':  // the HostKeyAlias, else the name as given (ssh's command line: the host file's)
         out += h && !h->host_key_alias.empty() ? h->host_key_alias : t.original_host;
         break;

@@ -319,6 +319,24 @@ TEST_F(RealSshG, UserAndExecMatchesAskOncePerHostLinesAndAnExecNamingTheHostEach
   }
 }
 
+std::optional<SshHostConfig> ask_ssh_alone(const SshQuery& q, const std::string& config);
+
+// %C as ssh itself expands it: ssh -G expands a UserKnownHostsFile's tokens (not an
+// IdentityFile's, which msrun-ssh expands), so the two can be compared.
+TEST_F(RealSshG, PercentCIsWhatSshMakesOfIt) {
+  const std::string config = (dir_ / "percent-c").string();
+  std::ofstream(config) << "Host *\n  UserKnownHostsFile /kh/%C\n";
+  char local[256] = {};
+  ASSERT_EQ(gethostname(local, sizeof local - 1), 0);
+  for (const SshQuery& q :
+       std::vector<SshQuery>{{"node1", "", {}, "", ""}, {"Upper.Example", "bob", 2222, "", ""}}) {
+    std::optional<SshHostConfig> ssh = ask_ssh_alone(q, config);
+    ASSERT_TRUE(ssh && ssh->user_known_hosts_files.size() == 1u) << q.name;
+    SshTokens t{"/home/me", "me", "1000", local, q.name, &*ssh};
+    EXPECT_EQ(expand_ssh_tokens("/kh/%C", t), ssh->user_known_hosts_files[0]) << q.name;
+  }
+}
+
 TEST_F(RealSshG, AnUnreadableConfigIsAnErrorOfItsHost) {
   auto answers = resolve_with_openssh({{"node0", "", {}, "", ""}}, config_ + ".missing", 1, 10);
   ASSERT_TRUE(answers);
