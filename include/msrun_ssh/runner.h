@@ -156,6 +156,9 @@ class Runner {
     bool ready = false;
     bool lost = false;
     bool watchdog_closed = false;
+    // `msrun-ssh stop`'s program sweeping the host in place of a watchdog that ended before its
+    // time, while it runs: the launcher waits for it (its exit would cut the sweep short).
+    ChannelId sweep = -1;
     bool paused = false;  // its watchdog stopped the job's processes (Ctrl-Z)
     // The launcher stood still longer than the watchdog waits, and no heartbeat came back since.
     bool may_have_given_up = false;
@@ -233,6 +236,7 @@ class Runner {
   std::vector<int> proc_of_channel_;    // channel id -> proc index (-1: none)
   std::vector<int> host_of_watchdog_;   // channel id -> host index (-1: none)
   std::vector<int> proc_of_leftovers_;  // channel id -> proc index (-1: none)
+  std::vector<int> host_of_sweep_;      // channel id -> host index (-1: none); HostState::sweep
   std::vector<ChannelId> stdin_targets_;
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   // The job's life cycle. It only moves forward (enter), and a teardown takes over a quit.

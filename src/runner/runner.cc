@@ -69,8 +69,9 @@ bool Runner::processes_ended() const {
 }
 
 bool Runner::watchdogs_done() const {
-  return std::all_of(hosts_.begin(), hosts_.end(),
-                     [](const HostState& h) { return h.lost || h.watchdog_closed; });
+  return std::all_of(hosts_.begin(), hosts_.end(), [](const HostState& h) {
+    return h.lost || (h.watchdog_closed && h.sweep < 0);
+  });
 }
 
 void Runner::fail(int status, const std::string& why, char how) {

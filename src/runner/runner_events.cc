@@ -171,7 +171,10 @@ void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
         // Nothing sweeps its host now: what the job left there that its channels cannot reach (a
         // grandchild in a session of its own, a process whose command holds no channel) is
         // ended by the program `msrun-ssh stop` runs, over the same connection.
-        if (!h.lost) t_.exec(host, stop_command(plan_.job_id, options_.kill_grace));
+        if (!h.lost) {
+          h.sweep = t_.exec(host, stop_command(plan_.job_id, options_.kill_grace));
+          put(host_of_sweep_, h.sweep, static_cast<int>(host));
+        }
       }
       break;
     default:
@@ -269,6 +272,16 @@ void Runner::handle(const TransportEvent& e) {
   if (proc >= 0) return handle_process(static_cast<size_t>(proc), e);
   int host = get(host_of_watchdog_, e.channel);
   if (host >= 0) return handle_watchdog(static_cast<size_t>(host), e);
+  if (int swept = get(host_of_sweep_, e.channel); swept >= 0) {
+    HostState& h = hosts_[static_cast<size_t>(swept)];
+    if (e.kind == TransportEvent::Kind::kData && e.is_stderr)
+      out_.message(fmt::format("{}: sweep: {}", host_name(static_cast<size_t>(swept)), e.data));
+    if (e.kind == TransportEvent::Kind::kClosed || e.kind == TransportEvent::Kind::kOpenFailed) {
+      put(host_of_sweep_, h.sweep, -1);
+      h.sweep = -1;
+    }
+    return;
+  }
   int failed = get(proc_of_leftovers_, e.channel);
   if (failed >= 0 &&
       (e.kind == TransportEvent::Kind::kClosed || e.kind == TransportEvent::Kind::kOpenFailed)) {

@@ -443,6 +443,23 @@ TEST_F(Runner, WatchdogEndingUnexpectedlyFailsTheJob) {
   EXPECT_EQ(ended_ms_, 2000 + 100 + 10);
 }
 
+// The launcher waits for that sweep: its exit would close the connection under it, and what it was
+// to end (a grandchild in a session of its own) would be left there (CI, 2026-12-05).
+TEST_F(Runner, TheSweepInPlaceOfAWatchdogIsWaitedFor) {
+  plan_ = make_plan({1, 1});
+  HostScript gone = host();
+  gone.watchdog_exits_at = 2;
+  gone.other_commands = {{"msrun-ssh-stop", ProcScript{.exit_at = 1.5}}};
+  FakeTransport fake({host(), gone});
+  EXPECT_EQ(run(fake), 255);
+  msrun_ssh::ChannelId stop = -1;
+  for (msrun_ssh::ChannelId c = 0; c < fake.channel_count(); ++c)
+    if (fake.channel(c).command.find("msrun-ssh-stop") != std::string::npos) stop = c;
+  ASSERT_GE(stop, 0);
+  EXPECT_GE(ended_ms_, 2000 + 1500);  // not at 2110, with the sweep still running
+  EXPECT_LT(ended_ms_, 2000 + 1500 + 100);
+}
+
 TEST_F(Runner, WatchdogEndedBySigtermEndsTheJobAs143NotAsALostHost) {
   // scancel of the allocation: Slurm ends node1's watchdog step before salloc -K's SIGTERM
   // reaches the launcher (if it ever does).
