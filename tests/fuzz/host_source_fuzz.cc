@@ -123,7 +123,7 @@ void fuzz_node_list(std::string_view text) {
                  words.size());
       // Blanks around a word are dropped, as ClusterShell drops them.
       for (size_t i = 0; i < words.size(); ++i)
-        FUZZ_CHECK(msrun_ssh::trim(words[i]) == names[i], "name %zu is \"%s\"", i,
+        FUZZ_CHECK(msrun_ssh::trim(words[i], " \t\n\r\v\f") == names[i], "name %zu is \"%s\"", i,
                    names[i].c_str());
     }
   } catch (const msrun_ssh::InputError&) {

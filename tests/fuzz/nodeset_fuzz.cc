@@ -4,11 +4,12 @@
 //
 //   pattern := set ("," set)*        the commas outside brackets; blanks around a set dropped
 //   set     := (literal | "[" item ("," item)* "]")*      literal: no "[", "]" nor ","
-//   item    := B NUM B | B NUM B "-" B NUM B ("/" B NUM B)?     B: blanks (space, tab)
+//   item    := B NUM B | B NUM B "-" B NUM B ("/" B NUM B)?     B: blanks (space, tab, line ends)
 //
 // A lone NUM is any run of digits, kept as written; a range's NUMs have 1..19 digits, lo <= hi,
 // a step >= 1 (default 1), and give lo, lo+step, ... <= hi, zero-padded to the width of lo when
-// lo starts with '0' and has more than one digit. Groups multiply left to right within a set;
+// lo starts with '0' and has more than one digit. Groups multiply in Slurm's order within a set
+// (Slurm's forms and digits after a group as nodeset.cc says);
 // sets follow each other; at most 16384 names in all; no set is empty.
 //
 // Findings: any crash or sanitizer report; any exception other than InputError; success with an
@@ -36,6 +37,7 @@ struct Item {
   std::string lone;  // a lone number, as written; else the range below
   uint64_t lo = 0, step = 1, count = 1;
   size_t width = 0;
+  bool stepped = false, uneven = false, blank_ends_bound = false;
 };
 struct Segment {
   std::string literal;      // before the group
@@ -47,7 +49,9 @@ struct Set {
   size_t count = 1;
 };
 
-bool blank(char c) { return c == ' ' || c == '\t'; }
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 std::string_view strip(std::string_view s) {
   while (!s.empty() && blank(s.front())) s.remove_prefix(1);
@@ -69,10 +73,16 @@ bool parse_num(std::string_view s, uint64_t& out) {
   return true;
 }
 
+bool ends_blank(std::string_view s) { return !s.empty() && blank(s.back()); }
+
+bool padded(std::string_view s) { return s.size() > 1 && s[0] == '0'; }
+
 bool parse_item(std::string_view text, Item& it) {
   size_t slash = text.find('/');
   std::string_view range = text.substr(0, slash);
   size_t dash = range.find('-');
+  it.blank_ends_bound = ends_blank(range.substr(0, dash)) ||
+                        (dash != std::string_view::npos && ends_blank(range.substr(dash + 1)));
   std::string_view lo_s = strip(range.substr(0, dash));
   if (dash == std::string_view::npos) {
     if (slash != std::string_view::npos || !digits(lo_s)) return false;
@@ -80,24 +90,42 @@ bool parse_item(std::string_view text, Item& it) {
     return true;
   }
   uint64_t hi = 0;
-  if (!parse_num(lo_s, it.lo) || !parse_num(strip(range.substr(dash + 1)), hi) || hi < it.lo)
-    return false;
-  if (slash != std::string_view::npos &&
-      (!parse_num(strip(text.substr(slash + 1)), it.step) || it.step == 0))
-    return false;
+  std::string_view hi_s = strip(range.substr(dash + 1));
+  if (!parse_num(lo_s, it.lo) || !parse_num(hi_s, hi) || hi < it.lo) return false;
+  it.uneven = (padded(lo_s) || padded(hi_s)) && lo_s.size() != hi_s.size();
+  if (slash != std::string_view::npos) {
+    // A step of any length, leading zeros dropped; past 64 bits it is past every range.
+    std::string_view step = strip(text.substr(slash + 1));
+    if (!digits(step)) return false;
+    while (step.size() > 1 && step[0] == '0') step.remove_prefix(1);
+    if (step.size() > 19)
+      it.step = UINT64_MAX;
+    else if (!parse_num(step, it.step))
+      return false;
+    if (it.step == 0) return false;
+    it.stepped = true;
+  }
   it.count = (hi - it.lo) / it.step + 1;
   it.width = lo_s.size() > 1 && lo_s[0] == '0' ? lo_s.size() : 0;
   return true;
 }
 
-// One set (no comma outside brackets); false where expand_nodeset must throw.
+// One set (no comma outside brackets); false where expand_nodeset must throw. Slurm's forms
+// (bounds padded to different widths; groups side by side or with digits alone between them)
+// only without a step, blanks in a group or text after the last group; digits right after a
+// group never after a step or a bound ending with a blank.
 bool parse_set(std::string_view p, Set& set) {
   size_t pos = 0;
+  bool stepped = false, uneven = false, blanks = false, side_by_side = false;
   while (true) {
     Segment seg;
     while (pos < p.size() && p[pos] != '[' && p[pos] != ']') seg.literal += p[pos++];
+    if (!set.segments.empty() && pos < p.size() && p[pos] == '[' &&
+        (seg.literal.empty() || digits(seg.literal)))
+      side_by_side = true;
     if (pos == p.size()) {
       set.segments.push_back(seg);
+      if ((uneven || side_by_side) && (stepped || blanks || !seg.literal.empty())) return false;
       return true;
     }
     if (p[pos] == ']') return false;  // stray "]"
@@ -105,6 +133,8 @@ bool parse_set(std::string_view p, Set& set) {
     if (close == std::string_view::npos || p[close] == '[') return false;  // unmatched / nested
     std::string_view body = p.substr(pos + 1, close - pos - 1);
     if (strip(body).empty()) return false;
+    for (char c : body) blanks = blanks || blank(c);
+    bool group_step = false, group_blank_end = false;
     seg.size = 0;
     for (size_t start = 0;;) {
       size_t comma = body.find(',', start);
@@ -113,6 +143,10 @@ bool parse_set(std::string_view p, Set& set) {
       if (strip(text).empty() || !parse_item(text, it) || it.count > kMaxNames) return false;
       seg.size += it.count;
       if (seg.size > kMaxNames) return false;
+      stepped = stepped || it.stepped;
+      uneven = uneven || it.uneven;
+      group_step = group_step || it.stepped;
+      group_blank_end = group_blank_end || it.blank_ends_bound;
       seg.group.push_back(it);
       if (comma == std::string_view::npos) break;
       start = comma + 1;
@@ -121,6 +155,8 @@ bool parse_set(std::string_view p, Set& set) {
     set.count *= seg.size;
     set.segments.push_back(std::move(seg));
     pos = close + 1;
+    if (pos < p.size() && p[pos] >= '0' && p[pos] <= '9' && (group_step || group_blank_end))
+      return false;
   }
 }
 
@@ -152,13 +188,19 @@ std::string number(uint64_t v, size_t width) {
   return s;
 }
 
-// The name with index `index` (0-based) of one set, by mixed-radix decomposition.
+// The name with index `index` (0-based) of one set, by mixed-radix decomposition in Slurm's
+// order: the last group varies fastest, then the first, the second, ...
 std::string set_name(const Set& set, size_t index) {
   const auto& segments = set.segments;
   std::vector<std::string> parts(segments.size());
-  for (size_t i = segments.size(); i-- > 0;) {
+  std::vector<size_t> groups;
+  for (size_t i = 0; i < segments.size(); ++i)
+    if (!segments[i].group.empty()) groups.push_back(i);
+  std::vector<size_t> turn;
+  if (!groups.empty()) turn.push_back(groups.back());
+  for (size_t g = 0; g + 1 < groups.size(); ++g) turn.push_back(groups[g]);
+  for (size_t i : turn) {
     const Segment& seg = segments[i];
-    if (seg.group.empty()) continue;
     FUZZ_CHECK(seg.size > 0, "reference: empty group");
     uint64_t k = index % seg.size;
     index /= seg.size;
