@@ -61,6 +61,8 @@ std::string with_hostname(std::string log_name, std::string_view hostname);
 
 struct HostPlan {
   int node_rank = 0;
+  // torchrun's node rank (GROUP_RANK): its place among the hosts that run workers (-1: none).
+  int group_rank = -1;
   Host host;
   std::string ip;  // resolved address (or the address itself when it does not resolve here);
                    // empty when nothing needed it (only the master and {ip} log names do)
@@ -72,6 +74,7 @@ struct Plan {
   std::string job_id;
   Contract contract = Contract::kMsrun;  // decided once: --contract, else the host file's
   int worker_num = 0;
+  int group_world = 0;  // the hosts that run workers (torchrun's GROUP_WORLD_SIZE)
   std::string master_ip;
   int master_port = 0;
   std::vector<HostPlan> hosts;

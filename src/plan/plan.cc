@@ -117,14 +117,7 @@ void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const
   int local_world = 0;
   for (const auto& q : hp.processes) local_world += q.role == Role::kWorker ? 1 : 0;
   std::string world = std::to_string(plan.worker_num);
-  // Nodes as torchrun counts them: the hosts that run workers (torchrun refuses a node of none).
-  int group_rank = 0, group_world = 0;
-  for (const auto& other : plan.hosts) {
-    if (workers_of(other.host, options) == 0) continue;
-    ++group_world;
-    group_rank += other.node_rank < hp.node_rank ? 1 : 0;
-  }
-  std::string node = std::to_string(group_rank);
+  std::string node = std::to_string(hp.group_rank);
   set_env(env, "MASTER_ADDR", plan.master_ip);
   set_env(env, "MASTER_PORT", std::to_string(plan.master_port));
   set_env(env, "WORLD_SIZE", world);
@@ -140,7 +133,7 @@ void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const
   set_env(env, "TORCHELASTIC_RESTART_COUNT", "0");  // the runner numbers restarts
   set_env(env, "TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts));
   set_env(env, "TORCHELASTIC_USE_AGENT_STORE", "False");
-  set_env(env, "GROUP_WORLD_SIZE", std::to_string(group_world));
+  set_env(env, "GROUP_WORLD_SIZE", std::to_string(plan.group_world));
   // The rank's error file (torch.distributed.elastic's @record writes it), in the job's directory
   // on its host: stack_site.sh puts that directory in place of kJobDirToken (plan.h).
   set_env(env, "TORCHELASTIC_ERROR_FILE",
@@ -257,6 +250,8 @@ void plan_hosts(Plan& plan, const Options& options, const Cluster& cluster) {
     if (hp.host.workdir.empty()) hp.host.workdir = options.launcher_cwd;
     per_host.push_back(workers_of(hp.host, options));
     total += per_host.back();
+    // Nodes as torchrun counts them: the hosts that run workers (torchrun refuses a node of none).
+    if (per_host.back() > 0) hp.group_rank = plan.group_world++;
     // Checked as it grows: 16384 hosts of 1024 workers would be planned in gigabytes first.
     if (total > kMaxJobWorkers)
       throw InputError(fmt::format("{}: more than {} workers in the job (at host {}, {})",
