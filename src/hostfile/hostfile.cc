@@ -231,18 +231,13 @@ void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& ho
   if (cluster.hosts.size() + names.size() > kMaxHosts)
     throw InputError(fmt::format("{}: more than {} hosts in the host file", where, kMaxHosts));
   for (auto& name : names) {
-    if (!valid_host_name(name)) {
-      std::string what = name.empty() ? "is empty"
-                                      : fmt::format(
-                                            "has {:?}, a character not allowed in a host "
-                                            "name or address (letters, digits and . - _ "
-                                            ": % only)",
-                                            not_allowed(name));
-      throw InputError(name == host.address ? fmt::format("{}: address {:?} {}", where, name, what)
-                                            : fmt::format("{}: address {:?}: the name {:?} {}",
-                                                          where, host.address, name, what));
-    }
-    if (std::string why = not_a_host(name); !why.empty())
+    std::string why = valid_host_name(name) ? not_a_host(name)
+                      : name.empty()        ? std::string("is empty")
+                                            : fmt::format(
+                                                  "has {:?}, a character not allowed in a host name or "
+                                                         "address (letters, digits and . - _ : % only)",
+                                                  not_allowed(name));
+    if (!why.empty())
       throw InputError(name == host.address ? fmt::format("{}: address {:?} {}", where, name, why)
                                             : fmt::format("{}: address {:?}: the name {:?} {}",
                                                           where, host.address, name, why));
