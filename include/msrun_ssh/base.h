@@ -5,7 +5,9 @@
 
 #include <time.h>
 
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +33,12 @@ std::vector<std::string> owned_words(std::string_view text);
 
 // `s` with its ASCII letters in lower case.
 std::string to_lower(std::string_view s);
+
+// `s` as a message quotes what the user wrote: between `quote` characters, with \n \r \t \\ and
+// the quote escaped, other control characters as \xNN (C1 ones as \u00NN), bytes that are not
+// UTF-8 as \xNN, and the rest as written. fmt's `{:?}` would do the same, but fmt 9 asserts on
+// bytes that are not UTF-8 (its debug builds abort), and a file may hold any bytes.
+std::string in_quotes(std::string_view s, char quote = '"');
 
 // ---- the shell ----------------------------------------------------------------------------------
 
@@ -66,6 +74,19 @@ std::string replace_file(const std::string& path, std::string_view text);
 // The upper median (of two values the larger; 0 of none): one slow value of two does not make it
 // slow. The check's verdicts compare hosts with it.
 double upper_median(std::vector<double> values);
+
+// `v` as the integer type `Int`: NaN as 0, and values beyond the type's range at its nearest bound.
+// A number another program printed may be anything, and converting it unchecked is undefined.
+template <class Int>
+Int saturate(double v) {
+  if (std::isnan(v)) return 0;
+  // The bounds as doubles: the upper one rounds up to 2^63 (or 2^31), itself out of range.
+  constexpr double lo = static_cast<double>(std::numeric_limits<Int>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<Int>::max());
+  if (v <= lo) return std::numeric_limits<Int>::min();
+  if (v >= hi) return std::numeric_limits<Int>::max();
+  return static_cast<Int>(v);
+}
 
 // ---- signals ----------------------------------------------------------------------------------
 

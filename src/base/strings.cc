@@ -59,6 +59,57 @@ std::vector<std::string> owned_words(std::string_view text) {
   return out;
 }
 
+std::string in_quotes(std::string_view s, char quote) {
+  std::string out(1, quote);
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = byte(i);
+    if (c == '\n' || c == '\r' || c == '\t' || c == '\\' ||
+        c == static_cast<unsigned char>(quote)) {
+      out += '\\';
+      out += c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte, its code point checked for overlong
+    // forms, surrogates and the end of Unicode.
+    size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
+    char32_t cp = n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+    bool ok = n != 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) {
+      ok = (byte(i + k) & 0xc0) == 0x80;
+      cp = (cp << 6) | (byte(i + k) & 0x3f);
+    }
+    ok = ok && !(n == 3 && cp < 0x800) && !(n == 4 && (cp < 0x10000 || cp > 0x10ffff)) &&
+         !(cp >= 0xd800 && cp <= 0xdfff);
+    if (!ok) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+      continue;
+    }
+    if (cp < 0xa0)
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(cp));
+    else
+      out.append(s.substr(i, n));
+    i += n;
+  }
+  out += quote;
+  return out;
+}
+
 std::string shell_quote(std::string_view word) {
   std::string out;
   out.reserve(word.size() + 2);

@@ -90,7 +90,7 @@ std::vector<AccelDevice> parse_nvidia_smi(std::string_view csv, std::string& err
     d.util_pct = field_number(f[3]);
     d.sm_mhz = field_number(f[4]);
     d.max_sm_mhz = field_number(f[5]);
-    if (auto e = field_number(f[6])) d.ecc_uncorrected = static_cast<long>(*e);
+    if (auto e = field_number(f[6])) d.ecc_uncorrected = saturate<long>(*e);
     d.hw_slowdown = f[7] == "Active";
     out.push_back(std::move(d));
   }
@@ -159,7 +159,7 @@ HostPerf parse_perf(const std::string& output, const std::string& trouble) {
     p.error = e->get<std::string>();
     return p;
   }
-  p.cpus = static_cast<int>(json_number(j, "cpus").value_or(0));
+  p.cpus = saturate<int>(json_number(j, "cpus").value_or(0));
   p.kernel = j.value("kernel", "");
   if (auto each = j.find("cpu_each"); each != j.end() && each->is_array())
     for (const auto& v : *each)
@@ -174,8 +174,9 @@ HostPerf parse_perf(const std::string& output, const std::string& trouble) {
   if (auto a = j.find("accel"); a != j.end() && a->is_object()) {
     p.accel_tool = a->value("tool", "");
     std::string out = a->value("out", "");
-    if (a->value("status", 0) != 0 || out.empty())
-      p.accel_error = fmt::format("{} exited {}{}", p.accel_tool, a->value("status", 0),
+    int status = saturate<int>(json_number(*a, "status").value_or(0));
+    if (status != 0 || out.empty())
+      p.accel_error = fmt::format("{} exited {}{}", p.accel_tool, status,
                                   a->contains("error") ? ": " + a->value("error", "") : "");
     else
       p.accel = p.accel_tool == "nvidia-smi" ? parse_nvidia_smi(out, p.accel_error)

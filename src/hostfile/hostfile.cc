@@ -177,8 +177,8 @@ struct Origin {
 
 // `name` as a message names it: with the address that named it when that was a node set.
 std::string named(const std::string& name, const Origin& origin) {
-  if (origin.written == name) return fmt::format("{:?}", name);
-  return fmt::format("{:?} (of address {:?})", name, origin.written);
+  if (origin.written == name) return in_quotes(name);
+  return fmt::format("{} (of address {})", in_quotes(name), in_quotes(origin.written));
 }
 
 void check_unique(const Cluster& cluster, const std::vector<Origin>& origins) {
@@ -190,20 +190,20 @@ void check_unique(const Cluster& cluster, const std::vector<Origin>& origins) {
     const Origin& first = origins[it->second];
     const Origin& again = origins[i];
     if (first.where == again.where)
-      throw InputError(fmt::format("{}: host {:?} is listed twice by address {:?}", again.where,
-                                   h.address, again.written));
+      throw InputError(fmt::format("{}: host {} is listed twice by address {}", again.where,
+                                   in_quotes(h.address), in_quotes(again.written)));
     throw InputError(fmt::format(
         "{}: host {} is listed twice: {} has it already{}", again.where, named(h.address, again),
         first.where,
-        first.written == h.address ? "" : fmt::format(" (address {:?})", first.written)));
+        first.written == h.address ? "" : fmt::format(" (address {})", in_quotes(first.written))));
   }
 }
 
 // The first character of `name` that no host name has.
-char not_allowed(std::string_view name) {
-  for (char c : name)
-    if (!valid_host_name(std::string_view(&c, 1))) return c;
-  return '\0';
+std::string_view not_allowed(std::string_view name) {
+  for (size_t i = 0; i < name.size(); ++i)
+    if (!valid_host_name(name.substr(i, 1))) return name.substr(i, 1);
+  return "";
 }
 
 // Why a name of allowed characters is still no host ("" when it is one): longer than a DNS name
@@ -226,7 +226,7 @@ void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& ho
   try {
     names = expand_nodeset(host.address);
   } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: address {:?}: {}", where, host.address, e.what()));
+    throw InputError(fmt::format("{}: address {}: {}", where, in_quotes(host.address), e.what()));
   }
   if (cluster.hosts.size() + names.size() > kMaxHosts)
     throw InputError(fmt::format("{}: more than {} hosts in the host file", where, kMaxHosts));
@@ -234,13 +234,14 @@ void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& ho
     std::string why = valid_host_name(name) ? not_a_host(name)
                       : name.empty()        ? std::string("is empty")
                                             : fmt::format(
-                                                  "has {:?}, a character not allowed in a host name or "
+                                                  "has {}, a character not allowed in a host name or "
                                                          "address (letters, digits and . - _ : % only)",
-                                                  not_allowed(name));
+                                                  in_quotes(not_allowed(name), '\''));
     if (!why.empty())
-      throw InputError(name == host.address ? fmt::format("{}: address {:?} {}", where, name, why)
-                                            : fmt::format("{}: address {:?}: the name {:?} {}",
-                                                          where, host.address, name, why));
+      throw InputError(name == host.address
+                           ? fmt::format("{}: address {} {}", where, in_quotes(name), why)
+                           : fmt::format("{}: address {}: the name {} {}", where,
+                                         in_quotes(host.address), in_quotes(name), why));
     Host h = host;
     h.address = std::move(name);
     cluster.hosts.push_back(std::move(h));

@@ -81,7 +81,7 @@ bool ends_with_blank(std::string_view s) {
 // "1-10/2". Appends its words to `out`.
 void expand_item(std::string_view item, std::vector<std::string>& out, GroupForm& form) {
   auto bad = [&](std::string_view why) {
-    return InputError(fmt::format("bad node set range {:?}{}", trim(item, kBlanks), why));
+    return InputError(fmt::format("bad node set range {}{}", in_quotes(trim(item, kBlanks)), why));
   };
   size_t slash = item.find('/');
   std::string_view range = item.substr(0, slash);
@@ -132,7 +132,8 @@ std::vector<std::string> expand_group(std::string_view body, GroupForm& form) {
     size_t comma = body.find(',');
     std::string_view item = body.substr(0, comma);
     if (trim(item, kBlanks).empty())
-      throw InputError(fmt::format("empty item in node set {:?}", fmt::format("[{}]", whole)));
+      throw InputError(
+          fmt::format("empty item in node set {}", in_quotes(fmt::format("[{}]", whole))));
     expand_item(item, out, form);
     if (comma == std::string_view::npos) break;
     body = body.substr(comma + 1);
@@ -158,9 +159,9 @@ void check_slurm_form(std::string_view pattern, const std::vector<GroupForm>& fo
   else
     return;
   throw InputError(fmt::format(
-      "{:?}: {} are Slurm's form, and Slurm reads them only without {} (ClusterShell refuses "
+      "{}: {} are Slurm's form, and Slurm reads them only without {} (ClusterShell refuses "
       "them)",
-      pattern, what, but));
+      in_quotes(pattern), what, but));
 }
 
 // One node set without a top-level comma: literal text and bracket groups.
@@ -200,9 +201,10 @@ std::vector<std::string> expand_one(std::string_view pattern) {
     if (close + 1 < pattern.size() && pattern[close + 1] >= '0' && pattern[close + 1] <= '9' &&
         (form.step || form.blank_ends_bound))
       throw InputError(fmt::format(
-          "{:?}: digits right after a group with {}, which neither ClusterShell nor Slurm "
+          "{}: digits right after a group with {}, which neither ClusterShell nor Slurm "
           "reads",
-          pattern, form.step ? "a step (\"n[1-9/2]0\")" : "a blank after a bound (\"n[1-3 ]0\")"));
+          in_quotes(pattern),
+          form.step ? "a step (\"n[1-9/2]0\")" : "a blank after a bound (\"n[1-3 ]0\")"));
     if (count * words.size() > kMaxNames)
       throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
     count *= words.size();

@@ -123,7 +123,8 @@ using namespace mux_wire;
 std::string encode_mux_frame(const MuxFrame& frame) {
   const Layout* l = layout_of(frame.type);
   if (!l || frame.numbers.size() != l->widths.size() || frame.strings.size() != l->strings)
-    throw std::logic_error(fmt::format("keeper protocol: bad frame of type {:?}", frame.type));
+    throw std::logic_error(fmt::format("keeper protocol: bad frame of type {}",
+                                       in_quotes(std::string_view(&frame.type, 1), '\'')));
   std::string body(1, frame.type);
   for (size_t i = 0; i < l->widths.size(); ++i) put(body, frame.numbers[i], l->widths[i]);
   for (const auto& s : frame.strings) {
@@ -167,8 +168,8 @@ std::string mux_key(const std::vector<SshEndpoint>& hosts, const SshSettings& se
       fmt::format("msrun-ssh keeper 1\nconfig {}\npolicy {}\n", settings.ssh_config,
                   settings.host_key_policy ? static_cast<int>(*settings.host_key_policy) : -1);
   for (const auto& h : hosts)
-    key += fmt::format("host {:?} {:?} {} {:?} {:?}\n", h.address, h.user, h.port.value_or(-1),
-                       h.identity_file, h.known_hosts);
+    key += fmt::format("host {} {} {} {} {}\n", in_quotes(h.address), in_quotes(h.user),
+                       h.port.value_or(-1), in_quotes(h.identity_file), in_quotes(h.known_hosts));
   return key;
 }
 

@@ -44,18 +44,17 @@ std::optional<HostSample> parse_sample(std::string_view line) {
   s.load = number(j, "load");
   if (auto m = j.find("mem_kb"); m != j.end() && m->is_array() && m->size() == 2 &&
                                  (*m)[0].is_number() && (*m)[1].is_number()) {
-    s.mem_total_kb = (*m)[0].get<long>();
-    s.mem_avail_kb = (*m)[1].get<long>();
+    s.mem_total_kb = saturate<long>((*m)[0].get<double>());
+    s.mem_avail_kb = saturate<long>((*m)[1].get<double>());
   }
   if (auto a = j.find("accel"); a != j.end() && a->is_array())
     for (const auto& v : *a)
       if (v.is_number()) s.accel.push_back(v.get<double>());
   for (const auto& r : j["ranks"]) {
     if (!r.is_object() || !r.contains("rank") || !r["rank"].is_string()) continue;
-    s.ranks.push_back({r["rank"].get<std::string>(), static_cast<int>(number(r, "pids")),
-                       number(r, "cpu"), number(r, "wait_ns"),
-                       static_cast<long>(number(r, "rss_kb")), number(r, "thr_ns", -1),
-                       r.value("state", "")});
+    s.ranks.push_back({r["rank"].get<std::string>(), saturate<int>(number(r, "pids")),
+                       number(r, "cpu"), number(r, "wait_ns"), saturate<long>(number(r, "rss_kb")),
+                       number(r, "thr_ns", -1), r.value("state", "")});
   }
   return s;
 }

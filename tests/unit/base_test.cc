@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,36 @@ TEST(Base, SplitWordsSkipsEveryRunOfBlanks) {
 }
 
 // replace_file: the new text in full, or the old file untouched, and never a temporary file left.
+TEST(Base, InQuotesEscapesWhatIsNotPrintableUtf8) {
+  EXPECT_EQ(in_quotes("a b"), "\"a b\"");
+  EXPECT_EQ(in_quotes("say \"hi\"\\"), "\"say \\\"hi\\\"\\\\\"");
+  EXPECT_EQ(in_quotes("it's", '\''), "'it\\'s'");
+  EXPECT_EQ(in_quotes("l1\nl2\r\t\x07\x7f"), "\"l1\\nl2\\r\\t\\x07\\x7f\"");
+  // UTF-8 as written; C1 controls as \u00NN; bytes of no character, cut or overlong sequences,
+  // surrogates and code points past U+10FFFF as \xNN.
+  EXPECT_EQ(in_quotes("h\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80"),
+            "\"h\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\"");
+  EXPECT_EQ(in_quotes("\xc2\x85"), "\"\\u0085\"");
+  EXPECT_EQ(in_quotes("alhalh\xd5\x8c\x8b\xf5"), "\"alhalh\xd5\x8c\\x8b\\xf5\"");
+  EXPECT_EQ(in_quotes("\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\xe4\xb8"),
+            "\"\\xc0\\xaf\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80\\xe4\\xb8\"");
+  EXPECT_EQ(in_quotes(std::string_view("a\0b", 3)), "\"a\\x00b\"");
+}
+
+// What another program printed may be anything: out of range is the nearest bound, never undefined.
+TEST(Base, SaturateKeepsEveryDoubleWithinTheIntegerType) {
+  EXPECT_EQ(saturate<long>(3.9), 3);
+  EXPECT_EQ(saturate<long>(-3.9), -3);
+  EXPECT_EQ(saturate<long>(3.11111e+89), std::numeric_limits<long>::max());
+  EXPECT_EQ(saturate<long>(-1e300), std::numeric_limits<long>::min());
+  EXPECT_EQ(saturate<int>(2147483647.5), std::numeric_limits<int>::max());
+  EXPECT_EQ(saturate<int>(2147483646.0), 2147483646);
+  EXPECT_EQ(saturate<int>(std::numeric_limits<double>::infinity()),
+            std::numeric_limits<int>::max());
+  EXPECT_EQ(saturate<int>(std::nan("")), 0);
+  EXPECT_EQ(saturate<long>(9.2233720368547758e18), std::numeric_limits<long>::max());  // 2^63
+}
+
 TEST(Base, ReplaceFileWritesInFullOrLeavesNothingBehind) {
   std::string dir = ::testing::TempDir() + "replace-file-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,11 @@ TEST(PerfAccel, NvidiaSmiCsv) {
   EXPECT_EQ(d[2].util_pct, 97);
   EXPECT_FALSE(d[3].ecc_uncorrected.has_value());
   EXPECT_FALSE(d[3].hw_slowdown);
+  // A count beyond any integer (a broken tool) is the largest one, still a failing count.
+  auto big = parse_nvidia_smi("0, X, 30, 0, 210, 1410, 3" + std::string(90, '1') + ", Not Active\n",
+                              error);
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].ecc_uncorrected, std::numeric_limits<long>::max());
   parse_nvidia_smi("0, only two\n", error);
   EXPECT_EQ(error, "unreadable nvidia-smi line: 0, only two");
 }

@@ -369,6 +369,19 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
   for (const auto& c : kCases) EXPECT_EQ(toml_error(c.input), c.expected) << c.input;
 }
 
+// A plain file may hold any bytes. Those that are not UTF-8 are shown as \xNN (fmt's "{:?}"
+// asserted on such a name: a debug build aborted), and a whole UTF-8 character is shown as written.
+TEST(Hostfile, BytesThatAreNotUtf8AreShownEscaped) {
+  EXPECT_EQ(plain_error("alhalh\xd5\x8c\x8b\xf5\n"),
+            "hosts:1: address \"alhalh\xd5\x8c\\x8b\\xf5\" has '\\xd5', a character not allowed in "
+            "a host name or address (letters, digits and . - _ : % only)");
+  EXPECT_EQ(plain_error("n[1-2]\xff\n"),
+            "hosts:1: address \"n[1-2]\\xff\": the name \"n1\\xff\" has '\\xff', a character not "
+            "allowed in a host name or address (letters, digits and . - _ : % only)");
+  EXPECT_EQ(plain_error("n[1-\xf5]\n"),
+            "hosts:1: address \"n[1-\\xf5]\": bad node set range \"1-\\xf5\"");
+}
+
 TEST(Hostfile, NoHosts) {
   EXPECT_EQ(toml_error(""), "h.toml: no [[hosts]] entries");
   EXPECT_EQ(toml_error("[defaults]\nuser = \"u\"\n"), "h.toml: no [[hosts]] entries");

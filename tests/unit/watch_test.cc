@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,15 @@ TEST(WatchSample, ParsesTheSamplersLine) {
   EXPECT_EQ(s->ranks[0].state, "R");
   EXPECT_DOUBLE_EQ(s->ranks[1].throttled_ns, 5);
   EXPECT_EQ(s->accel, (std::vector<double>{35, 0.5}));
+  // Numbers beyond the fields' types (a broken or hostile host) stay within them.
+  auto odd = parse_sample(
+      R"({"t":1,"mem_kb":[1e300,-1e300],"ranks":[{"rank":"0","pids":1e19,"rss_kb":-1e300}]})");
+  ASSERT_TRUE(odd);
+  EXPECT_EQ(odd->mem_total_kb, std::numeric_limits<long>::max());
+  EXPECT_EQ(odd->mem_avail_kb, std::numeric_limits<long>::min());
+  ASSERT_EQ(odd->ranks.size(), 1u);
+  EXPECT_EQ(odd->ranks[0].pids, std::numeric_limits<int>::max());
+  EXPECT_EQ(odd->ranks[0].rss_kb, std::numeric_limits<long>::min());
   EXPECT_FALSE(parse_sample("msrun-ssh: not a sample"));
   EXPECT_FALSE(parse_sample(R"({"t": 1})"));
 }
