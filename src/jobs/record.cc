@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <tuple>
 
@@ -34,6 +35,25 @@ std::optional<HostKeyPolicy> policy_of(const std::string& word) {
   return std::nullopt;
 }
 
+// A record's whole number in lo..hi, else the record is refused: a record may be edited by hand,
+// and a fraction or 1e300 converted unchecked would be undefined.
+long long whole(const nlohmann::json& v, std::string_view what, long long lo, long long hi) {
+  bool in = false;
+  if (v.is_number_unsigned()) {
+    auto u = v.get<unsigned long long>();
+    in = hi >= 0 && u <= static_cast<unsigned long long>(hi) &&
+         (lo <= 0 || u >= static_cast<unsigned long long>(lo));
+  } else if (v.is_number_integer()) {
+    auto n = v.get<long long>();
+    in = n >= lo && n <= hi;
+  }
+  if (!in)
+    throw InputError(fmt::format("{} {} is not a whole number in {}..{}", what, v.dump(), lo, hi));
+  return v.get<long long>();
+}
+
+constexpr long long kIntMax = std::numeric_limits<int>::max();
+
 nlohmann::json host_json(const JobHost& h) {
   const SshEndpoint& e = h.endpoint;
   return {{"address", e.address},
@@ -49,10 +69,11 @@ JobHost host_of(const nlohmann::json& j) {
   JobHost h;
   h.endpoint.address = j.at("address").get<std::string>();
   h.endpoint.user = j.value("user", "");
-  if (j.contains("port") && !j["port"].is_null()) h.endpoint.port = j["port"].get<int>();
+  if (j.contains("port") && !j["port"].is_null())
+    h.endpoint.port = static_cast<int>(whole(j["port"], "port", 1, 65535));
   h.endpoint.identity_file = j.value("identity_file", "");
   h.endpoint.known_hosts = j.value("known_hosts", "");
-  h.node_rank = j.at("node_rank").get<int>();
+  h.node_rank = static_cast<int>(whole(j.at("node_rank"), "node_rank", 0, kIntMax));
   h.workdir = j.value("workdir", "");
   return h;
 }
@@ -134,6 +155,7 @@ nlohmann::json record_json(const JobRecord& r) {
     procs.push_back({{"rank", rank_json(p.rank)},
                      {"node_rank", p.node_rank},
                      {"host", r.hosts.at(p.host).endpoint.address},
+                     {"host_index", p.host},
                      {"log", p.log}});
   return {{"version", 1},
           {"id", r.id},
@@ -166,29 +188,37 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     r.started = j.value("started", "");
     r.detached = j.at("detached").get<bool>();
     r.starting = j.value("starting", false);
-    r.launcher_pid = j.value("launcher_pid", 0L);
+    if (j.contains("launcher_pid"))
+      r.launcher_pid = static_cast<long>(whole(j["launcher_pid"], "launcher_pid", 0, kIntMax));
     r.launcher_host = j.value("launcher_host", "");
     const nlohmann::json& ssh = j.at("ssh");
     r.ssh = {ssh.value("ssh_config", ""), policy_of(ssh.value("strict_host_key_checking", "")),
-             ssh.value("connect_timeout", 10.0), ssh.value("fanout", 64)};
+             ssh.value("connect_timeout", 10.0), 64};
     // As the command line takes them (a fanout of 0 would never start a connection).
+    if (ssh.contains("fanout"))
+      r.ssh.fanout = static_cast<int>(whole(ssh["fanout"], "ssh.fanout", 1, 4096));
     if (!(r.ssh.connect_timeout >= 0.1 && r.ssh.connect_timeout <= 3600))
       throw InputError(
           fmt::format("ssh.connect_timeout {} is not 0.1..3600 s", ssh["connect_timeout"].dump()));
-    if (r.ssh.fanout < 1 || r.ssh.fanout > 4096)
-      throw InputError(fmt::format("ssh.fanout {} is not 1..4096", r.ssh.fanout));
     for (const auto& h : j.at("hosts")) r.hosts.push_back(host_of(h));
     for (const auto& p : j.at("processes")) {
       std::string host = p.at("host").get<std::string>();
+      // By its index: one address may be two hosts on two ports. A record written before the
+      // index was has only the address.
       auto it = std::find_if(r.hosts.begin(), r.hosts.end(),
                              [&](const JobHost& h) { return h.endpoint.address == host; });
-      if (it == r.hosts.end()) throw InputError(fmt::format("process on unknown host {}", host));
-      r.processes.push_back({p.at("rank").is_null() ? -1 : p["rank"].get<int>(),
-                             p.at("node_rank").get<int>(),
-                             static_cast<size_t>(it - r.hosts.begin()), p.value("log", "")});
+      if (p.contains("host_index"))
+        it = r.hosts.begin() +
+             whole(p["host_index"], "host_index", 0, static_cast<long long>(r.hosts.size()) - 1);
+      if (it == r.hosts.end() || it->endpoint.address != host)
+        throw InputError(fmt::format("process on unknown host {}", host));
+      r.processes.push_back(
+          {p.at("rank").is_null() ? -1 : static_cast<int>(whole(p["rank"], "rank", 0, kIntMax)),
+           static_cast<int>(whole(p.at("node_rank"), "node_rank", 0, kIntMax)),
+           static_cast<size_t>(it - r.hosts.begin()), p.value("log", "")});
     }
     if (j.contains("exit_status") && !j["exit_status"].is_null())
-      r.exit_status = j["exit_status"].get<int>();
+      r.exit_status = static_cast<int>(whole(j["exit_status"], "exit_status", 0, 255));
     r.ended = j.value("ended", "");
     return r;
   } catch (const std::exception& e) {

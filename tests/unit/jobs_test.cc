@@ -97,6 +97,31 @@ TEST_F(JobRecords, WrittenAndReadBack) {
   EXPECT_EQ(files, 1u);
 }
 
+// One address may be two hosts on two ports (containers behind one machine's port forwards):
+// each process stays on its own host, and a record of an older launcher (no index) still reads.
+TEST_F(JobRecords, OneAddressOnTwoPortsIsTwoHosts) {
+  std::string dir = dir_ + "/jobs";
+  JobRecord r = two_hosts();
+  r.hosts[1].endpoint.address = "node0";
+  r.hosts[1].endpoint.port = 2223;
+  ASSERT_TRUE(write_job_record(dir, r, stderr));
+  JobRecord back = load_job_record(dir, r.id);
+  ASSERT_EQ(back.processes.size(), 3u);
+  EXPECT_EQ(back.processes[1].host, 0u);
+  EXPECT_EQ(back.processes[2].host, 1u);
+  EXPECT_EQ(back.hosts[back.processes[2].host].endpoint.port, 2223);
+  nlohmann::json old = record_json(r);
+  for (auto& p : old["processes"]) p.erase("host_index");
+  write("jobs/" + r.id + ".json", old.dump());
+  EXPECT_EQ(load_job_record(dir, r.id).processes[2].host, 0u);
+  nlohmann::json wrong = record_json(r);
+  wrong["processes"][2]["host_index"] = 2;
+  write("jobs/" + r.id + ".json", wrong.dump());
+  EXPECT_EQ(
+      test::error_of([&] { load_job_record(dir, r.id); }),
+      dir + "/" + r.id + ".json: not a job record: host_index 2 is not a whole number in 0..1");
+}
+
 TEST_F(JobRecords, NewestFirstBrokenOnesSkipped) {
   std::string dir = dir_ + "/jobs";
   JobRecord a = two_hosts(), b = two_hosts();
@@ -130,7 +155,29 @@ TEST_F(JobRecords, ADamagedRecordSaysWhatIsWrong) {
   std::string path = dir + "/" + r.id + ".json";
   nlohmann::json zero = j;
   zero["ssh"]["fanout"] = 0;
-  EXPECT_EQ(error_with(zero), path + ": not a job record: ssh.fanout 0 is not 1..4096");
+  EXPECT_EQ(error_with(zero),
+            path + ": not a job record: ssh.fanout 0 is not a whole number in 1..4096");
+  // A number a whole one is read from must be one: converting 1e300 or a fraction is undefined.
+  nlohmann::json huge = j;
+  huge["ssh"]["fanout"] = 1e300;
+  EXPECT_EQ(error_with(huge),
+            path + ": not a job record: ssh.fanout 1e+300 is not a whole number in 1..4096");
+  nlohmann::json pid = j;
+  pid["launcher_pid"] = -1e300;
+  EXPECT_EQ(error_with(pid), path + ": not a job record: launcher_pid -1e+300 is not a whole " +
+                                 "number in 0..2147483647");
+  nlohmann::json port = j;
+  port["hosts"][0]["port"] = 22.5;
+  EXPECT_EQ(error_with(port),
+            path + ": not a job record: port 22.5 is not a whole number in 1..65535");
+  nlohmann::json rank = j;
+  rank["processes"][0]["rank"] = -2;
+  EXPECT_EQ(error_with(rank),
+            path + ": not a job record: rank -2 is not a whole number in 0..2147483647");
+  nlohmann::json status = j;
+  status["exit_status"] = "0";
+  EXPECT_EQ(error_with(status),
+            path + ": not a job record: exit_status \"0\" is not a whole number in 0..255");
   nlohmann::json negative = j;
   negative["ssh"]["connect_timeout"] = -5;
   EXPECT_EQ(error_with(negative),
