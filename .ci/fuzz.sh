@@ -12,7 +12,10 @@
 #
 # Environment: FUZZ_JOBS targets at once (default: number of CPUs), FUZZ_TARGETS a space-separated
 # subset, FUZZ_TIMEOUT the seconds one input may take (CI, whose fuzzers run at the lowest CPU
-# priority behind the cluster tests, gives 60: a 1 s input there can take 20), FUZZ_BUILD_DIR the build directory (default build-fuzz), FUZZ_CONFIGURED=1 when that
+# priority behind the cluster tests, gives 60: a 1 s input there can take 20), FUZZ_SEED the
+# random seed of every target's exploration (default 0: libFuzzer draws one; CI gives one drawn from
+# the commit, so one commit explores the same inputs run after run, as far as its time reaches, and
+# a finding comes back), FUZZ_BUILD_DIR the build directory (default build-fuzz), FUZZ_CONFIGURED=1 when that
 # directory is configured already (with -DMSRUN_SSH_FUZZ=ON). Reproduce a finding with
 #   build-fuzz/tests/fuzz/TARGET path/to/crash-file
 set -euo pipefail
@@ -21,6 +24,11 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 if ! [[ $seconds =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "usage: $0 [SECONDS]" >&2
+  exit 2
+fi
+seed=${FUZZ_SEED:-0}
+if ! [[ $seed =~ ^[0-9]+$ ]] || [ "$seed" -gt 4294967295 ]; then
+  echo "$0: FUZZ_SEED must be 0..4294967295" >&2
   exit 2
 fi
 build=${FUZZ_BUILD_DIR:-build-fuzz}
@@ -51,7 +59,7 @@ run_target() {
   local rc=0
   ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-    "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
+    "$build/tests/fuzz/$t" -max_total_time="$seconds" -seed="$seed" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "$dir/corpus" \
       >"$dir/log" 2>&1 || rc=$?
   echo "$rc" >"$dir/rc"
@@ -74,7 +82,7 @@ wait
 
 failed=0
 echo
-echo "fuzz: ${seconds} s per target"
+echo "fuzz: ${seconds} s per target, seed ${seed} (0: each target's own, in its log)"
 for t in $targets; do
   dir=$work/$t
   rc=$(cat "$dir/rc" 2>/dev/null || echo "?")
