@@ -41,7 +41,7 @@ TEST(Base, SplitWordsSkipsEveryRunOfBlanks) {
   EXPECT_EQ(split_words("a,b,,c", ","), (Views{"a", "b", "c"}));
 }
 
-// replace_file: the new text in full, or the old file untouched, and never a temporary file left.
+// What a message quotes of a file: any bytes, shown escaped where they are not printable UTF-8.
 TEST(Base, InQuotesEscapesWhatIsNotPrintableUtf8) {
   EXPECT_EQ(in_quotes("a b"), "\"a b\"");
   EXPECT_EQ(in_quotes("say \"hi\"\\"), "\"say \\\"hi\\\"\\\\\"");
@@ -72,6 +72,7 @@ TEST(Base, SaturateKeepsEveryDoubleWithinTheIntegerType) {
   EXPECT_EQ(saturate<long>(9.2233720368547758e18), std::numeric_limits<long>::max());  // 2^63
 }
 
+// replace_file: the new text in full, or the old file untouched, and never a temporary file left.
 TEST(Base, ReplaceFileWritesInFullOrLeavesNothingBehind) {
   std::string dir = ::testing::TempDir() + "replace-file-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
