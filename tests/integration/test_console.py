@@ -4,6 +4,7 @@ keeps the per-rank logs byte-exact; --timestamps stamps console lines."""
 import os
 import re
 import sys
+import time
 
 from harness import check, job, read, run
 
@@ -15,7 +16,10 @@ BAR = re.compile(r"^ {0,2}\d{1,3}%\|#{0,10} *\|$")
 
 
 def test_gather_prints_shared_lines_once_and_keeps_logs_raw():
-    code, out, err, logs = run([job("progress.py"), str(EPOCHS)], extra=["--output", "gather"])
+    # One start for every worker, far enough on for the launch of 6 processes on 3 hosts: the
+    # workers' own starts can lie seconds apart on a loaded machine.
+    start = f"{time.time() + 5:.3f}"
+    code, out, err, logs = run([job("progress.py"), str(EPOCHS), start], extra=["--output", "gather"])
     check(code == 0, f"exit {code}: {err.decode(errors='replace')[-2000:]}")
     lines = out.decode().splitlines()
     for e in range(1, EPOCHS + 1):
