@@ -326,7 +326,8 @@ class Output {
   void finish(int proc);
 
   // The process is started again and its output goes on in the same log: finish(), then the line
-  // `text` in its log file only (with --log_timestamps, stamped as the others).
+  // `text` in its log file only (with --log_timestamps, stamped as the others), on a line of its
+  // own: a last line that came without its newline gets one there.
   void separate(int proc, std::string_view text);
 
   // Writes what is buffered to the console and the log files; gathered lines go out once their

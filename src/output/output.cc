@@ -234,6 +234,10 @@ void Output::separate(int proc, std::string_view text) {
   finish(proc);
   Proc& p = *procs_.at(static_cast<size_t>(proc));
   if (!p.has_log) return;
+  // The run's last line may have come without its newline (killed in the middle of it): the
+  // separator, and the next run's first line, each start a line of their own.
+  if (!p.line_start[0] || !p.line_start[1]) p.log_buf += '\n';
+  p.line_start[0] = p.line_start[1] = true;
   if (config_.log_timestamps) {
     now_ms_ = now_ms();
     p.log_buf += stamp();

@@ -355,6 +355,29 @@ TEST_F(Output, FinishShowsAndLogsAFinalLineWithoutNewline) {
   EXPECT_EQ(log("worker_0.log"), "first\nno newline");
 }
 
+// A worker started again in place goes on in its log after a separator line: when the failed run
+// was killed in the middle of a line, that line ends there, and the separator stands alone (the
+// fault campaign found it glued to the cut line, seed 20261208, trial 120).
+TEST_F(Output, ASeparatorAfterALineWithoutNewlineStandsOnALineOfItsOwn) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  o.data(p, false, "line 0\nline 1");
+  o.separate(p, "----- started again -----");
+  o.data(p, false, "line 0\n");
+  o.flush();
+  EXPECT_EQ(log("worker_0.log"), "line 0\nline 1\n----- started again -----\nline 0\n");
+  EXPECT_EQ(out(), "[0@h] line 0\n[0@h] line 1\n[0@h] line 0\n");
+  // Both streams cut: one line end; a run that ended its lines gets none.
+  int q = o.add_process("1@h", "worker_1.log", true);
+  o.data(q, false, "out");
+  o.data(q, true, "err");
+  o.separate(q, "----- again -----");
+  o.data(q, true, "e\n");
+  o.separate(q, "----- and again -----");
+  o.flush();
+  EXPECT_EQ(log("worker_1.log"), "outerr\n----- again -----\ne\n----- and again -----\n");
+}
+
 TEST_F(Output, OffConsoleProcessesAreOnlyLogged) {
   ms::Output o(config_);
   int hidden = o.add_process("0@h", "worker_0.log", false);
