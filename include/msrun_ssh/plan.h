@@ -33,6 +33,11 @@ struct Process {
   bool bind_pending = false;      // binding asked for, decided from the host's topology at start
   bool stack_dumps = false;       // started through stack_site.sh: its Python processes dump
                                   // their stacks on SIGUSR2 (stacks.h); make_plan sets it
+  // Variables it gets only where its host's environment, the login environment included, has
+  // none (src/remote/env_defaults.sh): torchrun's NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS,
+  // which torchrun, started on that host, takes from its own environment when set there. A value
+  // "$NAME" is NAME's value at that point. Names and references are identifiers.
+  EnvList env_defaults;
 
   std::string label() const;  // "scheduler" or "rank 3"
 };

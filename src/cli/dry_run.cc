@@ -103,6 +103,9 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
           torch ? "" : fmt::format(" DEVICE_ID={}", p.device_id.empty() ? "-" : p.device_id),
           describe_binding(p), p.log_name);
       for (const auto& [n, v] : p.env) out += fmt::format("    {}={}\n", n, shell_quote(v));
+      for (const auto& [n, v] : p.env_defaults)
+        out += fmt::format("    {}={} (unless the host's environment sets it)\n", n,
+                           v.starts_with('$') ? v : shell_quote(v));
       out += fmt::format(
           "    command: {}\n",
           options.join ? process_command(p, plan.job_id, stdin_from_launcher(options, p))

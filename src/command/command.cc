@@ -88,7 +88,8 @@ std::string env_words(const std::vector<std::string>& env, bool stack_site,
 }
 
 // `env -- MSRUN_SSH_JOB=ID NAME=VALUE... ARGV...`; with stack dumps (stacks.h), ARGV runs
-// through stack_site.sh.
+// through stack_site.sh; with defaults (Process::env_defaults), through env_defaults.sh, which
+// passes a program whose name holds a '=' on unchanged.
 // `site_made`: the job's stack-dump directory is made on the host before the process starts (an
 // attached run's watchdog makes it): stack_site.py's text (~2 KB) is not sent with every process,
 // unless the process has a TMPDIR of its own (its directory is then not the watchdog's).
@@ -98,9 +99,15 @@ std::string exec_env(const Process& process, const std::string& job_id, bool sit
     env.push_back(fmt::format("{}={}", n, v));
     if (n == "TMPDIR") site_made = false;
   }
-  return env_words(env, process.stack_dumps,
-                   site_made ? std::string_view() : std::string_view(remote::kStackSitePy),
-                   process.argv);
+  const std::string_view site =
+      site_made ? std::string_view() : std::string_view(remote::kStackSitePy);
+  if (process.env_defaults.empty()) return env_words(env, process.stack_dumps, site, process.argv);
+  std::vector<std::string> argv{"sh", "-c", std::string(remote::kEnvDefaultsSh),
+                                "msrun-ssh-defaults"};
+  for (const auto& [n, v] : process.env_defaults) argv.push_back(fmt::format("{}={}", n, v));
+  argv.emplace_back("--");
+  argv.insert(argv.end(), process.argv.begin(), process.argv.end());
+  return env_words(env, process.stack_dumps, site, argv);
 }
 
 constexpr std::string_view kStdinNull = " < /dev/null";

@@ -105,17 +105,19 @@ bool wants_stacks(const Options& options) {
   return options.timeout > 0 || (options.hang_timeout > 0 && options.hang_kills);
 }
 
+int local_workers(const HostPlan& hp) {
+  int n = 0;
+  for (const auto& q : hp.processes) n += q.role == Role::kWorker ? 1 : 0;
+  return n;
+}
+
 // torchrun's environment contract (torch.distributed.run, "Environment Variables"; the variables
 // and rules of its local elastic agent), so that init_process_group(init_method="env://") works
 // unchanged. There is no elastic agent: rank 0's process hosts the TCPStore itself
-// (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count follows --max_restarts. As under
-// torchrun, a user's own NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS (--env, the host file's
-// env; not yet a value of the host's login environment: docs/torch.md) are kept, and
-// OMP_NUM_THREADS=1 is set only where a host runs more than one process.
+// (TORCHELASTIC_USE_AGENT_STORE=False), and the restart count follows --max_restarts.
 void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const HostPlan& hp,
                    const Process& p) {
-  int local_world = 0;
-  for (const auto& q : hp.processes) local_world += q.role == Role::kWorker ? 1 : 0;
+  const int local_world = local_workers(hp);
   std::string world = std::to_string(plan.worker_num);
   std::string node = std::to_string(hp.group_rank);
   set_env(env, "MASTER_ADDR", plan.master_ip);
@@ -138,11 +140,22 @@ void set_torch_env(EnvList& env, const Options& options, const Plan& plan, const
   // on its host: stack_site.sh puts that directory in place of kJobDirToken (plan.h).
   set_env(env, "TORCHELASTIC_ERROR_FILE",
           fmt::format("{}/error-rank{}.json", kJobDirToken, p.rank));
-  // A stuck NCCL collective fails instead of hanging (torch 1.x reads the first, 2.x the second).
-  if (!has_env(env, "NCCL_ASYNC_ERROR_HANDLING")) set_env(env, "NCCL_ASYNC_ERROR_HANDLING", "1");
+}
+
+// torchrun's defaults, which it takes from its own environment where that sets them: as
+// Process::env_defaults, so that a value of the host's login environment stays, as one of --env
+// or the host file's env does. A stuck NCCL collective fails instead of hanging (torch 1.x reads
+// the first name, 2.x the second, which follows the first unless set), and OMP_NUM_THREADS=1 only
+// where a host runs more than one process.
+EnvList torch_env_defaults(const EnvList& env, const HostPlan& hp) {
+  EnvList defaults;
+  if (!has_env(env, "NCCL_ASYNC_ERROR_HANDLING"))
+    defaults.emplace_back("NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!has_env(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"))
-    set_env(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING", get_env(env, "NCCL_ASYNC_ERROR_HANDLING"));
-  if (local_world > 1 && !has_env(env, "OMP_NUM_THREADS")) set_env(env, "OMP_NUM_THREADS", "1");
+    defaults.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "$NCCL_ASYNC_ERROR_HANDLING");
+  if (local_workers(hp) > 1 && !has_env(env, "OMP_NUM_THREADS"))
+    defaults.emplace_back("OMP_NUM_THREADS", "1");
+  return defaults;
 }
 
 // msrun's environment contract.
@@ -347,6 +360,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     if (log_needs_ip) resolved_ip(hp, resolve);
     for (auto& p : hp.processes) {
       p.env = process_env(options, plan, hp, p);
+      if (plan.contract == Contract::kTorch) p.env_defaults = torch_env_defaults(p.env, hp);
       p.log_name = log_name_for(options, hp, p);
       p.workdir = hp.host.workdir;
       p.stack_dumps = true;

@@ -41,6 +41,8 @@
 #                                       start-up (as `conda init` does); 0: clean again
 #   countrc I FILE                      host I's login rc appends a line to FILE (a path both
 #                                       sides see, under /tmp): how many logins the host paid
+#   envrc I 'NAME=VALUE...'             host I's login rc exports these variables (as a .bashrc
+#                                       or module load does); `slowrc I 0`: clean again
 #   throttle I PERCENT                  host I's sshd, and with it everything started over ssh
 #                                       from then on, gets PERCENT % of one CPU (a cgroup CPU
 #                                       quota: a throttled node); 0: no quota again
@@ -103,6 +105,7 @@ usage: cluster.sh up --dir DIR --hosts N [--farm M]
        cluster.sh down [--dir DIR]
        cluster.sh pids I | ps I | cut I | heal I | sshd-stop I | sshd-start I
        cluster.sh slowrc I SECONDS | burnrc I CPU_SECONDS | countrc I FILE | throttle I PERCENT
+       cluster.sh envrc I 'NAME=VALUE...'
        cluster.sh status
 I is a host index (0..N-1) or "farm". See the comment at the top of this script.
 EOF
@@ -434,11 +437,15 @@ write_host_files() {
 # write_rc FILE SECONDS [burn]: the login rc of a host; SECONDS > 0 makes it as slow as a real one
 # (conda init, module load): a `sleep` in the login shell's process group, before the command;
 # with "burn", a python3 that spins SECONDS of CPU time instead (conda's hook is a python start-up);
-# with "count", SECONDS is a file the rc appends a line to at each login.
+# with "count", SECONDS is a file the rc appends a line to at each login; with "exports", SECONDS
+# is NAME=VALUE words the rc exports.
 # Written in place (same inode): the host's bind mount keeps showing it.
 write_rc() {
   if [[ $2 == 0 ]]; then
     printf '# test-cluster host: no login customisation (cluster.sh slowrc changes it)\n' >"$1"
+  elif [[ ${3:-} == exports ]]; then
+    printf '# test-cluster host: a login rc that exports variables (cluster.sh envrc)\nexport %s\n' \
+      "$2" >"$1"
   elif [[ ${3:-} == burn ]]; then
     printf '# test-cluster host: a login rc that burns CPU (cluster.sh burnrc)\n%s\n' \
       "python3 -c 'import time; t = time.process_time()
@@ -830,10 +837,13 @@ cmd_sshd_start() {
 # burnrc I CPU_SECONDS: the same, but the rc burns CPU_SECONDS of CPU.
 cmd_slowrc() {
   local kind=${RC_KIND:-}
-  (($# == 2)) || die "slowrc/burnrc want a host and a number of seconds"
+  (($# == 2)) || die "slowrc/burnrc/countrc/envrc want a host and one more argument"
   local seconds=$2
   if [[ $kind == count ]]; then
     [[ $seconds =~ ^/tmp/[A-Za-z0-9._/-]+$ ]] || die "countrc: '$seconds' is not a path under /tmp"
+  elif [[ $kind == exports ]]; then
+    [[ $seconds =~ ^([A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9._/-]*( |$))+$ ]] ||
+      die "envrc: '$seconds' is not NAME=VALUE words (values of letters, digits, . _ / -)"
   else
     [[ $seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "slowrc: '$seconds' is not a number of seconds"
   fi
@@ -845,6 +855,8 @@ cmd_slowrc() {
   write_rc "$(dirname "$config")/bashrc" "$seconds" "$kind"
   if [[ $kind == count ]]; then
     log "$HOST_NAME: login rc counts logins in $seconds"
+  elif [[ $kind == exports ]]; then
+    log "$HOST_NAME: login rc exports $seconds"
   else
     log "$HOST_NAME: login rc takes $seconds s${kind:+ of CPU}"
   fi
@@ -938,6 +950,7 @@ main() {
     slowrc) cmd_slowrc "$@" ;;
     burnrc) RC_KIND=burn cmd_slowrc "$@" ;;
     countrc) RC_KIND=count cmd_slowrc "$@" ;;
+    envrc) RC_KIND=exports cmd_slowrc "$@" ;;
     throttle) cmd_throttle "$@" ;;
     slurm-up | slurm-down) cmd_slurm "${cmd#slurm-}" "$@" ;;
     -h | --help | help) usage ;;

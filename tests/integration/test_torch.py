@@ -136,7 +136,8 @@ def _two_host_file(nproc):
 
 
 def _torchrun_envs(nproc, user_env, port):
-    """Every rank's environment under the real torchrun: static rendezvous, 2 hosts x nproc."""
+    """Every rank's environment under the real torchrun: static rendezvous, 2 hosts x nproc.
+    `user_env`: the environment torchrun starts in, beside a clean one."""
     out = tempfile.mkdtemp(prefix="torchrun-", dir=tmpdir())
     base = {"PATH": "/usr/bin:/bin", "HOME": "/root", "GLOO_SOCKET_IFNAME": "eth0", **user_env}
     agents = [subprocess.Popen(
@@ -165,13 +166,26 @@ def _our_envs(nproc, user_env, port):
     return {r: json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2 * nproc)}
 
 
-def _compare_with_torchrun(nproc, user_env):
-    base, theirs = _torchrun_envs(nproc, user_env, 29510)
-    ours = _our_envs(nproc, user_env, 29511)
+def _compare_with_torchrun(nproc, user_env, login_env=None):
+    """`user_env`: given to msrun-ssh with --env; `login_env`: set by the hosts' login rc. Both
+    are in the environment torchrun starts in on each host."""
+    login_env = login_env or {}
+    base, theirs = _torchrun_envs(nproc, {**login_env, **user_env}, 29510)
+    try:
+        for i in range(2 if login_env else 0):
+            cluster("envrc", i, " ".join(f"{k}={v}" for k, v in login_env.items()))
+        ours = _our_envs(nproc, user_env, 29511)
+    finally:
+        for i in range(2 if login_env else 0):
+            cluster("slowrc", i, 0, check=False)
     problems = []
     for rank, env in theirs.items():
         set_by_torchrun = {k for k, v in env.items() if base.get(k) != v}
         mine = ours[rank]
+        for name in sorted(login_env):
+            if mine.get(name) != env.get(name):
+                problems.append(f"rank {rank}: {name} of the login environment: torchrun "
+                                f"{env.get(name)!r}, ours {mine.get(name)!r}")
         for name in sorted(set_by_torchrun - BY_DESIGN):
             want = env[name] if name != "MASTER_PORT" else "29511"
             if mine.get(name) != want:
@@ -205,6 +219,21 @@ def test_every_rank_gets_torchruns_variables_one_process_per_host():
     theirs, ours = _compare_with_torchrun(1, {})
     check("OMP_NUM_THREADS" not in ours[1] and "OMP_NUM_THREADS" not in theirs[1], "OMP unset")
     check(ours[1]["NCCL_ASYNC_ERROR_HANDLING"] == "1", "NCCL async error handling on")
+    wait_no_leftovers(3)
+
+
+def test_values_of_the_hosts_login_environment_stay_as_under_torchrun():
+    # A host whose .bashrc (or module load) sets OMP_NUM_THREADS and NCCL_ASYNC_ERROR_HANDLING:
+    # torchrun started there keeps them, and so does every rank here.
+    _need_torch()
+    login = {"OMP_NUM_THREADS": "4", "NCCL_ASYNC_ERROR_HANDLING": "0"}
+    theirs, ours = _compare_with_torchrun(2, {}, login)
+    for rank in range(4):
+        check(ours[rank]["OMP_NUM_THREADS"] == "4" and theirs[rank]["OMP_NUM_THREADS"] == "4",
+              f"rank {rank}: OMP_NUM_THREADS ours {ours[rank].get('OMP_NUM_THREADS')!r}")
+        check(ours[rank]["NCCL_ASYNC_ERROR_HANDLING"] == "0", f"rank {rank}: NCCL")
+        check(ours[rank]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0",
+              f"rank {rank}: torch 2.x's name does not follow the host's value")
     wait_no_leftovers(3)
 
 

@@ -405,6 +405,18 @@ TEST(CommandQuote, ProcessCommandsAreTakenApartForTheAgent) {
   p.argv = {"./a=b", "x"};  // through `sh -c 'exec "$@"'` in the shell's command
   want.argv = p.argv;
   EXPECT_EQ(process_launch_of(process_command(p, "j", true)), want);
+  // Defaults go through env_defaults.sh, behind stack_site.sh: its words are the program's.
+  p.env_defaults = {{"OMP_NUM_THREADS", "1"}};
+  want.argv = {"sh",
+               "-c",
+               std::string(remote::kEnvDefaultsSh),
+               "msrun-ssh-defaults",
+               "OMP_NUM_THREADS=1",
+               "--",
+               "./a=b",
+               "x"};
+  EXPECT_EQ(process_launch_of(process_command(p, "j", true)), want);
+  p.env_defaults.clear();
   // With a TMPDIR of its own the process makes its own stack directory: the step's text is an
   // argument of a plain exec of sh then.
   p.env = {{"TMPDIR", "/scratch"}};
@@ -836,6 +848,22 @@ class CommandRoundTrip : public CommandTest {
     EXPECT_EQ(in_workdir, (std::set<std::string>{"argv.bin", "env.bin", "pwd.txt"}));
   }
 
+  // Removes what the recorder wrote, for the next run.
+  void forget_records() {
+    for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+  }
+
+  // The process runs the recorder as a program named "./rec=1" with the corpus as its arguments:
+  // env(1) would take that name for an assignment.
+  void run_a_program_named_with_an_equals_sign() {
+    std::string program = workdir_ + "/rec=1";
+    std::ofstream(program) << "#!/bin/sh\n" << kRecorder << "\n";
+    fs::permissions(program, fs::perms::owner_all);
+    process_.argv = {"./rec=1"};
+    process_.argv.insert(process_.argv.end(), corpus_.begin(), corpus_.end());
+    recorder_words_ = 1;
+  }
+
   std::string workdir_;
   Words corpus_;
   Process process_;
@@ -881,15 +909,91 @@ TEST_F(CommandRoundTrip, HostileJobIdStaysOneValue) {
 
 TEST_F(CommandRoundTrip, ProgramWithAnEqualsSign) {
   // env(1) takes every leading NAME=VALUE word for an assignment: the program must still run.
-  std::string program = workdir_ + "/rec=1";
-  std::ofstream(program) << "#!/bin/sh\n" << kRecorder << "\n";
-  fs::permissions(program, fs::perms::owner_all);
-  process_.argv = {"./rec=1"};
-  process_.argv.insert(process_.argv.end(), corpus_.begin(), corpus_.end());
-  recorder_words_ = 1;
+  run_a_program_named_with_an_equals_sign();
   for (const auto& shell : {"/bin/sh", "/bin/bash", "agent"}) {
     check_run(shell);
-    for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+    forget_records();
+  }
+}
+
+// A process's defaults (torchrun's, Process::env_defaults) pass every byte of its argv on, also
+// to a program whose name holds a '=', through the shell and through the agent.
+TEST_F(CommandRoundTrip, DefaultsPassEveryByteOn) {
+  process_.env_defaults = {{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+                           {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "$NCCL_ASYNC_ERROR_HANDLING"},
+                           {"OMP_NUM_THREADS", "1"}};
+  changed_ = {{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+              {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+              {"OMP_NUM_THREADS", "1"}};
+  for (const auto& shell : {"/bin/sh", "/bin/bash", "agent"}) {
+    check_run(shell);
+    check_nothing_ran();
+    forget_records();
+  }
+  run_a_program_named_with_an_equals_sign();
+  for (const auto& shell : {"/bin/sh", "agent"}) {
+    check_run(shell);
+    forget_records();
+  }
+}
+
+// A default is set only where the host's environment (the login shell's, whose command this is)
+// has no such variable: one set there stays, even empty, as torchrun started on that host keeps
+// it; one set for the process (--env, the host file's env) wins over both. "$NAME" follows NAME.
+TEST_F(CommandRoundTrip, DefaultsKeepWhatTheHostsEnvironmentSets) {
+  process_.argv = {"/usr/bin/env", "-0"};
+  process_.env = {};
+  process_.env_defaults = {{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+                           {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "$NCCL_ASYNC_ERROR_HANDLING"},
+                           {"OMP_NUM_THREADS", "1"}};
+  struct Case {
+    Words host;   // the login environment's own variables
+    EnvList own;  // Process::env
+    std::map<std::string, std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {{},
+       {},
+       {{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+        {"OMP_NUM_THREADS", "1"}}},
+      {{"OMP_NUM_THREADS=4", "NCCL_ASYNC_ERROR_HANDLING=0"},
+       {},
+       {{"NCCL_ASYNC_ERROR_HANDLING", "0"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"},
+        {"OMP_NUM_THREADS", "4"}}},
+      {{"OMP_NUM_THREADS=", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3"},
+       {},
+       {{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
+        {"OMP_NUM_THREADS", ""}}},
+      {{"NCCL_ASYNC_ERROR_HANDLING=0", "OMP_NUM_THREADS=4"},
+       {{"NCCL_ASYNC_ERROR_HANDLING", "5"}},
+       {{"NCCL_ASYNC_ERROR_HANDLING", "5"},
+        {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "5"},
+        {"OMP_NUM_THREADS", "4"}}},
+  };
+  for (const Case& c : cases) {
+    process_.env = c.own;
+    std::string command = process_command(process_, job_);
+    for (const auto& shell : {"/bin/sh", "agent"}) {
+      Words login{"/usr/bin/env"};
+      login.insert(login.end(), c.host.begin(), c.host.end());
+      SCOPED_TRACE(fmt::format("{} under {}", shell, shell_join(login)));
+      Result r =
+          std::string(shell) == "agent"
+              ? run_agent(command, dir_, 10, login)
+              : run_shell(shell,
+                          fmt::format("{} /bin/sh -c {}", shell_join(login), shell_quote(command)),
+                          dir_);
+      ASSERT_EQ(r.status, 0) << r.output;
+      std::map<std::string, std::string> got;
+      for (const auto& kv : split_nul(r.output))
+        if (kv.find("NCCL") != std::string::npos || kv.starts_with("OMP_") ||
+            kv.starts_with("msrun_ssh"))
+          got.emplace(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+      EXPECT_EQ(got, c.want);
+    }
   }
 }
 
@@ -921,7 +1025,7 @@ TEST_F(CommandRoundTrip, TheAgentFindsAndRunsProgramsAsExecvpDoes) {
     process_.env = {{"PATH", c.path}, {"T0", corpus_[0]}};
     for (const auto& shell : {"/bin/sh", "agent"}) {
       check_run(shell);
-      for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+      forget_records();
     }
   }
 }
@@ -943,7 +1047,7 @@ TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
   check_run("/bin/bash");
   check_nothing_ran();
   // The agent does stack_site.sh's step itself.
-  for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+  forget_records();
   check_run("agent");
   check_nothing_ran();
   EXPECT_EQ(slurp(stack_dir + "/sitecustomize.py"), remote::kStackSitePy);
@@ -959,7 +1063,7 @@ TEST_F(CommandRoundTrip, StackDumpsWithoutTheWatchdogsDirectoryRunWithoutThem) {
   fs::remove_all(stack_dir);
   for (const auto& shell : {"/bin/sh", "agent"}) {
     check_run(shell);
-    for (const char* f : {"argv.bin", "env.bin", "pwd.txt"}) fs::remove(workdir_ + "/" + f);
+    forget_records();
   }
   EXPECT_FALSE(fs::exists(stack_dir));
   std::string own_tmp = dir_ + "/tmp";

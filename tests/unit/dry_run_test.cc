@@ -260,6 +260,13 @@ TEST_F(DryRun, TorchContractShowsTheRendezvousAndNoDeviceId) {
   EXPECT_NE(t.find("  rank 0: cpus - log worker_0.log\n"), std::string::npos) << t;
   EXPECT_EQ(t.find("DEVICE_ID"), std::string::npos) << t;
   EXPECT_EQ(t.find("scheduler"), std::string::npos) << t;
+  // torchrun's defaults, which a value of the host's own environment keeps.
+  EXPECT_NE(t.find("    NCCL_ASYNC_ERROR_HANDLING='1' (unless the host's environment sets it)\n"
+                   "    TORCH_NCCL_ASYNC_ERROR_HANDLING=$NCCL_ASYNC_ERROR_HANDLING (unless the "
+                   "host's environment sets it)\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("'msrun-ssh-defaults' 'NCCL_ASYNC_ERROR_HANDLING=1'"), std::string::npos) << t;
 }
 
 }  // namespace

@@ -713,11 +713,13 @@ TEST_F(MakePlan, TorchContractGivesTorchrunsVariablesAndNoScheduler) {
                   {"TORCHELASTIC_USE_AGENT_STORE", "False"},
                   {"GROUP_WORLD_SIZE", "3"},
                   {"TORCHELASTIC_ERROR_FILE", "@msrun-ssh-job-dir@/error-rank4.json"},
-                  {"NCCL_ASYNC_ERROR_HANDLING", "1"},
-                  {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-                  {"OMP_NUM_THREADS", "1"},
                   {"PYTHONUNBUFFERED", "1"}};
   EXPECT_EQ(r4.env, want);
+  // torchrun's defaults: set on the host only where its own environment has none.
+  EnvList defaults{{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+                   {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "$NCCL_ASYNC_ERROR_HANDLING"},
+                   {"OMP_NUM_THREADS", "1"}};
+  EXPECT_EQ(r4.env_defaults, defaults);
   EXPECT_EQ(p.hosts[2].processes[3].log_name, "worker_7.log");
   EXPECT_EQ(*env_of(p.hosts[2].processes[3], "LOCAL_RANK"), "3");
 }
@@ -759,30 +761,55 @@ TEST_F(MakePlan, MoreThan262144WorkersAreRefusedNamingTheHost) {
   EXPECT_EQ(error(), "h.toml: more than 262144 workers in the job (at host n256, h.toml:771)");
 }
 
+namespace {
+// The value of a name in `env_defaults`, or nullptr.
+const std::string* default_of(const Process& p, const std::string& name) {
+  for (const auto& [n, v] : p.env_defaults)
+    if (n == name) return &v;
+  return nullptr;
+}
+}  // namespace
+
 TEST_F(MakePlan, TorchContractKeepsTheUsersOmpNumThreads) {
   options.contract = Contract::kTorch;
   options.env = {{"OMP_NUM_THREADS", "8"}};
-  EXPECT_EQ(*env_of(plan().hosts[0].processes[0], "OMP_NUM_THREADS"), "8");
+  Plan p = plan();
+  const Process& r0 = p.hosts[0].processes[0];
+  EXPECT_EQ(*env_of(r0, "OMP_NUM_THREADS"), "8");
+  EXPECT_EQ(default_of(r0, "OMP_NUM_THREADS"), nullptr);
 }
 
-// torchrun sets OMP_NUM_THREADS=1 only when a node runs more than one process.
+// torchrun sets OMP_NUM_THREADS=1 only when a node runs more than one process, and only where
+// the node's own environment does not set it.
 TEST_F(MakePlan, TorchContractLeavesOmpNumThreadsUnsetForOneProcessPerHost) {
   options.contract = Contract::kTorch;
   Plan p = plan();
-  EXPECT_EQ(env_of(p.hosts[1].processes[0], "OMP_NUM_THREADS"), nullptr);  // beta: 1 worker
-  EXPECT_EQ(*env_of(p.hosts[0].processes[0], "OMP_NUM_THREADS"), "1");
+  const Process& beta = p.hosts[1].processes[0];  // beta: 1 worker
+  EXPECT_EQ(env_of(beta, "OMP_NUM_THREADS"), nullptr);
+  EXPECT_EQ(default_of(beta, "OMP_NUM_THREADS"), nullptr);
+  EXPECT_EQ(env_of(p.hosts[0].processes[0], "OMP_NUM_THREADS"), nullptr);
+  EXPECT_EQ(*default_of(p.hosts[0].processes[0], "OMP_NUM_THREADS"), "1");
 }
 
-// As torchrun's agent: the user's NCCL_ASYNC_ERROR_HANDLING stays; newer torch's name follows it.
+// As torchrun's agent: the user's NCCL_ASYNC_ERROR_HANDLING stays; newer torch's name follows it
+// (on the host, where the first may come from its own environment).
 TEST_F(MakePlan, TorchContractKeepsTheUsersNcclAsyncErrorHandling) {
   options.contract = Contract::kTorch;
   options.env = {{"NCCL_ASYNC_ERROR_HANDLING", "0"}};
   Plan p = plan();
   const Process& r0 = p.hosts[0].processes[0];
   EXPECT_EQ(*env_of(r0, "NCCL_ASYNC_ERROR_HANDLING"), "0");
-  EXPECT_EQ(*env_of(r0, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "0");
+  EXPECT_EQ(default_of(r0, "NCCL_ASYNC_ERROR_HANDLING"), nullptr);
+  EXPECT_EQ(*default_of(r0, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "$NCCL_ASYNC_ERROR_HANDLING");
   options.env = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
-  EXPECT_EQ(*env_of(plan().hosts[0].processes[0], "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  Plan with_torch_name = plan();
+  const Process& again = with_torch_name.hosts[0].processes[0];
+  EXPECT_EQ(*env_of(again, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+  EXPECT_EQ(default_of(again, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), nullptr);
+  EXPECT_EQ(*default_of(again, "NCCL_ASYNC_ERROR_HANDLING"), "1");
+  // msrun's contract has none.
+  options.contract = Contract::kMsrun;
+  EXPECT_TRUE(plan().hosts[0].processes[0].env_defaults.empty());
 }
 
 // torchrun's own error file wins over one the user set: the launcher reads it back.
