@@ -1033,6 +1033,9 @@ TEST_F(CommandRoundTrip, TheAgentFindsAndRunsProgramsAsExecvpDoes) {
 TEST_F(CommandRoundTrip, StackDumpsPutTheJobsDirectoryFirstOnPythonPath) {
   process_.stack_dumps = true;
   process_.env.emplace_back("PYTHONPATH", "/opt/lib");
+  // The step's shell has no variable of its own that could change one of the process's.
+  process_.env.emplace_back("d", "the user's d");
+  process_.env.emplace_back("s", "the user's s");
   process_.env.emplace_back("TORCHELASTIC_ERROR_FILE", "@msrun-ssh-job-dir@/error-3.json");
   std::string stack_dir = "/tmp/msrun-ssh-stacks-" + job_;  // the shell has no TMPDIR
   // The watchdog makes the directory before the processes start (stack_dir.sh).
