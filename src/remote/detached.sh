@@ -6,7 +6,8 @@
 # $1.exit. The trap lets the keeper outlive a SIGTERM, SIGINT or SIGHUP sent to its process group
 # (stop), so that the status is still written; the command gets those signals at their defaults (a
 # caught signal is reset by exec).
-s=$1
+# (_ms_s: a name no environment holds; the command inherits the keeper's.)
+_ms_s=$1
 shift
 trap : TERM INT HUP
 # The keeper's own stderr goes nowhere: a shell says "Terminated" when its child was killed (dash
@@ -16,7 +17,7 @@ trap : TERM INT HUP
 exec 3>&2 2>/dev/null
 # The command and everything it starts carry the keeper's pid in their environment.
 # shellcheck disable=SC2016
-MSRUN_SSH_KEEPER=$$ sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$s" "$@"
+MSRUN_SSH_KEEPER=$$ sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$_ms_s" "$@"
 rc=$?
 # What the command left behind (a child in a session of its own, a daemon) ends with it, as the
 # end of an attached job takes it along: SIGTERM, up to 2 s, SIGKILL. Then the status: a process
@@ -34,10 +35,10 @@ done
 # The last of the job's processes on this host to end removes the job's stack-dump directory
 # (stack_dir.sh), as an attached job's watchdog does: the keeper whose process (and leftovers) went
 # last finds no process of the job here any more.
-J=${s%/*}
+J=${_ms_s%/*}
 J=${J##*/}
 if ! grep -qz "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null; then
   d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
   if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
 fi
-echo $rc > "$s.exit"
+echo $rc > "$_ms_s.exit"

@@ -1249,8 +1249,13 @@ TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
 }
 
 TEST_F(CommandRoundTrip, DetachedProcessLeavesItsExitStatus) {
-  process_.argv = {"/bin/sh", "-c", "echo out; exit 3"};
-  Result r = run_shell("/bin/sh", detached_command(process_, job_, "w.log"), dir_, 5);
+  // The host's own s and d reach the process as they were (the keeper keeps no variable of its
+  // own that could change them).
+  process_.argv = {"/bin/sh", "-c", "echo out \"$s\" \"$d\"; exit 3"};
+  Result r = run_shell(
+      "/bin/sh",
+      "export s='the host s' d='the host d'; " + detached_command(process_, job_, "w.log"), dir_,
+      5);
   ASSERT_EQ(r.status, 0) << r.output;
   pid_t keeper = std::stoi(r.output.substr(19));
   std::optional<int> status = wait_for(keeper, 5);
@@ -1259,7 +1264,7 @@ TEST_F(CommandRoundTrip, DetachedProcessLeavesItsExitStatus) {
   EXPECT_EQ(stem, workdir_ + "/./.msrun-ssh/" + job_ + "/0");
   EXPECT_EQ(slurp(stem + ".exit"), "3\n");
   EXPECT_GT(keeper_pid_file(stem), keeper);
-  EXPECT_EQ(slurp(workdir_ + "/w.log"), "out\n");
+  EXPECT_EQ(slurp(workdir_ + "/w.log"), "out the host s the host d\n");
   struct stat st {};
   ASSERT_EQ(stat((workdir_ + "/.msrun-ssh/" + job_).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
