@@ -156,6 +156,9 @@ class Runner {
     bool ready = false;
     bool lost = false;
     bool watchdog_closed = false;
+    // It said its teardown is over (kWatchdogDone), or that it SIGKILLs what is left itself
+    // (kWatchdogTerminated: a batch system ending its step, which ends the step's processes too).
+    bool watchdog_done = false;
     // `msrun-ssh stop`'s program sweeping the host in place of a watchdog that ended before its
     // time, while it runs: the launcher waits for it (its exit would cut the sweep short).
     ChannelId sweep = -1;

@@ -117,11 +117,14 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   } else if (line == kWatchdogNoWorkdir) {
     fail(kExitUsage, fmt::format("workdir {} does not exist on {} (or cannot be entered)",
                                  plan_.hosts[host].host.workdir, host_name(host)));
+  } else if (line == kWatchdogDone) {
+    h.watchdog_done = true;
   } else if (line == kWatchdogPaused) {
     h.paused = true;
   } else if (line == kWatchdogResumed) {
     h.paused = false;
   } else if (line == kWatchdogTerminated) {
+    h.watchdog_done = true;
     // Not a lost host: something ended the job there on purpose (scancel of the allocation ends
     // every step with SIGTERM, and salloc -K's SIGTERM to the launcher may come later or not at
     // all). The job ends as if the launcher had got it, and is not restarted: a batch system
@@ -163,20 +166,23 @@ void Runner::handle_watchdog(size_t host, const TransportEvent& e) {
       fail(kExitHostFailure,
            fmt::format("cannot start the watchdog on {}: {}", host_name(host), e.data));
       break;
-    case TransportEvent::Kind::kClosed:
+    case TransportEvent::Kind::kClosed: {
       h.watchdog_closed = true;
-      if (!ending()) {
+      const bool unexpected = !ending();
+      if (unexpected)
         fail(kExitHostFailure,
              fmt::format("the watchdog on {} ended unexpectedly", host_name(host)));
-        // Nothing sweeps its host now: what the job left there that its channels cannot reach (a
-        // grandchild in a session of its own, a process whose command holds no channel) is
-        // ended by the program `msrun-ssh stop` runs, over the same connection.
-        if (!h.lost) {
-          h.sweep = t_.exec(host, stop_command(plan_.job_id, options_.kill_grace));
-          put(host_of_sweep_, h.sweep, static_cast<int>(host));
-        }
+      // Nothing sweeps its host now: what the job left there that its channels cannot reach (a
+      // grandchild in a session of its own, a process whose command holds no channel) is ended
+      // by the program `msrun-ssh stop` runs, over the same connection. So also when the
+      // watchdog ended in the middle of the teardown, before it said it was done (killed on its
+      // host: fault campaign seed 20261209, trial 11).
+      if (!h.lost && (unexpected || (h.ready && !h.watchdog_done)) && h.sweep < 0) {
+        h.sweep = t_.exec(host, stop_command(plan_.job_id, options_.kill_grace));
+        put(host_of_sweep_, h.sweep, static_cast<int>(host));
       }
       break;
+    }
     default:
       break;
   }

@@ -119,6 +119,43 @@ def _killed_watchdog_test(agent, sig=signal.SIGKILL):
     wait_clean(5)
 
 
+def test_a_watchdog_killed_during_the_teardown_leaves_its_host_swept():
+    """Host 1's watchdog is killed in the middle of the teardown's grace (Ctrl-C, every process
+    ignoring SIGTERM): what its host's processes left in sessions of their own is ended by
+    `stop`'s program, sent in its place, as when it dies while the job runs. Found by the fault
+    campaign (seed 20261209, trial 11): a rank's grandchild was left, and the launcher could not
+    confirm the end (254)."""
+    victim = 1
+    p, _ = launch([job("stubborn.py")], extra=["--agent", "False", "--kill_grace", "4"])
+    try:
+        wait_for(lambda: running("stubborn.py") >= 7 and running("sleep 300") >= 7, 20,
+                 "all 7 processes and their sleeps")
+        env = open(f"/proc/{_pid_of('stubborn.py', victim)}/environ", "rb").read().decode(
+            errors="replace")
+        job_id = [v[len("MSRUN_SSH_JOB="):] for v in env.split("\0")
+                  if v.startswith("MSRUN_SSH_JOB=")]
+        dogs = [int(pid) for ns, pid, cmd in watchdogs_on(f"msrs-node{victim}")
+                if job_id and f" {job_id[0]} " in cmd]
+        check(dogs, "no watchdog of the job found on host 1")
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.5)  # inside the 4 s grace: every process ignored its SIGTERM
+        check(running("sleep 300") >= 7, "the grandchildren did not wait for the grace")
+        os.kill(dogs[0], signal.SIGKILL)
+        out, err = p.communicate(timeout=40)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    check(p.returncode == 130, f"exit {p.returncode}, expected 130: {err.decode()[-2000:]}")
+    wait_clean(5)
+
+
+def _pid_of(program, host):
+    """The pid of a process of the job running `program` on host `host`."""
+    return next(pid for ns, pid, cmd in marked_processes() if ns == f"msrs-node{host}" and
+                program in cmd)
+
+
 def cmdline(pid):
     """The command line of `pid`, its words joined by blanks ("" once it is gone)."""
     try:

@@ -443,6 +443,25 @@ TEST_F(Runner, WatchdogEndingUnexpectedlyFailsTheJob) {
   EXPECT_EQ(ended_ms_, 2000 + 100 + 10);
 }
 
+// A watchdog that ends in the middle of the teardown, before it said it is done (killed on its
+// host), leaves its host to the same sweep: what its processes left there would stay (fault
+// campaign seed 20261209, trial 11: a rank's grandchild in a session of its own). One that said
+// it is done leaves nothing to sweep.
+TEST_F(Runner, AWatchdogEndingInTheMiddleOfTheTeardownIsSweptInItsPlace) {
+  plan_ = make_plan({1, 1});
+  HostScript dying = host();
+  dying.teardown_delay = 0.5;
+  dying.watchdog_exits_at = 1.2;  // the teardown began at 1.0; its SIGTERMs were due at 1.5
+  dying.other_commands = {{"msrun-ssh-stop", ProcScript{.exit_at = 0.05}}};
+  FakeTransport fake({host({exits(1.0, 1)}), dying});
+  EXPECT_EQ(run(fake), 1);
+  std::vector<std::pair<size_t, double>> stops;
+  for (msrun_ssh::ChannelId c = 0; c < fake.channel_count(); ++c)
+    if (fake.channel(c).command.find("msrun-ssh-stop") != std::string::npos)
+      stops.emplace_back(fake.channel(c).host, fake.channel(c).opened_ms);
+  EXPECT_EQ(stops, (std::vector<std::pair<size_t, double>>{{1u, 1200.0}}));
+}
+
 // The launcher waits for that sweep: its exit would close the connection under it, and what it was
 // to end (a grandchild in a session of its own) would be left there (CI, 2026-12-05).
 TEST_F(Runner, TheSweepInPlaceOfAWatchdogIsWaitedFor) {
