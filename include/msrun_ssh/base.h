@@ -40,6 +40,11 @@ std::string to_lower(std::string_view s);
 // bytes that are not UTF-8 (its debug builds abort), and a file may hold any bytes.
 std::string in_quotes(std::string_view s, char quote = '"');
 
+// `s` without what a terminal would act on: as in_quotes escapes it, but without quotes, and with
+// its newlines, tabs and backslashes as they are. For whole messages that may hold what the user
+// gave (an error names the value it refuses).
+std::string printable(std::string_view s);
+
 // ---- the shell ----------------------------------------------------------------------------------
 
 // Quotes one word for a POSIX shell: 'it'\''s' style. The empty string becomes ''.

@@ -59,13 +59,21 @@ std::vector<std::string> owned_words(std::string_view text) {
   return out;
 }
 
-std::string in_quotes(std::string_view s, char quote) {
-  std::string out(1, quote);
+namespace {
+
+// `s` escaped as in_quotes says, onto `out`; `as_text`: newlines, tabs, backslashes and `quote`
+// stay as written (what a message holds of its own).
+void escape_into(std::string& out, std::string_view s, char quote, bool as_text) {
   auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
   for (size_t i = 0; i < s.size();) {
     unsigned char c = byte(i);
-    if (c == '\n' || c == '\r' || c == '\t' || c == '\\' ||
-        c == static_cast<unsigned char>(quote)) {
+    if (as_text && (c == '\n' || c == '\t')) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (!as_text && (c == '\n' || c == '\r' || c == '\t' || c == '\\' ||
+                     c == static_cast<unsigned char>(quote))) {
       out += '\\';
       out += c == '\n' ? 'n' : c == '\r' ? 'r' : c == '\t' ? 't' : static_cast<char>(c);
       ++i;
@@ -106,7 +114,20 @@ std::string in_quotes(std::string_view s, char quote) {
       out.append(s.substr(i, n));
     i += n;
   }
+}
+
+}  // namespace
+
+std::string in_quotes(std::string_view s, char quote) {
+  std::string out(1, quote);
+  escape_into(out, s, quote, false);
   out += quote;
+  return out;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  escape_into(out, s, '\0', true);
   return out;
 }
 

@@ -223,7 +223,7 @@ int run_app(const std::vector<std::string>& args) {
     return drive(options);
   } catch (const InputError& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "msrun-ssh: error: %s\n", e.what());
+    std::fprintf(stderr, "msrun-ssh: error: %s\n", printable(e.what()).c_str());
     return kExitUsage;
   } catch (const std::bad_alloc&) {
     // Never an abort with a core dump: what was started ends by its watchdogs (3x --heartbeat).
@@ -232,7 +232,7 @@ int run_app(const std::vector<std::string>& args) {
     return kExitInternal;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "msrun-ssh: internal error: %s\n", e.what());
+    std::fprintf(stderr, "msrun-ssh: internal error: %s\n", printable(e.what()).c_str());
     return kExitInternal;
   }
 }

@@ -154,6 +154,9 @@ TEST_F(App, UsageErrorsExitTwo) {
       "--node_rank=1: node ranks come from the order of the host file; remove --node_rank");
   expect_error({"--hostfile", hostfile_, "--bogus", "train.py"},
                "unknown option \"--bogus\" for run (see --help)");
+  // A value the error names reaches the terminal escaped, never as a control sequence.
+  expect_error({"--hostfile", hostfile_, "--worker_num", "1\x1b[2J", "train.py"},
+               "--worker_num=1\\x1b[2J: not an integer");
 }
 
 TEST_F(App, RestartPolicyProcessInTheDryRunAndItsUsageErrors) {

@@ -58,6 +58,15 @@ TEST(Base, InQuotesEscapesWhatIsNotPrintableUtf8) {
   EXPECT_EQ(in_quotes(std::string_view("a\0b", 3)), "\"a\\x00b\"");
 }
 
+// A whole message keeps its lines, tabs, quotes and backslashes; what a terminal would act on (an
+// escape sequence given as a value) and bytes of no character are shown escaped.
+TEST(Base, PrintableKeepsTheMessageAndEscapesWhatATerminalActsOn) {
+  EXPECT_EQ(printable("a \"b\" \\ c\n\td"), "a \"b\" \\ c\n\td");
+  EXPECT_EQ(printable("--master_addr=ev\x1b[31mil\r\x07"), "--master_addr=ev\\x1b[31mil\\x0d\\x07");
+  EXPECT_EQ(printable("h\xc3\xa9 \xc2\x9b \xff"), "h\xc3\xa9 \\u009b \\xff");
+  EXPECT_EQ(printable(std::string_view("a\0b", 3)), "a\\x00b");
+}
+
 // What another program printed may be anything: out of range is the nearest bound, never undefined.
 TEST(Base, SaturateKeepsEveryDoubleWithinTheIntegerType) {
   EXPECT_EQ(saturate<long>(3.9), 3);
