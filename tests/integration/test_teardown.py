@@ -166,8 +166,7 @@ def cmdline(pid):
 
 def chatter_on(host):
     """The pid of a chatter.py of the job on host `host`."""
-    return next(pid for ns, pid, cmd in marked_processes() if ns == f"msrs-node{host}" and
-                "chatter.py" in cmd)
+    return _pid_of("chatter.py", host)
 
 
 def watchdogs_on(ns):
