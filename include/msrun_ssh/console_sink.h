@@ -31,7 +31,9 @@ class ConsoleSink {
   static constexpr size_t kDefaultMaxQueued = size_t{4} << 20;
 
   // Queues `data` for `fd`; never blocks on the console. `droppable`: lines of the processes'
-  // output, dropped (counted by their newlines) while the queue is full; else always queued.
+  // output, dropped (counted by their newlines) when they would take the queue past its bound
+  // while something waits in it (one write larger than the bound goes out when nothing does);
+  // else always queued.
   void write(int fd, std::string_view data, bool droppable);
   // Waits until everything queued is written (the end of a run: nothing queued is lost); with
   // `timeout_ms` >= 0 at most that long. Whether all was written.

@@ -14,14 +14,18 @@
 
 namespace msrun_ssh {
 
+class ConsoleSink;
+
 class EventLog {
  public:
   static constexpr int kVersion = 1;
   using Clock = std::function<std::chrono::system_clock::time_point()>;
 
-  // Appends to `path` ("-": the launcher's stdout), created 0600. Throws InputError naming the
-  // file when it cannot be opened. `clock` gives each event's time (default: the system clock).
-  explicit EventLog(const std::string& path, Clock clock = {});
+  // Appends to `path` ("-": the launcher's stdout, through `sink`, default console_sink(), so that
+  // a stopped terminal or a pager nobody scrolls never holds up the launcher's loop, and events
+  // keep their place among the console's lines), created 0600. Throws InputError naming the file
+  // when it cannot be opened. `clock` gives each event's time (default: the system clock).
+  explicit EventLog(const std::string& path, Clock clock = {}, ConsoleSink* sink = nullptr);
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
@@ -35,6 +39,7 @@ class EventLog {
   std::string path_;
   std::FILE* file_ = nullptr;
   bool owned_ = false;
+  ConsoleSink* sink_ = nullptr;  // for "-"
   Clock clock_;
   size_t missing_ = 0;  // events not written since the last one that was
 };

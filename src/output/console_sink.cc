@@ -99,7 +99,10 @@ void ConsoleSink::write(int fd, std::string_view data, bool droppable) {
     s_->writer(fd, data);
     return;
   }
-  if (droppable && s_->queued + data.size() > s_->max_queued) {
+  // A write larger than the bound itself still goes out when nothing waits (in gather mode a
+  // turn's lines come as one): the bound holds back a console that falls behind, not one that
+  // keeps up.
+  if (droppable && s_->queued > 0 && s_->queued + data.size() > s_->max_queued) {
     uint64_t lines = static_cast<uint64_t>(std::count(data.begin(), data.end(), '\n'));
     s_->dropped_total += lines;
     s_->dropped_unreported += lines;

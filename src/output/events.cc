@@ -7,15 +7,17 @@
 
 #include <cstring>
 
+#include "msrun_ssh/console_sink.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/output.h"
 
 namespace msrun_ssh {
 
-EventLog::EventLog(const std::string& path, Clock clock) : path_(path), clock_(std::move(clock)) {
+EventLog::EventLog(const std::string& path, Clock clock, ConsoleSink* sink)
+    : path_(path), clock_(std::move(clock)) {
   if (!clock_) clock_ = [] { return std::chrono::system_clock::now(); };
   if (path == "-") {
-    file_ = stdout;
+    sink_ = sink ? sink : &console_sink();
     return;
   }
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -38,6 +40,10 @@ void EventLog::emit(std::string_view type, const nlohmann::json& fields) {
   // Bytes that are not UTF-8 (a process's output) are replaced, never a reason to throw.
   std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
+  if (sink_) {
+    sink_->write(STDOUT_FILENO, line, false);  // never dropped, never waited for
+    return;
+  }
   bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size();
   ok = std::fflush(file_) == 0 && ok;
   if (ok) {

@@ -89,6 +89,18 @@ TEST(ConsoleSink, AConsoleThatKeepsUpGetsEveryLineInOrderAndNoMarker) {
   EXPECT_EQ(got, want);
 }
 
+TEST(ConsoleSink, AWriteLargerThanTheBoundGoesOutWhenNothingWaits) {
+  StoppedConsole console;
+  ConsoleSink sink(100, console.writer());
+  const std::string turn = std::string(60, 'a') + "\n" + std::string(60, 'b') + "\n";
+  sink.write(1, turn, true);      // a gathered turn of two lines, 122 bytes: nothing waits
+  sink.write(1, "next\n", true);  // the first still waits: this one is past the bound
+  EXPECT_EQ(sink.dropped_lines(), 1u);
+  console.open();
+  EXPECT_TRUE(sink.drain());
+  EXPECT_EQ(console.text(1), turn);
+}
+
 TEST(ConsoleSink, AfterStopWritesGoOutAtOnce) {
   std::string got;
   ConsoleSink sink(100, [&](int, std::string_view d) { got.append(d); });

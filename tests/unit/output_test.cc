@@ -11,15 +11,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "msrun_ssh/console_sink.h"
 #include "msrun_ssh/error.h"
 #include "msrun_ssh/events.h"
 #include "test_util.h"
@@ -223,6 +227,38 @@ TEST(EventLog, AFullDiskIsSaidOnceAndTheJobGoesOn) {
                             "space left on device\n"),
             1u)
       << e;
+}
+
+TEST(EventLog, EventsOnStdoutNeverWaitForAStoppedConsole) {
+  // A console that takes nothing (a terminal stopped with Ctrl-S, `| less` nobody scrolls) until
+  // opened: emit() must return all the same, and the events come out whole and in order after.
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  std::string got;
+  ms::ConsoleSink sink(100, [&](int fd, std::string_view d) {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return open; });
+    if (fd == STDOUT_FILENO) got.append(d);
+  });
+  {
+    ms::EventLog events("-", {}, &sink);
+    auto emitted = std::async(std::launch::async, [&] {
+      for (int i = 0; i < 50; ++i) events.emit("process_exited", {{"rank", i}});
+    });
+    EXPECT_EQ(emitted.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    {
+      std::lock_guard lock(m);
+      open = true;
+    }
+    cv.notify_all();
+    emitted.wait();
+    EXPECT_TRUE(sink.drain());
+  }
+  EXPECT_EQ(ms::test::count(got, "\"type\":\"process_exited\""), 50u) << got;
+  EXPECT_LT(got.find("\"rank\":0,"), got.find("\"rank\":49,")) << got;
+  EXPECT_EQ(ms::test::count(got, "}\n{"), 49u) << got;  // whole lines, one each
+  EXPECT_EQ(sink.dropped_lines(), 0u);
 }
 
 TEST(Summary, IncompleteLogsAreNamedInTheReportAndTheJson) {
