@@ -97,6 +97,11 @@ bool valid_host_name(std::string_view name);
 // True for a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
 bool valid_env_name(std::string_view name);
 
+// Why `name` cannot be a variable the user sets for the processes (`env`, --env), "" when it can:
+// not a valid name, or one of msrun-ssh's own (MSRUN_SSH_*: MSRUN_SSH_JOB marks the job's
+// processes, and the teardown, `stop` and `stack` find them by it).
+std::string env_name_problem(std::string_view name);
+
 // Replaces a leading "~/" with $HOME.
 std::string expand_home(std::string_view path);
 

@@ -321,7 +321,7 @@ const std::vector<OptionSpec>& option_table() {
        [](O& o, V n, V v, G getenv) {
          size_t eq = v.find('=');
          std::string name = v.substr(0, eq);
-         if (!valid_env_name(name)) bad(n, v, "not a valid environment variable name");
+         if (std::string why = env_name_problem(name); !why.empty()) bad(n, v, why);
          std::string val;
          if (eq != std::string::npos) {
            val = v.substr(eq + 1);

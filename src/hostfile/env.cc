@@ -19,4 +19,12 @@ bool valid_env_name(std::string_view name) {
   return true;
 }
 
+std::string env_name_problem(std::string_view name) {
+  if (!valid_env_name(name)) return "not a valid environment variable name";
+  if (name.rfind("MSRUN_SSH_", 0) == 0)
+    return "names beginning with MSRUN_SSH_ are msrun-ssh's own (MSRUN_SSH_JOB marks the job's "
+           "processes, and the teardown, stop and stack find them by it)";
+  return "";
+}
+
 }  // namespace msrun_ssh

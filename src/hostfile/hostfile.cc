@@ -61,8 +61,8 @@ EnvList get_env(const std::string& path, const toml::node& node, EnvList env) {
   if (!t) fail(path, node, "key \"env\" must be a table of NAME = \"value\"");
   for (const auto& [k, v] : *t) {
     std::string name(k.str());
-    if (!valid_env_name(name))
-      fail(path, v, fmt::format("env: \"{}\" is not a valid environment variable name", name));
+    if (std::string why = env_name_problem(name); !why.empty())
+      fail(path, v, fmt::format("env: {}: {}", in_quotes(name), why));
     const auto* s = v.as_string();
     if (!s) fail(path, v, fmt::format("env: value of \"{}\" must be a string", name));
     if (s->get().find('\0') != std::string::npos)

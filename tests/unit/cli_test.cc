@@ -394,6 +394,10 @@ TEST(Cli, EnvBadName) {
   EXPECT_EQ(run_error({"--env", "=x"}), "--env==x: not a valid environment variable name");
   EXPECT_EQ(run_error({"--env", "A-B=1"}), "--env=A-B=1: not a valid environment variable name");
   EXPECT_EQ(run_error({"--env="}), "--env=: not a valid environment variable name");
+  EXPECT_EQ(run_error({"--env", "MSRUN_SSH_JOB=x"}),
+            "--env=MSRUN_SSH_JOB=x: names beginning with MSRUN_SSH_ are msrun-ssh's own "
+            "(MSRUN_SSH_JOB marks the job's processes, and the teardown, stop and stack find them "
+            "by it)");
 }
 
 TEST(Cli, MissingValue) {

@@ -268,13 +268,18 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
        "h.toml:3:13: env: value of \"A\" contains a NUL byte"},
       // bad env name
       {kHead + "env = { \"1ABC\" = \"x\" }\n",
-       "h.toml:3:18: env: \"1ABC\" is not a valid environment variable name"},
+       "h.toml:3:18: env: \"1ABC\": not a valid environment variable name"},
       {kHead + "env = { \"A-B\" = \"x\" }\n",
-       "h.toml:3:17: env: \"A-B\" is not a valid environment variable name"},
+       "h.toml:3:17: env: \"A-B\": not a valid environment variable name"},
       {kHead + "env = { \"A=B\" = \"x\" }\n",
-       "h.toml:3:17: env: \"A=B\" is not a valid environment variable name"},
+       "h.toml:3:17: env: \"A=B\": not a valid environment variable name"},
       {kHead + "env = { \"\" = \"x\" }\n",
-       "h.toml:3:14: env: \"\" is not a valid environment variable name"},
+       "h.toml:3:14: env: \"\": not a valid environment variable name"},
+      // the job's own marker: the teardown finds the processes by it
+      {kHead + "env = { MSRUN_SSH_JOB = \"mine\" }\n",
+       "h.toml:3:25: env: \"MSRUN_SSH_JOB\": names beginning with MSRUN_SSH_ are msrun-ssh's own "
+       "(MSRUN_SSH_JOB marks the job's processes, and the teardown, stop and stack find them by "
+       "it)"},
       // an env value that is no string
       {"[[hosts]]\naddress = \"a\"\nenv = { N = 1 }\n",
        "h.toml:3:13: env: value of \"N\" must be a string"},
