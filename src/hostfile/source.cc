@@ -109,12 +109,17 @@ std::string describe(const Cluster& cluster, const Allocation& a,
   std::string out = fmt::format("{} from {}", a.addresses.size(), a.hosts_from);
   if (!is_host_source(cluster.path)) out += fmt::format(" with the [defaults] of {}", cluster.path);
   if (a.slots.empty()) return out;
+  // As load_hosts counts: the host file's [defaults], else --local_worker_num, else the allocation.
+  if (cluster.defaults.local_worker_num)
+    return out + fmt::format(", local_worker_num from the [defaults] of {} (not {}{})",
+                             cluster.path,
+                             local_worker_num
+                                 ? fmt::format("--local_worker_num={}, not ", *local_worker_num)
+                                 : "",
+                             a.slots_from);
   if (local_worker_num)
     return out + fmt::format(", local_worker_num from --local_worker_num={} (not {})",
                              *local_worker_num, a.slots_from);
-  if (cluster.defaults.local_worker_num)
-    return out + fmt::format(", local_worker_num from the [defaults] of {} (not {})", cluster.path,
-                             a.slots_from);
   return out + ", local_worker_num from " + a.slots_from;
 }
 

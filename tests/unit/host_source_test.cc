@@ -351,6 +351,18 @@ TEST_F(LoadHostsFile, DefaultsCountWinsOverTheAllocation) {
                               " (not the lines per host of PBS_NODEFILE)");
 }
 
+TEST_F(LoadHostsFile, DefaultsCountWinsOverTheCommandLineToo) {
+  // As in every host file, its count beats --local_worker_num; the hosts: line says which counted.
+  write_toml("source = \"slurm\"\n[defaults]\nlocal_worker_num = 2\n");
+  Vars vars{{"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}};
+  Cluster c = load_hosts(path, env_of(vars), 3);
+  EXPECT_EQ(c.hosts[0].local_worker_num, 2);
+  EXPECT_EQ(c.hosts[1].local_worker_num, 2);
+  EXPECT_EQ(c.hosts_from, "2 from SLURM_JOB_NODELIST=n[1-2] with the [defaults] of " + path +
+                              ", local_worker_num from the [defaults] of " + path +
+                              " (not --local_worker_num=3, not SLURM_TASKS_PER_NODE=4(x2))");
+}
+
 TEST_F(LoadHostsFile, AFileWithoutSourceIsAHostFile) {
   write_toml("[[hosts]]\naddress = \"x\"\n");
   Cluster c = load_hosts(path, env_of({}), std::nullopt);
