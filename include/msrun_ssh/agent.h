@@ -104,8 +104,11 @@ bool parse_agent_exit(std::string_view payload, int& status, std::string& signal
 class AgentTransport : public Transport {
  public:
   // `inner` carries the agents (an SshPool); `hosts` is the number of hosts it knows; `command`
-  // starts an agent (agent_command, or a stand-in in tests).
-  AgentTransport(Transport& inner, size_t hosts, std::string command);
+  // starts an agent (agent_command, or a stand-in in tests). With `keep_alive_s` > 0, every agent
+  // that is up and not yet the job's watchdog gets a no-op frame (N) that often: an agent whose
+  // host waits for the others (a longer sync, a slower login rc elsewhere) is not idle to its
+  // idle limit, which is for a launcher cut off from it.
+  AgentTransport(Transport& inner, size_t hosts, std::string command, double keep_alive_s = 0);
 
   ChannelId exec(size_t host, const std::string& command) override;
   void write(ChannelId channel, std::string_view data) override;
@@ -175,6 +178,7 @@ class AgentTransport : public Transport {
   void maybe_end(size_t host);
   void unqueue(ChannelId id, const std::string& why);
   std::string agent_trouble(const Host& h) const;
+  void keep_alive(int& timeout_ms);
 
   Transport& inner_;
   std::string command_;
@@ -185,6 +189,8 @@ class AgentTransport : public Transport {
   std::map<ChannelId, ChannelId> direct_of_;  // real channel -> ours, for direct hosts
   std::deque<Pending> pending_;
   bool no_more_ = false;
+  double keep_alive_ms_ = 0;       // 0: none
+  double next_keep_alive_ms_ = 0;  // inner_.now_ms() of the next round of N frames
 };
 
 }  // namespace msrun_ssh

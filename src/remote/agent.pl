@@ -14,7 +14,8 @@
 # stack-dump directory's sitecustomize.py; see below), M be the job's sampler on this channel
 # (payload: NUL separated, its arguments JOB INTERVAL RANKS, then sampler.pl's text; see below), I
 # stdin bytes, E end of stdin, K signal its process group (payload: the signal's name without
-# SIG). Agent to
+# SIG), N nothing (the launcher is there: an agent waiting for its host's next command, while the
+# other hosts finish a step, is not idle). Agent to
 # launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
 # it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
 # (payload: why). Before the first frame the agent writes the line HELLO, so that whatever the
@@ -399,6 +400,7 @@ sub spawn {
 
 sub control {
   my ($op, $cid, $payload, $start, $plan) = @_;
+  return if $op eq 'N';
   return spawn($cid, $payload, 0, $start, $plan) if $op eq 'S';
   return spawn($cid, $payload, 1, $start, $plan) if $op eq 'P';
   return wd_start($cid, $payload) if $op eq 'W';
@@ -453,6 +455,14 @@ sub feed_stdin {
     substr($child->{pending}, 0, $n, '');
   }
   close_stdin($child) if $child->{eof};
+}
+
+# Whether the launcher's bytes wait to be read (or its end), without waiting for them.
+sub stdin_waits {
+  return 0 if $gone;
+  my $r = '';
+  vec($r, 0, 1) = 1;
+  return select($r, undef, undef, 0) != 0;    # -1 (a signal): not known, looked at next turn
 }
 
 sub read_control {
@@ -838,8 +848,11 @@ while (1) {
     sample($sampler) if $samplers{$sampler->{cid}} && now() >= $sampler->{at};
   }
   next if !$wd;
-  # Not in a turn that read the launcher: what it read may end before a heartbeat it sent.
-  $wd->{eof} = 1 if !$heard && !$wd->{paused} && now() - $wd->{heard} > $wd->{silence};
+  # Not in a turn that read the launcher: what it read may end before a heartbeat it sent. Nor
+  # while bytes wait unread: they may have come while this turn ran (a sample's tool, the agent
+  # stopped and continued, a turn with no wait for a SIGCHLD); the next turn reads them first.
+  $wd->{eof} = 1
+    if !$heard && !$wd->{paused} && now() - $wd->{heard} > $wd->{silence} && !stdin_waits();
   if ($terminated) {
     # Said first: the launcher takes the ends the kill brings for the teardown's, not the cause.
     wd_say('msrun-ssh-watchdog: terminated');

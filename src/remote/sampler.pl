@@ -78,8 +78,15 @@ sub wait_ns {
 my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
 my $empty = 0;
 my %known;  # pid -> [its rank word, its start time], the job's processes found by the last scan
-my ($tool) = grep { my $t = $_; grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '') }
-  qw(nvidia-smi npu-smi);
+my %found = map { my $t = $_; ($t => scalar grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '')) }
+  qw(nvidia-smi npu-smi timeout);
+my ($tool) = grep { $found{$_} } qw(nvidia-smi npu-smi);
+# The tool runs inside the agent's loop: one that hangs (a sick device) must not hold it, its
+# heartbeats and its teardown. Under coreutils' timeout it gets TOOL_S seconds (the tests set
+# fewer), and a tool that ran out of them is not asked again in this job.
+my $TOOL_S = ($ENV{MSRUN_SSH_SAMPLER_TOOL_S} // '') =~ /^\d+(\.\d+)?$/
+  ? $ENV{MSRUN_SSH_SAMPLER_TOOL_S} : 5;
+my $run = $found{timeout} ? "timeout -s KILL $TOOL_S " : '';
 my @accel;  # the last utilisations read
 
 # Each accelerator's utilisation: nvidia-smi's utilization.gpu; npu-smi's AICore(%), the first
@@ -87,13 +94,14 @@ my @accel;  # the last utilisations read
 sub accel {
   my @u;
   if ($tool eq 'nvidia-smi') {
-    @u = grep { /^\d+(\.\d+)?$/ } map { s/\s+//gr }
-      split /\n/, `nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null`;
+    @u = grep { /^\d+(\.\d+)?$/ } map { s/\s+//gr } split /\n/,
+      `${run}nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits 2>/dev/null`;
   } else {
-    for (split /\n/, `npu-smi info 2>/dev/null`) {
+    for (split /\n/, `${run}npu-smi info 2>/dev/null`) {
       push @u, $1 if /^\|\s*\d+\s*\|\s*[0-9A-Fa-f]{4,}:\S+\s*\|\s*(\d+(?:\.\d+)?)/;
     }
   }
+  $tool = undef if $run && ($? >> 8 == 124 || $? >> 8 == 137 || ($? & 127) == 9);
   return @u;
 }
 my $scans = 0;

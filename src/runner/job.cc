@@ -256,11 +256,12 @@ StartView start_view(StatusLine& row, const Plan& plan) {
 // The launch agents of an attempt's hosts (agent.h), over `pool`: a host with an agent pays its
 // login rc once for every command of the attempt (the sync, the topology probe, the port check,
 // the watchdog, the processes), not once per command. An agent whose launcher is silent as long as
-// a watchdog tolerates, with nothing running, ends itself.
+// a watchdog tolerates, with nothing running, ends itself; the launcher's no-op frames every half
+// heartbeat keep an agent whose host waits for the others.
 std::unique_ptr<AgentTransport> launch_agents(Transport& pool, const Plan& plan,
                                               const Options& options) {
-  auto agents = std::make_unique<AgentTransport>(pool, plan.hosts.size(),
-                                                 agent_command(2 * options.heartbeat));
+  auto agents = std::make_unique<AgentTransport>(
+      pool, plan.hosts.size(), agent_command(2 * options.heartbeat), options.heartbeat / 2);
   if (!use_agent(options.agent))
     for (size_t h = 0; h < plan.hosts.size(); ++h) agents->run_directly(h);
   return agents;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdint>
 
 #include "msrun_ssh/command.h"
 #include "remote/programs.h"
@@ -134,8 +136,12 @@ std::string agent_launch_payload(const ProcessLaunch& launch) {
   return out;
 }
 
-AgentTransport::AgentTransport(Transport& inner, size_t hosts, std::string command)
-    : inner_(inner), command_(std::move(command)), hosts_(hosts) {}
+AgentTransport::AgentTransport(Transport& inner, size_t hosts, std::string command,
+                               double keep_alive_s)
+    : inner_(inner),
+      command_(std::move(command)),
+      hosts_(hosts),
+      keep_alive_ms_(std::max(keep_alive_s, 0.0) * 1000) {}
 
 ChannelId AgentTransport::exec(size_t host, const std::string& command) {
   auto id = static_cast<ChannelId>(chans_.size());
@@ -282,7 +288,25 @@ std::vector<size_t> AgentTransport::direct_hosts() const {
   return out;
 }
 
+// Every keep_alive_ms_, an N frame (channel id 2^32 - 1: none) to each agent that is up and not the
+// job's watchdog yet; `timeout_ms` shortened to the next round.
+void AgentTransport::keep_alive(int& timeout_ms) {
+  if (keep_alive_ms_ <= 0) return;
+  bool any = false;
+  double now = inner_.now_ms();
+  bool due = now >= next_keep_alive_ms_;
+  if (due) next_keep_alive_ms_ = now + keep_alive_ms_;
+  for (const Host& h : hosts_) {
+    if (h.mode != Mode::kReady || h.watchdog >= 0 || h.eof_sent) continue;
+    any = true;
+    if (due) inner_.write(h.agent, agent_frame('N', UINT32_MAX));
+  }
+  auto wait = static_cast<int>(std::ceil(next_keep_alive_ms_ - now));
+  if (any && (timeout_ms < 0 || timeout_ms > wait)) timeout_ms = wait;
+}
+
 void AgentTransport::poll(int timeout_ms, const EventHandler& handler) {
+  keep_alive(timeout_ms);
   if (!pending_.empty()) {
     auto pending = std::move(pending_);
     pending_.clear();

@@ -308,3 +308,10 @@ def test_one_login_per_host_for_a_detached_start():
         env={"XDG_STATE_HOME": state})
     check(code == 0, f"exit {code}: {err[-1500:]}")
     check(logins == [1, 1, 1], f"logins per host {logins}, expected one each")
+
+
+def test_the_fast_hosts_agents_wait_for_the_slow_hosts_rc():
+    """node1's rc takes 4 s, twice the launch agents' idle limit (2 heartbeats): the other hosts'
+    agents, done with their topology probe at once, wait for node1's (the launcher's no-op frames
+    keep them) and then run their processes."""
+    _with_slow_rc(lambda: _every_process_after_one_rc(["--bind_core=True"], RC + 6))

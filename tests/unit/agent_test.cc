@@ -364,6 +364,20 @@ TEST_F(AgentOverLocal, AnIdleAgentWhoseLauncherIsSilentEndsItself) {
   EXPECT_TRUE(lost.empty()) << "nothing of its ran any more";
 }
 
+TEST_F(AgentOverLocal, AnAgentWhoseLauncherIsThereWaitsPastItsIdleLimitForItsNextCommand) {
+  // Its host waits for the others (a longer sync, a slower login rc elsewhere): the launcher's
+  // no-op frames keep it for the commands still to come.
+  AgentTransport t(local, 1, agent_command(0.3), 0.1);
+  ChannelId a = t.exec(0, "true");
+  run_until(t, closed({a}));
+  run_for(t, 1000);
+  EXPECT_FALSE(local.closed(0));
+  ChannelId b = t.exec(0, "echo next");
+  run_until(t, closed({b}));
+  EXPECT_EQ(seen[b].out, "next\n") << seen[b].failed;
+  EXPECT_TRUE(lost.empty());
+}
+
 TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
   // The watchdog swept its host for the last time (it lost the launcher): a spawn that reaches
   // the agent after that (held up by a cut link) must not run, with nothing left to end it.
@@ -764,6 +778,29 @@ TEST_F(WatchdogUnderTheAgent, TheSamplerRunsInsideTheAgent) {
   t.kill(rank, "KILL");
   run_until(t, closed({rank}));
   EXPECT_EQ(seen[rank].status, 137);
+}
+
+// A sample whose tool is slow holds the agent's loop past the silence limit (here nvidia-smi takes
+// 0.8 s, every 5th sample, and the limit is 0.5 s): the heartbeats that came meanwhile are read
+// before the launcher counts as lost.
+TEST_F(WatchdogUnderTheAgent, HeartbeatsThatCameWhileASampleRanAreReadBeforeTheSilenceLimit) {
+  std::string tool = stubs_ + "/nvidia-smi";
+  std::ofstream(tool) << "#!/bin/sh\nsleep 0.8\necho 7\n";
+  chmod(tool.c_str(), 0755);
+  AgentTransport t(local, 1, agent());
+  ChannelId dog = ready_watchdog(t, "job-19", 0.5, 0.2);
+  ChannelId sampler = t.exec(0, sampler_command("job-19", 0.1, "0"));
+  for (int i = 0; i < 16; ++i) {  // 4 s, never silent for 0.5 s: two or three slow samples
+    t.write(dog, std::string(1, kBeat));
+    run_for(t, 250);
+  }
+  EXPECT_EQ(seen[dog].out.find(kWatchdogLost), std::string::npos) << seen[dog].out;
+  EXPECT_FALSE(seen[dog].closed) << seen[dog].out;
+  EXPECT_GE(std::count(seen[sampler].out.begin(), seen[sampler].out.end(), '\n'), 10)
+      << seen[sampler].out;
+  t.kill(sampler, "KILL");
+  t.write(dog, std::string(1, kQuit));
+  run_until(t, closed({dog, sampler}));
 }
 
 // A sampler whose program dies ends with status 1 and why; the agent and its commands go on.

@@ -294,6 +294,35 @@ TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
 // process's environ only every 5th sample, not every second (a host runs thousands of processes).
 // Rank 0 ends after the 7th sample and rank 1 starts: it is found at the next 5th sample, not at
 // the next one.
+// A tool that hangs (a sick device) holds a sample at most its time limit (the tests' 0.3 s; 5 s on
+// a host) and is not asked again: the samples go on, without "accel".
+TEST(WatchSampler, AToolThatHangsIsCutAtItsLimitAndNotAskedAgain) {
+  if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
+  if (test::shell_output("command -v timeout").empty()) GTEST_SKIP() << "no timeout here";
+  test::TempDir root;
+  put_file(root.path() + "/proc/stat", "cpu  100 0 50 1000 10 0 5 7 0 0\n");
+  put_file(root.path() + "/proc/uptime", "1.0 1.0\n");
+  put_file(root.path() + "/bin/nvidia-smi",
+           "#!/bin/sh\necho run >> " + shell_quote(root.path() + "/runs") + "\nexec sleep 30\n");
+  fs::permissions(root.path() + "/bin/nvidia-smi", fs::perms::owner_all);
+  std::string r = shell_quote(root.path());
+  // 2 s of samples every 0.1 s (without the limit: one sample, after 30 s).
+  std::string out = test::shell_output("{ sleep 2; } | PATH=" + r +
+                                       "/bin:$PATH MSRUN_SSH_SAMPLER_TOOL_S=0.3 "
+                                       "MSRUN_SSH_SAMPLER_ROOT=" +
+                                       r + " " + sampler_command("j", 0.1, "0"));
+  std::vector<std::string> lines;
+  for (std::string_view l : split_lines(out))
+    if (!l.empty()) lines.emplace_back(l);
+  EXPECT_GE(lines.size(), 8u) << out;
+  for (const auto& line : lines) {
+    auto s = parse_sample(line);
+    ASSERT_TRUE(s) << line;
+    EXPECT_TRUE(s->accel.empty()) << line;
+  }
+  EXPECT_EQ(test::slurp(root.path() + "/runs"), "run\n");
+}
+
 TEST(WatchSampler, RescansInFullOnlyEveryFifthSampleOnceStarted) {
   if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
   test::TempDir root;
