@@ -98,8 +98,8 @@ bool valid_host_name(std::string_view name);
 bool valid_env_name(std::string_view name);
 
 // Why `name` cannot be a variable the user sets for the processes (`env`, --env), "" when it can:
-// not a valid name, or one of msrun-ssh's own (MSRUN_SSH_*: MSRUN_SSH_JOB marks the job's
-// processes, and the teardown, `stop` and `stack` find them by it).
+// not a valid name, or one of the markers msrun-ssh gives the job's processes (MSRUN_SSH_JOB,
+// MSRUN_SSH_STACK_DIR, MSRUN_SSH_KEEPER: the teardown, `stop` and `stack` find them by those).
 std::string env_name_problem(std::string_view name);
 
 // Replaces a leading "~/" with $HOME.

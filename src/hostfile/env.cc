@@ -21,9 +21,9 @@ bool valid_env_name(std::string_view name) {
 
 std::string env_name_problem(std::string_view name) {
   if (!valid_env_name(name)) return "not a valid environment variable name";
-  if (name.rfind("MSRUN_SSH_", 0) == 0)
-    return "names beginning with MSRUN_SSH_ are msrun-ssh's own (MSRUN_SSH_JOB marks the job's "
-           "processes, and the teardown, stop and stack find them by it)";
+  if (name == "MSRUN_SSH_JOB" || name == "MSRUN_SSH_STACK_DIR" || name == "MSRUN_SSH_KEEPER")
+    return "msrun-ssh's own: MSRUN_SSH_JOB, MSRUN_SSH_STACK_DIR and MSRUN_SSH_KEEPER mark the "
+           "job's processes, and the teardown, stop and stack find them by them";
   return "";
 }
 

@@ -394,10 +394,12 @@ TEST(Cli, EnvBadName) {
   EXPECT_EQ(run_error({"--env", "=x"}), "--env==x: not a valid environment variable name");
   EXPECT_EQ(run_error({"--env", "A-B=1"}), "--env=A-B=1: not a valid environment variable name");
   EXPECT_EQ(run_error({"--env="}), "--env=: not a valid environment variable name");
-  EXPECT_EQ(run_error({"--env", "MSRUN_SSH_JOB=x"}),
-            "--env=MSRUN_SSH_JOB=x: names beginning with MSRUN_SSH_ are msrun-ssh's own "
-            "(MSRUN_SSH_JOB marks the job's processes, and the teardown, stop and stack find them "
-            "by it)");
+  EXPECT_EQ(run_error({"--env", "MSRUN_SSH_STACK_DIR=x"}),
+            "--env=MSRUN_SSH_STACK_DIR=x: msrun-ssh's own: MSRUN_SSH_JOB, MSRUN_SSH_STACK_DIR and "
+            "MSRUN_SSH_KEEPER mark the job's processes, and the teardown, stop and stack find them "
+            "by them");
+  EXPECT_EQ(run_error({"--env", "MSRUN_SSH_OTHER=x", "--env", "1A=2"}),
+            "--env=1A=2: not a valid environment variable name");  // other names are the user's
 }
 
 TEST(Cli, MissingValue) {

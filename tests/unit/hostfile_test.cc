@@ -277,9 +277,9 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
        "h.toml:3:14: env: \"\": not a valid environment variable name"},
       // the job's own marker: the teardown finds the processes by it
       {kHead + "env = { MSRUN_SSH_JOB = \"mine\" }\n",
-       "h.toml:3:25: env: \"MSRUN_SSH_JOB\": names beginning with MSRUN_SSH_ are msrun-ssh's own "
-       "(MSRUN_SSH_JOB marks the job's processes, and the teardown, stop and stack find them by "
-       "it)"},
+       "h.toml:3:25: env: \"MSRUN_SSH_JOB\": msrun-ssh's own: MSRUN_SSH_JOB, MSRUN_SSH_STACK_DIR "
+       "and MSRUN_SSH_KEEPER mark the job's processes, and the teardown, stop and stack find them "
+       "by them"},
       // an env value that is no string
       {"[[hosts]]\naddress = \"a\"\nenv = { N = 1 }\n",
        "h.toml:3:13: env: value of \"N\" must be a string"},
