@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <numeric>
 
 #include "msrun_ssh/base.h"
@@ -45,6 +46,29 @@ const std::string& resolved_ip(HostPlan& hp, const Resolver& resolve) {
   return hp.ip;
 }
 
+bool loopback_ipv4(std::string_view ip) { return ip.substr(0, 4) == "127."; }
+
+// The master's address as this machine resolves it goes to every host (MS_SCHED_HOST,
+// MASTER_ADDR). A loopback one (the launcher's own name, which Debian's /etc/hosts gives as
+// 127.0.1.1; "localhost") reaches no other machine: their processes would wait out the
+// rendezvous. Refused when another host resolves here to an address that is not loopback (the
+// others are looked up only then).
+void check_master_reachable(Plan& plan, size_t master, const Resolver& resolve) {
+  if (!loopback_ipv4(plan.master_ip)) return;
+  for (size_t i = 0; i < plan.hosts.size(); ++i) {
+    if (i == master) continue;
+    std::string ip = resolve(plan.hosts[i].host.address);
+    if (ip.empty() || loopback_ipv4(ip)) continue;  // not resolved here, or this machine too
+    throw InputError(fmt::format(
+        "the master {} resolves to {} on this machine, a loopback address, which host {} ({}) "
+        "cannot reach: every process would wait for the master there until its timeout. Give "
+        "the master as an address the other hosts reach (in the host file, or put such a host "
+        "first), or make this machine resolve its name to that address (/etc/hosts)",
+        in_quotes(plan.hosts[master].host.address), plan.master_ip,
+        in_quotes(plan.hosts[i].host.address), ip));
+  }
+}
+
 // Index of the master host: --master_addr matched by address, then by resolved IP.
 size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Cluster& cluster,
                    const Resolver& resolve) {
@@ -66,24 +90,69 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const C
                   options.master_addr, ip));
 }
 
-// Physical device ids of a host's workers: from ASCEND_RT_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES
-// in the host's environment (sorted, as msrun), else 0..n-1.
-std::vector<std::string> physical_devices(const EnvList& env, int n) {
-  std::string list = get_env(env, "ASCEND_RT_VISIBLE_DEVICES");
-  if (list.empty()) list = get_env(env, "CUDA_VISIBLE_DEVICES");
-  std::vector<std::string> ids;
-  for (size_t pos = 0; !list.empty() && pos <= list.size();) {
-    size_t comma = list.find(',', pos);
-    std::string id = list.substr(pos, comma - pos);
-    if (!id.empty()) ids.push_back(id);
+// The devices a host's environment makes visible: ASCEND_RT_VISIBLE_DEVICES, else
+// CUDA_VISIBLE_DEVICES, read as msrun reads them (int() of each comma-separated item, blanks around
+// it allowed, sorted by value). `bad`: the first item that is no such number ("" when none).
+struct VisibleDevices {
+  std::string name, value;
+  std::vector<std::string> ids;  // each as a number ("05" is "5"), or as written when `bad`
+  std::string bad;
+};
+
+VisibleDevices visible_devices(const EnvList& env) {
+  VisibleDevices v;
+  for (const char* name : {"ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
+    v.value = get_env(env, name);
+    v.name = name;
+    if (!v.value.empty()) break;
+  }
+  std::vector<std::pair<long long, std::string>> ids;
+  for (size_t pos = 0; !v.value.empty() && pos <= v.value.size();) {
+    size_t comma = v.value.find(',', pos);
+    std::string_view item = trim(std::string_view(v.value).substr(pos, comma - pos));
+    std::string_view digits = item.substr(!item.empty() && item[0] == '+' ? 1 : 0);
+    int number = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+    bool whole = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos &&
+                 ec == std::errc() && end == digits.data() + digits.size();
+    if (!whole && v.bad.empty()) v.bad = item;
+    if (!item.empty()) ids.emplace_back(whole ? number : -1, whole ? "" : std::string(item));
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  std::stable_sort(ids.begin(), ids.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  });
+  std::stable_sort(ids.begin(), ids.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [number, written] : ids)
+    v.ids.push_back(number >= 0 ? std::to_string(number) : written);
+  return v;
+}
+
+// Physical device ids of a host's `n` workers: the visible devices in order, then (more workers
+// than visible devices, or none set) their local indices.
+std::vector<std::string> physical_devices(const VisibleDevices& visible, int n) {
+  std::vector<std::string> ids = visible.ids;
   for (int i = static_cast<int>(ids.size()); i < n; ++i) ids.push_back(std::to_string(i));
   return ids;
+}
+
+// Binding keys its workers by their physical device: as msrun, fewer visible devices than workers
+// is refused, and so is an ASCEND_RT_VISIBLE_DEVICES item that is no number.
+void check_devices_for_binding(const VisibleDevices& visible, const HostPlan& hp, int n) {
+  if (visible.ids.empty()) return;
+  // CUDA_VISIBLE_DEVICES may name GPUs by UUID (GPU-8f3a...): such a worker has no device number.
+  if (!visible.bad.empty() && visible.name == "ASCEND_RT_VISIBLE_DEVICES")
+    throw InputError(fmt::format(
+        "host {}: {}={}: {} is no device number, and bind_core / bind_numa key each worker by its "
+        "device's (msrun reads the list as whole numbers)",
+        in_quotes(hp.host.address), visible.name, in_quotes(visible.value),
+        in_quotes(visible.bad)));
+  if (static_cast<size_t>(n) > visible.ids.size())
+    throw InputError(fmt::format(
+        "host {}: {} workers, but {}={} makes {} device{} visible: with bind_core / bind_numa "
+        "msrun refuses it (\"Device id exceeds the number of available devices\"); give the host "
+        "at most {} workers or more devices",
+        in_quotes(hp.host.address), n, visible.name, in_quotes(visible.value), visible.ids.size(),
+        visible.ids.size() == 1 ? "" : "s", visible.ids.size()));
 }
 
 void check_ranks(const std::vector<int>& ranks, int worker_num, std::string_view option) {
@@ -297,7 +366,14 @@ void plan_processes(Plan& plan, const Options& options) {
     // The devices the processes will see: the host's env, under --env (as in process_env).
     EnvList visible = hp.host.env;
     for (const auto& [name, value] : options.env) set_env(visible, name, value);
-    std::vector<std::string> devices = physical_devices(visible, n);
+    VisibleDevices devs = visible_devices(visible);
+    BindRequest binding = binding_in_effect(options, hp.host);
+    bool binds = binding.core.mode == BindCore::Mode::kAuto ||
+                 binding.core.mode == BindCore::Mode::kManual ||
+                 binding.numa.mode == BindNuma::Mode::kAuto ||
+                 binding.numa.mode == BindNuma::Mode::kManual;
+    if (binds && !sim) check_devices_for_binding(devs, hp, n);
+    std::vector<std::string> devices = physical_devices(devs, n);
     for (int i = 0; i < n; ++i, ++rank) {
       if (options.sim_rank_id >= 0 && rank != options.sim_rank_id) continue;
       Process w;
@@ -346,6 +422,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
   }
   plan.hosts[master].is_master = true;
   plan.master_ip = resolved_ip(plan.hosts[master], resolve);
+  check_master_reachable(plan, master, resolve);
   plan_processes(plan, options);
   for (const Host& spare : cluster.spares) {
     HostPlan sp;

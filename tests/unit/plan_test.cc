@@ -483,6 +483,54 @@ TEST_F(MakePlan, BindKeysUsePhysicalIdsFromCudaVisibleDevices) {
   EXPECT_EQ(p.hosts[0].processes[3].device_id, "2");
 }
 
+TEST_F(MakePlan, AMasterThisMachineResolvesToLoopbackIsRefusedWhenOthersAreElsewhere) {
+  // The launcher runs on the first host, whose /etc/hosts gives its own name as 127.0.1.1.
+  dns.table["alpha"] = "127.0.1.1";
+  EXPECT_EQ(error(),
+            "the master \"alpha\" resolves to 127.0.1.1 on this machine, a loopback address, which "
+            "host \"beta\" (198.18.0.2) cannot reach: every process would wait for the master "
+            "there until its timeout. Give the master as an address the other hosts reach (in the "
+            "host file, or put such a host first), or make this machine resolve its name to that "
+            "address (/etc/hosts)");
+  options.contract = Contract::kTorch;  // MASTER_ADDR alike
+  EXPECT_NE(error().find("a loopback address"), std::string::npos);
+  // Every host on this machine (a local test cluster), or the others not known here: kept.
+  options.contract.reset();
+  dns.table["beta"] = "127.0.0.1";
+  dns.table.erase("gamma");
+  EXPECT_EQ(plan().master_ip, "127.0.1.1");
+}
+
+TEST_F(MakePlan, BindKeysReadTheVisibleDevicesAsNumbersAsMsrun) {
+  // msrun: int() of each item, then sorted by value.
+  cluster.hosts[2].env = {{"ASCEND_RT_VISIBLE_DEVICES", " 7, 05,6 ,+4"}};
+  options.bind_core = parse_bind_core("True", "x");
+  Plan p = plan();
+  std::vector<std::string> keys;
+  for (const auto& proc : p.hosts[2].processes) keys.push_back(proc.bind_key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"device4", "device5", "device6", "device7"}));
+}
+
+TEST_F(MakePlan, BindingRefusesMoreWorkersThanVisibleDevicesAsMsrun) {
+  cluster.hosts = {host("alpha", 4, {{"ASCEND_RT_VISIBLE_DEVICES", "1,2"}})};
+  Plan unbound = plan();  // no binding: nothing is keyed by the device, nothing to refuse
+  EXPECT_EQ(unbound.hosts[0].processes.size(), 5u);
+  options.bind_core = parse_bind_core("True", "x");
+  EXPECT_EQ(
+      error(),
+      "host \"alpha\": 4 workers, but ASCEND_RT_VISIBLE_DEVICES=\"1,2\" makes 2 devices "
+      "visible: with bind_core / bind_numa msrun refuses it (\"Device id exceeds the number of "
+      "available devices\"); give the host at most 2 workers or more devices");
+  options.bind_core = {};
+  options.bind_numa = parse_bind_numa("True", "x");
+  EXPECT_NE(error().find("4 workers, but"), std::string::npos) << error();
+  cluster.hosts[0].env = {{"ASCEND_RT_VISIBLE_DEVICES", "0,x"}};
+  EXPECT_EQ(error(),
+            "host \"alpha\": ASCEND_RT_VISIBLE_DEVICES=\"0,x\": \"x\" is no device number, and "
+            "bind_core / bind_numa key each worker by its device's (msrun reads the list as whole "
+            "numbers)");
+}
+
 TEST_F(MakePlan, BindKeysFollowVisibleDevicesGivenWithEnv) {
   // --env sets the variable for every process: the processes see these devices, so the bind keys
   // must follow them too.
