@@ -161,6 +161,7 @@ class AgentTransport : public Transport {
     State state = State::kQueued;
     ChannelId real = -1;
     std::string stdin_buf;
+    uint64_t untaken = 0;  // stdin bytes sent to the agent and not yet said taken (a frames)
     bool eof = false;
   };
   struct Pending {

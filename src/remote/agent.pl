@@ -16,7 +16,8 @@
 # stdin bytes, E end of stdin, K signal its process group (payload: the signal's name without
 # SIG), N nothing (the launcher is there: an agent waiting for its host's next command, while the
 # other hosts finish a step, is not idle). Agent to
-# launcher: o stdout bytes, e stderr bytes, x exit ("STATUS" or "STATUS NAME" when a signal ended
+# launcher: o stdout bytes, e stderr bytes, a stdin bytes taken (the count, in decimal: see
+# close_stdin), x exit ("STATUS" or "STATUS NAME" when a signal ended
 # it, STATUS being 128+N), c closed (exited and both outputs at their end), f could not start
 # (payload: why). Before the first frame the agent writes the line HELLO, so that whatever the
 # login rc printed can be told from the frames.
@@ -427,6 +428,8 @@ sub control {
   my $child = $children{$cid} or return;
   if ($op eq 'I' && $child->{fin}) {
     $child->{pending} .= $payload;
+  } elsif ($op eq 'I') {
+    send_frame('a', $cid, length $payload);    # its stdin is closed: dropped, as by a pipe
   } elsif ($op eq 'E') {
     $child->{eof} = 1;
   } elsif ($op eq 'K' && $payload =~ /^[A-Z0-9]+$/) {
@@ -436,8 +439,12 @@ sub control {
   feed_stdin($child);
 }
 
+# What the launcher sent for a command's stdin is said taken (an a frame: the byte count) once it
+# is in the command's pipe or dropped with it: the launcher keeps at most so much unsaid (the sync's
+# flow control), so the agent never holds more of a stream than that.
 sub close_stdin {
   my ($child) = @_;
+  send_frame('a', $child->{cid}, length $child->{pending}) if length $child->{pending};
   close $child->{fin};
   $child->{fin} = undef;
   $child->{pending} = '';
@@ -446,15 +453,19 @@ sub close_stdin {
 sub feed_stdin {
   my ($child) = @_;
   return unless $child->{fin};
+  my $fed = 0;
   while (length $child->{pending}) {
     my $n = syswrite($child->{fin}, $child->{pending});
     if (!defined $n) {
-      return if $! == $EAGAIN || $! == $EINTR;
+      last if $! == $EAGAIN || $! == $EINTR;
+      send_frame('a', $child->{cid}, $fed) if $fed;
       return close_stdin($child);
     }
     substr($child->{pending}, 0, $n, '');
+    $fed += $n;
   }
-  close_stdin($child) if $child->{eof};
+  send_frame('a', $child->{cid}, $fed) if $fed;
+  close_stdin($child) if $child->{eof} && !length $child->{pending};
 }
 
 # Whether the launcher's bytes wait to be read (or its end), without waiting for them.

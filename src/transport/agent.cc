@@ -209,6 +209,7 @@ void AgentTransport::send_to_agent(size_t host, ChannelId id, Chan& c) {
     out = agent_frame('S', wire, command);
   }
   if (!c.stdin_buf.empty()) out += agent_frame('I', wire, c.stdin_buf);
+  if (hosts_[host].watchdog != id) c.untaken = c.stdin_buf.size();
   if (c.eof) out += agent_frame('E', wire);
   inner_.write(h.agent, out);
   c.command.reset();
@@ -220,8 +221,10 @@ void AgentTransport::write(ChannelId channel, std::string_view data) {
   Chan& c = chans_[static_cast<size_t>(channel)];
   if (c.state == State::kQueued) c.stdin_buf.append(data);
   if (c.state == State::kDirect) inner_.write(c.real, data);
-  if (c.state == State::kAgent)
+  if (c.state == State::kAgent) {
     inner_.write(hosts_[c.host].agent, agent_frame('I', static_cast<uint32_t>(channel), data));
+    if (hosts_[c.host].watchdog != channel) c.untaken += data.size();
+  }
 }
 
 void AgentTransport::send_eof(ChannelId channel) {
@@ -238,7 +241,9 @@ size_t AgentTransport::unsent(ChannelId channel) const {
   const Chan& c = chans_[static_cast<size_t>(channel)];
   if (c.state == State::kQueued) return c.stdin_buf.size();
   if (c.state == State::kDirect) return inner_.unsent(c.real);
-  if (c.state == State::kAgent) return inner_.unsent(hosts_[c.host].agent);
+  // Not yet in the command's stdin pipe: the agent says what it has taken (a frames), so that a
+  // sender that keeps unsent() bounded (the sync) bounds what the agent holds of its stream too.
+  if (c.state == State::kAgent) return static_cast<size_t>(c.untaken);
   return 0;
 }
 
@@ -412,6 +417,14 @@ void AgentTransport::on_frame(size_t host, AgentFrame&& f, const EventHandler& h
       e.is_stderr = f.op == 'e';
       e.data = f.payload;
       return handler(e);
+    case 'a': {
+      uint64_t taken = 0;
+      auto [end, ec] =
+          std::from_chars(f.payload.data(), f.payload.data() + f.payload.size(), taken);
+      if (ec == std::errc() && end == f.payload.data() + f.payload.size())
+        chans_[f.id].untaken -= std::min(taken, chans_[f.id].untaken);
+      return;
+    }
     case 'x':
       e.kind = TransportEvent::Kind::kExit;
       if (!parse_agent_exit(f.payload, e.status, e.signal)) return;

@@ -378,6 +378,23 @@ TEST_F(AgentOverLocal, AnAgentWhoseLauncherIsThereWaitsPastItsIdleLimitForItsNex
   EXPECT_TRUE(lost.empty());
 }
 
+// unsent() of a command counts its stdin bytes until the agent has them in the command's pipe:
+// a sender that keeps it small (the sync, kInFlight) keeps the agent from holding a whole stream
+// for a command that reads slowly (a workdir on a slow disk).
+TEST_F(AgentOverLocal, StdinTheCommandHasNotTakenCountsAsUnsent) {
+  AgentTransport t(local, 1, agent_command(30));
+  ChannelId c = t.exec(0, "echo up; sleep 1; exec wc -c");
+  run_until(t, [&] { return seen[c].out == "up\n"; });
+  const std::string chunk(64 << 10, 'x');
+  for (int i = 0; i < 64; ++i) t.write(c, chunk);  // 4 MiB
+  run_for(t, 300);                                 // delivered; the command is still asleep
+  EXPECT_GT(t.unsent(c), size_t{3} << 20);
+  run_until(t, [&] { return t.unsent(c) == 0; });  // it reads: all taken
+  t.send_eof(c);
+  run_until(t, closed({c}));
+  EXPECT_EQ(seen[c].out, "up\n4194304\n");
+}
+
 TEST_F(AgentOverLocal, NothingStartsOnceTheJobsWatchdogHasEnded) {
   // The watchdog swept its host for the last time (it lost the launcher): a spawn that reaches
   // the agent after that (held up by a cut link) must not run, with nothing left to end it.
