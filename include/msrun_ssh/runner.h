@@ -149,7 +149,8 @@ class Runner {
                                 // and what its failed run left has been ended (`leftovers`)
     ChannelId leftovers = -1;   // the command ending what the failed run left, while it runs
     bool closed = false;        // its channel closed while `leftovers` still ran
-    std::string log_name;       // its log file, {hostname} resolved (empty: never started)
+    double restart_wait_until_ms = -1;  // leftovers done, its channel still open: given up then
+    std::string log_name;               // its log file, {hostname} resolved (empty: never started)
   };
   struct HostState {
     ChannelId watchdog = -1;
@@ -201,6 +202,7 @@ class Runner {
   void kill_channels();
   void give_up();
   void check_time_limits(double now);
+  void check_restart_waits(double now);
   void send_all(char byte);
   bool processes_done() const;
   bool processes_ended() const;
@@ -265,6 +267,7 @@ class Runner {
   std::string cause_;                                // what ended the job (cause())
   bool no_more_channels_ = false;                    // Transport::no_more_channels was called
   std::vector<ProcessRestart> restarts_;  // the in-place restarts (--restart_policy process)
+  std::vector<size_t> restart_waits_;     // procs whose failed run's channel outlives its leftovers
   double deadline_ms_ = 0;  // when waiting for the hosts stops (during a teardown / the end)
   double next_beat_ms_ = 0;
   double heartbeat_ms_;  // how often heartbeats go out (--heartbeat, or a shorter ServerAlive)

@@ -249,7 +249,12 @@ void Runner::exec_process(size_t index) {
 bool Runner::restarts_in_place(const Proc& p) {
   if (options_.restart_policy != RestartPolicy::kProcess || p.spec->role != Role::kWorker)
     return false;
-  if (restarts_.size() < static_cast<size_t>(options_.max_restarts)) return true;
+  // Restarts still waiting for what their run left count too: workers failing together (a device
+  // fault, the OOM killer) share the budget, not each see it unspent.
+  auto waiting = std::count_if(procs_.begin(), procs_.end(),
+                               [](const Proc& q) { return !q.restart_cause.empty(); });
+  if (restarts_.size() + static_cast<size_t>(waiting) < static_cast<size_t>(options_.max_restarts))
+    return true;
   out_.message(fmt::format("no process restart left (--max_restarts={})", options_.max_restarts));
   return false;
 }
@@ -258,6 +263,7 @@ void Runner::restart_process(size_t index) {
   Proc& p = procs_[index];
   const Process& s = *p.spec;
   int rank = s.role == Role::kWorker ? s.rank : -1;
+  p.restart_wait_until_ms = -1;
   restarts_.push_back(ProcessRestart{static_cast<int>(restarts_.size()) + 1, host_name(p.host),
                                      s.label(), rank, std::exchange(p.restart_cause, {})});
   const ProcessRestart& r = restarts_.back();
@@ -404,8 +410,25 @@ void Runner::check_time_limits(double now) {
   fail(kExitTimeout, what + " (--hang_timeout)", kStacksThenTeardown);
 }
 
+// A failed worker's run whose channel stays open after what it left was ended (handle): past its
+// wait, the job ends with the worker's status, as without a restart.
+void Runner::check_restart_waits(double now) {
+  std::erase_if(restart_waits_, [&](size_t i) {
+    Proc& p = procs_[i];
+    if (p.restart_wait_until_ms < 0 || p.restart_cause.empty() || tearing_down()) return true;
+    if (now < p.restart_wait_until_ms) return false;
+    if (root_cause_ < 0) root_cause_ = static_cast<int>(i);
+    fail(p.status,
+         fmt::format("{}; not started again: its run's output was still held open {:g} s after "
+                     "what it left was ended",
+                     p.restart_cause, options_.kill_grace + kTeardownSlackMs / 1000));
+    return true;
+  });
+}
+
 int Runner::timeout_ms(double now) const {
   double until = next_beat_ms_;
+  for (size_t i : restart_waits_) until = std::min(until, procs_[i].restart_wait_until_ms);
   if (phase_ == Phase::kRunning) {
     if (options_.timeout > 0) until = std::min(until, started_ms_ + options_.timeout * 1000);
     if (options_.hang_timeout > 0)
@@ -451,6 +474,7 @@ int Runner::run() {
     // Before the end checks: losing the last host we wait for ends the job now, not after a poll.
     check_heartbeats(now);
     check_time_limits(now);
+    check_restart_waits(now);
     check_stacks(now);
     if (pending_fail_) {
       auto [status, why] = *std::exchange(pending_fail_, std::nullopt);

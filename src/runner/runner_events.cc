@@ -302,6 +302,14 @@ void Runner::handle(const TransportEvent& e) {
         if (root_cause_ < 0) root_cause_ = failed;
         fail(p.status, fmt::format("{}; not started again: what its run left cannot be ended: {}",
                                    p.restart_cause, e.data));
+        return;
+      }
+      // Ended, and still something holds the run's output (a process in D state, one the
+      // leftovers command could not tell for the job's): the teardown's time for it to go, then
+      // the job ends as without a restart (check_restart_waits), never waits for ever.
+      if (!tearing_down()) {
+        p.restart_wait_until_ms = t_.now_ms() + options_.kill_grace * 1000 + kTeardownSlackMs;
+        restart_waits_.push_back(static_cast<size_t>(failed));
       }
       return;
     }

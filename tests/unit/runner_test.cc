@@ -1799,6 +1799,21 @@ TEST_F(ProcessRecovery, AWorkerFailingBeyondTheBudgetEndsTheJobWithItsStatus) {
             "host\n");
 }
 
+TEST_F(ProcessRecovery, WorkersFailingTogetherShareTheBudget) {
+  // Ranks 1 and 2 fail 10 ms apart, before rank 1's restart is done (it waits for what its run
+  // left): the budget of one restart is taken by rank 1, and rank 2's failure ends the job.
+  options_.max_restarts = 1;
+  FakeTransport fake({host({ProcScript{}, ProcScript{}}),
+                      host({exits(1, 3), exits(1.01, 4), exits(2), exits(2)})});
+  EXPECT_EQ(run(fake), 4);
+  EXPECT_LE(runner().process_restarts().size(), 1u);
+  EXPECT_EQ(runner().cause(), "rank 2 on node1 failed: exit 4");
+  EXPECT_NE(console_err().find("msrun-ssh: no process restart left (--max_restarts=1)\n"),
+            std::string::npos)
+      << console_err();
+  EXPECT_EQ(console_err().find("restart 2 of 1"), std::string::npos) << console_err();
+}
+
 TEST_F(ProcessRecovery, ASchedulerFailureTearsDownAtOnce) {
   FakeTransport fake({host({exits(1, 4), ProcScript{}}), host({ProcScript{}, ProcScript{}})});
   EXPECT_EQ(run(fake), 4);
@@ -1843,6 +1858,25 @@ TEST_F(ProcessRecovery, AFailedRunWhoseLeftoversCannotBeEndedEndsTheJob) {
   EXPECT_EQ(fake.control_times(1, 'k'), Times{1011});
   EXPECT_EQ(runner().root_cause_host(), "node1");
   EXPECT_EQ(statuses(), (Strings{kTerm, kTerm, "exit 3", kTerm}));
+}
+
+// The failed run's channel stays open although what it left was ended (something the leftovers
+// command cannot end or find holds its output): after the teardown's time for it, the job ends
+// with the worker's status, as without a restart; it never waits for ever.
+TEST_F(ProcessRecovery, AFailedRunThatStaysOpenAfterItsLeftoversEndsTheJob) {
+  options_.kill_grace = 2;
+  ProcScript failed = exits(1, 3);
+  failed.stays_open = true;
+  FakeTransport fake({host({exits(30), exits(30)}), host({failed, exits(30)})});
+  EXPECT_EQ(run(fake), 3);
+  EXPECT_EQ(process_channels(fake), 4u);  // not started again
+  EXPECT_TRUE(runner().process_restarts().empty());
+  EXPECT_EQ(runner().cause(),
+            "rank 1 on node1 failed: exit 3; not started again: its run's output was still held "
+            "open 12 s after what it left was ended");
+  // The leftovers end at 1060 ms; 2 s of grace and 10 s of slack later, the teardown.
+  EXPECT_EQ(fake.control_times(1, 'k'), Times{13060});
+  EXPECT_EQ(runner().root_cause_host(), "node1");
 }
 
 TEST_F(ProcessRecovery, CtrlCAsAWorkerFailsRestartsNothing) {
