@@ -128,7 +128,9 @@ class KnownHostsIndex {
   // naming either spelling (case aside), hashed lines whose HMAC-SHA1 is that of the name libssh
   // looks up, and every line this index does not judge — markers (@revoked, @cert-authority),
   // patterns with wildcards or negations, malformed lines. Comments and blank lines are dropped.
-  // `named_only`: only the lines that name the host (plain or hashed), none of the others.
+  // `named_only` (a HostKeyAlias, which libssh does not know: the lines are renamed for it): the
+  // lines that name the host (plain or hashed) and the pattern lines that match it as ssh matches
+  // them (known_hosts_patterns_match), none of the others.
   std::string lines_for(std::string_view host, int port, bool named_only = false) const;
 
  private:
@@ -138,9 +140,24 @@ class KnownHostsIndex {
   };
   std::vector<std::string> lines_;
   std::vector<size_t> always_;
-  std::map<std::string, std::vector<size_t>> plain_;  // lower-cased name -> lines
+  std::vector<std::pair<size_t, std::string>> patterned_;  // line, its host patterns
+  std::map<std::string, std::vector<size_t>> plain_;       // lower-cased name -> lines
   std::vector<Hashed> hashed_;
 };
+
+// The line (1-based) of known_hosts `text` that revokes the key whose base64 blob is `blob` for
+// `name` as ssh looks it up ("@revoked HOSTS TYPE BLOB", HOSTS plain, hashed or patterns), 0 when
+// none. libssh skips marker lines: the pool checks them itself.
+size_t revoking_line(std::string_view text, std::string_view name, std::string_view blob);
+
+// Whether a RevokedHostKeys file's text that is not a KRL (a list of public keys, one a line)
+// lists the key whose base64 blob is `blob`.
+bool key_listed(std::string_view text, std::string_view blob);
+
+// Whether a known_hosts line's host field `patterns` ("*.cluster,!bad.cluster") matches `name`
+// (lower-cased) as ssh matches it: some pattern matches ("*" any run, "?" one character, case
+// aside) and no negated one ("!") does.
+bool known_hosts_patterns_match(std::string_view patterns, std::string_view name);
 
 // The name a known_hosts line gives `host` on `port`: "host" (port 22) or "[host]:port",
 // lower-cased.

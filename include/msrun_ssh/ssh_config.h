@@ -31,7 +31,8 @@ struct SshHostConfig {
   std::string proxy_command;                        // tokens not expanded; "" when none
   std::vector<std::string> user_known_hosts_files;  // all of them, in order
   std::vector<std::string> global_known_hosts_files;
-  std::string host_key_alias;  // "" when none
+  std::string host_key_alias;     // "" when none
+  std::string revoked_host_keys;  // RevokedHostKeys as ssh -G gives it ("~" not expanded), or ""
   bool hash_known_hosts = false;
   // StrictHostKeyChecking: yes and ask (there is no one to ask) refuse an unknown key.
   HostKeyPolicy strict_host_key_checking = HostKeyPolicy::kYes;
@@ -41,6 +42,13 @@ struct SshHostConfig {
   int server_alive_count_max = 3;
   bool operator==(const SshHostConfig&) const = default;
 };
+
+// The agent socket ssh uses for IdentityAgent `value` (as ssh -G gives it): nullopt for none
+// ("none"; "$NAME" or the default with that variable unset), "" for the default ($SSH_AUTH_SOCK,
+// which libssh reads itself), else the socket's path (a path, or "$NAME"'s value: ssh's older
+// form, which ssh -G does not expand).
+std::optional<std::string> identity_agent_socket(
+    const std::string& value, const std::function<const char*(const char*)>& getenv_fn = ::getenv);
 
 // Parses the text `ssh -G` prints ("keyword value" lines, keywords in lower case). Throws
 // std::runtime_error naming the line when one holds no keyword, or a number or yes/no that is not

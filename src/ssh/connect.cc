@@ -157,10 +157,9 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
                                                      hosts[c.host].address)
                           : proxy_jump_command(h.proxy_jump, settings.ssh_config);
   if (!proxy.empty()) ssh_options_set(c.session, SSH_OPTIONS_PROXYCOMMAND, proxy.c_str());
-  // As ssh -G gives it: its tokens, variables and "~" expanded already.
-  if (!h.identity_agent.empty() && h.identity_agent != "none" &&
-      h.identity_agent != "SSH_AUTH_SOCK")
-    ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, h.identity_agent.c_str());
+  // As ssh -G gives it (its tokens, ${NAME} and "~" expanded); the older $NAME form read here.
+  if (auto socket = identity_agent_socket(h.identity_agent); socket && !socket->empty())
+    ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, socket->c_str());
 }
 
 void SshPool::Impl::resolve_hosts() {
@@ -218,8 +217,7 @@ double SshPool::Impl::connect_timeout_s(size_t host) const {
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshHostConfig& h = *openssh[c.host].shared;  // its hostname is empty: t has the host's
-  bool agent = !h.identities_only && h.identity_agent != "none" &&
-               (!h.identity_agent.empty() || getenv("SSH_AUTH_SOCK"));
+  bool agent = !h.identities_only && identity_agent_socket(h.identity_agent).has_value();
   size_t files_from = agent ? 1 : 0;
   SshTokens t = openssh_tokens(c.host);
   while (c.auth_step < files_from + h.identity_files.size()) {

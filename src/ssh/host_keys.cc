@@ -2,10 +2,20 @@
 // verified as OpenSSH's StrictHostKeyChecking says, and a new key recorded (accept-new).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <spawn.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "pool.h"
+
+extern char** environ;
 
 namespace msrun_ssh {
 namespace {
@@ -33,7 +43,94 @@ std::string option_string(ssh_session s, ssh_options_e option) {
   return out;
 }
 
+// The server's public key: its base64 blob, and the file of its one line ("TYPE BLOB") for
+// ssh-keygen; "" when libssh has none.
+std::string server_key_blob(ssh_session s, ssh_key* keep) {
+  ssh_key key = nullptr;
+  if (ssh_get_server_publickey(s, &key) != SSH_OK || !key) return "";
+  char* b64 = nullptr;
+  std::string out;
+  if (ssh_pki_export_pubkey_base64(key, &b64) == SSH_OK && b64) out = b64;
+  ssh_string_free_char(b64);
+  *keep = key;
+  return out;
+}
+
+// ssh-keygen -Q -f KRL KEYFILE's exit status: 0 not revoked, 1 revoked, else it could not tell.
+int krl_status(const std::string& krl, const std::string& key_file) {
+  std::vector<std::string> words{"ssh-keygen", "-Q", "-f", krl, key_file};
+  std::vector<char*> args;
+  args.reserve(words.size() + 1);
+  for (auto& w : words) args.push_back(w.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 }  // namespace
+
+// Why the server's key is revoked for `name`, as ssh judges it, "" when it is not: an @revoked
+// line of a known_hosts file ssh reads for the host (libssh skips marker lines), or the ssh
+// config's RevokedHostKeys (a KRL, asked of ssh-keygen -Q, or a list of public keys). A
+// RevokedHostKeys file that cannot be read refuses the host, as ssh does.
+std::string SshPool::Impl::revoked_because(Conn& c, const SshHostConfig* h,
+                                           const std::string& name) {
+  ssh_key key = nullptr;
+  std::string blob = server_key_blob(c.session, &key);
+  auto free_key = std::unique_ptr<ssh_key_struct, void (*)(ssh_key)>(key, ssh_key_free);
+  if (blob.empty()) return "";
+  std::vector<std::string> files;
+  if (h) {
+    files = h->user_known_hosts_files;
+    files.insert(files.end(), h->global_known_hosts_files.begin(),
+                 h->global_known_hosts_files.end());
+  } else {
+    for (ssh_options_e o : {SSH_OPTIONS_KNOWNHOSTS, SSH_OPTIONS_GLOBAL_KNOWNHOSTS})
+      if (std::string f = expand_path(option_string(c.session, o)); !f.empty()) files.push_back(f);
+  }
+  for (const auto& f : files)
+    if (access(f.c_str(), R_OK) == 0)
+      if (size_t line = revoking_line(read_whole_file(f).value_or(""), name, blob))
+        return fmt::format("host key REVOKED ({} line {}: @revoked): refused", f, line);
+  if (!h || h->revoked_host_keys.empty()) return "";
+  const std::string& given = h->revoked_host_keys;
+  std::string path = given.find_first_of("%$") == std::string::npos ? expand_path(given) : "";
+  std::optional<std::string> text = path.empty() ? std::nullopt : read_whole_file(path);
+  if (!text)
+    return fmt::format(
+        "cannot read the ssh config's RevokedHostKeys {}: refused, as ssh refuses it",
+        in_quotes(given));
+  constexpr std::string_view kKrlMagic("SSHKRL\n\0", 8);
+  if (!text->starts_with(kKrlMagic))
+    return key_listed(*text, blob)
+               ? fmt::format("host key REVOKED (listed in RevokedHostKeys {}): refused", path)
+               : "";
+  char key_file[] = "/tmp/msrun-ssh-hostkey-XXXXXX";
+  int fd = mkstemp(key_file);
+  if (fd >= 0) close(fd);
+  int status = fd >= 0 && ssh_pki_export_pubkey_file(key, key_file) == SSH_OK
+                   ? krl_status(path, key_file)
+                   : -1;
+  if (fd >= 0) unlink(key_file);
+  if (status == 0) return "";
+  return status == 1
+             ? fmt::format("host key REVOKED (by the KRL RevokedHostKeys {}): refused", path)
+             : fmt::format(
+                   "cannot check the host key against the KRL RevokedHostKeys {} "
+                   "(ssh-keygen -Q): refused",
+                   path);
+}
 
 // The path libssh would open for a known_hosts option value; "" when it holds what only libssh
 // expands (%d, %u, ~user).
@@ -179,6 +276,12 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   if (known.empty()) known = "~/.ssh/known_hosts";
   enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);
   close_known_hosts(c);
+  // Refused whatever the policy, as a changed key is (ssh lets StrictHostKeyChecking no through
+  // an @revoked line, never RevokedHostKeys).
+  if (std::string why = revoked_because(c, h, key_name); !why.empty()) {
+    error = {ConnectError::kHostKeyChanged, why};
+    return false;
+  }
   switch (verdict) {
     case SSH_KNOWN_HOSTS_OK:
       // libssh also says OK for a host it has no line for when the ssh config says

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -56,6 +57,7 @@ KnownHostsIndex::KnownHostsIndex(std::string_view text) {
     // libssh's to judge: every host gets them.
     if (!more || hosts.front() == '@' || hosts.find_first_of("*?!") != std::string_view::npos) {
       always_.push_back(index);
+      if (more && hosts.front() != '@') patterned_.emplace_back(index, std::string(hosts));
       continue;
     }
     if (hosts.starts_with(kHashedPrefix)) {
@@ -93,6 +95,9 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
     if (it != plain_.end()) keep.insert(keep.end(), it->second.begin(), it->second.end());
   }
   const std::string& looked_up = port == 22 ? bare : bracketed;
+  if (named_only)
+    for (const auto& [line, patterns] : patterned_)
+      if (known_hosts_patterns_match(patterns, looked_up)) keep.push_back(line);
   unsigned char mac[EVP_MAX_MD_SIZE];
   for (const Hashed& h : hashed_) {
     unsigned int len = 0;
@@ -114,6 +119,94 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
     out += '\n';
   }
   return out;
+}
+
+namespace {
+
+// `text` against one pattern of "*" (any run) and "?" (one character), case aside.
+bool wildcard_match(std::string_view text, std::string_view pattern) {
+  size_t t = 0, p = 0, star = std::string_view::npos, from = 0;
+  auto same = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  };
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || same(pattern[p], text[t]))) {
+      ++t;
+      ++p;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      from = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++from;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+}  // namespace
+
+bool known_hosts_patterns_match(std::string_view patterns, std::string_view name) {
+  bool positive = false;
+  for (size_t start = 0; start <= patterns.size();) {
+    size_t comma = patterns.find(',', start);
+    std::string_view p =
+        patterns.substr(start, comma == patterns.npos ? patterns.npos : comma - start);
+    bool negated = p.starts_with('!');
+    if (negated) p.remove_prefix(1);
+    if (!p.empty() && wildcard_match(name, p)) {
+      if (negated) return false;
+      positive = true;
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return positive;
+}
+
+namespace {
+
+// Whether a hashed host field ("|1|salt|hash") is the hash of `name`.
+bool hashed_name_is(std::string_view field, std::string_view name) {
+  std::string_view rest = field.substr(kHashedPrefix.size());
+  size_t bar = rest.find('|');
+  auto salt = decode_base64(rest.substr(0, bar));
+  auto hash = bar == std::string_view::npos ? std::nullopt : decode_base64(rest.substr(bar + 1));
+  if (!salt || !hash || hash->size() != kSha1Size) return false;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  return HMAC(EVP_sha1(), salt->data(), static_cast<int>(salt->size()),
+              reinterpret_cast<const unsigned char*>(name.data()), name.size(), mac,
+              &len) != nullptr &&
+         len == kSha1Size && std::memcmp(hash->data(), mac, kSha1Size) == 0;
+}
+
+}  // namespace
+
+size_t revoking_line(std::string_view text, std::string_view name, std::string_view blob) {
+  size_t number = 0;
+  std::string lower = to_lower(name);
+  for (std::string_view line : split_lines(text)) {
+    ++number;
+    std::vector<std::string_view> words = split_words(line, " \t\r");
+    if (words.size() < 4 || words[0] != "@revoked" || words[3] != blob) continue;
+    if (words[1].starts_with(kHashedPrefix) ? hashed_name_is(words[1], lower)
+                                            : known_hosts_patterns_match(words[1], lower))
+      return number;
+  }
+  return 0;
+}
+
+bool key_listed(std::string_view text, std::string_view blob) {
+  for (std::string_view line : split_lines(text)) {
+    std::vector<std::string_view> words = split_words(line, " \t\r");
+    if (words.size() >= 2 && !words[0].starts_with('#') && words[1] == blob) return true;
+  }
+  return false;
 }
 
 std::string known_hosts_name(std::string_view host, int port) {

@@ -193,6 +193,7 @@ struct SshPool::Impl {
   bool advance(size_t ci, ConnectFailure& error);
   bool verify_host_key(size_t ci, ConnectFailure& error);
   bool record_host_key(Conn& c, const std::string& name, bool hashed);
+  std::string revoked_because(Conn& c, const SshHostConfig* h, const std::string& name);
   ssh_key identity(const std::string& path, ConnectFailure& error);
   std::string expand_path(const std::string& value) const;
   const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port);

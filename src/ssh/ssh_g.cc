@@ -33,6 +33,17 @@ bool yes_no(std::string_view line, std::string_view value) {
 
 }  // namespace
 
+std::optional<std::string> identity_agent_socket(
+    const std::string& value, const std::function<const char*(const char*)>& getenv_fn) {
+  if (value == "none") return std::nullopt;
+  std::string name = value.empty() || value == "SSH_AUTH_SOCK" ? "SSH_AUTH_SOCK" : "";
+  if (value.starts_with('$')) name = value.substr(1);
+  if (name.empty()) return value;
+  const char* socket = getenv_fn(name.c_str());
+  if (!socket || !*socket) return std::nullopt;
+  return name == "SSH_AUTH_SOCK" ? std::string() : std::string(socket);
+}
+
 SshHostConfig parse_ssh_g(std::string_view text) {
   SshHostConfig c;
   for (std::string_view line : split_lines(text)) {
@@ -69,6 +80,8 @@ SshHostConfig parse_ssh_g(std::string_view text) {
           value == "none" ? std::vector<std::string>{} : owned_words(value);
     } else if (key == "hostkeyalias") {
       c.host_key_alias = value == "none" ? "" : std::string(value);
+    } else if (key == "revokedhostkeys") {
+      c.revoked_host_keys = value == "none" ? "" : std::string(value);
     } else if (key == "hashknownhosts") {
       c.hash_known_hosts = yes_no(line, value);
     } else if (key == "stricthostkeychecking") {

@@ -36,6 +36,25 @@ def test_changed_key_refused_even_with_checking_off():
     check(not marked_processes(), "something started")
 
 
+def test_revoked_host_key_is_refused():
+    """An @revoked line for the host's own key (libssh skips marker lines; ssh refuses it): the
+    host is refused whatever the policy, as a changed key is, and nothing starts anywhere."""
+    victim = addresses()[1]
+
+    def revoke(lines):
+        key = next(l for l in lines if l.startswith(victim + " ")).split(" ", 1)[1]
+        return lines + [f"@revoked 198.18.*,!198.18.99.* {key}"]
+    known = _known_hosts_copy("sec_revoked", revoke)
+    for policy in ("yes", "accept-new", "no"):
+        code, _, err, _ = run([job("sleeper.py"), "--sleep", "5"],
+                              hostfile=copy_hosts_file(known_hosts=f'"{known}"'),
+                              extra=[f"--strict_host_key_checking={policy}"])
+        check(code == 255, f"{policy}: exit {code}: {err.decode()[-1500:]}")
+        check(re.search(rf"{re.escape(victim)}: host key REVOKED".encode(), err),
+              f"{policy}: {err.decode()[-1500:]}")
+        check(not marked_processes(), f"{policy}: something started")
+
+
 def test_accept_new_adds_unknown_keys_only():
     victim = addresses()[2]
     known = _known_hosts_copy("sec_acceptnew", lambda ls: [l for l in ls if not l.startswith(victim + " ")])

@@ -183,6 +183,63 @@ def test_host_key_alias_in_the_second_known_hosts_file():
           f"remedy: {err[-1500:]}")
 
 
+def test_a_pattern_line_counts_for_the_host_key_alias_as_ssh_counts_it():
+    """A cluster-wide "*.cluster KEY" line under a HostKeyAlias: with the host's real key both
+    connect; with another key there, ssh says CHANGED, and so must we, also under accept-new
+    (which would otherwise take the key as new and record it)."""
+    a = addresses()
+    d = cluster_dir()
+    key = open(os.path.join(d, "node0", "ssh_host_ed25519_key.pub")).read().split()
+    known = os.path.join(tmpdir(), "alias_pattern_kh")
+    open(known, "w").write(f"*.cluster,!bad.cluster {key[0]} {key[1]}\n")
+    cfg = _config("alias_pattern", f"Host n0\n  HostName {a[0]}\n  HostKeyAlias n0.cluster\n"
+                  "  StrictHostKeyChecking accept-new\n" + _common(known))
+    seen, err = _msrun_sees(cfg, _hostfile("alias_pattern", "n0"))
+    _same(next(iter(seen.values())), _ssh_sees(cfg, "n0"), "HostKeyAlias and a pattern line")
+    other = os.path.join(tmpdir(), "alias_pattern_other")
+    if not os.path.exists(other):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+    open(known, "w").write("*.cluster " + " ".join(open(other + ".pub").read().split()[:2]) + "\n")
+    before = open(known).read()
+    r = subprocess.run(["ssh", "-F", cfg, "n0", "true"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode != 0 and "CHANGED" in r.stderr, f"ssh: {r.returncode} {r.stderr[-800:]}")
+    seen, err = _msrun_sees(cfg, _hostfile("alias_pattern", "n0"), code_wanted=255)
+    check("host key CHANGED" in err, f"not refused as changed: {err[-1500:]}")
+    check(open(known).read() == before, "the known_hosts file was written")
+
+
+def test_revoked_host_keys_as_a_krl_and_as_a_list_refuse_the_host_as_ssh_does():
+    """RevokedHostKeys (libssh knows none): node0's key in a KRL (asked of ssh-keygen -Q) or in a
+    list of keys refuses node0, as ssh refuses it; another key's KRL lets it in; a file that cannot
+    be read refuses it too."""
+    a = addresses()
+    pub = os.path.join(cluster_dir(), "node0", "ssh_host_ed25519_key.pub")
+    krl = os.path.join(tmpdir(), "revoked.krl")
+    subprocess.run(["ssh-keygen", "-q", "-k", "-f", krl, pub], check=True, timeout=60)
+    listed = os.path.join(tmpdir(), "revoked.list")
+    open(listed, "w").write("# revoked\n" + open(pub).read())
+    other = os.path.join(tmpdir(), "revoked_other")
+    if not os.path.exists(other):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", other], check=True)
+    other_krl = os.path.join(tmpdir(), "revoked_other.krl")
+    subprocess.run(["ssh-keygen", "-q", "-k", "-f", other_krl, other + ".pub"], check=True,
+                   timeout=60)
+    for name, file, refused in (("krl", krl, True), ("list", listed, True),
+                                ("other", other_krl, False),
+                                ("missing", os.path.join(tmpdir(), "no-such.krl"), True)):
+        cfg = _config(f"revoked_{name}", f"Host n0\n  HostName {a[0]}\n  RevokedHostKeys {file}\n"
+                      + _common())
+        r = subprocess.run(["ssh", "-F", cfg, "n0", "true"], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        check((r.returncode != 0) == refused, f"{name}: ssh exit {r.returncode}: {r.stderr[-600:]}")
+        seen, err = _msrun_sees(cfg, _hostfile(f"revoked_{name}", "n0"),
+                                code_wanted=255 if refused else 0)
+        if refused:
+            check("REVOKED" in err or "cannot read the ssh config's RevokedHostKeys" in err,
+                  f"{name}: {err[-1500:]}")
+
+
 def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():
     a = addresses()
     known = os.path.join(tmpdir(), "remedy_known_hosts")

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -133,6 +134,61 @@ TEST_F(KnownHosts, LinesOnlyLibsshCanJudgeGoToEveryHost) {
   std::string got = index.lines_for("other", 22);
   EXPECT_LT(got.find("*.cluster"), got.find("lonelyword"));
   EXPECT_LT(got.find("lonelyword"), got.find("other "));
+}
+
+// Under a HostKeyAlias the lines are renamed for libssh, so the index judges the pattern lines
+// itself: exactly those ssh-keygen -F (OpenSSH's matcher) finds for the alias are handed, with the
+// lines that name it; a cluster-wide "*.cluster KEY" line must count, or a changed key would look
+// unknown (and accept-new would take it).
+TEST_F(KnownHosts, UnderAnAliasThePatternLinesOpenSshMatchesAreHanded) {
+  std::string a = key_["a"];
+  std::vector<std::string> patterns{
+      "*.cluster", "node*,!node7",  "n?de",       "!node8,*", "N*.CLUSTER", "*x*y*",
+      "[n1]:22*",  "node1.clust?r", "a,b,*.c",    "*",        "!*",         "n1.*,!*.cluster",
+      "?",         "**.cluster",    "*.*.cluster"};
+  std::string text;
+  for (const auto& p : patterns) text += p + " " + a + "\n";
+  text += "n1.cluster " + a + "\n";
+  std::string file = write("known_hosts", text);
+  KnownHostsIndex index(text);
+  for (const char* alias : {"n1.cluster", "node7", "node", "node8", "x1y", "[n1]:2222", "z",
+                            "deep.n1.cluster", "b", "node1.cluster"}) {
+    std::vector<std::string> want = oracle(file, alias),
+                             got = split_lines(index.lines_for(alias, 22, true));
+    got.erase(std::remove(got.begin(), got.end(), ""), got.end());
+    EXPECT_EQ(got, want) << alias;
+  }
+}
+
+// @revoked lines, which libssh skips: revoking_line finds the one ssh-keygen -F reports REVOKED
+// for the name (plain, hashed, patterns, ports), and only for that key.
+TEST_F(KnownHosts, RevokedLinesAreFoundAsOpenSshFindsThem) {
+  std::string a = key_["a"], b = key_["b"];
+  std::string blob_a = a.substr(a.find(' ') + 1), blob_b = b.substr(b.find(' ') + 1);
+  std::string text = "node1 " + a + "\n@revoked node1 " + a + "\n@revoked *.cluster,!x.cluster " +
+                     a + "\n@revoked [node4]:2222 " + a + "\n@cert-authority node9 " + a +
+                     "\n@revoked node5 " + b + "\n";
+  auto [plain, hashed] = files(text);
+  for (const auto& file : {plain, hashed}) {
+    std::string content = slurp(file);
+    for (const char* name :
+         {"node1", "n1.cluster", "x.cluster", "[node4]:2222", "node4", "node9", "node5", "other"}) {
+      std::string want;
+      for (const auto& l :
+           split_lines(shell_output("ssh-keygen -F '" + std::string(name) + "' -f " + file)))
+        if (l.starts_with("# Host ") && l.ends_with(" REVOKED")) want = l;
+      size_t got = revoking_line(content, name, blob_a);
+      if (!got) got = revoking_line(content, name, blob_b);  // -F reports either key's line
+      EXPECT_EQ(got != 0, !want.empty()) << file << " " << name << ": " << want;
+      if (got) {
+        EXPECT_NE(want.find("found: line " + std::to_string(got) + " "), std::string::npos) << want;
+      }
+    }
+  }
+  EXPECT_NE(revoking_line(text, "node5", blob_b), 0u);
+  EXPECT_EQ(revoking_line(text, "node5", blob_a), 0u);  // another key of the host: not revoked
+  EXPECT_TRUE(key_listed("# revoked\n" + b + " old\n", blob_b));
+  EXPECT_FALSE(key_listed(b + "\n", blob_a));
 }
 
 TEST_F(KnownHosts, NonStandardPortKeepsBothSpellings) {

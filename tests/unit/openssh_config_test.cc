@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -169,6 +170,26 @@ TEST(OpensshConfig, KnownHostsFileNoneIsNoFile) {
   EXPECT_TRUE(c.global_known_hosts_files.empty());
 }
 
+// IdentityAgent as ssh uses it: ssh -G expands ${NAME} but leaves the older "$NAME" form, which ssh
+// reads from its environment (no agent when it is unset), as it does SSH_AUTH_SOCK.
+TEST(OpensshConfig, IdentityAgentAsSshFindsTheSocket) {
+  std::map<std::string, std::string> env{{"SSH_AUTH_SOCK", "/run/a.sock"}, {"MYSOCK", "/m.sock"}};
+  auto getenv_fn = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  using Socket = std::optional<std::string>;
+  EXPECT_EQ(identity_agent_socket("", getenv_fn), Socket(""));  // libssh reads SSH_AUTH_SOCK
+  EXPECT_EQ(identity_agent_socket("SSH_AUTH_SOCK", getenv_fn), Socket(""));
+  EXPECT_EQ(identity_agent_socket("$SSH_AUTH_SOCK", getenv_fn), Socket(""));
+  EXPECT_EQ(identity_agent_socket("$MYSOCK", getenv_fn), Socket("/m.sock"));
+  EXPECT_EQ(identity_agent_socket("$UNSET_SOCK", getenv_fn), std::nullopt);
+  EXPECT_EQ(identity_agent_socket("none", getenv_fn), std::nullopt);
+  EXPECT_EQ(identity_agent_socket("/p/agent.sock", getenv_fn), Socket("/p/agent.sock"));
+  env.erase("SSH_AUTH_SOCK");
+  EXPECT_EQ(identity_agent_socket("", getenv_fn), std::nullopt);
+}
+
 TEST(OpensshConfig, TheQuestionGivesTheHostFilesValuesAsSshsOptions) {
   EXPECT_EQ(ssh_g_command({"node0", "", {}, "", ""}, ""),
             (std::vector<std::string>{"ssh", "-G", "--", "node0"}));
@@ -188,8 +209,10 @@ TEST(OpensshConfig, KnownHostsNamesAsSshWritesThem) {
   EXPECT_EQ(index.lines_for("node0", 22), "");
   EXPECT_EQ(renamed_known_hosts_lines("alias ssh-ed25519 K c\n@revoked alias ssh-rsa R\n", "h"),
             "h ssh-ed25519 K c\n@revoked h ssh-rsa R\n");
-  KnownHostsIndex mixed("* ssh-ed25519 W\nalias ssh-ed25519 K\n");
-  EXPECT_EQ(mixed.lines_for("alias", 22, true), "alias ssh-ed25519 K\n");  // no wildcard lines
+  // Under an alias: the lines naming it and the pattern lines matching it, as ssh matches them.
+  KnownHostsIndex mixed(
+      "* ssh-ed25519 W\nalias ssh-ed25519 K\nother ssh-ed25519 O\n!alias,a* x Y\n");
+  EXPECT_EQ(mixed.lines_for("alias", 22, true), "* ssh-ed25519 W\nalias ssh-ed25519 K\n");
 }
 
 // The user's name and a path as seen from their home, for "Include ~user/PATH".
