@@ -8,7 +8,11 @@
 //    otherwise "[name]:port" or "name") is handed, whatever its case;
 //  - every marker line (@...), and every line whose host list holds a wildcard or a negation, is
 //    handed to every host;
-//  - the same lookup twice gives the same lines.
+//  - the same lookup twice gives the same lines;
+//  - under a HostKeyAlias (named_only): every handed line is a file line, and every line whose
+//    host patterns match the name (known_hosts_patterns_match) is handed; a plain name matches
+//    itself as a pattern;
+//  - revoking_line names an @revoked line of the file holding the key it was asked for.
 // Findings: any crash or sanitizer report, any exception, any property violation.
 #include <algorithm>
 #include <cctype>
@@ -105,5 +109,43 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  "line for %s (port %d) not handed: %.*s", host.c_str(), port,
                  static_cast<int>(line.size()), line.data());
   }
+  // Under an alias: the pattern lines that match it, as ssh matches them.
+  std::string looked_up =
+      port == 22 ? lower(host) : lower("[" + host + "]:" + std::to_string(port));
+  std::string named_text = index.lines_for(host, port, true);
+  std::vector<std::string_view> named = lines_of(named_text);
+  for (std::string_view line : named)
+    FUZZ_CHECK(line.empty() || std::find(in.begin(), in.end(), line) != in.end(),
+               "named_only handed a line not in the file: %.*s", static_cast<int>(line.size()),
+               line.data());
+  if (host.find_first_of("*?!") == std::string::npos && !host.empty())
+    FUZZ_CHECK(msrun_ssh::known_hosts_patterns_match(host, lower(host)), "%s does not match itself",
+               host.c_str());
+  std::string blob;
+  for (std::string_view line : in) {
+    std::string_view body = trim_left(line);
+    if (!body.starts_with("@revoked")) continue;
+    size_t k = body.find_first_of(" \t");
+    for (int field = 0; field < 2 && k != std::string_view::npos; ++field) {
+      body = trim_left(body.substr(k));
+      k = body.find_first_of(" \t");
+    }
+    if (k != std::string_view::npos) blob = std::string(trim_left(body.substr(k)));
+    if (size_t sp = blob.find_first_of(" \t\r"); sp != std::string::npos) blob.resize(sp);
+    break;
+  }
+  if (!blob.empty()) {
+    size_t revoked = msrun_ssh::revoking_line(file, looked_up, blob);
+    FUZZ_CHECK(revoked <= in.size(), "revoking_line %zu past the file's %zu lines", revoked,
+               in.size());
+    if (revoked > 0) {
+      std::string_view line = in[revoked - 1];
+      FUZZ_CHECK(line.find("@revoked") != std::string_view::npos &&
+                     line.find(blob) != std::string_view::npos,
+                 "revoking_line names a line that does not revoke the key: %.*s",
+                 static_cast<int>(line.size()), line.data());
+    }
+  }
+  (void)msrun_ssh::key_listed(file, "AAAA");
   return 0;
 }
