@@ -133,6 +133,11 @@ class KnownHostsIndex {
   // them (known_hosts_patterns_match), none of the others.
   std::string lines_for(std::string_view host, int port, bool named_only = false) const;
 
+  // The line (1-based, in the file) that revokes the key whose base64 blob is `blob` for `name` as
+  // ssh looks it up ("@revoked HOSTS TYPE BLOB", HOSTS plain, hashed or patterns), 0 when none.
+  // libssh skips marker lines: the pool checks them itself.
+  size_t revoking_line(std::string_view name, std::string_view blob) const;
+
  private:
   struct Hashed {
     std::string salt, hash;  // decoded
@@ -140,14 +145,17 @@ class KnownHostsIndex {
   };
   std::vector<std::string> lines_;
   std::vector<size_t> always_;
+  struct Revoked {
+    size_t number;  // in the file, 1-based
+    std::string hosts, blob;
+  };
   std::vector<std::pair<size_t, std::string>> patterned_;  // line, its host patterns
-  std::map<std::string, std::vector<size_t>> plain_;       // lower-cased name -> lines
+  std::vector<Revoked> revoked_;
+  std::map<std::string, std::vector<size_t>> plain_;  // lower-cased name -> lines
   std::vector<Hashed> hashed_;
 };
 
-// The line (1-based) of known_hosts `text` that revokes the key whose base64 blob is `blob` for
-// `name` as ssh looks it up ("@revoked HOSTS TYPE BLOB", HOSTS plain, hashed or patterns), 0 when
-// none. libssh skips marker lines: the pool checks them itself.
+// KnownHostsIndex(text).revoking_line(name, blob).
 size_t revoking_line(std::string_view text, std::string_view name, std::string_view blob);
 
 // Whether a RevokedHostKeys file's text that is not a KRL (a list of public keys, one a line)

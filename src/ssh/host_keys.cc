@@ -43,8 +43,8 @@ std::string option_string(ssh_session s, ssh_options_e option) {
   return out;
 }
 
-// The server's public key: its base64 blob, and the file of its one line ("TYPE BLOB") for
-// ssh-keygen; "" when libssh has none.
+// The server's public key's base64 blob ("" when libssh has none); the key in *keep, for the
+// caller to free.
 std::string server_key_blob(ssh_session s, ssh_key* keep) {
   ssh_key key = nullptr;
   if (ssh_get_server_publickey(s, &key) != SSH_OK || !key) return "";
@@ -95,13 +95,15 @@ std::string SshPool::Impl::revoked_because(Conn& c, const SshHostConfig* h,
     files = h->user_known_hosts_files;
     files.insert(files.end(), h->global_known_hosts_files.begin(),
                  h->global_known_hosts_files.end());
-  } else {
-    for (ssh_options_e o : {SSH_OPTIONS_KNOWNHOSTS, SSH_OPTIONS_GLOBAL_KNOWNHOSTS})
-      if (std::string f = expand_path(option_string(c.session, o)); !f.empty()) files.push_back(f);
+  } else {  // as narrow_known_hosts finds them
+    std::string user = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
+    std::string global = option_string(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS);
+    files = {user.empty() ? (ssh_dir.empty() ? "" : ssh_dir + "/known_hosts") : expand_path(user),
+             global.empty() ? "/etc/ssh/ssh_known_hosts" : expand_path(global)};
   }
-  for (const auto& f : files)
-    if (access(f.c_str(), R_OK) == 0)
-      if (size_t line = revoking_line(read_whole_file(f).value_or(""), name, blob))
+  for (const auto& f : files)  // each read once per launch, whatever the number of hosts
+    if (!f.empty() && access(f.c_str(), R_OK) == 0)
+      if (size_t line = known_hosts_index(f).revoking_line(name, blob))
         return fmt::format("host key REVOKED ({} line {}: @revoked): refused", f, line);
   if (!h || h->revoked_host_keys.empty()) return "";
   const std::string& given = h->revoked_host_keys;

@@ -46,9 +46,16 @@ std::string_view first_word(std::string_view line, bool& more) {
 }  // namespace
 
 KnownHostsIndex::KnownHostsIndex(std::string_view text) {
+  size_t number = 0;
   for (std::string_view line : split_lines(text)) {
+    ++number;
     std::string_view body = line.substr(std::min(line.size(), line.find_first_not_of(" \t\r")));
     if (body.empty() || body.front() == '#') continue;  // nothing libssh would use
+    if (body.starts_with("@revoked")) {
+      std::vector<std::string_view> words = split_words(body, " \t\r");
+      if (words.size() >= 4 && words[0] == "@revoked")
+        revoked_.push_back({number, std::string(words[1]), std::string(words[3])});
+    }
     size_t index = lines_.size();
     lines_.emplace_back(line);
     bool more = false;
@@ -187,18 +194,18 @@ bool hashed_name_is(std::string_view field, std::string_view name) {
 
 }  // namespace
 
-size_t revoking_line(std::string_view text, std::string_view name, std::string_view blob) {
-  size_t number = 0;
+size_t KnownHostsIndex::revoking_line(std::string_view name, std::string_view blob) const {
   std::string lower = to_lower(name);
-  for (std::string_view line : split_lines(text)) {
-    ++number;
-    std::vector<std::string_view> words = split_words(line, " \t\r");
-    if (words.size() < 4 || words[0] != "@revoked" || words[3] != blob) continue;
-    if (words[1].starts_with(kHashedPrefix) ? hashed_name_is(words[1], lower)
-                                            : known_hosts_patterns_match(words[1], lower))
-      return number;
-  }
+  for (const Revoked& r : revoked_)
+    if (r.blob == blob &&
+        (r.hosts.starts_with(kHashedPrefix) ? hashed_name_is(r.hosts, lower)
+                                            : known_hosts_patterns_match(r.hosts, lower)))
+      return r.number;
   return 0;
+}
+
+size_t revoking_line(std::string_view text, std::string_view name, std::string_view blob) {
+  return KnownHostsIndex(text).revoking_line(name, blob);
 }
 
 bool key_listed(std::string_view text, std::string_view blob) {
