@@ -84,4 +84,24 @@ ConfigWalk walk_config(const std::string& path, const std::string& base,
   return ConfigWalk::kRead;
 }
 
+bool glob_match(std::string_view s, std::string_view p) {
+  size_t si = 0, pi = 0, star = std::string_view::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++si;
+      ++pi;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (star != std::string_view::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
 }  // namespace msrun_ssh

@@ -1,6 +1,7 @@
 // The ssh room's one reading of an ssh config file's lines, for the two readers that look at a
 // config themselves: the grouping of names by their Host and Match lines (ssh_config.cc) and the
-// check of what libssh would read otherwise than ssh (fallback_config.cc).
+// check of what libssh would read otherwise than ssh (fallback_config.cc); and OpenSSH's pattern
+// lists, which Host lines and known_hosts host fields (known_hosts.cc) share.
 #pragma once
 
 #include <cstddef>
@@ -38,5 +39,23 @@ std::string config_home();
 // skipped, as ssh skips it. `visit` returning false stops the walk.
 ConfigWalk walk_config(const std::string& path, const std::string& base,
                        const std::function<bool(const ConfigLine&)>& visit, int depth = 0);
+
+// OpenSSH's pattern matching (match.c's match_pattern): "*" any run, "?" any one character,
+// case-sensitive (callers lower-case both sides where ssh does).
+bool glob_match(std::string_view s, std::string_view p);
+
+// OpenSSH's pattern list (match_pattern_list): `name` against each pattern; a matching
+// "!pattern" decides against, else any match decides for.
+template <typename Patterns>
+bool pattern_list_matches(std::string_view name, const Patterns& patterns) {
+  bool any = false;
+  for (std::string_view p : patterns) {
+    bool negated = p.starts_with('!');
+    if (!glob_match(name, negated ? p.substr(1) : p)) continue;
+    if (negated) return false;
+    any = true;
+  }
+  return any;
+}
 
 }  // namespace msrun_ssh

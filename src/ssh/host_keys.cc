@@ -2,7 +2,6 @@
 // verified as OpenSSH's StrictHostKeyChecking says, and a new key recorded (accept-new).
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,8 +13,7 @@
 #include <vector>
 
 #include "pool.h"
-
-extern char** environ;
+#include "spawn.h"
 
 namespace msrun_ssh {
 namespace {
@@ -58,20 +56,8 @@ std::string server_key_blob(ssh_session s, ssh_key* keep) {
 
 // ssh-keygen -Q -f KRL KEYFILE's exit status: 0 not revoked, 1 revoked, else it could not tell.
 int krl_status(const std::string& krl, const std::string& key_file) {
-  std::vector<std::string> words{"ssh-keygen", "-Q", "-f", krl, key_file};
-  std::vector<char*> args;
-  args.reserve(words.size() + 1);
-  for (auto& w : words) args.push_back(w.data());
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
+  pid_t pid = spawn_program({"ssh-keygen", "-Q", "-f", krl, key_file}, -1, -1);
+  if (pid < 0) return -1;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -118,13 +104,16 @@ std::string SshPool::Impl::revoked_because(Conn& c, const SshHostConfig* h,
     return key_listed(*text, blob)
                ? fmt::format("host key REVOKED (listed in RevokedHostKeys {}): refused", path)
                : "";
-  char key_file[] = "/tmp/msrun-ssh-hostkey-XXXXXX";
-  int fd = mkstemp(key_file);
-  if (fd >= 0) close(fd);
-  int status = fd >= 0 && ssh_pki_export_pubkey_file(key, key_file) == SSH_OK
-                   ? krl_status(path, key_file)
-                   : -1;
-  if (fd >= 0) unlink(key_file);
+  auto [verdict, first] = krl_verdicts.try_emplace({path, blob}, -1);
+  if (first) {
+    char key_file[] = "/tmp/msrun-ssh-hostkey-XXXXXX";
+    int fd = mkstemp(key_file);
+    if (fd >= 0) close(fd);
+    if (fd >= 0 && ssh_pki_export_pubkey_file(key, key_file) == SSH_OK)
+      verdict->second = krl_status(path, key_file);
+    if (fd >= 0) unlink(key_file);
+  }
+  int status = verdict->second;
   if (status == 0) return "";
   return status == 1
              ? fmt::format("host key REVOKED (by the KRL RevokedHostKeys {}): refused", path)

@@ -6,11 +6,13 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
+#include "config_walk.h"
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/ssh.h"
 
@@ -43,6 +45,31 @@ std::string_view first_word(std::string_view line, bool& more) {
   return word;
 }
 
+// A hashed host field ("|1|SALT|HASH") decoded into its salt and its 20-byte hash; false when it
+// is not one.
+bool decode_hashed(std::string_view field, std::string& salt, std::string& hash) {
+  if (!field.starts_with(kHashedPrefix)) return false;
+  std::string_view rest = field.substr(kHashedPrefix.size());
+  size_t bar = rest.find('|');
+  auto s = decode_base64(rest.substr(0, bar));
+  auto h = bar == std::string_view::npos ? std::nullopt : decode_base64(rest.substr(bar + 1));
+  if (!s || !h || h->size() != kSha1Size) return false;
+  salt = std::move(*s);
+  hash = std::move(*h);
+  return true;
+}
+
+// Whether HMAC-SHA1(salt, name) is `hash`, as ssh hashes a known_hosts name; nullopt when it
+// cannot be computed.
+std::optional<bool> hashes_to(std::string_view salt, std::string_view hash, std::string_view name) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (HMAC(EVP_sha1(), salt.data(), static_cast<int>(salt.size()),
+           reinterpret_cast<const unsigned char*>(name.data()), name.size(), mac, &len) == nullptr)
+    return std::nullopt;
+  return len == hash.size() && std::memcmp(hash.data(), mac, len) == 0;
+}
+
 }  // namespace
 
 KnownHostsIndex::KnownHostsIndex(std::string_view text) {
@@ -68,13 +95,9 @@ KnownHostsIndex::KnownHostsIndex(std::string_view text) {
       continue;
     }
     if (hosts.starts_with(kHashedPrefix)) {
-      std::string_view rest = hosts.substr(kHashedPrefix.size());
-      size_t bar = rest.find('|');
-      auto salt = decode_base64(rest.substr(0, bar));
-      auto hash =
-          bar == std::string_view::npos ? std::nullopt : decode_base64(rest.substr(bar + 1));
-      if (salt && hash && hash->size() == kSha1Size)
-        hashed_.push_back(Hashed{std::move(*salt), std::move(*hash), index});
+      Hashed h{.line = index};
+      if (decode_hashed(hosts, h.salt, h.hash))
+        hashed_.push_back(std::move(h));
       else
         always_.push_back(index);
       continue;
@@ -105,18 +128,10 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
   if (named_only)
     for (const auto& [line, patterns] : patterned_)
       if (known_hosts_patterns_match(patterns, looked_up)) keep.push_back(line);
-  unsigned char mac[EVP_MAX_MD_SIZE];
   for (const Hashed& h : hashed_) {
-    unsigned int len = 0;
-    bool hashed = HMAC(EVP_sha1(), h.salt.data(), static_cast<int>(h.salt.size()),
-                       reinterpret_cast<const unsigned char*>(looked_up.data()), looked_up.size(),
-                       mac, &len) != nullptr;
+    std::optional<bool> same = hashes_to(h.salt, h.hash, looked_up);
     // A line whose HMAC cannot be computed is kept: libssh decides.
-    if ((!hashed && !named_only) ||
-        (len == kSha1Size &&
-         std::equal(h.hash.begin(), h.hash.end(), mac,
-                    [](char a, unsigned char b) { return static_cast<unsigned char>(a) == b; })))
-      keep.push_back(h.line);
+    if ((!same && !named_only) || same.value_or(false)) keep.push_back(h.line);
   }
   std::sort(keep.begin(), keep.end());
   keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
@@ -128,68 +143,17 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
   return out;
 }
 
-namespace {
-
-// `text` against one pattern of "*" (any run) and "?" (one character), case aside.
-bool wildcard_match(std::string_view text, std::string_view pattern) {
-  size_t t = 0, p = 0, star = std::string_view::npos, from = 0;
-  auto same = [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) ==
-           std::tolower(static_cast<unsigned char>(b));
-  };
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || same(pattern[p], text[t]))) {
-      ++t;
-      ++p;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      from = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++from;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-}  // namespace
-
 bool known_hosts_patterns_match(std::string_view patterns, std::string_view name) {
-  bool positive = false;
-  for (size_t start = 0; start <= patterns.size();) {
-    size_t comma = patterns.find(',', start);
-    std::string_view p =
-        patterns.substr(start, comma == patterns.npos ? patterns.npos : comma - start);
-    bool negated = p.starts_with('!');
-    if (negated) p.remove_prefix(1);
-    if (!p.empty() && wildcard_match(name, p)) {
-      if (negated) return false;
-      positive = true;
-    }
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return positive;
+  std::string lower = to_lower(patterns);  // ssh lower-cases a host field's patterns
+  return pattern_list_matches(name, split_words(lower, ","));
 }
 
 namespace {
 
 // Whether a hashed host field ("|1|salt|hash") is the hash of `name`.
 bool hashed_name_is(std::string_view field, std::string_view name) {
-  std::string_view rest = field.substr(kHashedPrefix.size());
-  size_t bar = rest.find('|');
-  auto salt = decode_base64(rest.substr(0, bar));
-  auto hash = bar == std::string_view::npos ? std::nullopt : decode_base64(rest.substr(bar + 1));
-  if (!salt || !hash || hash->size() != kSha1Size) return false;
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  return HMAC(EVP_sha1(), salt->data(), static_cast<int>(salt->size()),
-              reinterpret_cast<const unsigned char*>(name.data()), name.size(), mac,
-              &len) != nullptr &&
-         len == kSha1Size && std::memcmp(hash->data(), mac, kSha1Size) == 0;
+  std::string salt, hash;
+  return decode_hashed(field, salt, hash) && hashes_to(salt, hash, name).value_or(false);
 }
 
 }  // namespace

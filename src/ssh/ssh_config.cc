@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,8 +21,7 @@
 
 #include "config_walk.h"
 #include "msrun_ssh/base.h"
-
-extern char** environ;
+#include "spawn.h"
 
 namespace msrun_ssh {
 namespace {
@@ -48,21 +46,10 @@ Asking start(const std::vector<std::string>& argv) {
     ::close(out[1]);
     return a;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  pid_t pid = spawn_program(argv, out[1], err[1]);
   ::close(out[1]);
   ::close(err[1]);
-  if (rc != 0) {
+  if (pid < 0) {
     ::close(out[0]);
     ::close(err[0]);
     return a;
@@ -178,36 +165,8 @@ struct HostLine {
   std::vector<std::vector<std::string>> criteria;
 };
 
-// OpenSSH's pattern matching: "*" any run, "?" any one character, case-sensitive.
-bool glob_match(std::string_view s, std::string_view p) {
-  size_t si = 0, pi = 0, star = std::string_view::npos, mark = 0;
-  while (si < s.size()) {
-    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
-      ++si;
-      ++pi;
-    } else if (pi < p.size() && p[pi] == '*') {
-      star = pi++;
-      mark = si;
-    } else if (star != std::string_view::npos) {
-      pi = star + 1;
-      si = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (pi < p.size() && p[pi] == '*') ++pi;
-  return pi == p.size();
-}
-
 bool host_line_matches(const HostLine& line, std::string_view name) {
-  bool any = false;
-  for (const auto& p : line.patterns) {
-    bool negated = p.starts_with('!');
-    if (!glob_match(name, negated ? std::string_view(p).substr(1) : std::string_view(p))) continue;
-    if (negated) return false;
-    any = true;
-  }
-  return any;
+  return pattern_list_matches(name, line.patterns);
 }
 
 // Unlike Host lines, a Match line's host and originalhost compare without regard to case

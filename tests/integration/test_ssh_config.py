@@ -238,6 +238,25 @@ def test_revoked_host_keys_as_a_krl_and_as_a_list_refuse_the_host_as_ssh_does():
         if refused:
             check("REVOKED" in err or "cannot read the ssh config's RevokedHostKeys" in err,
                   f"{name}: {err[-1500:]}")
+    # The KRL is asked once per host key, not once per connection: 12 processes take n0's two
+    # connections (10 channels each), each verifying the key.
+    wrap = os.path.join(tmpdir(), "keygen-count")
+    os.makedirs(wrap, exist_ok=True)
+    count = os.path.join(wrap, "runs")
+    open(count, "w").close()
+    with open(os.path.join(wrap, "ssh-keygen"), "w") as f:
+        f.write(f'#!/bin/sh\necho "$*" >> {count}\nexec /usr/bin/ssh-keygen "$@"\n')
+    os.chmod(os.path.join(wrap, "ssh-keygen"), 0o755)
+    cfg = _config("revoked_other_many", f"Host n0\n  HostName {a[0]}\n  RevokedHostKeys {other_krl}\n"
+                  + _common())
+    hf = os.path.join(tmpdir(), "revoked_other_many.toml")
+    open(hf, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 12\n'
+                        '\n[[hosts]]\naddress = "n0"\n')
+    code, _, err, _ = run([job("reached.py")], hostfile=hf, extra=["--ssh_config", cfg],
+                          env={"PATH": f"{wrap}:{os.environ['PATH']}"})
+    check(code == 0, f"12 processes on n0: exit {code}: {err.decode()[-1500:]}")
+    asked = [line for line in open(count) if line.startswith("-Q")]
+    check(len(asked) == 1, f"ssh-keygen -Q ran {len(asked)} times for one host key: {asked}")
 
 
 def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():

@@ -1,0 +1,34 @@
+// The ssh room's local programs (spawn.h).
+#include "spawn.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+
+#include <utility>
+
+extern char** environ;
+
+namespace msrun_ssh {
+
+pid_t spawn_program(const std::vector<std::string>& argv, int out, int err) {
+  if (argv.empty()) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  for (auto [fd, to] : {std::pair{1, out}, std::pair{2, err}}) {
+    if (to >= 0)
+      posix_spawn_file_actions_adddup2(&fa, to, fd);
+    else
+      posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", O_WRONLY, 0);
+  }
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+}  // namespace msrun_ssh
