@@ -49,6 +49,7 @@ using runner_detail::host_names;
 using runner_detail::job_hosts;
 using runner_detail::JobHosts;
 using runner_detail::prepare_hosts;
+using runner_detail::wait_for_signal;
 
 namespace {
 
@@ -148,40 +149,26 @@ int run_detached(const Options& options, const Plan& plan, Transport& t, int sfd
 
 // Before attempt k+1 starts, attempt k's per-rank logs move aside ("worker_3.log" ->
 // "worker_3.attempt1.log"), so that the last attempt's keep msrun's names and none is truncated.
-void keep_attempt_logs(const std::string& log_dir, const std::vector<std::string>& names,
-                       int attempt) {
+// Returns the logs' names now (the job's record names them when attempt k+1 writes none).
+std::vector<std::string> keep_attempt_logs(const std::string& log_dir,
+                                           const std::vector<std::string>& names, int attempt) {
+  std::vector<std::string> now;
   for (const auto& name : names) {
     std::string stem =
         name.size() > 4 && name.ends_with(".log") ? name.substr(0, name.size() - 4) : name;
+    std::string kept = fmt::format("{}.attempt{}.log", stem, attempt);
     std::string from = fmt::format("{}/{}", log_dir, name);
-    std::string to = fmt::format("{}/{}.attempt{}.log", log_dir, stem, attempt);
-    if (std::rename(from.c_str(), to.c_str()) != 0 && errno != ENOENT)
+    std::string to = fmt::format("{}/{}", log_dir, kept);
+    bool moved = std::rename(from.c_str(), to.c_str()) == 0;
+    if (!moved && errno != ENOENT)
       std::fprintf(stderr, "msrun-ssh: warning: cannot keep %s as %s: %s\n", from.c_str(),
                    to.c_str(), std::strerror(errno));
+    now.push_back(moved ? kept : name);
   }
+  return now;
 }
 
 double monotonic_seconds() { return monotonic_ms() / 1000; }
-
-// Waits out a restart back-off on the signalfd: 0, or the exit status of the signal that came
-// (SIGQUIT, a stack dump, has nothing to dump then and is passed over).
-int wait_for_signal(int sfd, double seconds) {
-  double deadline = monotonic_seconds() + seconds;
-  for (double left = seconds; left > 0; left = deadline - monotonic_seconds()) {
-    pollfd p{sfd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::ceil(left * 1000))) <= 0) continue;
-    signalfd_siginfo info{};
-    if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info) ||
-        info.ssi_signo == SIGQUIT || info.ssi_signo == SIGCONT)
-      continue;
-    if (info.ssi_signo == SIGTSTP) {  // Ctrl-Z: nothing runs on the hosts; the launcher stops
-      ::kill(::getpid(), SIGSTOP);
-      continue;
-    }
-    return exit_status_of_signal(static_cast<int>(info.ssi_signo));
-  }
-  return 0;
-}
 
 // The job id of attempt `attempt`: its own from the second on (the watchdogs of an earlier attempt
 // never sweep a later one's processes).
@@ -202,11 +189,9 @@ Plan attempt_plan(Plan p, const Options& options, int attempt) {
   return p;
 }
 
-// The grouped stacks of a time limit, also in <log_dir>/stacks-<UTC time>[-a<attempt>].txt.
-// Writes `text` to `path` (created with the launcher's umask, 077); on failure warns, naming the
-// file, and returns false.
 // The attempt's summary as data: the "summary" event and <log_dir>/summary.json (the last
-// attempt's, written 0600 through a temporary name).
+// attempt's, written 0600 through a temporary name; an attempt that started nothing has no
+// processes there and no event, `events` null).
 void write_summary(const std::string& log_dir, const std::vector<SummaryRow>& rows,
                    const AttemptResult& result, int attempt, EventLog* events) {
   nlohmann::json summary = summary_json(rows);
@@ -280,7 +265,8 @@ struct ReadyHosts {
 // every host is ready or no spare is left. Returns nothing when ready, else the attempt's result:
 // final (nothing started; a later attempt would meet the same hosts).
 std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& options,
-                                             int attempt, StatusLine& row, ReadyHosts& ready) {
+                                             int attempt, StatusLine& row, ReadyHosts& ready,
+                                             int sfd) {
   for (;;) {
     ready.agents.reset();
     ready.pool.reset();
@@ -299,14 +285,14 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
     ready.agents = launch_agents(*ready.pool, ready.plan, options);
     std::map<std::string, std::string> unreachable;
     auto failed = prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
-                                options.report_bindings && attempt == 1, &row, &unreachable);
+                                options.report_bindings && attempt == 1, &row, &unreachable, sfd);
     if (!failed) return std::nullopt;
-    std::string why = failed->second;
-    if (attempt > 1 && roster.has_spares() && !unreachable.empty()) {
+    std::string why = failed->why;
+    if (!failed->interrupted && attempt > 1 && roster.has_spares() && !unreachable.empty()) {
       why = roster.replace_unreachable(unreachable);
       if (why.empty()) continue;
     }
-    return AttemptResult{failed->first, false, true, why};
+    return AttemptResult{failed->status, failed->interrupted, true, why};
   }
 }
 
@@ -320,9 +306,10 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   StatusLine row(2, terminal_status_enabled(2, options.quiet));
   row.set_sink(&console_sink());
   ReadyHosts ready;
-  if (auto failed = connect_attempt(roster, options, attempt, row, ready)) {
+  if (auto failed = connect_attempt(roster, options, attempt, row, ready, sfd)) {
     emit_event(events, "start_failed",
                {{"exit_status", failed->status}, {"reason", failed->cause}});
+    write_summary(options.log_dir, {}, *failed, attempt, nullptr);
     return *failed;
   }
   const Plan& plan = ready.plan;
@@ -425,8 +412,9 @@ int run_job(const Options& options, Plan& plan) {
     int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP});
     auto agents = launch_agents(*pool, plan, options);
     int status = 0;
-    if (auto failed = prepare_hosts(*pool, *agents, plan, jh, options, options.report_bindings))
-      status = failed->first;
+    if (auto failed = prepare_hosts(*pool, *agents, plan, jh, options, options.report_bindings,
+                                    nullptr, nullptr, sfd))
+      status = failed->status;
     else if ((status = signal_status(sfd)) != 0)
       std::fprintf(stderr, "msrun-ssh: interrupted before job %s started: nothing was started\n",
                    plan.job_id.c_str());
@@ -464,11 +452,13 @@ int run_job(const Options& options, Plan& plan) {
   HostRoster roster(std::move(plan), options, say);  // `plan` is not used after this
   AttemptResult last;
   auto attempt = [&](int k) {
-    if (k > 1) keep_attempt_logs(options.log_dir, logs, k - 1);
+    if (k > 1) logs = keep_attempt_logs(options.log_dir, logs, k - 1);
     std::string cannot = k > 1 ? roster.after_attempt(last) : "";
     if (!cannot.empty()) {
       say(cannot);
-      return last = AttemptResult{kExitHostFailure, false, true, cannot};
+      last = AttemptResult{kExitHostFailure, false, true, cannot};
+      write_summary(options.log_dir, {}, last, k, nullptr);
+      return last;
     }
     return last = run_attempt(options, roster, k, sfd, log, logs, events.get());
   };

@@ -1,11 +1,14 @@
 """Spare hosts at a restart (issue #16): a host cut during attempt 1 is replaced by the spare of
 the host file, which runs the lost host's node rank and ranks in attempt 2; without a spare the
 restart fails with 255, naming the host."""
+import glob
+import json
 import os
 import re
+import tempfile
 
 from harness import (addresses, check, cluster, copy_hosts_file, job, launch,
-                     read, wait_clean, wait_for, running)
+                     read, tmpdir, wait_clean, wait_for, running)
 
 VICTIM = 1  # node rank 1 (ranks 2 and 3 with the cluster's 2 workers per host)
 
@@ -18,11 +21,13 @@ def _spare_hosts_file():
     return path
 
 
-def _cut_during_attempt_1(hostfile, processes):
+def _cut_during_attempt_1(hostfile, processes, state=None):
     """Runs flaky.py (attempt 1 runs long, attempt 2 briefly), cuts VICTIM once attempt 1's
-    `processes` run, and returns (exit code, stdout, stderr, log dir)."""
+    `processes` run, and returns (exit code, stdout, stderr, log dir). The job's record goes
+    under `state` (XDG_STATE_HOME) when given."""
     p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"], hostfile=hostfile,
-                     extra=["--max_restarts", "1", "--restart_backoff", "0.5"])
+                     extra=["--max_restarts", "1", "--restart_backoff", "0.5"],
+                     env={"XDG_STATE_HOME": state} if state else None)
     try:
         wait_for(lambda: running("flaky.py") >= processes,
                  20, "attempt 1's processes")
@@ -55,15 +60,33 @@ def test_cut_host_is_replaced_by_the_spare():
     wait_clean(5)
 
 
+def _check_the_end_is_attempt_2s(logs, state, cause):
+    """An attempt 2 that started nothing: summary.json is attempt 2's (exit 255, `cause`), not
+    attempt 1's, and the job's record names logs that are there (attempt 1's, kept aside)."""
+    summary = json.load(open(os.path.join(logs, "summary.json")))
+    check(summary["attempt"] == 2 and summary["exit_status"] == 255 and cause in summary["cause"]
+          and summary["processes"] == [], f"summary.json is not attempt 2's: {summary}")
+    records = glob.glob(os.path.join(state, "msrun-ssh", "jobs", "*.json"))
+    check(len(records) == 1, f"job records: {records}")
+    record = json.load(open(records[0]))
+    check(record["exit_status"] == 255, f"record: {record}")
+    named = [p["log"] for p in record["processes"]]
+    missing = [n for n in named if not os.path.exists(n)]
+    check(named and not missing and all(".attempt1.log" in n for n in named),
+          f"the record names logs that are not there: {missing or named}")
+
+
 def test_cut_host_without_a_spare_fails_the_restart_with_255():
     addrs = addresses()
-    code, _, err, _ = _cut_during_attempt_1(copy_hosts_file(), 1 + 2 * len(addrs))
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+    code, _, err, logs = _cut_during_attempt_1(copy_hosts_file(), 1 + 2 * len(addrs), state)
     check(code == 255, f"exit {code}: {err.decode()[-2500:]}")
     check(f"host {addrs[VICTIM]} lost".encode() in err, f"the loss is not named: {err.decode()[-2500:]}")
     # Attempt 2 cannot reach the cut host: nothing starts, the host is named.
     check(re.search(rf"msrun-ssh: {re.escape(addrs[VICTIM])}: .+".encode(), err),
           f"the unreachable host is not named: {err.decode()[-2500:]}")
     check(b"attempt 2: exit 255 (a host could not be reached)" in err, f"{err.decode()[-2500:]}")
+    _check_the_end_is_attempt_2s(logs, state, "a host could not be reached")
     wait_clean(5)
 
 
@@ -73,11 +96,14 @@ def test_no_spare_left_names_the_host():
     addrs = addresses()
     spare = len(addrs) - 1
     cluster("cut", spare)
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
     try:
-        code, _, err, _ = _cut_during_attempt_1(_spare_hosts_file(), 1 + 2 * (len(addrs) - 1))
+        code, _, err, logs = _cut_during_attempt_1(_spare_hosts_file(), 1 + 2 * (len(addrs) - 1),
+                                                   state)
     finally:
         cluster("heal", spare)
     check(code == 255, f"exit {code}: {err.decode()[-2500:]}")
     check(f"cannot restart: no spare host is left to replace {addrs[spare]} (node rank {VICTIM}, "
           f"unreachable: ".encode() in err, f"no clear reason: {err.decode()[-2500:]}")
+    _check_the_end_is_attempt_2s(logs, state, "no spare host is left")
     wait_clean(5)
