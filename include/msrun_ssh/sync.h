@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -263,6 +264,9 @@ struct SyncSettings {
   bool apply = true;              // false: compare only (check), nothing is written on the hosts
   double timeout_s = 120;         // no byte from or to a host for that long: it failed
   std::FILE* progress = nullptr;  // a terminal for the redrawn progress line, or nullptr
+  // Asked as the sync goes (at least once a second): true ends it there, every host not done
+  // failing "interrupted" (a signal to the launcher).
+  std::function<bool()> stop;
 };
 
 // Syncs `source` to every host of `transport` (0..dests.size()-1) at once (a batch: run it when
@@ -296,9 +300,10 @@ SyncWhere sync_where(const std::string& cwd, const std::string& dir, const std::
 // stderr about each entry of a type that cannot be synced. Throws InputError.
 SyncSource make_sync_source(const Options& options, const std::vector<std::string>& workdirs);
 
-// Syncs (sync_hosts; the progress line on stderr when it is a terminal) and prints one
-// sync_result_line per host to `out`. Returns whether every host succeeded.
+// Syncs (sync_hosts; the progress line on stderr when it is a terminal; SyncSettings::stop) and
+// prints one sync_result_line per host to `out`. Returns whether every host succeeded.
 bool sync_and_report(Transport& transport, const SyncSource& source,
-                     const std::vector<std::string>& addresses, std::FILE* out);
+                     const std::vector<std::string>& addresses, std::FILE* out,
+                     const std::function<bool()>& stop = nullptr);
 
 }  // namespace msrun_ssh

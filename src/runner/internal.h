@@ -65,14 +65,29 @@ JobHosts job_hosts(const Plan& plan);
 // name asks for it. A host that does not answer keeps its address.
 std::vector<std::string> host_names(Transport& t, const Plan& plan, double timeout_s);
 
+// What ended the preparation of the hosts: the exit status, why, and whether it was a signal to
+// the launcher.
+struct PrepareFailure {
+  int status = 0;
+  std::string why;
+  bool interrupted = false;
+};
+
 // Everything before a process starts, attached or detached: connect every host (`pool`), then
 // over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
 // torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
 // exit status and why (every step prints its own details); `unreachable` (when given) gets the
-// hosts that could not be connected, with why.
-std::optional<std::pair<int, std::string>> prepare_hosts(
+// hosts that could not be connected, with why. `sfd` (when >= 0), the launcher's signalfd, is read
+// after each step and during the sync (wait_for_signal): SIGINT, SIGTERM or SIGHUP ends the
+// preparation there, nothing started, with the signal's exit status.
+std::optional<PrepareFailure> prepare_hosts(
     HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
     const Options& options, bool report_bindings, StatusLine* status = nullptr,
-    std::map<std::string, std::string>* unreachable = nullptr);
+    std::map<std::string, std::string>* unreachable = nullptr, int sfd = -1);
+
+// Waits up to `seconds` (0: only what is pending) on the launcher's signalfd `sfd`: 0, or the exit
+// status of SIGINT, SIGTERM or SIGHUP when one came. SIGTSTP stops the launcher there (nothing
+// runs on the hosts yet); SIGQUIT (a stack dump: nothing to dump) and SIGCONT pass.
+int wait_for_signal(int sfd, double seconds);
 
 }  // namespace msrun_ssh::runner_detail

@@ -1,7 +1,12 @@
 // Everything before a process starts, attached or detached: connecting every host (phase one),
 // the sync, binding from the hosts' topologies, the torch master port, the hosts' own names.
 #include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -10,6 +15,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/batch.h"
 #include "msrun_ssh/command.h"
 #include "msrun_ssh/error.h"
@@ -153,10 +159,32 @@ JobHosts job_hosts(const Plan& plan) {
   return j;
 }
 
-std::optional<std::pair<int, std::string>> prepare_hosts(
-    HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
-    const Options& options, bool report_bindings, StatusLine* status,
-    std::map<std::string, std::string>* unreachable) {
+int wait_for_signal(int sfd, double seconds) {
+  double deadline = monotonic_ms() + seconds * 1000;
+  for (;;) {
+    double left = deadline - monotonic_ms();
+    pollfd p{sfd, POLLIN, 0};
+    if (::poll(&p, 1, left > 0 ? static_cast<int>(std::ceil(left)) : 0) <= 0) {
+      if (left <= 0) return 0;
+      continue;
+    }
+    signalfd_siginfo info{};
+    if (::read(sfd, &info, sizeof info) != static_cast<ssize_t>(sizeof info) ||
+        info.ssi_signo == SIGQUIT || info.ssi_signo == SIGCONT)
+      continue;
+    if (info.ssi_signo == SIGTSTP) {  // Ctrl-Z: nothing runs on the hosts; the launcher stops
+      ::kill(::getpid(), SIGSTOP);
+      continue;
+    }
+    return exit_status_of_signal(static_cast<int>(info.ssi_signo));
+  }
+}
+
+std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& commands, Plan& plan,
+                                            const JobHosts& jh, const Options& options,
+                                            bool report_bindings, StatusLine* status,
+                                            std::map<std::string, std::string>* unreachable,
+                                            int sfd) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {
@@ -164,22 +192,40 @@ std::optional<std::pair<int, std::string>> prepare_hosts(
     workdirs.push_back(h.host.workdir);
   }
   if (options.sync) sync = make_sync_source(options, workdirs);
+  int signal = 0;  // the exit status of a signal to the launcher, once one came
+  auto signalled = [&] {
+    if (signal == 0 && sfd >= 0) signal = wait_for_signal(sfd, 0);
+    return signal != 0;
+  };
+  auto interrupted = [&] {
+    std::fprintf(stderr, "msrun-ssh: interrupted while preparing the hosts; nothing was started\n");
+    return PrepareFailure{signal, "interrupted before anything started", true};
+  };
+  // A step that failed while a signal came: the signal is the verdict (it may be the cause).
+  auto failed = [&](int status, const char* why) {
+    return signalled() ? interrupted() : PrepareFailure{status, why};
+  };
   if (!connect(pool, jh.hosts, jh.connections, status, unreachable))
-    return std::pair{kExitHostFailure, std::string("a host could not be reached")};
-  if (sync && !sync_and_report(commands, *sync, addresses, stderr)) {
+    return failed(kExitHostFailure, "a host could not be reached");
+  if (signalled()) return interrupted();
+  if (sync && !sync_and_report(commands, *sync, addresses, stderr, signalled)) {
+    if (signalled()) return interrupted();
     std::fprintf(stderr, "msrun-ssh: the sync failed; nothing was started\n");
-    return std::pair{kExitHostFailure, std::string("the sync failed")};
+    return PrepareFailure{kExitHostFailure, "the sync failed"};
   }
+  if (signalled()) return interrupted();
   if (!bind_from_topologies(commands, plan, options))
-    return std::pair{kExitHostFailure, std::string("a host's topology could not be read")};
+    return failed(kExitHostFailure, "a host's topology could not be read");
+  if (signalled()) return interrupted();
   switch (master_port_free(commands, plan, options.connect_timeout)) {
     case PortCheck::kFree:
       break;
     case PortCheck::kTaken:
-      return std::pair{kExitUsage, std::string("the master port is taken")};
+      return failed(kExitUsage, "the master port is taken");
     case PortCheck::kNoAnswer:
-      return std::pair{kExitHostFailure, std::string("the master did not answer")};
+      return failed(kExitHostFailure, "the master did not answer");
   }
+  if (signalled()) return interrupted();
   if (report_bindings) std::fputs(describe_bindings(plan).c_str(), stderr);
   return std::nullopt;
 }

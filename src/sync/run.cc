@@ -23,9 +23,11 @@ SyncSource make_sync_source(const Options& options, const std::vector<std::strin
 }
 
 bool sync_and_report(Transport& transport, const SyncSource& source,
-                     const std::vector<std::string>& addresses, std::FILE* out) {
+                     const std::vector<std::string>& addresses, std::FILE* out,
+                     const std::function<bool()>& stop) {
   SyncSettings settings;
   settings.progress = isatty(2) ? stderr : nullptr;
+  settings.stop = stop;
   auto results = sync_hosts(transport, source, settings);
   bool ok = true;
   for (size_t h = 0; h < results.size(); ++h) {

@@ -88,6 +88,10 @@ class Session {
     if (phase_ == Phase::kApply) feed();
     draw_progress();
     drop_silent_hosts();
+    if (settings_.stop && settings_.stop()) {
+      stopped_ = true;
+      return false;
+    }
     return t_.now_ms() - last_activity_ < settings_.timeout_s * 1000;
   }
 
@@ -259,6 +263,8 @@ class Session {
     for (HostState& h : hosts_)
       if (h.stream) apply_result(h);
     for (HostState& h : hosts_) {
+      if (stopped_ && batch_.result(h.channel).failure == BatchFailure::kTimedOut)
+        h.result.error = "interrupted";  // given up on when the sync was stopped
       if (h.result.error.empty() && phase_ != Phase::kApply)
         h.result.error = trouble(batch_.result(h.channel));
       if (h.result.shared_with != SIZE_MAX && !hosts_[h.result.shared_with].result.error.empty())
@@ -276,6 +282,7 @@ class Session {
   Phase phase_ = Phase::kManifests;
   double last_activity_ = 0;
   double last_draw_ = -1e300;
+  bool stopped_ = false;  // SyncSettings::stop said so
 };
 
 }  // namespace

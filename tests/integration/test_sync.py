@@ -5,11 +5,12 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
-from harness import (addresses, binary, check, cluster, cluster_dir, copy_hosts_file, run,
-                     restore_cluster, tmpdir, wait_for)
+from harness import (addresses, binary, check, cluster, cluster_dir, copy_hosts_file, launch,
+                     run, restore_cluster, tmpdir, wait_for)
 
 RESULT = re.compile(r"^sync: (\S+): (.*)$", re.M)
 SENT = re.compile(r"^(\d+) files?, (\d+) bytes sent, (\d+) deleted")
@@ -217,6 +218,39 @@ def test_a_cut_host_keeps_no_partial_file_and_the_next_sync_completes_it():
     check(code == 0, f"the next sync: exit {code}: {out}{err}")
     tree = {k: v for k, v in remote_tree(2, dest).items() if k != ".msrun-sync-id"}
     check(tree == want, f"node2 after the next sync: {sorted(set(tree.items()) ^ set(want.items()))}")
+
+
+def test_ctrl_c_during_the_sync_of_a_job_ends_it_at_once_and_starts_nothing():
+    root = make_tree("s6")
+    with open(os.path.join(root, "weights.bin"), "wb") as f:
+        f.write(os.urandom(6 * 1024 * 1024))
+    hf, workdirs = hostfile("s6")
+    dest = f"{workdirs[2]}/s6/proj"
+    veth = "msrs-v2"
+    # 6 MiB at 1 Mbit/s to host 2 take about 50 s: the signal lands mid-stream.
+    subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "1mbit", "burst",
+                    "32kbit", "latency", "400ms"], check=True, timeout=10)
+    try:
+        p, _ = launch(["s6/proj/train.py"], hostfile=hf, extra=["--sync"])
+        wait_for(lambda: ".msrun-sync.tmp." in on_host(2, f"ls -a {dest} 2>/dev/null || true"),
+                 30, "node2's sync to stream")
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=90)
+        took = time.monotonic() - sent
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], timeout=10)
+    out, err = out.decode(errors="replace"), err.decode(errors="replace")
+    # Before, the launcher read the signal only once the sync was over, and then started the job.
+    check(p.returncode == 130, f"exit {p.returncode}: {err[-3000:]}")
+    check(took < 10, f"the launcher ended {took:.1f} s after Ctrl-C: {err[-3000:]}")
+    check("interrupted while preparing the hosts; nothing was started" in err, err[-3000:])
+    check(f"sync: {addresses()[2]}: failed: interrupted" in err, err[-3000:])
+    check("trained" not in out, f"the job started: {out[-2000:]}")
+    wait_for(lambda: "proj/train.py" not in on_host(2, "ps -eo args || true"), 30,
+             "no process of the job on node2")
+    wait_for(lambda: not on_host(2, "pgrep -f 'msrun-sync[.]tmp' || true").strip(), 60,
+             "node2's sync program to end")
 
 
 def test_excludes_modes_symlinks_odd_names_and_escapes():

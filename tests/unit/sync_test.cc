@@ -855,6 +855,28 @@ TEST_F(SyncHosts, AHostWhoseManifestFailedGetsEofAtOnce) {
   EXPECT_TRUE(t_.kills.empty());
 }
 
+TEST_F(SyncHosts, AStopEndsTheSyncThereAndTheHostsNotDoneFailInterrupted) {
+  t_.on(kManifestWord, host_reply({}, "", "T0", {}, "msrun-sync: done 4 24 0"), 0);
+  t_.on(kManifestWord, host_reply({}, "", "T1", {}, "msrun-sync: done 4 24 0"), 1);
+  Reply hangs = host_reply({}, "", "T2");
+  hangs.exit_at = -1;  // a slow host: still applying when the launcher is interrupted
+  t_.on(kManifestWord, hangs, 2);
+  SyncSettings settings;
+  int asked = 0;
+  settings.stop = [&] {
+    ++asked;
+    return t_.now_ms() >= 2000;  // Ctrl-C, 2 s in
+  };
+  auto results = sync_hosts(t_, source_, settings);
+  EXPECT_EQ(lines(results), (std::vector<std::string>{"sync: h0: 4 files, 24 bytes sent, 0 deleted",
+                                                      "sync: h1: 4 files, 24 bytes sent, 0 deleted",
+                                                      "sync: h2: failed: interrupted"}));
+  EXPECT_GE(t_.now_ms(), 2000);
+  EXPECT_LT(t_.now_ms(), 3100);    // at most a second on, not the 120 s of the timeout
+  EXPECT_GE(asked, 2);             // asked as it goes, not only at the end
+  ASSERT_EQ(t_.kills.size(), 1u);  // what was given up on is killed
+}
+
 TEST_F(SyncHosts, ASingleHostIsAskedNothingAndGetsItsStreamAtOnce) {
   source_.dests = {"/d0"};
   t_.on(kManifestWord, host_reply({}, "", "T0", {}, "msrun-sync: done 4 24 0"), 0);
