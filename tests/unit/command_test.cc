@@ -1280,7 +1280,7 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   ASSERT_TRUE(fs::create_directory(stacks));
   Process other = process_;
   other.rank = 1;
-  other.argv = {"/bin/sh", "-c", "exec sleep 3"};
+  other.argv = {"/bin/sh", "-c", "exec sleep 8"};  // outlives the 2 s grace below, loaded or not
   Result o = run_shell("/bin/sh", detached_command(other, job_, "w1.log"), dir_, 5);
   ASSERT_EQ(o.status, 0) << o.output;
   pid_t other_pid = keeper_pid_file(state_stem(workdir_, "w1.log", job_, other));
@@ -1304,7 +1304,7 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   // The other one ends by itself: its keeper finds nothing of the job left, and removes it.
   std::string other_stem = state_stem(workdir_, "w1.log", job_, other);
   t0 = Clock::now();
-  while (since(t0) < 8 && slurp(other_stem + ".exit").empty())
+  while (since(t0) < 15 && slurp(other_stem + ".exit").empty())
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(slurp(other_stem + ".exit"), "0\n");
   EXPECT_FALSE(fs::exists(stacks));
