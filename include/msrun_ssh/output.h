@@ -268,6 +268,10 @@ struct LogGap {
   size_t written = 0;  // bytes the file holds
   size_t missing = 0;  // bytes that could not be written (0: none)
   std::string error;   // why the first write failed
+  // Why closing the file failed ("" when it did not): a network file system (NFS) reports there
+  // that writes it had accepted did not reach the server, so the file may miss bytes no write
+  // counted.
+  std::string close_error;
 };
 
 struct OutputConfig {
@@ -295,6 +299,8 @@ struct OutputConfig {
   std::function<void(const LogGap&)> on_log_error;
   // How log bytes are written: ::write unless a test puts a failing one here.
   std::function<ssize_t(int, const void*, size_t)> write_log;
+  // How a log file is closed: ::close unless a test puts a failing one here.
+  std::function<int(int)> close_log;
   // At most this many log files are open at once; the others are opened again (appending) when
   // they have bytes to write. Default: half the descriptors the process may open.
   size_t max_open_logs = default_max_open_logs();
@@ -336,6 +342,10 @@ class Output {
 
   // flush(), and every gathered line now: the end of the output, or a message must follow it.
   void drain();
+
+  // Closes every open log file (a later write opens it again, appending), saying so when closing
+  // one fails (LogGap::close_error): at the end of a run, before its summary.
+  void close_logs();
 
   // Milliseconds until flush() has something to write that is not there yet (< 0: nothing).
   int due_in_ms();
@@ -380,6 +390,7 @@ class Output {
   void write_log(Proc& p);
   void touch(Proc& p);
   bool open_log(Proc& p, int flags);
+  void close_log(Proc& p);
   static LogGap log_gap_of(const Proc& p);
   size_t write_some_log(Proc& p, std::string_view data);
   void say_log_notes();

@@ -62,10 +62,12 @@ void EventLog::emit(std::string_view type, const nlohmann::json& fields) {
 }
 
 nlohmann::json log_gap_json(const LogGap& gap) {
-  return {{"path", gap.path},
-          {"bytes_written", gap.written},
-          {"bytes_missing", gap.missing},
-          {"error", gap.error}};
+  nlohmann::json j = {{"path", gap.path},
+                      {"bytes_written", gap.written},
+                      {"bytes_missing", gap.missing},
+                      {"error", gap.error}};
+  if (!gap.close_error.empty()) j["close_error"] = gap.close_error;
+  return j;
 }
 
 nlohmann::json summary_json(const std::vector<SummaryRow>& rows) {
@@ -74,7 +76,8 @@ nlohmann::json summary_json(const std::vector<SummaryRow>& rows) {
   nlohmann::json incomplete = nlohmann::json::array();
   int torn_down = 0;
   for (const SummaryRow& r : rows) {
-    if (r.log_gap.missing > 0) incomplete.push_back(log_gap_json(r.log_gap));
+    if (r.log_gap.missing > 0 || !r.log_gap.close_error.empty())
+      incomplete.push_back(log_gap_json(r.log_gap));
     nlohmann::json p = {{"host", r.host},       {"process", r.process}, {"status", r.status},
                         {"seconds", r.seconds}, {"failed", r.failed},   {"torn_down", r.torn_down}};
     p["rank"] = rank_json(r.rank);

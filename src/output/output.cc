@@ -67,8 +67,9 @@ struct Output::Proc {
   size_t gap = 0;
   int write_errno = 0;
   std::string first_error;
-  bool touched = false;  // in Output::touched_
-  uint64_t lines = 0;    // lines it printed (both streams)
+  std::string close_error;  // the first failed close
+  bool touched = false;     // in Output::touched_
+  uint64_t lines = 0;       // lines it printed (both streams)
 };
 
 size_t default_max_open_logs() {
@@ -340,8 +341,7 @@ bool Output::open_log(Proc& p, int flags) {
   while (open_logs_.size() >= limit) {
     Proc* oldest = open_logs_.front();
     open_logs_.pop_front();
-    ::close(oldest->fd);
-    oldest->fd = -1;
+    close_log(*oldest);
   }
   p.fd = ::open(p.path.c_str(), O_WRONLY | O_CLOEXEC | (flags ? flags : O_APPEND), 0600);
   if (p.fd < 0) return false;
@@ -402,6 +402,30 @@ void Output::write_log(Proc& p) {
   p.log_buf.clear();
 }
 
+// Closes the log of `p` (not in open_logs_ any more). A failed close is said once per file: the
+// file system may have dropped writes it had accepted (NFS reports them at close).
+void Output::close_log(Proc& p) {
+  if (p.fd < 0) return;
+  int rc = config_.close_log ? config_.close_log(p.fd) : ::close(p.fd);
+  p.fd = -1;
+  if (rc == 0 || errno == EINTR || !p.close_error.empty()) return;  // EINTR: closed all the same
+  p.close_error = std::strerror(errno);
+  log_notes_.push_back(fmt::format(
+      "warning: closing {} failed: {}; the file system may have lost bytes written to it (it "
+      "accepted {})",
+      p.path, p.close_error, p.logged));
+  if (config_.on_log_error) config_.on_log_error(log_gap_of(p));
+}
+
+void Output::close_logs() {
+  while (!open_logs_.empty()) {
+    Proc* p = open_logs_.front();
+    open_logs_.pop_front();
+    close_log(*p);
+  }
+  say_log_notes();
+}
+
 void Output::say_log_notes() {
   for (const auto& note : log_notes_) {
     console_write(config_.console_err, fmt::format("msrun-ssh: {}\n", note), true);
@@ -411,7 +435,7 @@ void Output::say_log_notes() {
 }
 
 LogGap Output::log_gap_of(const Proc& p) {
-  return LogGap{p.path, p.logged, p.missing, p.first_error};
+  return LogGap{p.path, p.logged, p.missing, p.first_error, p.close_error};
 }
 
 LogGap Output::log_gap(int proc) const { return log_gap_of(*procs_.at(static_cast<size_t>(proc))); }

@@ -246,11 +246,17 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
   if (torn_down > 0 && (root || !failed.empty()))
     out += fmt::format("--- ended by the teardown: {} process{} ---\n", torn_down,
                        torn_down == 1 ? "" : "es");
-  for (const auto& r : rows)
+  for (const auto& r : rows) {
     if (r.log_gap.missing > 0)
       out += fmt::format(
           "--- incomplete log: {} ({} on {}) misses {} bytes ({}); it holds {} bytes ---\n",
           r.log_gap.path, r.process, r.host, r.log_gap.missing, r.log_gap.error, r.log_gap.written);
+    if (!r.log_gap.close_error.empty())
+      out += fmt::format(
+          "--- log may be incomplete: {} ({} on {}): closing it failed ({}); {} bytes were "
+          "written to it ---\n",
+          r.log_gap.path, r.process, r.host, r.log_gap.close_error, r.log_gap.written);
+  }
   return out + format_stacks(rows);
 }
 

@@ -329,8 +329,11 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   oc.on_log_error = [events, &running, stop = options.log_error_stops](const LogGap& gap) {
     emit_event(events, "log_write_error", log_gap_json(gap));
     if (stop && running)
-      running->fail_soon(kExitFailure, fmt::format("cannot write {}: {} (--on_log_error=stop)",
-                                                   gap.path, gap.error));
+      running->fail_soon(
+          kExitFailure,
+          fmt::format(
+              "cannot write {}: {} (--on_log_error=stop)", gap.path,
+              gap.close_error.empty() ? gap.error : "closing it failed: " + gap.close_error));
   };
   Output out(oc);
   AttemptResult result;
@@ -357,7 +360,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.stragglers = runner.stragglers();
     if (std::string dir = jobs_dir(std::getenv); !dir.empty())
       std::remove(top_file(dir, roster.plan().job_id).c_str());
-    out.flush();  // the logs' last bytes, so that the summary says what they miss
+    out.flush();       // the logs' last bytes, so that the summary says what they miss
+    out.close_logs();  // and what their file system lost (NFS says so at close)
     rows = runner.summary();
     logs = runner.log_names();
   } catch (const std::runtime_error& e) {

@@ -188,6 +188,56 @@ TEST_F(Output, AFullDiskIsSaidCountedMarkedAndTheLogGoesOnWhenThereIsSpaceAgain)
   EXPECT_EQ(gap.written, log("worker_0.log").size());
 }
 
+// A file system that reports lost writes when the file is closed (NFS: a quota, a full server):
+// said on the console and to on_log_error, in the log's gap, the summary and summary.json; a
+// log closed to make room for another one (max_open_logs) is checked as well.
+TEST_F(Output, AFailedCloseOfALogIsSaidAndEndsUpInTheSummary) {
+  std::vector<ms::LogGap> said;
+  std::vector<int> closed;
+  config_.close_log = [&](int fd) {
+    closed.push_back(fd);
+    ::close(fd);
+    errno = EDQUOT;
+    return -1;
+  };
+  config_.on_log_error = [&](const ms::LogGap& g) { said.push_back(g); };
+  config_.max_open_logs = 1;
+  ms::Output o(config_);
+  int a = o.add_process("0@node0", "worker_0.log", true);
+  o.add_process("1@node0", "worker_1.log", true);  // closes worker_0.log to open it
+  o.data(a, false, "one\n");                       // worker_0.log again: closes worker_1.log
+  o.flush();
+  o.close_logs();  // worker_0.log
+  o.close_logs();  // nothing open: nothing more to say
+  EXPECT_EQ(closed.size(), 3u);
+  const std::string p0 = config_.log_dir + "/worker_0.log", p1 = config_.log_dir + "/worker_1.log";
+  EXPECT_EQ(log("worker_0.log"), "one\n");
+  EXPECT_EQ(err(), "msrun-ssh: warning: closing " + p0 +
+                       " failed: Disk quota exceeded; the file system may have lost bytes written "
+                       "to it (it accepted 0)\n"
+                       "msrun-ssh: warning: closing " +
+                       p1 +
+                       " failed: Disk quota exceeded; the file system may have lost bytes written "
+                       "to it (it accepted 0)\n");  // once per file, however often it is closed
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[0].close_error, "Disk quota exceeded");
+  ms::LogGap gap = o.log_gap(a);
+  EXPECT_EQ(gap.close_error, "Disk quota exceeded");
+  EXPECT_EQ(gap.missing, 0u);
+  ms::SummaryRow r;
+  r.host = "node0";
+  r.process = "rank 0";
+  r.log_gap = gap;
+  EXPECT_NE(ms::format_summary({r}).find("--- log may be incomplete: " + p0 +
+                                         " (rank 0 on node0): closing it failed (Disk quota "
+                                         "exceeded); 4 bytes were written to it ---"),
+            std::string::npos)
+      << ms::format_summary({r});
+  auto j = ms::summary_json({r});
+  ASSERT_EQ(j["incomplete_logs"].size(), 1u);
+  EXPECT_EQ(j["incomplete_logs"][0]["close_error"], "Disk quota exceeded");
+}
+
 // A disk that stays full, a quota, an I/O error, a file too large: one warning with the error,
 // however much more is lost; a partial write counts what went through.
 TEST_F(Output, ALogThatStaysUnwritableIsSaidOnce) {
