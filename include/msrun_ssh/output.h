@@ -447,6 +447,11 @@ void follow_error_files(std::vector<SummaryRow>& rows);
 // same way (thread ids blurred too), so that the one rank stuck elsewhere stands out.
 std::string format_summary(const std::vector<SummaryRow>& rows);
 
+// The first log of `rows` that misses bytes or whose close failed, null when none: a log that
+// failed only as the job ended (its last bytes, its close) still fails a job that ended well under
+// --on_log_error=stop.
+const LogGap* first_incomplete_log(const std::vector<SummaryRow>& rows);
+
 // Just the grouped Python stacks of format_summary ("" when no process printed any).
 std::string format_stacks(const std::vector<SummaryRow>& rows);
 

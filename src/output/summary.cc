@@ -206,6 +206,12 @@ std::string describe_ranks(std::vector<int> ranks) {
   return out;
 }
 
+const LogGap* first_incomplete_log(const std::vector<SummaryRow>& rows) {
+  for (const SummaryRow& r : rows)
+    if (r.log_gap.missing > 0 || !r.log_gap.close_error.empty()) return &r.log_gap;
+  return nullptr;
+}
+
 std::string format_summary(const std::vector<SummaryRow>& rows) {
   size_t wh = 4, wp = 7, ws = 6;
   for (const auto& r : rows) {

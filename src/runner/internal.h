@@ -77,17 +77,19 @@ struct PrepareFailure {
 // over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
 // torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
 // exit status and why (every step prints its own details); `unreachable` (when given) gets the
-// hosts that could not be connected, with why. `sfd` (when >= 0), the launcher's signalfd, is read
-// after each step and during the sync (wait_for_signal): SIGINT, SIGTERM or SIGHUP ends the
-// preparation there, nothing started, with the signal's exit status.
+// hosts that could not be connected, with why. `interruptible`: SIGINT, SIGTERM and SIGHUP (which
+// the caller blocks for its signalfd) are read, on a signalfd of these three only, after each step
+// and during the sync, and end the preparation there, nothing started, with the signal's exit
+// status. Any other signal (Ctrl-Z, Ctrl-\) stays queued for the Runner, which acts on it once
+// the processes run (an agent waiting out a stopped launcher would end itself).
 std::optional<PrepareFailure> prepare_hosts(
     HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
     const Options& options, bool report_bindings, StatusLine* status = nullptr,
-    std::map<std::string, std::string>* unreachable = nullptr, int sfd = -1);
+    std::map<std::string, std::string>* unreachable = nullptr, bool interruptible = false);
 
-// Waits up to `seconds` (0: only what is pending) on the launcher's signalfd `sfd`: 0, or the exit
-// status of SIGINT, SIGTERM or SIGHUP when one came. SIGTSTP stops the launcher there (nothing
-// runs on the hosts yet); SIGQUIT (a stack dump: nothing to dump) and SIGCONT pass.
+// Waits up to `seconds` (0: only what is pending) on the signalfd `sfd`: 0, or the exit status of
+// SIGINT, SIGTERM or SIGHUP when one came. SIGTSTP stops the launcher there (between restart
+// attempts nothing runs on the hosts); SIGQUIT (a stack dump: nothing to dump) and SIGCONT pass.
 int wait_for_signal(int sfd, double seconds);
 
 }  // namespace msrun_ssh::runner_detail

@@ -3,11 +3,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <libssh/libssh.h>
-#include <poll.h>
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -265,8 +262,7 @@ struct ReadyHosts {
 // every host is ready or no spare is left. Returns nothing when ready, else the attempt's result:
 // final (nothing started; a later attempt would meet the same hosts).
 std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& options,
-                                             int attempt, StatusLine& row, ReadyHosts& ready,
-                                             int sfd) {
+                                             int attempt, StatusLine& row, ReadyHosts& ready) {
   for (;;) {
     ready.agents.reset();
     ready.pool.reset();
@@ -285,7 +281,7 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
     ready.agents = launch_agents(*ready.pool, ready.plan, options);
     std::map<std::string, std::string> unreachable;
     auto failed = prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
-                                options.report_bindings && attempt == 1, &row, &unreachable, sfd);
+                                options.report_bindings && attempt == 1, &row, &unreachable, true);
     if (!failed) return std::nullopt;
     std::string why = failed->why;
     if (!failed->interrupted && attempt > 1 && roster.has_spares() && !unreachable.empty()) {
@@ -306,7 +302,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   StatusLine row(2, terminal_status_enabled(2, options.quiet));
   row.set_sink(&console_sink());
   ReadyHosts ready;
-  if (auto failed = connect_attempt(roster, options, attempt, row, ready, sfd)) {
+  if (auto failed = connect_attempt(roster, options, attempt, row, ready)) {
     emit_event(events, "start_failed",
                {{"exit_status", failed->status}, {"reason", failed->cause}});
     write_summary(options.log_dir, {}, *failed, attempt, nullptr);
@@ -326,14 +322,15 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   oc.status = &row;
   oc.sink = &console_sink();
   Runner* running = nullptr;  // set while the runner runs: --on_log_error=stop ends its job
-  oc.on_log_error = [events, &running, stop = options.log_error_stops](const LogGap& gap) {
+  auto stop_cause = [](const LogGap& gap) {
+    return fmt::format(
+        "cannot write {}: {} (--on_log_error=stop)", gap.path,
+        gap.close_error.empty() ? gap.error : "closing it failed: " + gap.close_error);
+  };
+  oc.on_log_error = [events, &running, &stop_cause,
+                     stop = options.log_error_stops](const LogGap& gap) {
     emit_event(events, "log_write_error", log_gap_json(gap));
-    if (stop && running)
-      running->fail_soon(
-          kExitFailure,
-          fmt::format(
-              "cannot write {}: {} (--on_log_error=stop)", gap.path,
-              gap.close_error.empty() ? gap.error : "closing it failed: " + gap.close_error));
+    if (stop && running) running->fail_soon(kExitFailure, stop_cause(gap));
   };
   Output out(oc);
   AttemptResult result;
@@ -364,6 +361,13 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     out.close_logs();  // and what their file system lost (NFS says so at close)
     rows = runner.summary();
     logs = runner.log_names();
+    // A log that failed only now, as the job ended well: --on_log_error=stop still fails it.
+    if (const LogGap* gap = first_incomplete_log(rows);
+        gap && options.log_error_stops && result.status == kExitOk) {
+      result.status = kExitFailure;
+      result.cause = stop_cause(*gap);
+      out.message(result.cause);
+    }
   } catch (const std::runtime_error& e) {
     out.message(e.what());
     result = {kExitHostFailure, false, true, e.what()};
@@ -417,7 +421,7 @@ int run_job(const Options& options, Plan& plan) {
     auto agents = launch_agents(*pool, plan, options);
     int status = 0;
     if (auto failed = prepare_hosts(*pool, *agents, plan, jh, options, options.report_bindings,
-                                    nullptr, nullptr, sfd))
+                                    nullptr, nullptr, true))
       status = failed->status;
     else if ((status = signal_status(sfd)) != 0)
       std::fprintf(stderr, "msrun-ssh: interrupted before job %s started: nothing was started\n",

@@ -164,7 +164,9 @@ int wait_for_signal(int sfd, double seconds) {
   for (;;) {
     double left = deadline - monotonic_ms();
     pollfd p{sfd, POLLIN, 0};
-    if (::poll(&p, 1, left > 0 ? static_cast<int>(std::ceil(left)) : 0) <= 0) {
+    int ready = ::poll(&p, 1, left > 0 ? static_cast<int>(std::ceil(left)) : 0);
+    if (ready > 0 && (p.revents & POLLIN) == 0) return 0;  // POLLNVAL, POLLERR: no signal to read
+    if (ready <= 0) {
       if (left <= 0) return 0;
       continue;
     }
@@ -184,7 +186,7 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
                                             const JobHosts& jh, const Options& options,
                                             bool report_bindings, StatusLine* status,
                                             std::map<std::string, std::string>* unreachable,
-                                            int sfd) {
+                                            bool interruptible) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {
@@ -192,6 +194,14 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
     workdirs.push_back(h.host.workdir);
   }
   if (options.sync) sync = make_sync_source(options, workdirs);
+  // Reading a signalfd takes only the signals of its own mask: the others stay queued.
+  int sfd = interruptible ? signal_fd({SIGINT, SIGTERM, SIGHUP}) : -1;
+  struct Close {
+    int fd;
+    ~Close() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_sfd{sfd};
   int signal = 0;  // the exit status of a signal to the launcher, once one came
   auto signalled = [&] {
     if (signal == 0 && sfd >= 0) signal = wait_for_signal(sfd, 0);

@@ -114,6 +114,7 @@ std::string SshPool::Impl::revoked_because(Conn& c, const SshHostConfig* h,
     if (fd >= 0) unlink(key_file);
   }
   int status = verdict->second;
+  if (status < 0) krl_verdicts.erase(verdict);  // not told: the next connection asks again
   if (status == 0) return "";
   return status == 1
              ? fmt::format("host key REVOKED (by the KRL RevokedHostKeys {}): refused", path)

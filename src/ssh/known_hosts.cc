@@ -144,8 +144,8 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
 }
 
 bool known_hosts_patterns_match(std::string_view patterns, std::string_view name) {
-  std::string lower = to_lower(patterns);  // ssh lower-cases a host field's patterns
-  return pattern_list_matches(name, split_words(lower, ","));
+  std::string lower = to_lower(patterns);  // ssh lower-cases a host field and the name
+  return pattern_list_matches(to_lower(name), split_words(lower, ","));
 }
 
 namespace {

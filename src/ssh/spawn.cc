@@ -2,6 +2,7 @@
 #include "spawn.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 
 #include <utility>
@@ -25,8 +26,15 @@ pid_t spawn_program(const std::vector<std::string>& argv, int out, int err) {
   args.reserve(argv.size() + 1);
   for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+  int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   return rc == 0 ? pid : -1;
 }

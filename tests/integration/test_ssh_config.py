@@ -5,6 +5,7 @@ between the two; host keys are read from and recorded to the same files ssh uses
 import contextlib
 import os
 import re
+import shlex
 import socket
 import subprocess
 import time
@@ -245,7 +246,7 @@ def test_revoked_host_keys_as_a_krl_and_as_a_list_refuse_the_host_as_ssh_does():
     count = os.path.join(wrap, "runs")
     open(count, "w").close()
     with open(os.path.join(wrap, "ssh-keygen"), "w") as f:
-        f.write(f'#!/bin/sh\necho "$*" >> {count}\nexec /usr/bin/ssh-keygen "$@"\n')
+        f.write(f'#!/bin/sh\necho "$*" >> {shlex.quote(count)}\nexec /usr/bin/ssh-keygen "$@"\n')
     os.chmod(os.path.join(wrap, "ssh-keygen"), 0o755)
     cfg = _config("revoked_other_many", f"Host n0\n  HostName {a[0]}\n  RevokedHostKeys {other_krl}\n"
                   + _common())

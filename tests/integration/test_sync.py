@@ -230,6 +230,7 @@ def test_ctrl_c_during_the_sync_of_a_job_ends_it_at_once_and_starts_nothing():
     # 6 MiB at 1 Mbit/s to host 2 take about 50 s: the signal lands mid-stream.
     subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "1mbit", "burst",
                     "32kbit", "latency", "400ms"], check=True, timeout=10)
+    p = None
     try:
         p, _ = launch(["s6/proj/train.py"], hostfile=hf, extra=["--sync"])
         wait_for(lambda: ".msrun-sync.tmp." in on_host(2, f"ls -a {dest} 2>/dev/null || true"),
@@ -239,11 +240,13 @@ def test_ctrl_c_during_the_sync_of_a_job_ends_it_at_once_and_starts_nothing():
         out, err = p.communicate(timeout=90)
         took = time.monotonic() - sent
     finally:
+        if p is not None and p.poll() is None:
+            p.kill()
         subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], timeout=10)
     out, err = out.decode(errors="replace"), err.decode(errors="replace")
-    # Before, the launcher read the signal only once the sync was over, and then started the job.
+    # Before, the launcher read the signal only once the sync was over (about 50 s here).
     check(p.returncode == 130, f"exit {p.returncode}: {err[-3000:]}")
-    check(took < 10, f"the launcher ended {took:.1f} s after Ctrl-C: {err[-3000:]}")
+    check(took < 20, f"the launcher ended {took:.1f} s after Ctrl-C: {err[-3000:]}")
     check("interrupted while preparing the hosts; nothing was started" in err, err[-3000:])
     check(f"sync: {addresses()[2]}: failed: interrupted" in err, err[-3000:])
     check("trained" not in out, f"the job started: {out[-2000:]}")

@@ -1280,7 +1280,20 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   ASSERT_TRUE(fs::create_directory(stacks));
   Process other = process_;
   other.rank = 1;
-  other.argv = {"/bin/sh", "-c", "exec sleep 8"};  // outlives the 2 s grace below, loaded or not
+  // It runs until the test lets it end, however long the teardown below takes on a loaded machine:
+  // its shell waits on a FIFO (no process of its own for that, none to show up as the job's).
+  struct Gate {
+    std::string path;
+    void open() const {  // the other one's `read` returns: it ends
+      int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) return;
+      [[maybe_unused]] ssize_t n = ::write(fd, "\n", 1);
+      ::close(fd);
+    }
+    ~Gate() { open(); }  // whatever ends the test, the other one ends too
+  } gate{dir_ + "/other-runs"};
+  ASSERT_EQ(::mkfifo(gate.path.c_str(), 0600), 0);
+  other.argv = {"/bin/sh", "-c", "read line < '" + gate.path + "'"};
   Result o = run_shell("/bin/sh", detached_command(other, job_, "w1.log"), dir_, 5);
   ASSERT_EQ(o.status, 0) << o.output;
   pid_t other_pid = keeper_pid_file(state_stem(workdir_, "w1.log", job_, other));
@@ -1301,6 +1314,7 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   }
   EXPECT_EQ(marked(job_), std::vector<pid_t>{other_pid});
   EXPECT_TRUE(fs::exists(stacks)) << "removed while another process of the job runs";
+  gate.open();
   // The other one ends by itself: its keeper finds nothing of the job left, and removes it.
   std::string other_stem = state_stem(workdir_, "w1.log", job_, other);
   t0 = Clock::now();

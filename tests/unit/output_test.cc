@@ -236,6 +236,14 @@ TEST_F(Output, AFailedCloseOfALogIsSaidAndEndsUpInTheSummary) {
   auto j = ms::summary_json({r});
   ASSERT_EQ(j["incomplete_logs"].size(), 1u);
   EXPECT_EQ(j["incomplete_logs"][0]["close_error"], "Disk quota exceeded");
+  // What --on_log_error=stop fails a job that ended well for: the first incomplete log.
+  ms::SummaryRow clean;
+  EXPECT_EQ(ms::first_incomplete_log({clean}), nullptr);
+  std::vector<ms::SummaryRow> rows{clean, r};
+  ASSERT_NE(ms::first_incomplete_log(rows), nullptr);
+  EXPECT_EQ(ms::first_incomplete_log(rows)->close_error, "Disk quota exceeded");
+  rows[0].log_gap.missing = 3;
+  EXPECT_EQ(ms::first_incomplete_log(rows), &rows[0].log_gap);
 }
 
 // A disk that stays full, a quota, an I/O error, a file too large: one warning with the error,
