@@ -120,8 +120,8 @@ struct SshPool::Impl {
   std::string ssh_dir;   // home_dir/.ssh
   std::map<std::string, std::unique_ptr<KnownHostsIndex>> known_hosts_files;  // read once each
   std::map<std::tuple<std::string, std::string, int>, std::string> known_hosts_lines_of;
-  // (KRL, host key blob) -> `ssh-keygen -Q`'s answer (0 or 1): asked once per key, not per
-  // connection.
+  // (KRL, host key blob) -> `ssh-keygen -Q`'s exit status: asked once per key, not per
+  // connection (a run that could not be made is not kept: the next connection asks again).
   std::map<std::pair<std::string, std::string>, int> krl_verdicts;
   bool narrowing = false;  // known_hosts narrowing possible (/proc mounted)
 
