@@ -35,7 +35,8 @@ build=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${FUZZ_JOBS:-$(nproc)}
 all_targets="hostfile_toml_fuzz hostfile_plain_fuzz nodeset_fuzz bind_json_fuzz cli_fuzz quote_fuzz
 framer_fuzz known_hosts_fuzz ignore_fuzz agent_fuzz host_source_fuzz host_answers_fuzz
-mux_frame_fuzz ssh_g_fuzz error_file_fuzz fallback_config_fuzz perf_answer_fuzz job_record_fuzz"
+mux_frame_fuzz ssh_g_fuzz error_file_fuzz fallback_config_fuzz perf_answer_fuzz job_record_fuzz
+agent_identities_fuzz"
 targets=${FUZZ_TARGETS:-$all_targets}
 
 echo "fuzz: building in $build"

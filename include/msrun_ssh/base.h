@@ -56,6 +56,16 @@ std::string shell_quote(std::string_view word);
 // write of nothing (a closed console must not stop the job).
 void write_fully(int fd, std::string_view data);
 
+// ---- sockets ----------------------------------------------------------------------------------
+
+// Sets O_NONBLOCK on `fd` (its other flags kept).
+void set_nonblocking(int fd);
+// Sends what it can of `out` without blocking (and without SIGPIPE), erasing what went; false
+// when the peer is gone.
+bool send_some(int fd, std::string& out);
+// Reads what the socket `fd` has onto `in` without blocking; false at EOF or an error.
+bool recv_some(int fd, std::string& in);
+
 // The whole of the file at `path`; nullopt when it cannot be read or is a directory.
 std::optional<std::string> read_whole_file(const std::string& path);
 // The same, but nullopt also past `max_bytes` (/dev/zero, a file given by mistake), with `why`
@@ -105,9 +115,12 @@ int next_signal(int fd);
 // The exit status of the next signal waiting on `fd` (128+N, error.h), or 0 when none is.
 int signal_status(int fd);
 
-// ---- hashing (OpenSSL's libcrypto) --------------------------------------------------------------
+// ---- hashing and base64 (OpenSSL's libcrypto) ---------------------------------------------------
+// -----------------------------------------------------------
 
 std::string sha256_hex(std::string_view data);
+// Strict base64 (with padding) to bytes; nullopt for anything else.
+std::optional<std::string> decode_base64(std::string_view text);
 // SHA-1 in hex: what ssh's %C token is (of %l%h%p%r); never for security.
 std::string sha1_hex(std::string_view data);
 // The file's SHA-256 in hex, or nullopt with `error` set ("cannot open X: No such file...").

@@ -133,11 +133,6 @@ void put(std::string& s, uint64_t v, int width);
 inline uint64_t wire(int v) { return static_cast<uint32_t>(v); }
 inline int unwire(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
 
-void set_nonblocking(int fd);
-// Sends what it can of `out` without blocking; false when the peer is gone.
-bool send_some(int fd, std::string& out);
-// Reads what `fd` has into `in`; false at EOF or an error.
-bool recv_some(int fd, std::string& in);
 // Every whole frame at the front of `in`, which keeps the rest; throws as decode_mux_frame.
 std::vector<MuxFrame> whole_frames(std::string& in);
 // Whether the process at the other end of the Unix socket `fd` runs as this user (the socket's

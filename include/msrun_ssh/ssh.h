@@ -113,6 +113,40 @@ inline constexpr int kSshLogOff = 0;
 // connection.
 std::string ssh_config_hostname(const std::string& name, const std::string& ssh_config);
 
+// The user's ssh agent as ssh uses it: of the agent's keys, those of the identity files the
+// config lists come first, then (unless `IdentitiesOnly yes`) the others, each part in the
+// agent's order (ssh's pubkey_prepare). libssh 0.10 offers an agent's keys in the agent's order
+// only, and all of them (its one call for a single key takes RSA and DSA keys only): with many
+// keys in the agent, sshd's MaxAuthTries ends the login before the listed key's turn, and under
+// IdentitiesOnly a passphrase-protected file loaded with ssh-add could not be used at all. So a
+// session is given a socket of ours instead of the agent's (ssh_set_agent_socket): a thread
+// passes each request on to the agent and each answer back, the list of keys put in ssh's order.
+// Signing stays the agent's.
+class AgentFilter {
+ public:
+  AgentFilter();
+  ~AgentFilter();  // ends the thread and closes every socket it holds
+  AgentFilter(const AgentFilter&) = delete;
+  AgentFilter& operator=(const AgentFilter&) = delete;
+  // A socket (close-on-exec) for libssh, which closes it: the agent listening at `agent_path`,
+  // its keys ordered by filter_agent_identities(listed, others_too). -1 with errno set when that
+  // agent cannot be reached.
+  int open(const std::string& agent_path, std::vector<std::string> listed, bool others_too);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The body of an agent's answer to a request for its keys (SSH_AGENT_IDENTITIES_ANSWER, its type
+// byte first) with its keys put in ssh's order: first those whose public key blobs are in
+// `listed` (each blob once), then, when `others_too`, every other one; each part in the answer's
+// order, each key with the agent's comment. nullopt when `body` is not a well-formed answer of
+// that type (it is then passed on as it came, for libssh to judge).
+std::optional<std::string> filter_agent_identities(std::string_view body,
+                                                   const std::vector<std::string>& listed,
+                                                   bool others_too);
+
 // One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
 // twice per connection (to order the host key algorithms, then to verify the key), and decodes
 // and HMACs every hashed line ("|1|salt|hash", HashKnownHosts yes) on each read: for N hosts and

@@ -1,6 +1,6 @@
 // SHA-256 (base.h): of the task script for `check`, of synced files, of kept connections' keys;
 // with OpenSSL's libcrypto (already linked for the known_hosts HMACs): streaming EVP digest, so a
-// large script is never read into memory at once.
+// large script is never read into memory at once. And base64's decoding, with the same library.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -69,6 +69,19 @@ std::optional<std::string> sha256_file(const std::string& path, std::string& err
   }
   close(fd);
   return finish_hex(ctx.get());
+}
+
+std::optional<std::string> decode_base64(std::string_view text) {
+  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
+  size_t pad = 0;
+  while (pad < 2 && text[text.size() - 1 - pad] == '=') ++pad;
+  std::string out(text.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()),
+                          static_cast<int>(text.size()));
+  if (n < 0 || static_cast<size_t>(n) != out.size()) return std::nullopt;
+  out.resize(out.size() - pad);
+  return out;
 }
 
 }  // namespace msrun_ssh

@@ -1,6 +1,7 @@
-// The ground floor's strings, the shell's quoting, writes and paths (base.h).
+// The ground floor's strings, the shell's quoting, writes, non-blocking sockets and paths (base.h).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -254,6 +255,38 @@ void SendQueue::consume(size_t n) {
   size_ -= n;
   if (front().empty()) pieces_.erase(pieces_.begin());
   if (pieces_.empty()) std::vector<Piece>().swap(pieces_);
+}
+
+void set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+bool send_some(int fd, std::string& out) {
+  while (!out.empty()) {
+    ssize_t n = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+  return true;
+}
+
+bool recv_some(int fd, std::string& in) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      in.append(buf, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < sizeof buf) return true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
 }
 
 }  // namespace msrun_ssh

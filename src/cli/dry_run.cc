@@ -49,10 +49,14 @@ std::string ssh_section(const std::vector<std::string>& names,
     if (!ssh[i].config) continue;
     const SshHostConfig& c = *ssh[i].config;
     HostKeyPolicy strict = options.strict_host_key_checking.value_or(c.strict_host_key_checking);
-    // As the pool tries them: the agent when there is one to ask, then the identity files that
-    // exist here (ssh passes over a missing one).
-    bool agent = !c.identities_only && c.identity_agent != "none" &&
-                 (!c.identity_agent.empty() || std::getenv("SSH_AUTH_SOCK"));
+    // As the pool tries them: the agent when there is one to ask (under IdentitiesOnly only its
+    // copies of the listed files' keys), then the identity files that exist here (ssh passes over
+    // a missing one).
+    bool agent =
+        c.identity_agent != "none" && (!c.identity_agent.empty() || std::getenv("SSH_AUTH_SOCK"));
+    std::string_view from_agent = !agent              ? ""
+                                  : c.identities_only ? "the agent's copies of these keys, then "
+                                                      : "the agent's keys, then ";
     std::vector<std::string> identities;
     for (const auto& f : c.identity_files) {
       std::string path = f.starts_with("~/") ? home + f.substr(1) : f;
@@ -64,8 +68,7 @@ std::string ssh_section(const std::vector<std::string>& names,
                            : c.proxy_jump;
     std::string text = fmt::format(
         "    identities: {}{}\n    jump: {}\n    known_hosts: {}{}\n    host key checking: {}\n",
-        agent ? "the agent's keys, then " : "", join(identities, "none"), jump,
-        join(c.user_known_hosts_files, "none"),
+        from_agent, join(identities, "none"), jump, join(c.user_known_hosts_files, "none"),
         c.host_key_alias.empty() ? "" : fmt::format(" (under HostKeyAlias {})", c.host_key_alias),
         policy_word(strict));
     groups[text].push_back(names[i]);

@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
+#include "msrun_ssh/base.h"
 #include "pool.h"
 
 namespace msrun_ssh {
@@ -210,34 +213,104 @@ double SshPool::Impl::connect_timeout_s(size_t host) const {
   return settings.connect_timeout_s;
 }
 
-// Public-key authentication as ssh does it with these settings: the agent's keys first (unless
-// IdentitiesOnly or IdentityAgent none), then each IdentityFile in order; a file that does not
-// exist or cannot be loaded without a passphrase is passed over. `rc`: SSH_AUTH_SUCCESS or
-// SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
+// The public key blob of identity file `path` as ssh finds it for IdentitiesOnly: the file
+// itself when it is a public key, else `path`.pub, else the public half an OpenSSH private key
+// file carries unencrypted. nullopt when none of them gives one.
+std::optional<std::string> SshPool::Impl::public_blob(const std::string& path) {
+  auto it = public_blobs.find(path);
+  if (it != public_blobs.end()) return it->second;
+  auto blob_of = [](const std::string& file, bool private_key) -> std::optional<std::string> {
+    std::string head(36, '\0');
+    FILE* f = std::fopen(file.c_str(), "rb");
+    if (!f) return std::nullopt;
+    head.resize(std::fread(head.data(), 1, head.size(), f));
+    std::fclose(f);
+    if ((head.rfind("-----BEGIN OPENSSH PRIVATE KEY-----", 0) == 0) != private_key)
+      return std::nullopt;
+    ssh_key key = nullptr;
+    if (ssh_pki_import_pubkey_file(file.c_str(), &key) != SSH_OK) return std::nullopt;
+    char* b64 = nullptr;
+    std::optional<std::string> out;
+    if (ssh_pki_export_pubkey_base64(key, &b64) == SSH_OK && b64) out = decode_base64(b64);
+    ssh_string_free_char(b64);
+    ssh_key_free(key);
+    return out;
+  };
+  std::optional<std::string> blob = blob_of(path, false);
+  if (!blob) blob = blob_of(path + ".pub", false);
+  if (!blob) blob = blob_of(path, true);
+  return public_blobs.emplace(path, std::move(blob)).first->second;
+}
+
+// The session asks the agent through the filter, which puts the keys of the listed files (their
+// paths in `files`) first and, under IdentitiesOnly, offers no other (AgentFilter). False when
+// the agent is to be asked as it is (no listed file has a public key to look for, and others may
+// be offered), and under IdentitiesOnly when there is nothing to offer: no listed key, or no
+// agent to reach.
+bool SshPool::Impl::filter_agent(Conn& c, const std::string& socket, bool identities_only,
+                                 const std::vector<std::string>& files) {
+  std::vector<std::string> listed;
+  std::vector<std::string> named;
+  for (const auto& path : files) {
+    if (auto blob = public_blob(path)) {
+      listed.push_back(std::move(*blob));
+      named.push_back(path);
+    }
+  }
+  const char* env = socket.empty() ? std::getenv("SSH_AUTH_SOCK") : nullptr;
+  std::string path = socket.empty() ? (env ? env : "") : socket;
+  if (listed.empty() || path.empty()) return false;
+  if (!agent_filter) agent_filter = std::make_unique<AgentFilter>();
+  int fd = agent_filter->open(path, std::move(listed), !identities_only);
+  if (fd < 0) return false;
+  if (ssh_set_agent_socket(c.session, fd) != SSH_OK) return close(fd), false;
+  if (identities_only)
+    for (auto& p : named)
+      if (std::find(c.offered.begin(), c.offered.end(), p) == c.offered.end())
+        c.offered.push_back(p);
+  return true;
+}
+
+// Public-key authentication as ssh does it with these settings (pubkey_prepare): the agent's
+// keys first (none with IdentityAgent none), those of the listed files before the others and
+// under IdentitiesOnly only those (the filter); then each IdentityFile in order; a file that
+// does not exist or cannot be loaded without a passphrase is passed over. `rc`:
+// SSH_AUTH_SUCCESS or SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshHostConfig& h = *openssh[c.host].shared;  // its hostname is empty: t has the host's
-  bool agent = !h.identities_only && identity_agent_socket(h.identity_agent).has_value();
-  size_t files_from = agent ? 1 : 0;
+  std::optional<std::string> socket = identity_agent_socket(h.identity_agent);
+  size_t files_from = socket ? 1 : 0;
   SshTokens t = openssh_tokens(c.host);
-  while (c.auth_step < files_from + h.identity_files.size()) {
+  std::vector<std::string> files;
+  for (const auto& file : h.identity_files) {
+    try {
+      files.push_back(expand_ssh_tokens(file, t));
+    } catch (const std::runtime_error& e) {
+      return error = {ConnectError::kOther, fmt::format("ssh config: IdentityFile {}", e.what())},
+             false;
+    }
+  }
+  while (c.auth_step < files_from + files.size()) {
     if (c.auth_step < files_from) {
+      if (!c.agent_filtered) {
+        c.agent_filtered = true;
+        if (!filter_agent(c, *socket, h.identities_only, files) && h.identities_only) {
+          ++c.auth_step;
+          continue;
+        }
+      }
       rc = ssh_userauth_agent(c.session, nullptr);
     } else {
-      std::string path;
-      try {
-        path = expand_ssh_tokens(h.identity_files[c.auth_step - files_from], t);
-      } catch (const std::runtime_error& e) {
-        return error = {ConnectError::kOther, fmt::format("ssh config: IdentityFile {}", e.what())},
-               false;
-      }
+      const std::string& path = files[c.auth_step - files_from];
       ConnectFailure unreadable;
       ssh_key key = access(path.c_str(), R_OK) == 0 ? identity(path, unreadable) : nullptr;
       if (!key) {
         ++c.auth_step;
         continue;
       }
-      if (c.offered.empty() || c.offered.back() != path) c.offered.push_back(path);
+      if (std::find(c.offered.begin(), c.offered.end(), path) == c.offered.end())
+        c.offered.push_back(path);
       rc = ssh_userauth_publickey(c.session, nullptr, key);
     }
     if (rc == SSH_AUTH_AGAIN || rc == SSH_AUTH_SUCCESS) return true;
@@ -246,11 +319,13 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
   }
   std::string offered;
   for (const auto& p : c.offered) offered += (offered.empty() ? "" : ", ") + p;
+  bool all_of_agent = socket && !h.identities_only;
   error = {ConnectError::kAuthDenied,
            fmt::format("authentication denied (publickey) for user {}{}", h.user,
-                       offered.empty() ? std::string(" (no identity file could be loaded)")
-                                       : fmt::format(" (offered {}{})",
-                                                     agent ? "the agent's keys, " : "", offered))};
+                       offered.empty()
+                           ? std::string(" (no identity file could be loaded)")
+                           : fmt::format(" (offered {}{})",
+                                         all_of_agent ? "the agent's keys, " : "", offered))};
   return false;
 }
 
@@ -369,6 +444,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   // A host is ready only when every connection it needs is: the others of a failed host close.
   for (size_t ci = 0; ci < conns.size(); ++ci)
     if (failed[conns[ci].host] && conns[ci].session) drop_conn(ci, ConnState::kClosed);
+  agent_filter.reset();  // every session is authenticated or failed: none asks the agent again
   return failed;
 }
 

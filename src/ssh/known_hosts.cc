@@ -22,20 +22,6 @@ namespace {
 constexpr std::string_view kHashedPrefix = "|1|";
 constexpr size_t kSha1Size = 20;
 
-// Strict base64 (with padding) to bytes; nullopt for anything else.
-std::optional<std::string> decode_base64(std::string_view text) {
-  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
-  size_t pad = 0;
-  while (pad < 2 && text[text.size() - 1 - pad] == '=') ++pad;
-  std::string out(text.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(text.data()),
-                          static_cast<int>(text.size()));
-  if (n < 0 || static_cast<size_t>(n) != out.size()) return std::nullopt;
-  out.resize(out.size() - pad);
-  return out;
-}
-
 // The first whitespace-separated word of a line, and whether anything follows it.
 std::string_view first_word(std::string_view line, bool& more) {
   size_t end = line.find_first_of(" \t");

@@ -60,6 +60,7 @@ struct SshPool::Impl {
     bool known_hosts_empty = false;    // and they hold no line for the host
     size_t auth_step = 0;              // with OpenSSH's settings: the next identity to offer
     std::vector<std::string> offered;  // the identity files offered so far (for the error)
+    bool agent_filtered = false;       // the agent's socket was settled (filter_agent)
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -93,6 +94,11 @@ struct SshPool::Impl {
   bool busy = false;  // the last wake-up read a stream of output: do not pause
   std::set<size_t> lost_hosts;
   std::map<std::string, KeyPtr> keys;  // identity file -> key, loaded once
+  // identity file -> its public key blob, to put its key first among the agent's (public_blob)
+  std::map<std::string, std::optional<std::string>> public_blobs;
+  // The agent's keys in ssh's order (AgentFilter): made when first needed, ended once every
+  // connection is authenticated (its thread would not survive the keeper's fork).
+  std::unique_ptr<AgentFilter> agent_filter;
   std::set<int> watched;
   std::vector<ConnectWarning> warnings;
   const EventHandler* handler = nullptr;
@@ -191,6 +197,9 @@ struct SshPool::Impl {
   bool start_connect(size_t ci, ConnectFailure& error);
   void apply_openssh(Conn& c, const SshHostConfig& h);
   bool authenticate_openssh(size_t ci, int& rc, ConnectFailure& error);
+  std::optional<std::string> public_blob(const std::string& path);
+  bool filter_agent(Conn& c, const std::string& socket, bool identities_only,
+                    const std::vector<std::string>& files);
   HostKeyPolicy host_key_policy(size_t host) const;
   double connect_timeout_s(size_t host) const;
   bool advance(size_t ci, ConnectFailure& error);

@@ -68,33 +68,6 @@ void put(std::string& s, uint64_t v, int width) {
   for (int i = width - 1; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-bool send_some(int fd, std::string& out) {
-  while (!out.empty()) {
-    ssize_t n = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n > 0) {
-      out.erase(0, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
-  return true;
-}
-
-bool recv_some(int fd, std::string& in) {
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) {
-      in.append(buf, static_cast<size_t>(n));
-      if (static_cast<size_t>(n) < sizeof buf) return true;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-  }
-}
-
 std::vector<MuxFrame> whole_frames(std::string& in) {
   std::vector<MuxFrame> out;
   std::string_view rest(in);
@@ -108,8 +81,6 @@ bool same_user(int fd) {
   socklen_t len = sizeof cred;
   return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == ::getuid();
 }
-
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 ino_t socket_inode(const std::string& path) {
   struct stat st {};

@@ -260,6 +260,93 @@ def test_revoked_host_keys_as_a_krl_and_as_a_list_refuse_the_host_as_ssh_does():
     check(len(asked) == 1, f"ssh-keygen -Q ran {len(asked)} times for one host key: {asked}")
 
 
+@contextlib.contextmanager
+def _agent_holding(*keys):
+    """An ssh-agent of its own (foreground, ended after) holding `keys`, passphrases given by an
+    askpass program ("pw"): its socket path."""
+    sock = os.path.join(tmpdir(), f"agent-{os.getpid()}-{time.monotonic_ns()}.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: os.path.exists(sock), 10, "the ssh-agent's socket")
+        askpass = os.path.join(tmpdir(), "askpass-pw")
+        open(askpass, "w").write("#!/bin/sh\necho pw\n")
+        os.chmod(askpass, 0o755)
+        env = dict(os.environ, SSH_AUTH_SOCK=sock, SSH_ASKPASS=askpass,
+                   SSH_ASKPASS_REQUIRE="force", DISPLAY=":0")
+        for key in keys:
+            r = subprocess.run(["ssh-add", key], env=env, capture_output=True, text=True,
+                               timeout=30, stdin=subprocess.DEVNULL)
+            check(r.returncode == 0, f"ssh-add {key}: {r.stderr}")
+        yield sock
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)
+
+
+def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the_listed_ones():
+    """With an agent, ssh offers the agent's copies of the listed IdentityFiles' keys first, then
+    (without IdentitiesOnly) the agent's other keys, then the files; msrun-ssh must log in and be
+    refused where ssh is. IdentitiesOnly with a passphrase-protected IdentityFile that ssh-add
+    loaded: ssh signs with the agent's copy, and so must msrun-ssh (the key's public half read from
+    the .pub file or, without one, from the private key file); a key the agent holds that no
+    IdentityFile lists is offered by neither. Without IdentitiesOnly, seven keys sshd does not
+    know come before the listed one in the agent: ssh offers the listed one first, before sshd's
+    MaxAuthTries (6) ends the login. 12 processes take two connections per host, each asking the
+    agent."""
+    a = addresses()
+    keys = {}
+    names = [("locked", "pw"), ("stray", "")] + [(f"noise{i}", "") for i in range(7)]
+    for name, passphrase in names:
+        keys[name] = os.path.join(tmpdir(), f"agent_{name}")
+        for path in (keys[name], keys[name] + ".pub"):
+            if os.path.exists(path):
+                os.unlink(path)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", keys[name]],
+                       check=True, timeout=60)
+    authorized = os.path.join(cluster_dir(), "authorized_keys")
+    before = open(authorized).read()
+    hf = os.path.join(tmpdir(), "agent_only.toml")
+    open(hf, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 12\n' +
+                        "".join(f'\n[[hosts]]\naddress = "{x}"\n' for x in a[:2]))
+    noise = tuple(f"noise{i}" for i in range(7))
+    try:
+        with open(authorized, "a") as f:
+            for name in ("locked", "stray"):
+                f.write(open(keys[name] + ".pub").read())
+        locked_pub = open(keys["locked"] + ".pub").read()
+        for case, held, with_pub, only, allowed in (
+                ("listed", ("stray", "locked"), True, True, True),
+                ("listed, no .pub", ("locked", "stray"), False, True, True),
+                ("unlisted only", ("stray",), True, True, False),
+                ("listed after seven unknown", noise + ("locked",), True, False, True)):
+            if with_pub:
+                open(keys["locked"] + ".pub", "w").write(locked_pub)
+            elif os.path.exists(keys["locked"] + ".pub"):
+                os.unlink(keys["locked"] + ".pub")
+            with _agent_holding(*(keys[k] for k in held)) as sock:
+                cfg = _config("agent_" + re.sub(r"[^a-z]+", "_", case),
+                              f"Host *\n  User root\n  IdentityFile {keys['locked']}\n"
+                              f"  IdentitiesOnly {'yes' if only else 'no'}\n"
+                              f"  IdentityAgent {sock}\n"
+                              f"  UserKnownHostsFile {cluster_dir()}/known_hosts\n"
+                              "  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n"
+                              "  ConnectTimeout 5\n")
+                r = subprocess.run(["ssh", "-F", cfg, a[0], "true"], capture_output=True,
+                                   text=True, timeout=60, stdin=subprocess.DEVNULL)
+                check((r.returncode == 0) == allowed,
+                      f"{case}: ssh exit {r.returncode}: {r.stderr[-600:]}")
+                code, _, err, _ = run([job("reached.py")], hostfile=hf,
+                                      extra=["--ssh_config", cfg])
+                err = err.decode()
+                check(code == (0 if allowed else 255), f"{case}: exit {code}: {err[-1500:]}")
+                if not allowed:
+                    check("authentication denied" in err and keys["locked"] in err,
+                          f"{case}: {err[-1500:]}")
+    finally:
+        open(authorized, "w").write(before)
+
+
 def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():
     a = addresses()
     known = os.path.join(tmpdir(), "remedy_known_hosts")

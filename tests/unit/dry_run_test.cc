@@ -246,6 +246,18 @@ TEST_F(DryRun, ShowsTheSshSettingsOpensshGives) {
   options.strict_host_key_checking = HostKeyPolicy::kNo;  // the option wins over the config
   EXPECT_NE(describe_plan(plan, options, {}, &ssh).find("host key checking: no\n"),
             std::string::npos);
+  // With an agent to ask: under IdentitiesOnly only its copies of the listed keys, else all.
+  for (auto& r : ssh)
+    if (r.config) r.config->identity_agent = "/run/agent.sock";
+  out = describe_plan(plan, options, {}, &ssh);
+  EXPECT_NE(out.find("    identities: the agent's copies of these keys, then /dev/null\n"),
+            std::string::npos)
+      << out;
+  for (auto& r : ssh)
+    if (r.config) r.config->identities_only = false;
+  out = describe_plan(plan, options, {}, &ssh);
+  EXPECT_NE(out.find("    identities: the agent's keys, then /dev/null\n"), std::string::npos)
+      << out;
 }
 
 // torchrun's contract has no scheduler and no DEVICE_ID: the text says what it has.

@@ -1,0 +1,266 @@
+// The user's ssh agent cut to the listed identities (AgentFilter, ssh.h). The agent protocol
+// (draft-miller-ssh-agent): each message is a 32-bit big-endian length and that many bytes, the
+// first of them its type; a client asks one thing at a time and reads its answer. The filter
+// reads one whole request from libssh, passes it to the agent, reads the agent's whole answer and
+// passes it back, its list of keys ordered (and cut) as ssh orders it when the request was for
+// that list.
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "msrun_ssh/base.h"
+#include "msrun_ssh/ssh.h"
+
+namespace msrun_ssh {
+namespace {
+
+constexpr uint8_t kRequestIdentities = 11;    // SSH_AGENTC_REQUEST_IDENTITIES
+constexpr uint8_t kIdentitiesAnswer = 12;     // SSH_AGENT_IDENTITIES_ANSWER
+constexpr uint32_t kMaxMessage = 256 * 1024;  // ssh-agent's own bound on a message
+constexpr int kWriteWaitMs = 10000;           // a peer that takes nothing for that long is gone
+
+bool take_u32(std::string_view& in, uint32_t& v) {
+  if (in.size() < 4) return false;
+  v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(in[i]);
+  in.remove_prefix(4);
+  return true;
+}
+
+bool take_string(std::string_view& in, std::string_view& s) {
+  uint32_t n = 0;
+  if (!take_u32(in, n) || in.size() < n) return false;
+  s = in.substr(0, n);
+  in.remove_prefix(n);
+  return true;
+}
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((v >> shift) & 0xff);
+}
+
+void put_string(std::string& out, std::string_view s) {
+  put_u32(out, static_cast<uint32_t>(s.size()));
+  out += s;
+}
+
+// The length of the whole message at the front of `buf` (its length field included), 0 when it
+// has not all come yet, SIZE_MAX when its length is beyond the protocol's bound.
+size_t whole_message(const std::string& buf) {
+  std::string_view in = buf;
+  uint32_t n = 0;
+  if (!take_u32(in, n)) return 0;
+  if (n == 0 || n > kMaxMessage) return SIZE_MAX;
+  return in.size() >= n ? 4 + size_t{n} : 0;
+}
+
+// Writes all of `data` to the non-blocking socket `fd`, waiting for room at most kWriteWaitMs.
+bool send_all(int fd, std::string data) {
+  while (send_some(fd, data) && !data.empty()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, kWriteWaitMs) <= 0) return false;
+  }
+  return data.empty();
+}
+
+}  // namespace
+
+std::optional<std::string> filter_agent_identities(std::string_view body,
+                                                   const std::vector<std::string>& listed,
+                                                   bool others_too) {
+  if (body.empty() || static_cast<uint8_t>(body[0]) != kIdentitiesAnswer) return std::nullopt;
+  std::string_view in = body.substr(1);
+  uint32_t count = 0;
+  if (!take_u32(in, count)) return std::nullopt;
+  std::vector<std::pair<std::string_view, std::string_view>> keys;  // blob, comment
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string_view blob, comment;
+    if (!take_string(in, blob) || !take_string(in, comment)) return std::nullopt;
+    keys.emplace_back(blob, comment);
+  }
+  if (!in.empty()) return std::nullopt;
+  std::string kept;
+  uint32_t kept_count = 0;
+  std::vector<bool> taken(keys.size(), false);
+  auto keep = [&](size_t i) {
+    put_string(kept, keys[i].first);
+    put_string(kept, keys[i].second);
+    taken[i] = true;
+    ++kept_count;
+  };
+  for (size_t i = 0; i < keys.size(); ++i) {
+    bool is_listed = std::find(listed.begin(), listed.end(), keys[i].first) != listed.end();
+    bool first = std::none_of(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(i),
+                              [&](const auto& k) { return k.first == keys[i].first; });
+    if (is_listed && first) keep(i);
+  }
+  if (others_too)
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (!taken[i]) keep(i);
+  std::string out(1, static_cast<char>(kIdentitiesAnswer));
+  put_u32(out, kept_count);
+  return out + kept;
+}
+
+struct AgentFilter::Impl {
+  // One session's socket and its agent connection.
+  struct Link {
+    int session = -1;  // the filter's end of the session's socket
+    int agent = -1;    // the user's agent
+    std::vector<std::string> listed;
+    bool others_too = false;
+    std::string request;  // from the session: the request being read
+    std::string answer;   // from the agent: its answer being read
+    bool asked = false;   // a request went to the agent: its answer is awaited
+    bool asked_for_keys = false;
+  };
+
+  std::mutex m;
+  std::vector<Link> handed;  // opened, not yet taken by the thread
+  bool stopping = false;
+  int wake = -1;  // an eventfd: something handed, or stopping
+  std::thread thread;
+  std::vector<Link> links;  // the thread's
+
+  ~Impl() {
+    if (thread.joinable()) {
+      {
+        std::lock_guard lock(m);
+        stopping = true;
+      }
+      uint64_t one = 1;
+      (void)!::write(wake, &one, sizeof one);
+      thread.join();
+    }
+    for (auto* list : {&handed, &links})
+      for (Link& l : *list) close_link(l);
+    if (wake >= 0) ::close(wake);
+  }
+
+  static void close_link(Link& l) {
+    for (int* fd : {&l.session, &l.agent}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+
+  // Moves `l` as far as the bytes that came allow; false when it is over (either side gone, or
+  // a message beyond the protocol).
+  static bool step(Link& l) {
+    while (true) {
+      std::string& buf = l.asked ? l.answer : l.request;
+      size_t size = whole_message(buf);
+      if (size == SIZE_MAX) return false;
+      if (size == 0) return true;
+      std::string message = buf.substr(0, size);
+      buf.erase(0, size);
+      if (!l.asked) {
+        l.asked_for_keys = static_cast<uint8_t>(message[4]) == kRequestIdentities;
+        if (!send_all(l.agent, std::move(message))) return false;
+        l.asked = true;
+        continue;
+      }
+      if (l.asked_for_keys) {
+        if (auto cut = filter_agent_identities(std::string_view(message).substr(4), l.listed,
+                                               l.others_too)) {
+          message.clear();
+          put_string(message, *cut);
+        }
+      }
+      if (!send_all(l.session, std::move(message))) return false;
+      l.asked = false;
+    }
+  }
+
+  void run() {
+    std::vector<pollfd> fds;
+    while (true) {
+      {
+        std::lock_guard lock(m);
+        if (stopping) return;
+        for (Link& l : handed) links.push_back(std::move(l));
+        handed.clear();
+      }
+      fds.assign(1, pollfd{wake, POLLIN, 0});
+      for (const Link& l : links) fds.push_back({l.asked ? l.agent : l.session, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+      if (fds[0].revents) {
+        uint64_t count = 0;
+        (void)!::read(wake, &count, sizeof count);
+      }
+      for (size_t i = 0; i < links.size(); ++i) {
+        if (!fds[i + 1].revents) continue;
+        Link& l = links[i];
+        bool open = recv_some(fds[i + 1].fd, l.asked ? l.answer : l.request) && step(l);
+        if (!open) close_link(l);
+      }
+      std::erase_if(links, [](const Link& l) { return l.session < 0; });
+    }
+  }
+};
+
+AgentFilter::AgentFilter() : impl_(std::make_unique<Impl>()) {}
+
+AgentFilter::~AgentFilter() = default;
+
+int AgentFilter::open(const std::string& agent_path, std::vector<std::string> listed,
+                      bool others_too) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (agent_path.empty() || agent_path.size() >= sizeof addr.sun_path) {
+    errno = agent_path.empty() ? ENOENT : ENAMETOOLONG;
+    return -1;
+  }
+  std::memcpy(addr.sun_path, agent_path.data(), agent_path.size());
+  Impl::Link link;
+  link.listed = std::move(listed);
+  link.others_too = others_too;
+  link.agent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (link.agent < 0) return -1;
+  int pair[2];
+  if (::connect(link.agent, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    int saved = errno;
+    ::close(link.agent);
+    errno = saved;
+    return -1;
+  }
+  link.session = pair[1];
+  set_nonblocking(link.agent);
+  set_nonblocking(link.session);
+  std::lock_guard lock(impl_->m);
+  if (!impl_->thread.joinable()) {
+    if (impl_->wake < 0) impl_->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (impl_->wake < 0) {
+      int saved = errno;
+      Impl::close_link(link);
+      ::close(pair[0]);
+      errno = saved;
+      return -1;
+    }
+    // The thread takes no signal: they stay with the launcher's loop (signalfd).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  impl_->handed.push_back(std::move(link));
+  uint64_t one = 1;
+  (void)!::write(impl_->wake, &one, sizeof one);
+  return pair[0];
+}
+
+}  // namespace msrun_ssh
