@@ -54,15 +54,16 @@ std::string ssh_section(const std::vector<std::string>& names,
     // a missing one).
     bool agent =
         c.identity_agent != "none" && (!c.identity_agent.empty() || std::getenv("SSH_AUTH_SOCK"));
-    std::string_view from_agent = !agent              ? ""
-                                  : c.identities_only ? "the agent's copies of these keys, then "
-                                                      : "the agent's keys, then ";
     std::vector<std::string> identities;
     for (const auto& f : c.identity_files) {
       std::string path = f.starts_with("~/") ? home + f.substr(1) : f;
       if (f.find('%') != std::string::npos || ::access(path.c_str(), R_OK) == 0)
         identities.push_back(path);
     }
+    std::string_view from_agent =
+        !agent              ? ""
+        : c.identities_only ? (identities.empty() ? "" : "the agent's copies of these keys, then ")
+                            : "the agent's keys, then ";
     std::string jump = c.proxy_jump.empty()
                            ? (c.proxy_command.empty() ? "none" : "ProxyCommand " + c.proxy_command)
                            : c.proxy_jump;

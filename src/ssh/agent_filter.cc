@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -130,7 +131,8 @@ struct AgentFilter::Impl {
   std::mutex m;
   std::vector<Link> handed;  // opened, not yet taken by the thread
   bool stopping = false;
-  int wake = -1;  // an eventfd: something handed, or stopping
+  bool over = false;  // the thread has ended: nothing is handed to it any more
+  int wake = -1;      // an eventfd: something handed, or stopping
   std::thread thread;
   std::vector<Link> links;  // the thread's
 
@@ -184,7 +186,40 @@ struct AgentFilter::Impl {
     }
   }
 
+  // Starts the thread, which takes no signal: they stay with the launcher's loop (signalfd).
+  // Under the lock; throws std::system_error when it cannot.
+  void start() {
+    if (wake < 0) wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    try {
+      thread = std::thread([this] { run(); });
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+      throw;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+
+  // The thread. Whatever ends it (the filter going, a failed poll, no memory), every socket it
+  // holds or was handed is closed, so no session waits for an answer that would never come (libssh
+  // waits for the agent without a time limit), and no socket is handed to it any more.
   void run() {
+    try {
+      serve();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the sockets are closed below
+    }
+    std::lock_guard lock(m);
+    over = true;
+    for (auto* list : {&links, &handed}) {
+      for (Link& l : *list) close_link(l);
+      list->clear();
+    }
+  }
+
+  void serve() {
     std::vector<pollfd> fds;
     while (true) {
       {
@@ -195,7 +230,10 @@ struct AgentFilter::Impl {
       }
       fds.assign(1, pollfd{wake, POLLIN, 0});
       for (const Link& l : links) fds.push_back({l.asked ? l.agent : l.session, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
       if (fds[0].revents) {
         uint64_t count = 0;
         (void)!::read(wake, &count, sizeof count);
@@ -240,24 +278,18 @@ int AgentFilter::open(const std::string& agent_path, std::vector<std::string> li
   link.session = pair[1];
   set_nonblocking(link.agent);
   set_nonblocking(link.session);
-  std::lock_guard lock(impl_->m);
-  if (!impl_->thread.joinable()) {
-    if (impl_->wake < 0) impl_->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (impl_->wake < 0) {
-      int saved = errno;
-      Impl::close_link(link);
-      ::close(pair[0]);
-      errno = saved;
-      return -1;
-    }
-    // The thread takes no signal: they stay with the launcher's loop (signalfd).
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  try {
+    std::lock_guard lock(impl_->m);
+    if (impl_->over) throw std::system_error(EPIPE, std::generic_category(), "filter ended");
+    if (!impl_->thread.joinable()) impl_->start();
+    impl_->handed.push_back(std::move(link));
+  } catch (const std::exception& e) {  // nothing handed: the sockets are closed here
+    auto* failure = dynamic_cast<const std::system_error*>(&e);
+    Impl::close_link(link);
+    ::close(pair[0]);
+    errno = failure ? failure->code().value() : ENOMEM;
+    return -1;
   }
-  impl_->handed.push_back(std::move(link));
   uint64_t one = 1;
   (void)!::write(impl_->wake, &one, sizeof one);
   return pair[0];

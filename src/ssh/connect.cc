@@ -242,21 +242,23 @@ std::optional<std::string> SshPool::Impl::public_blob(const std::string& path) {
   return public_blobs.emplace(path, std::move(blob)).first->second;
 }
 
-// The session asks the agent through the filter, which puts the keys of the listed files (their
-// paths in `files`) first and, under IdentitiesOnly, offers no other (AgentFilter). False when
-// the agent is to be asked as it is (no listed file has a public key to look for, and others may
-// be offered), and under IdentitiesOnly when there is nothing to offer: no listed key, or no
-// agent to reach.
+// The public key blobs of the listed files (`files`) as ssh lists them: each file's key, and the
+// certificate beside it (FILE-cert, else FILE-cert.pub), which ssh-add loads with the key.
+std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::string>& files) {
+  std::vector<std::string> listed;
+  for (const auto& path : files)
+    for (const std::string& file : {path, path + "-cert"})
+      if (auto blob = public_blob(file)) listed.push_back(std::move(*blob));
+  return listed;
+}
+
+// The session asks the agent through the filter, which puts the keys of the listed files first
+// and, under IdentitiesOnly, offers no other (AgentFilter). False when the agent is to be asked
+// as it is (no listed file has a public key to look for, and others may be offered), and under
+// IdentitiesOnly when there is nothing to offer: no listed key, or no agent to reach.
 bool SshPool::Impl::filter_agent(Conn& c, const std::string& socket, bool identities_only,
                                  const std::vector<std::string>& files) {
-  std::vector<std::string> listed;
-  std::vector<std::string> named;
-  for (const auto& path : files) {
-    if (auto blob = public_blob(path)) {
-      listed.push_back(std::move(*blob));
-      named.push_back(path);
-    }
-  }
+  std::vector<std::string> listed = listed_blobs(files);
   const char* env = socket.empty() ? std::getenv("SSH_AUTH_SOCK") : nullptr;
   std::string path = socket.empty() ? (env ? env : "") : socket;
   if (listed.empty() || path.empty()) return false;
@@ -264,11 +266,17 @@ bool SshPool::Impl::filter_agent(Conn& c, const std::string& socket, bool identi
   int fd = agent_filter->open(path, std::move(listed), !identities_only);
   if (fd < 0) return false;
   if (ssh_set_agent_socket(c.session, fd) != SSH_OK) return close(fd), false;
-  if (identities_only)
-    for (auto& p : named)
-      if (std::find(c.offered.begin(), c.offered.end(), p) == c.offered.end())
-        c.offered.push_back(p);
+  c.agent_fd = fd;
   return true;
+}
+
+// Once authenticated, a session never asks the agent again: the filter's socket is closed (libssh
+// would hold it, and the filter its agent connection, for the session's life).
+void SshPool::Impl::release_agent(Conn& c) {
+  if (c.agent_fd < 0) return;
+  ssh_set_agent_socket(c.session, SSH_INVALID_SOCKET);  // libssh closes it no more
+  close(c.agent_fd);
+  c.agent_fd = -1;
 }
 
 // Public-key authentication as ssh does it with these settings (pubkey_prepare): the agent's
@@ -293,8 +301,8 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
   }
   while (c.auth_step < files_from + files.size()) {
     if (c.auth_step < files_from) {
-      if (!c.agent_filtered) {
-        c.agent_filtered = true;
+      if (!c.agent_settled) {
+        c.agent_settled = true;
         if (!filter_agent(c, *socket, h.identities_only, files) && h.identities_only) {
           ++c.auth_step;
           continue;
@@ -317,15 +325,27 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
     if (rc == SSH_AUTH_ERROR) return error = libssh_failure(c.session), false;
     ++c.auth_step;  // denied (or partial): the next one
   }
-  std::string offered;
-  for (const auto& p : c.offered) offered += (offered.empty() ? "" : ", ") + p;
-  bool all_of_agent = socket && !h.identities_only;
+  // What was offered: the agent's keys (under IdentitiesOnly its copies of the listed ones, when
+  // it was asked), then the files that could be loaded.
+  auto join = [](const std::vector<std::string>& words) {
+    std::string out;
+    for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+    return out;
+  };
+  std::string offered = join(c.offered);
+  if (socket && h.identities_only && c.agent_fd != -1) {
+    std::vector<std::string> named;
+    for (const auto& path : files)
+      if (public_blob(path)) named.push_back(path);
+    offered = fmt::format("the agent's copies of the keys of {}{}{}", join(named),
+                          offered.empty() ? "" : ", then ", offered);
+  } else if (socket && !h.identities_only && !offered.empty()) {
+    offered = "the agent's keys, " + offered;
+  }
   error = {ConnectError::kAuthDenied,
            fmt::format("authentication denied (publickey) for user {}{}", h.user,
-                       offered.empty()
-                           ? std::string(" (no identity file could be loaded)")
-                           : fmt::format(" (offered {}{})",
-                                         all_of_agent ? "the agent's keys, " : "", offered))};
+                       offered.empty() ? std::string(" (no identity file could be loaded)")
+                                       : fmt::format(" (offered {})", offered))};
   return false;
 }
 
@@ -361,6 +381,7 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
       return false;
     }
     if (rc != SSH_AUTH_SUCCESS) return error = libssh_failure(c.session), false;
+    release_agent(c);
     // libssh puts the socket back into blocking mode once it is connected: a write larger than
     // the room in a full socket buffer (a host cut off while a stream goes to it) would then
     // stop the whole loop. Non-blocking, send() writes what fits and libssh keeps the rest.

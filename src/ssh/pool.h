@@ -60,7 +60,8 @@ struct SshPool::Impl {
     bool known_hosts_empty = false;    // and they hold no line for the host
     size_t auth_step = 0;              // with OpenSSH's settings: the next identity to offer
     std::vector<std::string> offered;  // the identity files offered so far (for the error)
-    bool agent_filtered = false;       // the agent's socket was settled (filter_agent)
+    bool agent_settled = false;        // the agent's socket was settled (filter_agent)
+    int agent_fd = -1;  // the agent filter's socket libssh holds, until authenticated
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -198,6 +199,8 @@ struct SshPool::Impl {
   void apply_openssh(Conn& c, const SshHostConfig& h);
   bool authenticate_openssh(size_t ci, int& rc, ConnectFailure& error);
   std::optional<std::string> public_blob(const std::string& path);
+  std::vector<std::string> listed_blobs(const std::vector<std::string>& files);
+  void release_agent(Conn& c);
   bool filter_agent(Conn& c, const std::string& socket, bool identities_only,
                     const std::vector<std::string>& files);
   HostKeyPolicy host_key_policy(size_t host) const;

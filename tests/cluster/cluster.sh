@@ -55,6 +55,7 @@
 # Files written into DIR by `up`:
 #   id_ed25519, id_ed25519.pub   client key (kept across `up`s of the same DIR; `down --dir` drops it)
 #   authorized_keys              that key, used by every sshd
+#   user_ca_keys                 every sshd's TrustedUserCAKeys: empty (a test adds a CA and restores it)
 #   known_hosts                  "ADDR ssh-ed25519 KEY", one line per host address and farm address
 #   ssh_config                   for `ssh -F DIR/ssh_config node0` (aliases node<i>, plus 198.18.*)
 #   hosts.toml, farm.toml        msrun-ssh host files for the nodes / the farm addresses
@@ -336,6 +337,7 @@ prepare_dir() {
   fi
   chmod 0600 "$dir/id_ed25519"
   cp "$dir/id_ed25519.pub" "$dir/authorized_keys"
+  : >"$dir/user_ca_keys"
 }
 
 # With UsePAM no, sshd refuses even key logins to an account whose password field is locked
@@ -417,6 +419,7 @@ write_host_files() {
     echo "KbdInteractiveAuthentication no"
     echo "PermitRootLogin prohibit-password"
     echo "AuthorizedKeysFile $dir/authorized_keys"
+    echo "TrustedUserCAKeys $dir/user_ca_keys"
     echo "StrictModes no"
     echo "Subsystem sftp internal-sftp"
     echo "MaxStartups $startups"

@@ -18,14 +18,13 @@ that the suite waits for PAUSE_S once, not six times."""
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
 import time
 
-from harness import (binary, check, hosts_file, job, marked_processes, tmpdir, wait_for,
-                     wait_no_leftovers)
+from harness import (Pane, binary, check, hosts_file, job, launcher_pid, marked_processes, quoted,
+                     state_of, tmpdir, wait_for, wait_no_leftovers)
 
 PAUSE_S = float(os.environ.get("MSRUN_SSH_TEST_PAUSE_S", "120"))
 MARKER = re.compile(rb"msrun-ssh: \.\.\. ([\d,]+) lines not shown \(the console fell behind\); "
@@ -83,67 +82,6 @@ def job_states(tag):
         except OSError:
             pass
     return states
-
-
-def launcher_pid(logs):
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0] == binary().encode() and logs.encode() in argv:
-            return int(pid)
-    return None
-
-
-def state_of(pid):
-    try:
-        return chr(open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1].split()[0][0])
-    except OSError:
-        return "gone"
-
-
-class Pane:
-    """An interactive bash in a tmux pane (job control on), everything drawn kept in a file."""
-
-    def __init__(self, name):
-        if not shutil.which("tmux"):
-            raise AssertionError("tmux is not installed (the CI installs it)")
-        self.session = f"msrs-{name}-{os.getpid()}"
-        self.raw = os.path.join(tmpdir(), f"{name}.pane")
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.session, "-x", "200", "-y", "50",
-                        "env", "TERM=xterm", "PS1=$ ", "bash", "--norc", "--noprofile", "-i"],
-                       check=True, timeout=10)
-        subprocess.run(["tmux", "pipe-pane", "-t", self.session, "-o", f"cat >> {self.raw}"],
-                       check=True, timeout=10)
-        self.type(f"cd {tmpdir()}")
-
-    def keys(self, *keys):
-        subprocess.run(["tmux", "send-keys", "-t", self.session, *keys], check=True, timeout=10)
-
-    def type(self, line):
-        self.keys("-l", line)
-        self.keys("Enter")
-
-    def drawn(self):
-        try:
-            with open(self.raw, "rb") as f:
-                return f.read()
-        except OSError:
-            return b""
-
-    def exit_status(self, timeout):
-        wait_for(lambda: re.search(rb"EXIT=\d+", self.drawn()), timeout, f"{self.session} to end")
-        return int(re.search(rb"EXIT=(\d+)", self.drawn()).group(1))
-
-    def close(self):
-        subprocess.run(["tmux", "kill-session", "-t", self.session], timeout=10)
-
-
-def quoted(argv):
-    return " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
 
 
 def ctrl_s(name, during_start):

@@ -268,7 +268,10 @@ def _agent_holding(*keys):
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: os.path.exists(sock), 10, "the ssh-agent's socket")
+        # The socket exists before the agent listens on it: ssh-add -l exits 2 until it does.
+        wait_for(lambda: subprocess.run(["ssh-add", "-l"], env=dict(os.environ, SSH_AUTH_SOCK=sock),
+                                        capture_output=True, timeout=10).returncode != 2,
+                 10, "the ssh-agent to listen")
         askpass = os.path.join(tmpdir(), "askpass-pw")
         open(askpass, "w").write("#!/bin/sh\necho pw\n")
         os.chmod(askpass, 0o755)
@@ -292,20 +295,25 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
     the .pub file or, without one, from the private key file); a key the agent holds that no
     IdentityFile lists is offered by neither. Without IdentitiesOnly, seven keys sshd does not
     know come before the listed one in the agent: ssh offers the listed one first, before sshd's
-    MaxAuthTries (6) ends the login. 12 processes take two connections per host, each asking the
-    agent."""
+    MaxAuthTries (6) ends the login. A certificate beside a listed file (FILE-cert.pub, loaded by
+    ssh-add with the key) is listed too: a key sshd knows only through its CA logs in by it. 12
+    processes take two connections per host, each asking the agent."""
     a = addresses()
     keys = {}
-    names = [("locked", "pw"), ("stray", "")] + [(f"noise{i}", "") for i in range(7)]
+    names = ([("locked", "pw"), ("stray", ""), ("certified", "pw"), ("user_ca", "")] +
+             [(f"noise{i}", "") for i in range(7)])
     for name, passphrase in names:
         keys[name] = os.path.join(tmpdir(), f"agent_{name}")
-        for path in (keys[name], keys[name] + ".pub"):
+        for path in (keys[name], keys[name] + ".pub", keys[name] + "-cert.pub"):
             if os.path.exists(path):
                 os.unlink(path)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", keys[name]],
                        check=True, timeout=60)
+    subprocess.run(["ssh-keygen", "-q", "-s", keys["user_ca"], "-I", "msrun-ssh-test", "-n", "root",
+                    keys["certified"] + ".pub"], check=True, timeout=60)
     authorized = os.path.join(cluster_dir(), "authorized_keys")
     before = open(authorized).read()
+    cas = os.path.join(cluster_dir(), "user_ca_keys")
     hf = os.path.join(tmpdir(), "agent_only.toml")
     open(hf, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 12\n' +
                         "".join(f'\n[[hosts]]\naddress = "{x}"\n' for x in a[:2]))
@@ -314,19 +322,21 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
         with open(authorized, "a") as f:
             for name in ("locked", "stray"):
                 f.write(open(keys[name] + ".pub").read())
+        open(cas, "w").write(open(keys["user_ca"] + ".pub").read())
         locked_pub = open(keys["locked"] + ".pub").read()
-        for case, held, with_pub, only, allowed in (
-                ("listed", ("stray", "locked"), True, True, True),
-                ("listed, no .pub", ("locked", "stray"), False, True, True),
-                ("unlisted only", ("stray",), True, True, False),
-                ("listed after seven unknown", noise + ("locked",), True, False, True)):
+        for case, held, listed, with_pub, only, allowed in (
+                ("listed", ("stray", "locked"), "locked", True, True, True),
+                ("listed, no .pub", ("locked", "stray"), "locked", False, True, True),
+                ("unlisted only", ("stray",), "locked", True, True, False),
+                ("listed after seven unknown", noise + ("locked",), "locked", True, False, True),
+                ("certificate", ("stray", "certified"), "certified", True, True, True)):
             if with_pub:
                 open(keys["locked"] + ".pub", "w").write(locked_pub)
             elif os.path.exists(keys["locked"] + ".pub"):
                 os.unlink(keys["locked"] + ".pub")
             with _agent_holding(*(keys[k] for k in held)) as sock:
                 cfg = _config("agent_" + re.sub(r"[^a-z]+", "_", case),
-                              f"Host *\n  User root\n  IdentityFile {keys['locked']}\n"
+                              f"Host *\n  User root\n  IdentityFile {keys[listed]}\n"
                               f"  IdentitiesOnly {'yes' if only else 'no'}\n"
                               f"  IdentityAgent {sock}\n"
                               f"  UserKnownHostsFile {cluster_dir()}/known_hosts\n"
@@ -345,6 +355,7 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
                           f"{case}: {err[-1500:]}")
     finally:
         open(authorized, "w").write(before)
+        open(cas, "w").close()
 
 
 def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():

@@ -9,8 +9,9 @@ import signal
 import subprocess
 import time
 
-from harness import (addresses, binary, check, cluster, cluster_dir, copy_hosts_file, launch,
-                     run, restore_cluster, tmpdir, wait_for)
+from harness import (Pane, addresses, binary, check, cluster, cluster_dir, copy_hosts_file,
+                     launch, launcher_pid, marked_processes, quoted, run, restore_cluster,
+                     state_of, tmpdir, wait_for)
 
 RESULT = re.compile(r"^sync: (\S+): (.*)$", re.M)
 SENT = re.compile(r"^(\d+) files?, (\d+) bytes sent, (\d+) deleted")
@@ -254,6 +255,55 @@ def test_ctrl_c_during_the_sync_of_a_job_ends_it_at_once_and_starts_nothing():
              "no process of the job on node2")
     wait_for(lambda: not on_host(2, "pgrep -f 'msrun-sync[.]tmp' || true").strip(), 60,
              "node2's sync program to end")
+
+
+def test_ctrl_z_during_the_sync_waits_for_the_processes_and_the_job_goes_on():
+    """Ctrl-Z in a real terminal while --sync streams to a slow host: the launcher does not stop
+    there (its hosts' launch agents would end themselves without it); the sync goes on, the
+    processes start, and then the whole job is suspended as a running one is; `fg` continues it
+    and it ends well."""
+    root = make_tree("s7")
+    with open(os.path.join(root, "weights.bin"), "wb") as f:
+        f.write(os.urandom(1536 * 1024))
+    with open(os.path.join(root, "slow.py"), "w") as f:
+        f.write("import time\ntime.sleep(6)\nprint('trained slowly', flush=True)\n")
+    hf, workdirs = hostfile("s7")
+    dest = f"{workdirs[2]}/s7/proj"
+    logs = os.path.join(tmpdir(), "s7-logs")
+    veth = "msrs-v2"
+    # 1.5 MiB at 1 Mbit/s to host 2 take about 12 s: Ctrl-Z lands mid-stream.
+    subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "1mbit", "burst",
+                    "32kbit", "latency", "400ms"], check=True, timeout=10)
+    pane = Pane("s7")
+    try:
+        argv = [binary(), "--hostfile", hf, "--log_dir", logs, "--heartbeat", "1",
+                "--kill_grace", "2", "--connect_timeout", "5", "--sync", "s7/proj/slow.py"]
+        pane.type(quoted(argv))  # `fg` below says its exit status
+        wait_for(lambda: ".msrun-sync.tmp." in on_host(2, f"ls -a {dest} 2>/dev/null || true"),
+                 30, "node2's sync to stream")
+        pane.keys("C-z")
+        time.sleep(3)
+        pid = launcher_pid(logs)
+        check(pid and state_of(pid) not in ("T", "gone"),
+              f"the launcher stopped during the sync: {pid} {state_of(pid) if pid else ''}")
+        check(b"Stopped" not in pane.drawn(), f"{pane.drawn()[-2000:]!r}")
+        check(".msrun-sync.tmp." in on_host(2, f"ls -a {dest}"), "node2's sync is not going on")
+        wait_for(lambda: b"Stopped" in pane.drawn(), 90, "the job to be suspended")
+        check(state_of(pid) == "T", f"the launcher is not stopped: {state_of(pid)}")
+        states = [p for _, p, cmd in marked_processes() if "slow.py" in cmd]
+        check(states and all(state_of(p) == "T" for p in states),
+              f"the job's processes are not all stopped: {[state_of(p) for p in states]}")
+        check(b"`fg` or `bg` resumes it" in pane.drawn(), f"{pane.drawn()[-2000:]!r}")
+        pane.type("fg; echo EXIT=$?")
+        code = pane.exit_status(90)
+        drawn = pane.drawn()
+    finally:
+        pane.close()
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], timeout=10)
+    check(code == 0, f"exit {code}: {drawn[-3000:]!r}")
+    check(drawn.count(b"trained slowly") >= 2, f"{drawn[-3000:]!r}")
+    check(os.path.getsize(os.path.join(root, "weights.bin")) ==
+          int(on_host(2, f"stat -c %s {dest}/weights.bin").strip()), "weights.bin differs")
 
 
 def test_excludes_modes_symlinks_odd_names_and_escapes():
