@@ -101,6 +101,29 @@ ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) 
   return keys.emplace(path, KeyPtr(key)).first->second.get();
 }
 
+// `path`'s private key with the certificate beside it (PATH-cert, else PATH-cert.pub) in it, as
+// ssh offers it after the plain key; nullptr when there is no such certificate, it is not one of
+// that key, or the key cannot be loaded without a passphrase. Loaded once per file.
+ssh_key SshPool::Impl::certified_identity(const std::string& path) {
+  auto it = certified_keys.find(path);
+  if (it != certified_keys.end()) return it->second.get();
+  ssh_key cert = nullptr;
+  for (const std::string& file : {path + "-cert", path + "-cert.pub"})
+    if (!cert && access(file.c_str(), R_OK) == 0 &&
+        ssh_pki_import_cert_file(file.c_str(), &cert) != SSH_OK)
+      cert = nullptr;
+  ssh_key key = nullptr;
+  bool ok = cert &&
+            ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) == SSH_OK &&
+            ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK;
+  if (cert) ssh_key_free(cert);
+  if (!ok && key) {
+    ssh_key_free(key);
+    key = nullptr;
+  }
+  return certified_keys.emplace(path, KeyPtr(key)).first->second.get();
+}
+
 bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshEndpoint& ep = hosts[c.host];
@@ -299,7 +322,9 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
              false;
     }
   }
-  while (c.auth_step < files_from + files.size()) {
+  // Each file is offered twice, as ssh lists it: its key, then its key with the certificate
+  // beside it (FILE-cert), when there is one.
+  while (c.auth_step < files_from + 2 * files.size()) {
     if (c.auth_step < files_from) {
       if (!c.agent_settled) {
         c.agent_settled = true;
@@ -310,15 +335,21 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
       }
       rc = ssh_userauth_agent(c.session, nullptr);
     } else {
-      const std::string& path = files[c.auth_step - files_from];
-      ConnectFailure unreadable;
-      ssh_key key = access(path.c_str(), R_OK) == 0 ? identity(path, unreadable) : nullptr;
+      size_t k = c.auth_step - files_from;
+      const std::string& path = files[k / 2];
+      bool with_certificate = k % 2 == 1;
+      ssh_key key = nullptr;
+      if (access(path.c_str(), R_OK) == 0) {
+        ConnectFailure unreadable;
+        key = with_certificate ? certified_identity(path) : identity(path, unreadable);
+      }
       if (!key) {
         ++c.auth_step;
         continue;
       }
-      if (std::find(c.offered.begin(), c.offered.end(), path) == c.offered.end())
-        c.offered.push_back(path);
+      std::string name = with_certificate ? path + " with its certificate" : path;
+      if (std::find(c.offered.begin(), c.offered.end(), name) == c.offered.end())
+        c.offered.push_back(name);
       rc = ssh_userauth_publickey(c.session, nullptr, key);
     }
     if (rc == SSH_AUTH_AGAIN || rc == SSH_AUTH_SUCCESS) return true;

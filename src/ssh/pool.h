@@ -94,7 +94,8 @@ struct SshPool::Impl {
   bool linger = false;
   bool busy = false;  // the last wake-up read a stream of output: do not pause
   std::set<size_t> lost_hosts;
-  std::map<std::string, KeyPtr> keys;  // identity file -> key, loaded once
+  std::map<std::string, KeyPtr> keys;            // identity file -> key, loaded once
+  std::map<std::string, KeyPtr> certified_keys;  // identity file -> key with its FILE-cert, or null
   // identity file -> its public key blob, to put its key first among the agent's (public_blob)
   std::map<std::string, std::optional<std::string>> public_blobs;
   // The agent's keys in ssh's order (AgentFilter): made when first needed, ended once every
@@ -210,6 +211,7 @@ struct SshPool::Impl {
   bool record_host_key(Conn& c, const std::string& name, bool hashed);
   std::string revoked_because(Conn& c, const SshHostConfig* h, const std::string& name);
   ssh_key identity(const std::string& path, ConnectFailure& error);
+  ssh_key certified_identity(const std::string& path);
   std::string expand_path(const std::string& value) const;
   const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port);
   const KnownHostsIndex& known_hosts_index(const std::string& path);

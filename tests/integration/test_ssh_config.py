@@ -296,11 +296,13 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
     IdentityFile lists is offered by neither. Without IdentitiesOnly, seven keys sshd does not
     know come before the listed one in the agent: ssh offers the listed one first, before sshd's
     MaxAuthTries (6) ends the login. A certificate beside a listed file (FILE-cert.pub, loaded by
-    ssh-add with the key) is listed too: a key sshd knows only through its CA logs in by it. 12
-    processes take two connections per host, each asking the agent."""
+    ssh-add with the key) is listed too: a key sshd knows only through its CA logs in by it, from
+    the agent and, not in the agent, from the files. 12 processes take two connections per host,
+    each asking the agent."""
     a = addresses()
     keys = {}
-    names = ([("locked", "pw"), ("stray", ""), ("certified", "pw"), ("user_ca", "")] +
+    names = ([("locked", "pw"), ("stray", ""), ("certified", "pw"), ("certified_file", ""),
+              ("user_ca", "")] +
              [(f"noise{i}", "") for i in range(7)])
     for name, passphrase in names:
         keys[name] = os.path.join(tmpdir(), f"agent_{name}")
@@ -309,8 +311,9 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
                 os.unlink(path)
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", keys[name]],
                        check=True, timeout=60)
-    subprocess.run(["ssh-keygen", "-q", "-s", keys["user_ca"], "-I", "msrun-ssh-test", "-n", "root",
-                    keys["certified"] + ".pub"], check=True, timeout=60)
+    for name in ("certified", "certified_file"):
+        subprocess.run(["ssh-keygen", "-q", "-s", keys["user_ca"], "-I", "msrun-ssh-test", "-n",
+                        "root", keys[name] + ".pub"], check=True, timeout=60)
     authorized = os.path.join(cluster_dir(), "authorized_keys")
     before = open(authorized).read()
     cas = os.path.join(cluster_dir(), "user_ca_keys")
@@ -329,7 +332,8 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
                 ("listed, no .pub", ("locked", "stray"), "locked", False, True, True),
                 ("unlisted only", ("stray",), "locked", True, True, False),
                 ("listed after seven unknown", noise + ("locked",), "locked", True, False, True),
-                ("certificate", ("stray", "certified"), "certified", True, True, True)):
+                ("certificate", ("stray", "certified"), "certified", True, True, True),
+                ("certificate file", ("stray",), "certified_file", True, True, True)):
             if with_pub:
                 open(keys["locked"] + ".pub", "w").write(locked_pub)
             elif os.path.exists(keys["locked"] + ".pub"):
