@@ -147,6 +147,11 @@ std::optional<std::string> filter_agent_identities(std::string_view body,
                                                    const std::vector<std::string>& listed,
                                                    bool others_too);
 
+// Whether the OpenSSH certificate blob `certificate` (its type, its nonce, then the certified
+// key's own fields) certifies the key whose public key blob is `key` (its type, then those fields),
+// as ssh checks before it offers a certificate with a private key.
+bool certificate_is_of(std::string_view certificate, std::string_view key);
+
 // One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
 // twice per connection (to order the host key algorithms, then to verify the key), and decodes
 // and HMACs every hashed line ("|1|salt|hash", HashKnownHosts yes) on each read: for N hosts and

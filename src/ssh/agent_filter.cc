@@ -115,6 +115,14 @@ std::optional<std::string> filter_agent_identities(std::string_view body,
   return out + kept;
 }
 
+bool certificate_is_of(std::string_view certificate, std::string_view key) {
+  std::string_view type, nonce, key_type;
+  if (!take_string(certificate, type) || !type.ends_with("-cert-v01@openssh.com") ||
+      !take_string(certificate, nonce) || !take_string(key, key_type) || key.empty())
+    return false;
+  return certificate.starts_with(key);
+}
+
 struct AgentFilter::Impl {
   // One session's socket and its agent connection.
   struct Link {

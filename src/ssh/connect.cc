@@ -38,6 +38,19 @@ std::string user_home_dir() {
   return pw.pw_dir;
 }
 
+// The passphrase of an encrypted identity file: none, so the file is passed over as ssh passes it
+// over in batch mode. Without this callback libssh leaves an encrypted PEM key to OpenSSL, whose
+// own prompt reads /dev/tty and would stop the launcher at the user's terminal.
+int no_passphrase(const char*, char*, size_t, int, int, void*) { return -1; }
+
+// `path`'s private key, without asking for a passphrase; nullptr when it cannot be loaded.
+ssh_key load_private_key(const std::string& path) {
+  ssh_key key = nullptr;
+  if (ssh_pki_import_privkey_file(path.c_str(), nullptr, no_passphrase, nullptr, &key) != SSH_OK)
+    return nullptr;
+  return key;
+}
+
 // A failure libssh describes: its words, and their kind.
 ConnectFailure libssh_failure(ssh_session s) {
   std::string why = name_damage(describe_error(s));
@@ -93,8 +106,8 @@ SshPool::Impl::~Impl() {
 ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) {
   auto it = keys.find(path);
   if (it != keys.end()) return it->second.get();
-  ssh_key key = nullptr;
-  if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK) {
+  ssh_key key = load_private_key(path);
+  if (!key) {
     error = {ConnectError::kIdentityUnreadable, fmt::format("cannot load identity file {}", path)};
     return nullptr;
   }
@@ -112,9 +125,21 @@ ssh_key SshPool::Impl::certified_identity(const std::string& path) {
     if (!cert && access(file.c_str(), R_OK) == 0 &&
         ssh_pki_import_cert_file(file.c_str(), &cert) != SSH_OK)
       cert = nullptr;
-  ssh_key key = nullptr;
-  bool ok = cert &&
-            ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) == SSH_OK &&
+  // libssh copies any certificate into any key: ssh refuses one that is not of the key (a key
+  // renewed, its old certificate left beside it), and never offers it.
+  auto blob_of = [](ssh_key k) -> std::optional<std::string> {
+    std::optional<std::string> out;
+    char* b64 = nullptr;
+    if (k && ssh_pki_export_pubkey_base64(k, &b64) == SSH_OK && b64) out = decode_base64(b64);
+    ssh_string_free_char(b64);
+    return out;
+  };
+  ssh_key key = cert ? load_private_key(path) : nullptr;
+  ssh_key pub = nullptr;
+  if (key && ssh_pki_export_privkey_to_pubkey(key, &pub) != SSH_OK) pub = nullptr;
+  std::optional<std::string> cert_blob = blob_of(cert), key_blob = blob_of(pub);
+  if (pub) ssh_key_free(pub);
+  bool ok = cert_blob && key_blob && certificate_is_of(*cert_blob, *key_blob) &&
             ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK;
   if (cert) ssh_key_free(cert);
   if (!ok && key) {
@@ -236,7 +261,7 @@ double SshPool::Impl::connect_timeout_s(size_t host) const {
   return settings.connect_timeout_s;
 }
 
-// The public key blob of identity file `path` as ssh finds it for IdentitiesOnly: the file
+// The public key blob of identity file `path` as ssh finds it to match the agent's keys: the file
 // itself when it is a public key, else `path`.pub, else the public half an OpenSSH private key
 // file carries unencrypted. nullopt when none of them gives one.
 std::optional<std::string> SshPool::Impl::public_blob(const std::string& path) {

@@ -10,8 +10,9 @@ import socket
 import subprocess
 import time
 
-from harness import (addresses, binary, check, cluster, cluster_dir, job, launch,
-                     marked_processes, read, run, running, tmpdir, wait_for, wait_no_leftovers)
+from harness import (Pane, addresses, binary, check, cluster, cluster_dir, job, launch,
+                     marked_processes, quoted, read, run, running, tmpdir, wait_for,
+                     wait_no_leftovers)
 
 
 def _common(known=None):
@@ -360,6 +361,37 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
     finally:
         open(authorized, "w").write(before)
         open(cas, "w").close()
+
+
+def test_an_encrypted_pem_identity_file_is_passed_over_without_a_prompt():
+    """An IdentityFile in the old PEM format with a passphrase, in a real terminal: ssh in batch
+    mode passes it over; so does msrun-ssh, which must not ask for its passphrase on the terminal
+    (libssh leaves such a key to OpenSSL, whose own prompt reads /dev/tty and would hold the
+    launcher there). The cluster's key, listed after it, logs in."""
+    key = os.path.join(tmpdir(), "pem_locked")
+    for path in (key, key + ".pub"):
+        if os.path.exists(path):
+            os.unlink(path)
+    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-m", "PEM", "-N", "secret", "-f",
+                    key], check=True, timeout=60)
+    os.unlink(key + ".pub")  # nothing but the encrypted file tells its key
+    cfg = _config("pem_locked", f"Host *\n  IdentityFile {key}\n  IdentityAgent none\n" + _common())
+    r = subprocess.run(["ssh", "-F", cfg, addresses()[0], "true"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode == 0, f"ssh exit {r.returncode}: {r.stderr[-600:]}")
+    logs = os.path.join(tmpdir(), "pem-logs")
+    pane = Pane("pem")
+    try:
+        argv = [binary(), "--hostfile", _hostfile("pem", addresses()[0]), "--log_dir", logs,
+                "--ssh_config", cfg, "--connect_timeout", "5", job("reached.py")]
+        pane.type(quoted(argv) + "; echo EXIT=$?")
+        code = pane.exit_status(60)
+        drawn = pane.drawn()
+    finally:
+        pane.close()
+    check(b"pass phrase" not in drawn.lower() and b"passphrase" not in drawn.lower(),
+          f"a passphrase was asked for: {drawn[-2000:]!r}")
+    check(code == 0, f"exit {code}: {drawn[-2000:]!r}")
 
 
 def test_an_unknown_key_names_what_ssh_connects_to_and_its_remedy_works():

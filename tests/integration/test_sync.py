@@ -264,14 +264,15 @@ def test_ctrl_z_during_the_sync_waits_for_the_processes_and_the_job_goes_on():
     and it ends well."""
     root = make_tree("s7")
     with open(os.path.join(root, "weights.bin"), "wb") as f:
-        f.write(os.urandom(1536 * 1024))
+        f.write(os.urandom(6 * 1024 * 1024))
     with open(os.path.join(root, "slow.py"), "w") as f:
         f.write("import time\ntime.sleep(6)\nprint('trained slowly', flush=True)\n")
     hf, workdirs = hostfile("s7")
     dest = f"{workdirs[2]}/s7/proj"
     logs = os.path.join(tmpdir(), "s7-logs")
     veth = "msrs-v2"
-    # 1.5 MiB at 1 Mbit/s to host 2 take about 12 s: Ctrl-Z lands mid-stream.
+    # 6 MiB at 1 Mbit/s to host 2 take about 50 s: Ctrl-Z lands mid-stream, and the checks after
+    # it (each a login through the same slowed link) end well before the stream does.
     subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "1mbit", "burst",
                     "32kbit", "latency", "400ms"], check=True, timeout=10)
     pane = Pane("s7")
@@ -287,8 +288,13 @@ def test_ctrl_z_during_the_sync_waits_for_the_processes_and_the_job_goes_on():
         check(pid and state_of(pid) not in ("T", "gone"),
               f"the launcher stopped during the sync: {pid} {state_of(pid) if pid else ''}")
         check(b"Stopped" not in pane.drawn(), f"{pane.drawn()[-2000:]!r}")
-        check(".msrun-sync.tmp." in on_host(2, f"ls -a {dest}"), "node2's sync is not going on")
-        wait_for(lambda: b"Stopped" in pane.drawn(), 90, "the job to be suspended")
+        # The sync goes on: its temporary file grows (it would not with the launcher stopped).
+        size = f"stat -c %s {dest}/.msrun-sync.tmp.* 2>/dev/null | sort -n | tail -1"
+        before = int(on_host(2, size).strip() or 0)
+        time.sleep(2)
+        after = int(on_host(2, size).strip() or 0)
+        check(after > before, f"node2's sync did not go on after Ctrl-Z: {before} -> {after} bytes")
+        wait_for(lambda: b"Stopped" in pane.drawn(), 120, "the job to be suspended")
         check(state_of(pid) == "T", f"the launcher is not stopped: {state_of(pid)}")
         states = [p for _, p, cmd in marked_processes() if "slow.py" in cmd]
         check(states and all(state_of(p) == "T" for p in states),

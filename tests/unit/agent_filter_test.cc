@@ -10,12 +10,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/ssh.h"
 #include "test_util.h"
 
@@ -208,6 +210,38 @@ TEST(AgentFilter, AnOverlongRequestEndsTheSessionsSocket) {
   ASSERT_EQ(::write(fd, huge.data(), huge.size()), static_cast<ssize_t>(huge.size()));
   EXPECT_EQ(read_message(fd), "");
   ::close(fd);
+}
+
+// The certified key's fields follow the certificate's type and nonce; the key's follow its type.
+TEST(AgentFilter, ACertificateIsOfTheKeyWhoseFieldsItCarries) {
+  std::string pk(32, 'k'), other(32, 'o');
+  std::string key = str("ssh-ed25519") + str(pk);
+  std::string cert = str("ssh-ed25519-cert-v01@openssh.com") + str("nonce") + str(pk) + u32(1) +
+                     str("the certificate's other fields");
+  EXPECT_TRUE(certificate_is_of(cert, key));
+  EXPECT_FALSE(certificate_is_of(cert, str("ssh-ed25519") + str(other)));
+  EXPECT_FALSE(certificate_is_of(key, key));  // not a certificate
+  EXPECT_FALSE(certificate_is_of(cert.substr(0, 40), key));
+  EXPECT_FALSE(certificate_is_of(cert, str("ssh-ed25519")));
+}
+
+// The same on the files ssh-keygen writes: a key, its certificate, and another key.
+TEST(AgentFilter, ACertificateSshKeygenMadeIsOfItsKeyAndOfNoOther) {
+  test::TempDir dir;
+  auto blob = [](const std::string& file) {
+    std::string text = test::slurp(file);
+    size_t a = text.find(' '), b = text.find(' ', a + 1);
+    return decode_base64(text.substr(a + 1, b - a - 1)).value_or("");
+  };
+  const std::string& d = dir.path();
+  for (const char* name : {"ca", "key", "other"})
+    ASSERT_EQ(std::system(("ssh-keygen -q -t ed25519 -N '' -f " + d + "/" + name).c_str()), 0);
+  ASSERT_EQ(
+      std::system(("ssh-keygen -q -s " + d + "/ca -I test -n root " + d + "/key.pub").c_str()), 0);
+  std::string cert = blob(d + "/key-cert.pub");
+  ASSERT_FALSE(cert.empty());
+  EXPECT_TRUE(certificate_is_of(cert, blob(d + "/key.pub")));
+  EXPECT_FALSE(certificate_is_of(cert, blob(d + "/other.pub")));
 }
 
 }  // namespace
