@@ -116,7 +116,6 @@ int next_signal(int fd);
 int signal_status(int fd);
 
 // ---- hashing and base64 (OpenSSL's libcrypto) ---------------------------------------------------
-// -----------------------------------------------------------
 
 std::string sha256_hex(std::string_view data);
 // Strict base64 (with padding) to bytes; nullopt for anything else.

@@ -1,4 +1,4 @@
-// The user's ssh agent cut to the listed identities (AgentFilter, ssh.h). The agent protocol
+// The user's ssh agent, its keys in ssh's order (AgentFilter, ssh.h). The agent protocol
 // (draft-miller-ssh-agent): each message is a 32-bit big-endian length and that many bytes, the
 // first of them its type; a client asks one thing at a time and reads its answer. The filter
 // reads one whole request from libssh, passes it to the agent, reads the agent's whole answer and
