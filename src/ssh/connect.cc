@@ -51,6 +51,15 @@ ssh_key load_private_key(const std::string& path) {
   return key;
 }
 
+// The public key blob of `key` (a certificate's own blob for a certificate); nullopt without one.
+std::optional<std::string> key_blob(ssh_key key) {
+  std::optional<std::string> out;
+  char* b64 = nullptr;
+  if (key && ssh_pki_export_pubkey_base64(key, &b64) == SSH_OK && b64) out = decode_base64(b64);
+  ssh_string_free_char(b64);
+  return out;
+}
+
 // A failure libssh describes: its words, and their kind.
 ConnectFailure libssh_failure(ssh_session s) {
   std::string why = name_damage(describe_error(s));
@@ -127,19 +136,12 @@ ssh_key SshPool::Impl::certified_identity(const std::string& path) {
       cert = nullptr;
   // libssh copies any certificate into any key: ssh refuses one that is not of the key (a key
   // renewed, its old certificate left beside it), and never offers it.
-  auto blob_of = [](ssh_key k) -> std::optional<std::string> {
-    std::optional<std::string> out;
-    char* b64 = nullptr;
-    if (k && ssh_pki_export_pubkey_base64(k, &b64) == SSH_OK && b64) out = decode_base64(b64);
-    ssh_string_free_char(b64);
-    return out;
-  };
   ssh_key key = cert ? load_private_key(path) : nullptr;
   ssh_key pub = nullptr;
   if (key && ssh_pki_export_privkey_to_pubkey(key, &pub) != SSH_OK) pub = nullptr;
-  std::optional<std::string> cert_blob = blob_of(cert), key_blob = blob_of(pub);
+  std::optional<std::string> cert_blob = key_blob(cert), plain_blob = key_blob(pub);
   if (pub) ssh_key_free(pub);
-  bool ok = cert_blob && key_blob && certificate_is_of(*cert_blob, *key_blob) &&
+  bool ok = cert_blob && plain_blob && certificate_is_of(*cert_blob, *plain_blob) &&
             ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK;
   if (cert) ssh_key_free(cert);
   if (!ok && key) {
@@ -277,10 +279,7 @@ std::optional<std::string> SshPool::Impl::public_blob(const std::string& path) {
       return std::nullopt;
     ssh_key key = nullptr;
     if (ssh_pki_import_pubkey_file(file.c_str(), &key) != SSH_OK) return std::nullopt;
-    char* b64 = nullptr;
-    std::optional<std::string> out;
-    if (ssh_pki_export_pubkey_base64(key, &b64) == SSH_OK && b64) out = decode_base64(b64);
-    ssh_string_free_char(b64);
+    std::optional<std::string> out = key_blob(key);
     ssh_key_free(key);
     return out;
   };
