@@ -185,7 +185,7 @@ def test_one_changed_file_is_all_that_is_sent():
 def test_a_cut_host_keeps_no_partial_file_and_the_next_sync_completes_it():
     root = make_tree("s3")
     with open(os.path.join(root, "weights.bin"), "wb") as f:
-        f.write(os.urandom(6 * 1024 * 1024))
+        f.write(os.urandom(3 * 1024 * 1024))
     hf, workdirs = hostfile("s3")
     veth = "msrs-v2"
     # 6 MiB at 8 Mbit/s to host 2 take about 6 s: the cut lands mid-stream.
@@ -224,7 +224,7 @@ def test_a_cut_host_keeps_no_partial_file_and_the_next_sync_completes_it():
 def test_ctrl_c_during_the_sync_of_a_job_ends_it_at_once_and_starts_nothing():
     root = make_tree("s6")
     with open(os.path.join(root, "weights.bin"), "wb") as f:
-        f.write(os.urandom(6 * 1024 * 1024))
+        f.write(os.urandom(3 * 1024 * 1024))
     hf, workdirs = hostfile("s6")
     dest = f"{workdirs[2]}/s6/proj"
     veth = "msrs-v2"
@@ -264,15 +264,16 @@ def test_ctrl_z_during_the_sync_waits_for_the_processes_and_the_job_goes_on():
     and it ends well."""
     root = make_tree("s7")
     with open(os.path.join(root, "weights.bin"), "wb") as f:
-        f.write(os.urandom(6 * 1024 * 1024))
+        f.write(os.urandom(3 * 1024 * 1024))
     with open(os.path.join(root, "slow.py"), "w") as f:
         f.write("import time\ntime.sleep(6)\nprint('trained slowly', flush=True)\n")
     hf, workdirs = hostfile("s7")
     dest = f"{workdirs[2]}/s7/proj"
     logs = os.path.join(tmpdir(), "s7-logs")
     veth = "msrs-v2"
-    # 6 MiB at 1 Mbit/s to host 2 take about 50 s: Ctrl-Z lands mid-stream, and the checks after
-    # it (each a login through the same slowed link) end well before the stream does.
+    # 3 MiB at 1 Mbit/s to host 2 take about 25 s: Ctrl-Z lands mid-stream, and the checks after
+    # it (each a login through the same slowed link, about 8 s in all) end well before the stream
+    # does.
     subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "1mbit", "burst",
                     "32kbit", "latency", "400ms"], check=True, timeout=10)
     pane = Pane("s7")
