@@ -88,9 +88,11 @@ Plan plan_of(const Options& options, Cluster& cluster) {
     std::vector<SshQuery> queries;
     for (const auto* hosts : {&cluster.hosts, &cluster.spares})
       for (const auto& h : *hosts) queries.push_back(ssh_query(h));
-    if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10))
+    if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10)) {
+      check_listed_once(cluster, *answers);
       for (size_t i = 0; i < queries.size(); ++i)
         if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;
+    }
   }
   Resolver resolve = [&options, &hostnames](const std::string& name) {
     auto known = hostnames.find(name);

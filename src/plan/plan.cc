@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <numeric>
+#include <tuple>
 
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
@@ -390,6 +392,28 @@ void plan_processes(Plan& plan, const Options& options) {
 }
 
 }  // namespace
+
+void check_listed_once(const Cluster& cluster, const std::vector<SshResolution>& answers) {
+  std::map<std::tuple<std::string, std::string, int, std::string>, const Host*> seen;
+  size_t i = 0;
+  for (const auto* hosts : {&cluster.hosts, &cluster.spares}) {
+    for (const Host& h : *hosts) {
+      const SshResolution* answer = i < answers.size() ? &answers[i] : nullptr;
+      ++i;
+      if (!answer || !answer->config) continue;
+      const SshHostConfig& c = *answer->config;
+      auto [it, added] =
+          seen.emplace(std::tuple(to_lower(h.address), c.hostname, c.port, c.proxy_jump), &h);
+      if (added) continue;
+      const Host& first = *it->second;
+      throw InputError(fmt::format(
+          "{}: host {} is listed twice: {} has it already as {}, and ssh sends both to {} port "
+          "{}{} (a host runs one node's processes; list it once)",
+          h.origin, in_quotes(h.address), first.origin, in_quotes(first.address), c.hostname,
+          c.port, c.proxy_jump.empty() ? "" : fmt::format(" through {}", c.proxy_jump)));
+    }
+  }
+}
 
 Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& resolve) {
   Plan plan;
