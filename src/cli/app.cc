@@ -131,9 +131,25 @@ int drive_run(const Options& options) {
   return run_job(options, plan);
 }
 
+// check --dry_run: the plan the check's job would run, where ssh would connect, and what the
+// check would look at; nothing connects.
+int print_check_dry_run(const Options& options, const Plan& plan, const Cluster& cluster) {
+  print_dry_run(options, plan, cluster);
+  std::string extra;
+  for (const auto& m : options.imports) extra += ", --import " + m;
+  if (options.sync) extra += ", --sync";
+  if (options.perf) extra += ", --perf";
+  if (options.net) extra += options.net_collective ? ", --net (collective)" : ", --net";
+  fmt::print("check: would log in to each of the {} host(s) and check it (docs/check.md){}; "
+             "nothing was connected (--dry_run)\n",
+             plan.hosts.size(), extra);
+  return kExitOk;
+}
+
 int drive_check(const Options& options) {
   Cluster cluster = load_cluster(options);
   Plan plan = plan_of(options, cluster);
+  if (options.dry_run) return print_check_dry_run(options, plan, cluster);
   return check_cluster(options, cluster, plan, run_job_quietly);
 }
 

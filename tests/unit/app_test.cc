@@ -118,6 +118,20 @@ TEST_F(App, DryRunPrintsThePlan) {
   EXPECT_EQ(count(c.out, "'python3' 'train.py' '--lr' '0.1' < /dev/null\n"), 4u);
 }
 
+// check --dry_run prints the plan and what the check would look at, and connects to nothing:
+// the hosts (198.18.0.1-2) exist nowhere, so a check that connected would fail them (exit 1).
+TEST_F(App, CheckDryRunConnectsToNothing) {
+  Captured c = run({"check", "--dry_run", "--hostfile", hostfile_, "--import", "numpy", "--perf"});
+  ASSERT_EQ(c.status, 0) << c.out << c.err;
+  EXPECT_EQ(c.err, "");
+  EXPECT_NE(c.out.find("\nhost 198.18.0.2 (node rank 1): "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("\ncheck: would log in to each of the 2 host(s) and check it "
+                       "(docs/check.md), --import numpy, --perf; nothing was connected "
+                       "(--dry_run)\n"),
+            std::string::npos)
+      << c.out;
+}
+
 TEST_F(App, DryRunHonoursOptions) {
   Captured c = run({"--hostfile=" + hostfile_, "--master_addr", "198.18.0.2", "--master_port=9000",
                     "--dry_run", "--python", "/opt/py", "--env", "A=1", "--log_dir=out", "run.py"});
