@@ -94,6 +94,11 @@ void set_env(EnvList& env, const std::string& name, const std::string& value);
 // True for a name the host file accepts as an address: non-empty, [A-Za-z0-9._:%-] only.
 bool valid_host_name(std::string_view name);
 
+// Why a name of allowed characters (valid_host_name) is still no host, "" when it is one: it
+// begins with "-", is longer than a DNS name may be, or has a ":" outside an IPv6 address
+// ("host:port", MPICH's "host:N"). Every host source's names are checked so.
+std::string not_a_host(const std::string& name);
+
 // True for a valid environment variable name: [A-Za-z_][A-Za-z0-9_]*.
 bool valid_env_name(std::string_view name);
 

@@ -94,14 +94,16 @@ struct Plan {
 // Turns a name into an IPv4 address; returns "" when it cannot. main() passes getaddrinfo.
 using Resolver = std::function<std::string(const std::string&)>;
 
-// Refuses a host listed twice in ways the host file's own check (load_hosts: the same address and
-// port as written) cannot see: the same address but for the case of its letters, or one port
-// unset and the other given, when OpenSSH sends both to the same HostName, Port and ProxyJump.
+// What OpenSSH's answers say is wrong in the host file, before anything connects. Refuses a host
+// that ssh -G itself refuses (an unreadable --ssh_config, a user or name ssh will not take: its
+// own message); and a host listed twice in ways the host file's own check (load_hosts: the same
+// address and port as written) cannot see: the same address but for the case of its letters, or one
+// port unset and the other given, when OpenSSH sends both to the same HostName, Port and ProxyJump.
 // `answers` is OpenSSH's answer for each of cluster.hosts, then each of cluster.spares
 // (resolve_with_openssh); a host without an answer is left to the host file's check. Different
 // addresses with the same HostName are not refused (ssh config aliases for one machine, each with
 // its own user or key, are a user's choice). Throws InputError naming both entries.
-void check_listed_once(const Cluster& cluster, const std::vector<SshResolution>& answers);
+void check_ssh_answers(const Cluster& cluster, const std::vector<SshResolution>& answers);
 
 // Builds the plan, each host's binding decided without its topology (decide_binding); the
 // cluster's spares become Plan::spares (node rank -1, IP resolved). Throws

@@ -112,7 +112,8 @@ std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& con
 struct SshResolution {
   std::optional<SshHostConfig> config;
   std::string error;
-  std::string text;  // ssh -G's answer as it printed it (only while resolve_with_openssh runs)
+  std::string text;      // ssh -G's answer as it printed it (only while resolve_with_openssh runs)
+  bool refused = false;  // ssh -G itself refused the host (its config, name or user): `error`
 };
 
 // A host's settings kept as its HostName beside a copy of the others shared with every host that

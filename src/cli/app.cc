@@ -89,7 +89,7 @@ Plan plan_of(const Options& options, Cluster& cluster) {
     for (const auto* hosts : {&cluster.hosts, &cluster.spares})
       for (const auto& h : *hosts) queries.push_back(ssh_query(h));
     if (auto answers = resolve_with_openssh(queries, options.ssh_config, 4, 10)) {
-      check_listed_once(cluster, *answers);
+      check_ssh_answers(cluster, *answers);
       for (size_t i = 0; i < queries.size(); ++i)
         if ((*answers)[i].config) hostnames[queries[i].name] = (*answers)[i].config->hostname;
     }
@@ -140,9 +140,10 @@ int print_check_dry_run(const Options& options, const Plan& plan, const Cluster&
   if (options.sync) extra += ", --sync";
   if (options.perf) extra += ", --perf";
   if (options.net) extra += options.net_collective ? ", --net (collective)" : ", --net";
-  fmt::print("check: would log in to each of the {} host(s) and check it (docs/check.md){}; "
-             "nothing was connected (--dry_run)\n",
-             plan.hosts.size(), extra);
+  fmt::print(
+      "check: would log in to each of the {} host(s) and check it (docs/check.md){}; "
+      "nothing was connected (--dry_run)\n",
+      plan.hosts.size(), extra);
   return kExitOk;
 }
 

@@ -206,10 +206,12 @@ std::string_view not_allowed(std::string_view name) {
   return "";
 }
 
-// Why a name of allowed characters is still no host ("" when it is one): longer than a DNS name
-// may be, or a ":" outside an IPv6 address ("host:port", MPICH's "host:N").
+}  // namespace
+
 std::string not_a_host(const std::string& name) {
   constexpr size_t kMaxName = 253;
+  if (name.starts_with('-'))
+    return "begins with \"-\": no host name does (ssh would read it as an option)";
   if (name.size() > kMaxName)
     return fmt::format("is longer than a host name may be ({} characters, at most {})", name.size(),
                        kMaxName);
@@ -219,6 +221,8 @@ std::string not_a_host(const std::string& name) {
   return "has a \":\" but is no IPv6 address: a port goes in its own key (port = N; in the "
          "plain format, in the ssh config), and the plain format's workers in slots=N";
 }
+
+namespace {
 
 void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& host,
                   const std::string& where) {
@@ -382,6 +386,9 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
       if (n < 0 || n > kMaxWorkersPerHost)
         throw InputError(fmt::format("{}: {} must be an integer 0..{}: \"{}\"", where, key,
                                      kMaxWorkersPerHost, word));
+      if (key == "slots" && host.local_worker_num && *host.local_worker_num != n)
+        throw InputError(
+            fmt::format("{}: slots given twice ({} and {})", where, *host.local_worker_num, n));
       if (key == "slots") host.local_worker_num = n;  // max_slots is accepted and ignored
     }
     add_expanded(cluster, origins, host, where);

@@ -62,6 +62,8 @@ std::pair<int, size_t> count_item(std::string_view item) {
 // listed before, and more than kMaxSourceHosts names; the message has no location.
 void add_new_host(std::vector<std::string>& names, std::set<std::string>& seen, std::string name) {
   if (!valid_host_name(name)) throw InputError(fmt::format("\"{}\" is not a host name", name));
+  if (std::string why = not_a_host(name); !why.empty())
+    throw InputError(fmt::format("\"{}\" {}", name, why));
   if (!seen.insert(name).second) throw InputError(fmt::format("host \"{}\" is listed twice", name));
   if (names.size() == kMaxSourceHosts)
     throw InputError(fmt::format("more than {} hosts", kMaxSourceHosts));

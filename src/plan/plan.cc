@@ -393,13 +393,16 @@ void plan_processes(Plan& plan, const Options& options) {
 
 }  // namespace
 
-void check_listed_once(const Cluster& cluster, const std::vector<SshResolution>& answers) {
+void check_ssh_answers(const Cluster& cluster, const std::vector<SshResolution>& answers) {
   std::map<std::tuple<std::string, std::string, int, std::string>, const Host*> seen;
   size_t i = 0;
   for (const auto* hosts : {&cluster.hosts, &cluster.spares}) {
     for (const Host& h : *hosts) {
       const SshResolution* answer = i < answers.size() ? &answers[i] : nullptr;
       ++i;
+      if (answer && answer->refused)
+        throw InputError(fmt::format("{}: host {}: ssh refuses it: {}", h.origin,
+                                     in_quotes(h.address), answer->error));
       if (!answer || !answer->config) continue;
       const SshHostConfig& c = *answer->config;
       auto [it, added] =

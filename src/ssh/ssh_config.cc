@@ -97,6 +97,7 @@ SshResolution finish(Asking& a, bool timed_out, double timeout_s) {
     r.error = fmt::format("ssh -G did not answer within {} s", timeout_s);
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     r.error = err.empty() ? "ssh -G failed" : err;
+    r.refused = WIFEXITED(status);
   } else {
     try {
       r.config = parse_ssh_g(a.stdout_text);
@@ -409,9 +410,9 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
       if (out[m].config || !out[m].error.empty()) continue;  // asked already (the probe)
       // The answer without ssh's text (about 4 KB: a copy per host was 2 MB at 512 hosts).
       if (queries[m].name == queries[rep].name) {
-        out[m] = SshResolution{out[rep].config, out[rep].error, {}};
+        out[m] = SshResolution{out[rep].config, out[rep].error, {}, out[rep].refused};
       } else if (shared) {
-        out[m] = SshResolution{out[rep].config, out[rep].error, {}};
+        out[m] = SshResolution{out[rep].config, out[rep].error, {}, out[rep].refused};
         if (out[m].config->hostname == to_lower(queries[rep].name))
           out[m].config->hostname = to_lower(queries[m].name);
       } else {

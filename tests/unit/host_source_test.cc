@@ -76,6 +76,12 @@ TEST(SlurmNodeList, ErrorsNameTheFault) {
       {"a,b,a", "host \"a\" is listed twice"},
       {"n[1-2],n2", "host \"n2\" is listed twice"},
       {"a b", "\"a b\" is not a host name"},
+      // Checked as the host file checks its names.
+      {"n1:22",
+       "\"n1:22\" has a \":\" but is no IPv6 address: a port goes in its own key (port = "
+       "N; in the plain format, in the ssh config), and the plain format's workers in "
+       "slots=N"},
+      {"-F", "\"-F\" begins with \"-\": no host name does (ssh would read it as an option)"},
       {"n[1-16384],m", "more than 16384 hosts"},
   };
   for (const auto& c : cases)

@@ -568,6 +568,20 @@ TEST(HostfilePlain, ColonsOnlyInIpv6AndNamesOfDnsLength) {
   EXPECT_EQ(parse_plain_hostfile(long_name, "hosts").hosts.size(), 1u);
 }
 
+TEST(HostfilePlain, SlotsTwiceDisagreeing) {
+  EXPECT_EQ(plain_error("a slots=2 slots=3\n"), "hosts:1: slots given twice (2 and 3)");
+  EXPECT_EQ(parse_plain_hostfile("a slots=2 slots=2\n", "hosts").hosts[0].local_worker_num, 2);
+}
+
+TEST(HostfilePlain, ALeadingDashIsNoHost) {
+  EXPECT_EQ(plain_error("a\n-oProxyCommand=x\n"),
+            "hosts:2: address \"-oProxyCommand=x\" has '=', a character not allowed in a host "
+            "name or address (letters, digits and . - _ : % only)");
+  EXPECT_EQ(plain_error("a\n-F slots=1\n"),
+            "hosts:2: address \"-F\" begins with \"-\": no host name does (ssh would read it as "
+            "an option)");
+}
+
 TEST(HostfilePlain, DuplicateHost) {
   EXPECT_EQ(plain_error("a\nb\n\na slots=2\n"),
             "hosts:4: host \"a\" is listed twice: hosts:1 has it already");

@@ -954,42 +954,55 @@ Host at(const std::string& address, const std::string& origin, std::optional<int
   return h;
 }
 
-TEST(CheckListedOnce, AnUnsetPortAndPort22AreOneHost) {
+TEST(CheckSshAnswers, AnUnsetPortAndPort22AreOneHost) {
   Cluster c;
   c.hosts = {at("node1", "h.toml:4"), at("node2", "h.toml:7"), at("node1", "h.toml:10", 22)};
   EXPECT_EQ(test::error_of([&] {
-              check_listed_once(c, {answer("node1", 22), answer("node2", 22), answer("node1", 22)});
+              check_ssh_answers(c, {answer("node1", 22), answer("node2", 22), answer("node1", 22)});
             }),
             "h.toml:10: host \"node1\" is listed twice: h.toml:4 has it already as \"node1\", "
             "and ssh sends both to node1 port 22 (a host runs one node's processes; list it once)");
   // The ssh config's Port for the unset one: another sshd of that machine, not the same host.
   EXPECT_NO_THROW(
-      check_listed_once(c, {answer("node1", 2222), answer("node2", 22), answer("node1", 22)}));
+      check_ssh_answers(c, {answer("node1", 2222), answer("node2", 22), answer("node1", 22)}));
 }
 
-TEST(CheckListedOnce, TheCaseOfTheLettersAndSparesToo) {
+TEST(CheckSshAnswers, TheCaseOfTheLettersAndSparesToo) {
   Cluster c;
   c.hosts = {at("Node1", "h.toml:4")};
   c.spares = {at("node1", "h.toml:9")};
   EXPECT_THAT(test::error_of([&] {
-                check_listed_once(c, {answer("node1", 22), answer("node1", 22)});
+                check_ssh_answers(c, {answer("node1", 22), answer("node1", 22)});
               }),
               ::testing::HasSubstr("h.toml:9: host \"node1\" is listed twice: h.toml:4 has it "
                                    "already as \"Node1\""));
   // ssh matched `Host node1` for one of them only: two ports, two hosts.
-  EXPECT_NO_THROW(check_listed_once(c, {answer("node1", 22), answer("node1", 2200)}));
+  EXPECT_NO_THROW(check_ssh_answers(c, {answer("node1", 22), answer("node1", 2200)}));
 }
 
-TEST(CheckListedOnce, AliasesJumpsAndHostsWithoutAnAnswerAreLeftAlone) {
+TEST(CheckSshAnswers, WhatSshRefusesIsAnInputError) {
   Cluster c;
-  c.hosts = {at("a", "h.toml:1"), at("b", "h.toml:2"), at("c", "h.toml:3"), at("c", "h.toml:4"),
-             at("d", "h.toml:5"), at("D", "h.toml:6")};
-  std::vector<SshResolution> answers = {answer("gpu1", 22),       answer("gpu1", 22),
-                                        answer("c", 22),          SshResolution{},
-                                        answer("d", 22, "gw1"),   answer("d", 22, "gw2")};
-  EXPECT_NO_THROW(check_listed_once(c, answers));
+  c.hosts = {at("a", "h.toml:1"), at("b", "h.toml:2")};
+  std::vector<SshResolution> answers(2);
+  answers[0] = answer("a", 22);
+  answers[1].error = "remote username contains invalid characters";
+  // Not refused by ssh (it did not answer in time, or could not run): left to the connection.
+  EXPECT_NO_THROW(check_ssh_answers(c, answers));
+  answers[1].refused = true;
+  EXPECT_EQ(test::error_of([&] { check_ssh_answers(c, answers); }),
+            "h.toml:2: host \"b\": ssh refuses it: remote username contains invalid characters");
+}
+
+TEST(CheckSshAnswers, AliasesJumpsAndHostsWithoutAnAnswerAreLeftAlone) {
+  Cluster c;
+  c.hosts = {at("a", "h.toml:1"), at("b", "h.toml:2"), at("c", "h.toml:3"),
+             at("c", "h.toml:4"), at("d", "h.toml:5"), at("D", "h.toml:6")};
+  std::vector<SshResolution> answers = {answer("gpu1", 22),     answer("gpu1", 22),
+                                        answer("c", 22),        SshResolution{},
+                                        answer("d", 22, "gw1"), answer("d", 22, "gw2")};
+  EXPECT_NO_THROW(check_ssh_answers(c, answers));
   answers[5].config->proxy_jump = "gw1";
-  EXPECT_THAT(test::error_of([&] { check_listed_once(c, answers); }),
+  EXPECT_THAT(test::error_of([&] { check_ssh_answers(c, answers); }),
               ::testing::HasSubstr("ssh sends both to d port 22 through gw1"));
 }
 
