@@ -44,6 +44,10 @@ struct Output::Proc {
   std::string console_prefix[2];         // for stdout and stderr lines
   int source = -1;                       // in the gatherer
   bool line_start[2] = {true, true};     // the next log bytes of the stream begin a line
+  // The stream whose line the log's last bytes leave open (a piece of a line over the framer's
+  // limit, a final line without newline), -1 when they end a line: the other stream's next bytes
+  // start a line of their own.
+  int8_t log_open = -1;
   double redraw_ms[2] = {-1e18, -1e18};  // when a progress redraw of the stream was last shown
   std::string redraw_shown[2];
   std::string path;
@@ -168,8 +172,10 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
     }
   }
   if (p.has_log) {
+    if (p.log_open == 1 - s) p.log_buf += '\n';  // never glued to the other stream's piece
     if (config_.log_timestamps && p.line_start[s]) p.log_buf += stamp();
     p.line_start[s] = !text.empty() && text.back() == '\n';
+    p.log_open = p.line_start[s] ? int8_t{-1} : static_cast<int8_t>(s);
     p.log_buf.append(text);
   }
   std::string_view body = text;
@@ -237,8 +243,9 @@ void Output::separate(int proc, std::string_view text) {
   if (!p.has_log) return;
   // The run's last line may have come without its newline (killed in the middle of it): the
   // separator, and the next run's first line, each start a line of their own.
-  if (!p.line_start[0] || !p.line_start[1]) p.log_buf += '\n';
+  if (p.log_open >= 0) p.log_buf += '\n';
   p.line_start[0] = p.line_start[1] = true;
+  p.log_open = -1;
   if (config_.log_timestamps) {
     now_ms_ = now_ms();
     p.log_buf += stamp();

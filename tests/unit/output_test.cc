@@ -469,7 +469,27 @@ TEST_F(Output, ASeparatorAfterALineWithoutNewlineStandsOnALineOfItsOwn) {
   o.data(q, true, "e\n");
   o.separate(q, "----- and again -----");
   o.flush();
-  EXPECT_EQ(log("worker_1.log"), "outerr\n----- again -----\ne\n----- and again -----\n");
+  EXPECT_EQ(log("worker_1.log"), "out\nerr\n----- again -----\ne\n----- and again -----\n");
+}
+
+// Where the two streams' lines meet in the log unfinished (a piece of a line over the 1 MiB
+// limit; the last lines of both, without newline), a line end comes between them: a line of one
+// stream never runs on in the other's.
+TEST_F(Output, APieceOfALongLineAndTheOtherStreamsLineAreNotGlued) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  const std::string piece(size_t{1} << 20, 'x');  // the framer's default limit
+  o.data(p, false, piece + "xy");
+  o.data(p, true, "ERRLINE\n");
+  o.data(p, false, "z\nnext\n");
+  o.flush();
+  EXPECT_EQ(log("worker_0.log"), piece + "\nERRLINE\nxyz\nnext\n");
+  int q = o.add_process("1@h", "worker_1.log", true);
+  o.data(q, false, "done 9");
+  o.data(q, true, "50%|#####");
+  o.finish(q);
+  o.flush();
+  EXPECT_EQ(log("worker_1.log"), "done 9\n50%|#####");
 }
 
 TEST_F(Output, OffConsoleProcessesAreOnlyLogged) {
