@@ -176,6 +176,10 @@ class Runner {
 
   bool start_watchdogs();
   bool all_waiting_hosts_ack() const;
+  // Every process's log, made before any process starts: a log that cannot be made (a
+  // directory or another user's file of its name in --log_dir, no descriptor left) fails the run
+  // with exit 2 and nothing started. False then.
+  bool make_logs();
   void start_processes();
   void exec_process(size_t index);
   bool restarts_in_place(const Proc& p);

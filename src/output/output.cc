@@ -41,9 +41,9 @@ void write_all(int fd, std::string_view data) {
 }  // namespace
 
 struct Output::Proc {
-  std::string console_prefix[2];         // for stdout and stderr lines
-  int source = -1;                       // in the gatherer
-  bool line_start[2] = {true, true};     // the next log bytes of the stream begin a line
+  std::string console_prefix[2];      // for stdout and stderr lines
+  int source = -1;                    // in the gatherer
+  bool line_start[2] = {true, true};  // the next log bytes of the stream begin a line
   // The stream whose line the log's last bytes leave open (a piece of a line over the framer's
   // limit, a final line without newline), -1 when they end a line: the other stream's next bytes
   // start a line of their own.

@@ -291,19 +291,32 @@ void Runner::promise_no_more_channels() {
   t_.no_more_channels();
 }
 
+bool Runner::make_logs() {
+  try {
+    for (Proc& p : procs_) {
+      const Process& s = *p.spec;
+      bool is_worker = s.role == Role::kWorker;
+      bool tailed = stdin_from_launcher(options_, s);
+      bool on_console = options_.tail_worker_log.empty() || tailed;
+      const std::string& own = hosts_[p.host].name;
+      p.log_name = with_hostname(s.log_name, own.empty() ? host_name(p.host) : own);
+      std::string prefix = process_prefix(is_worker ? s.rank : -1, host_name(p.host));
+      if (attempt_ > 1) prefix += fmt::format(" a{}", attempt_);
+      p.out = out_.add_process(prefix, p.log_name, on_console, is_worker ? s.rank : -1,
+                               host_name(p.host));
+    }
+  } catch (const std::runtime_error& e) {
+    fail(kExitUsage, fmt::format("{} (nothing was started)", e.what()));
+    return false;
+  }
+  return true;
+}
+
 void Runner::start_processes() {
   for (size_t i = 0; i < procs_.size(); ++i) {
     Proc& p = procs_[i];
     const Process& s = *p.spec;
     bool is_worker = s.role == Role::kWorker;
-    bool tailed = stdin_from_launcher(options_, s);
-    bool on_console = options_.tail_worker_log.empty() || tailed;
-    const std::string& own = hosts_[p.host].name;
-    p.log_name = with_hostname(s.log_name, own.empty() ? host_name(p.host) : own);
-    std::string prefix = process_prefix(is_worker ? s.rank : -1, host_name(p.host));
-    if (attempt_ > 1) prefix += fmt::format(" a{}", attempt_);
-    p.out = out_.add_process(prefix, p.log_name, on_console, is_worker ? s.rank : -1,
-                             host_name(p.host));
     // The others read /dev/null (set in their command): no EOF to send.
     exec_process(i);
     emit_event(events_, "process_started",
@@ -460,7 +473,7 @@ int Runner::timeout_ms(double now) const {
 
 int Runner::run() {
   if (signal_fd_ >= 0) t_.watch_fd(signal_fd_);
-  if (start_watchdogs())
+  if (start_watchdogs() && make_logs())
     start_processes();
   else
     for (auto& p : procs_) finish_process(p, "not started");

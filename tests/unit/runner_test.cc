@@ -317,6 +317,20 @@ TEST_F(Runner, AMissingWorkdirIsNamedBeforeAnythingStarts) {
   EXPECT_NE(console_err().find("workdir /x/y does not exist on node1"), std::string::npos);
 }
 
+// A log that cannot be made (here a directory of its name: root opens any file) fails the run
+// before any process starts, exit 2, and the watchdogs are told to end.
+TEST_F(Runner, ALogThatCannotBeMadeStartsNothing) {
+  plan_ = make_plan({1, 1});
+  ms::Output::make_log_dir(options_.log_dir);
+  ASSERT_EQ(::mkdir((options_.log_dir + "/worker_1.log").c_str(), 0700), 0);
+  FakeTransport fake({host({exits(1)}), host({exits(1)})});
+  EXPECT_EQ(run(fake), 2);
+  EXPECT_EQ(fake.channels().size(), 2u) << "a process started";
+  EXPECT_EQ(runner().cause(), "cannot open log file " + options_.log_dir +
+                                  "/worker_1.log: Is a directory (nothing was started)");
+  EXPECT_EQ(statuses(), (Strings{"not started", "not started"}));
+}
+
 TEST_F(Runner, LeftoversSweptAfterQuitAreReported) {
   plan_ = make_plan({1});
   HostScript h = host({exits(1)});
