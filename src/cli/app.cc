@@ -7,9 +7,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <random>
+#include <set>
 
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/cli.h"
@@ -73,6 +75,16 @@ Cluster load_cluster(const Options& options) {
       for (const auto& h : *hosts) names.push_back(h.address);
     refuse_what_libssh_misreads(options.ssh_config, names);
   }
+  // As ssh warns of an -i file it cannot read, and goes on with the other keys.
+  std::set<std::string> said;
+  for (const auto* hosts : {&cluster.hosts, &cluster.spares})
+    for (const auto& h : *hosts)
+      if (!h.identity_file.empty() && ::access(h.identity_file.c_str(), R_OK) != 0 &&
+          said.insert(h.identity_file).second)
+        std::fprintf(stderr,
+                     "msrun-ssh: warning: %s: identity_file %s cannot be read (%s): passed over, "
+                     "as ssh passes over an -i file it cannot read\n",
+                     h.origin.c_str(), h.identity_file.c_str(), std::strerror(errno));
   return cluster;
 }
 

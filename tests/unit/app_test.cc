@@ -132,6 +132,19 @@ TEST_F(App, CheckDryRunConnectsToNothing) {
       << c.out;
 }
 
+// A host file's identity_file that cannot be read is said, as ssh says it of an -i file, once.
+TEST_F(App, AnIdentityFileThatCannotBeReadIsSaidOnce) {
+  std::string hf =
+      write("keys.toml",
+            "[defaults]\nidentity_file = \"/nonexistent/id_typo\"\n\n"
+            "[[hosts]]\naddress = \"198.18.0.1\"\n\n[[hosts]]\naddress = \"198.18.0.2\"\n");
+  Captured c = run({"--dry_run", "--hostfile", hf, "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.err, "msrun-ssh: warning: " + hf +
+                       ":4: identity_file /nonexistent/id_typo cannot be read (No such file or "
+                       "directory): passed over, as ssh passes over an -i file it cannot read\n");
+}
+
 TEST_F(App, DryRunHonoursOptions) {
   Captured c = run({"--hostfile=" + hostfile_, "--master_addr", "198.18.0.2", "--master_port=9000",
                     "--dry_run", "--python", "/opt/py", "--env", "A=1", "--log_dir=out", "run.py"});
