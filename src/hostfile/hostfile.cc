@@ -142,6 +142,11 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
       host.identity_file = expand_home(get_string(path, key, v));
     } else if (key == "known_hosts") {
       host.known_hosts = expand_home(get_string(path, key, v));
+      // ssh takes a UserKnownHostsFile of several files, blank-separated, and says it so (ssh -G).
+      if (host.known_hosts.find_first_of(" \t") != std::string::npos)
+        fail(path, v,
+             "key \"known_hosts\" names a path with a blank, which ssh would read as several "
+             "files: rename or link it");
     } else if (key == "python") {
       host.python = get_string(path, key, v);
     } else if (key == "workdir") {

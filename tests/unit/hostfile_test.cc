@@ -232,6 +232,9 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
       {kHead + "port = \"22\"\n", "h.toml:3:8: key \"port\" must be an integer"},
       {kHead + "port = 22.0\n", "h.toml:3:8: key \"port\" must be an integer"},
       {kHead + "identity_file = true\n", "h.toml:3:17: key \"identity_file\" must be a string"},
+      {kHead + "known_hosts = \"/tmp/my known_hosts\"\n",
+       "h.toml:3:15: key \"known_hosts\" names a path with a blank, which ssh would read as "
+       "several files: rename or link it"},
       {kHead + "known_hosts = []\n", "h.toml:3:15: key \"known_hosts\" must be a string"},
       {kHead + "python = 3\n", "h.toml:3:10: key \"python\" must be a string"},
       {kHead + "workdir = {}\n", "h.toml:3:11: key \"workdir\" must be a string"},
