@@ -425,8 +425,21 @@ Cluster load_hostfile(const std::string& path) {
   std::optional<std::string> read = read_whole_file(path, kMaxFileBytes, why);
   if (!read) throw InputError(fmt::format("{}: cannot read host file: {}", path, why));
   const std::string& text = *read;
-  bool toml = path.size() >= 5 && path.compare(path.size() - 5, 5, ".toml") == 0;
-  return toml ? parse_toml_hostfile(text, path) : parse_plain_hostfile(text, path);
+  bool toml =
+      path.size() >= 5 && to_lower(std::string_view(path).substr(path.size() - 5)) == ".toml";
+  if (toml) return parse_toml_hostfile(text, path);
+  try {
+    return parse_plain_hostfile(text, path);
+  } catch (const InputError& e) {
+    // TOML in a file the name did not say was one: the plain format's error, and why it was read
+    // so.
+    if (text.find("[[hosts]]") == std::string::npos && text.find("[defaults]") == std::string::npos)
+      throw;
+    throw InputError(
+        fmt::format("{} (read in the plain format: a TOML host file's name ends in "
+                    "\".toml\")",
+                    e.what()));
+  }
 }
 
 }  // namespace msrun_ssh

@@ -624,9 +624,16 @@ TEST_F(LoadHostfile, PlainForAnyOtherName) {
   }
 }
 
-TEST_F(LoadHostfile, TomlTextInAPlainFileIsReadAsPlain) {
+TEST_F(LoadHostfile, TomlTextInAPlainFileIsReadAsPlainAndTheErrorSaysWhy) {
   std::string path = write("hosts", "[[hosts]]\naddress = \"a\"\n");
-  EXPECT_EQ(load_error(path), path + ":1: address \"[[hosts]]\": nested \"[\" in node set");
+  EXPECT_EQ(load_error(path), path +
+                                  ":1: address \"[[hosts]]\": nested \"[\" in node set (read in "
+                                  "the plain format: a TOML host file's name ends in \".toml\")");
+}
+
+TEST_F(LoadHostfile, TheTomlEndingInCapitalsToo) {
+  std::string path = write("HOSTS.TOML", "[[hosts]]\naddress = \"198.18.0.1\"\n");
+  EXPECT_EQ(load_hostfile(path).hosts.size(), 1u);
 }
 
 TEST_F(LoadHostfile, ErrorsNameTheFile) {
