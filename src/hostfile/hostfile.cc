@@ -204,10 +204,16 @@ void check_unique(const Cluster& cluster, const std::vector<Origin>& origins) {
   }
 }
 
-// The first character of `name` that no host name has.
+// The first character of `name` that no host name has (all its bytes, when it is UTF-8's).
 std::string_view not_allowed(std::string_view name) {
-  for (size_t i = 0; i < name.size(); ++i)
-    if (!valid_host_name(name.substr(i, 1))) return name.substr(i, 1);
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (valid_host_name(name.substr(i, 1))) continue;
+    const auto lead = static_cast<unsigned char>(name[i]);
+    const size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    size_t n = 1;
+    while (n < want && i + n < name.size() && (name[i + n] & 0xC0) == 0x80) ++n;
+    return name.substr(i, n);
+  }
   return "";
 }
 

@@ -380,9 +380,10 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
 // A plain file may hold any bytes. Those that are not UTF-8 are shown as \xNN (fmt's "{:?}"
 // asserted on such a name: a debug build aborted), and a whole UTF-8 character is shown as written.
 TEST(Hostfile, BytesThatAreNotUtf8AreShownEscaped) {
-  EXPECT_EQ(plain_error("alhalh\xd5\x8c\x8b\xf5\n"),
-            "hosts:1: address \"alhalh\xd5\x8c\\x8b\\xf5\" has '\\xd5', a character not allowed in "
-            "a host name or address (letters, digits and . - _ : % only)");
+  EXPECT_EQ(
+      plain_error("alhalh\xd5\x8c\x8b\xf5\n"),
+      "hosts:1: address \"alhalh\xd5\x8c\\x8b\\xf5\" has '\xd5\x8c', a character not allowed in "
+      "a host name or address (letters, digits and . - _ : % only)");
   EXPECT_EQ(plain_error("n[1-2]\xff\n"),
             "hosts:1: address \"n[1-2]\\xff\": the name \"n1\\xff\" has '\\xff', a character not "
             "allowed in a host name or address (letters, digits and . - _ : % only)");
@@ -551,6 +552,11 @@ TEST(HostfilePlain, BadCharactersInAddress) {
   EXPECT_EQ(plain_error("a\nb;reboot slots=1\n"),
             "hosts:2: address \"b;reboot\" has ';', a character not allowed in a host name or "
             "address (letters, digits and . - _ : % only)");
+  EXPECT_EQ(plain_error("n\xC3\xB6"
+                        "de1\n"),
+            "hosts:1: address \"n\xC3\xB6"
+            "de1\" has '\xC3\xB6', a character not allowed in a host "
+            "name or address (letters, digits and . - _ : % only)");
 }
 
 // host:port and MPICH's host:N are no addresses; IPv6 addresses are. Nor is a name past DNS's 253.
