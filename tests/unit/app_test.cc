@@ -145,6 +145,28 @@ TEST_F(App, AnIdentityFileThatCannotBeReadIsSaidOnce) {
                        "directory): passed over, as ssh passes over an -i file it cannot read\n");
 }
 
+// One host twice as OpenSSH sees it (ssh -G itself answers): a port unset and `port = 22`, and a
+// name in other capitals, refused before anything connects, both entries named.
+TEST_F(App, AHostListedTwiceAsSshSeesItIsAnInputError) {
+  std::string twice = write("twice.toml",
+                            "[[hosts]]\naddress = \"198.18.0.1\"\n\n"
+                            "[[hosts]]\naddress = \"198.18.0.1\"\nport = 22\n");
+  expect_error({"--dry_run", "--hostfile", twice, "train.py"},
+               twice + ":4: host \"198.18.0.1\" is listed twice: " + twice +
+                   ":1 has it already as \"198.18.0.1\", and ssh sends both to 198.18.0.1 port "
+                   "22 (a host runs one node's processes; list it once)");
+  std::string caps =
+      write("caps.toml", "[[hosts]]\naddress = \"NodeA\"\n\n[[hosts]]\naddress = \"nodea\"\n");
+  Captured c = run({"--dry_run", "--hostfile", caps, "train.py"});
+  EXPECT_EQ(c.status, 2) << c.out;
+  EXPECT_NE(c.err.find("is listed twice"), std::string::npos) << c.err;
+  // Another port is another sshd: two hosts.
+  std::string ports = write("ports.toml",
+                            "[[hosts]]\naddress = \"198.18.0.1\"\n\n"
+                            "[[hosts]]\naddress = \"198.18.0.1\"\nport = 2222\n");
+  EXPECT_EQ(run({"--dry_run", "--hostfile", ports, "train.py"}).status, 0);
+}
+
 TEST_F(App, DryRunHonoursOptions) {
   Captured c = run({"--hostfile=" + hostfile_, "--master_addr", "198.18.0.2", "--master_port=9000",
                     "--dry_run", "--python", "/opt/py", "--env", "A=1", "--log_dir=out", "run.py"});
