@@ -187,10 +187,11 @@ std::optional<std::string> sampler_words_of(std::string_view command);
 // watchdog_command makes of them), else nothing. For stand-ins of a host, which see commands only.
 std::optional<WatchdogArgs> watchdog_args_of(std::string_view command);
 
-// Ends a detached job: SIGTERM, grace, SIGKILL of every process marked with `job_id`. Prints a line
-// "killed PID SIGNAL ARGV" per signal sent (as the watchdog does: a process that outlives its
-// SIGTERM has two), then "msrun-ssh-stop: done", and exits 0 (also when nothing was running).
-std::string stop_command(const std::string& job_id, double grace_s);
+// Ends a detached job: SIGTERM, grace, SIGKILL of every process marked with `job_id`, or with the
+// id of any of its attempts 2..`attempts` (ID-2, ...). Prints a line "killed PID SIGNAL ARGV" per
+// signal sent (as the watchdog does: a process that outlives its SIGTERM has two), then
+// "msrun-ssh-stop: done", and exits 0 (also when nothing was running).
+std::string stop_command(const std::string& job_id, double grace_s, int attempts = 1);
 
 // Ends what a failed run of `process` left on its host before it is started again in place
 // (leftovers.sh): SIGTERM, grace, SIGKILL of every process of the job whose environment holds the

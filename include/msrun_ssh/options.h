@@ -125,6 +125,9 @@ struct CheckOptions {
 // The commands on a job already started (jobs.h, stacks.h; docs/jobs.md).
 struct JobOptions {
   std::string job;
+  // stop: the attempts whose processes it ends: the job's id, then ID-2 .. ID-N (a job restarted
+  // with --max_restarts runs attempt k as ID-k); from the job's record, else 1.
+  int attempts = 1;
   std::optional<int> log_rank;  // --rank R: only that rank's log (-1: the scheduler's)
   bool follow = false;          // --follow: until the job has ended
   bool once = false;            // top --once: one screen, then exit

@@ -403,13 +403,17 @@ int stop_job(const Options& options, const Cluster& cluster);
 // its sync failed. Throws InputError for what is wrong before connecting (sync_where, symlinks).
 int sync_job(const Options& options, const Cluster& cluster);
 
-// `msrun-ssh stop` on hosts already connected through `transport` (its host i is addresses[i]):
-// runs the stop command of job `options.job` on every host at once, prints one line
-// "ADDRESS: killed PID COMMAND" per process signalled and then "job ID: N signals sent on M hosts"
-// to `out`, and "msrun-ssh: ADDRESS: stop did not finish" to `err` for each host that did not
-// answer within --kill_grace + --connect_timeout + 5 s. Returns 0, or kExitHostFailure when a
-// host did not finish.
+// `msrun-ssh stop` on hosts connected through `transport` (its host i is addresses[i];
+// unreached[i], when given and not empty, says why host i could not be connected to): runs the stop
+// command of job `options.job` (and its attempts up to options.attempts) on every connected host at
+// once, prints one line "ADDRESS: killed PID COMMAND" per process signalled and then "job ID: N
+// signals sent on M hosts" ("on K of M hosts" when some were not reached) to `out`, and to `err`
+// "msrun-ssh: ADDRESS: WHY: not stopped there ..." for each host not reached and "msrun-ssh:
+// ADDRESS: stop did not finish" for each host that did not answer within --kill_grace +
+// --connect_timeout + 5 s. Returns 0, or kExitHostFailure when a host was not reached or did not
+// finish.
 int stop_on_hosts(Transport& transport, const std::vector<std::string>& addresses,
-                  const Options& options, std::FILE* out, std::FILE* err);
+                  const Options& options, std::FILE* out, std::FILE* err,
+                  const std::vector<std::string>& unreached = {});
 
 }  // namespace msrun_ssh

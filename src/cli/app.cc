@@ -168,15 +168,31 @@ int drive_check(const Options& options) {
 
 // `stop` and `stack` name a job: its hosts come from its record (docs/jobs.md), or from
 // --hostfile. Stopping a job whose attached launcher still runs on this machine ends that first.
-int drive_stop(const Options& options) {
+// How many attempts the recorded job may have run (--max_restarts + 1 for whole-job restarts),
+// read from its command line; 1 when that cannot be read.
+int attempts_of(const JobRecord& record) {
+  if (record.argv.size() < 2) return 1;
+  try {
+    CliResult r = parse_args({record.argv.begin() + 1, record.argv.end()},
+                             [](const char* n) { return std::getenv(n); });
+    return job_restarts(r.options) + 1;
+  } catch (const std::exception&) {
+    return 1;
+  }
+}
+
+int drive_stop(Options options) {
   if (options.hostfile.empty()) {
     JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
     Options from_record = options_from_record(options, record);
+    from_record.attempts = attempts_of(record);
     stop_attached_launcher(record, from_record, stdout);
     return stop_job(from_record, cluster_of(record));
   }
   try {
-    stop_attached_launcher(load_job_record(jobs_dir(std::getenv), options.job), options, stdout);
+    JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);
+    options.attempts = attempts_of(record);
+    stop_attached_launcher(record, options, stdout);
   } catch (const InputError&) {  // no record here: the host file is all there is
   }
   return stop_job(options, load_cluster(options));

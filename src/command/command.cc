@@ -203,9 +203,11 @@ std::string detached_command(const Process& process, const std::string& job_id,
   std::string keeper =
       shell_join({"sh", "-c", std::string(remote::kDetachedSh), "msrun-ssh-job", stem});
   // The log path is relative to the workdir, like --log_dir is relative to the launcher's cwd.
+  // The log is opened once before the start: a redirection that fails in the background would
+  // fail only there, and the start would say "started" for a process that never ran.
   return fmt::format(
-      "cd -- {} && umask 077 && mkdir -p -- {} {} && {{ setsid {} {} < /dev/null > {} 2>&1 & }} && "
-      "echo \"msrun-ssh: started $!\"",
+      "cd -- {0} && umask 077 && mkdir -p -- {1} {2} && true >> {5} && {{ setsid {3} {4} < "
+      "/dev/null > {5} 2>&1 & }} && echo \"msrun-ssh: started $!\"",
       shell_quote(process.workdir), shell_quote(dir), shell_quote(state_dir), keeper,
       exec_env(process, job_id, false), shell_quote(remote_log));
 }
@@ -330,10 +332,10 @@ std::string leftovers_command(const Process& process, const std::string& job_id,
                      shell_quote(job_id), grace_steps(grace_s), words);
 }
 
-std::string stop_command(const std::string& job_id, double grace_s) {
+std::string stop_command(const std::string& job_id, double grace_s, int attempts) {
   std::string script = fmt::format("{}{}", remote::kSweepSh, remote::kStopSh);
-  return fmt::format("exec sh -c {} msrun-ssh-stop {} {}", shell_quote(script), shell_quote(job_id),
-                     grace_steps(grace_s));
+  return fmt::format("exec sh -c {} msrun-ssh-stop {} {} {}", shell_quote(script),
+                     shell_quote(job_id), grace_steps(grace_s), std::max(attempts, 1));
 }
 
 }  // namespace msrun_ssh

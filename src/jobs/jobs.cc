@@ -113,6 +113,7 @@ bool stop_attached_launcher(const JobRecord& record, const Options& options, std
     return false;
   auto pid = static_cast<pid_t>(record.launcher_pid);
   if (::kill(pid, SIGTERM) != 0) return false;
+  ::kill(pid, SIGCONT);  // a launcher stopped by Ctrl-Z handles its SIGTERM only once continued
   std::fprintf(out, "job %s: SIGTERM sent to its launcher (process %d); waiting for it to end\n",
                record.id.c_str(), static_cast<int>(pid));
   std::fflush(out);

@@ -11,8 +11,10 @@ M=$*
 # sweep.sh's find_pids, narrowed to the failed run's processes.
 find_pids() {
   P=
-  # shellcheck disable=SC2013 # the words are paths
-  for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null); do
+  hits=$(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null)
+  [ $? -ne 126 ] || hits=$(printf '%s\n' /proc/[0-9]*/environ |
+    xargs grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" 2>/dev/null)  # as sweep.sh's find_pids
+  for f in $hits; do
     mine=1
     for m in $M; do grep -qzxF -e "$m" "$f" 2>/dev/null || { mine=0; break; }; done
     [ "$mine" = 1 ] || continue

@@ -16,17 +16,28 @@
 # every process. The [=] keeps the pattern from matching grep's own command line; the watchdog
 # and `stop` carry neither spelling; zombies have an empty environ and count as gone.
 # (Over the launch agent the agent is the watchdog and sweeps in Perl: agent.pl.)
-J=$1
+# JOBS (stop.sh sets it): the ids swept, when more than $J (a restarted job's attempts).
+J=$1 JOBS=
 CMDLINES='/proc/[0-9]*/cmdline'
 
 # Sets P to the pids of the job's processes, found by one grep in this shell (a fork and an exec
 # per sweep, nothing more): the environments of every process for the marker, CMDLINES (if any)
-# for its quoted spelling. A pid may come twice.
+# for its quoted spelling. A pid may come twice. On a host of some 30,000 processes their paths
+# are more than one exec may carry (E2BIG: the shell's status 126): xargs then hands them to as
+# many greps as they need.
 find_pids() {
   P=
-  # shellcheck disable=SC2086,SC2013 # CMDLINES: a pattern, or nothing; the words are paths
-  for f in $(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" ${CMDLINES:+-e "'MSRUN_SSH_JOB[=]$J'"} \
-    /proc/[0-9]*/environ $CMDLINES 2>/dev/null); do
+  set --
+  for j in ${JOBS:-$J}; do
+    set -- "$@" -e "^MSRUN_SSH_JOB[=]$j\$"
+    [ -z "$CMDLINES" ] || set -- "$@" -e "'MSRUN_SSH_JOB[=]$j'"
+  done
+  # shellcheck disable=SC2086 # CMDLINES: a pattern, or nothing
+  hits=$(grep -lz "$@" /proc/[0-9]*/environ $CMDLINES 2>/dev/null)
+  # shellcheck disable=SC2086
+  [ $? -ne 126 ] ||
+    hits=$(printf '%s\n' /proc/[0-9]*/environ $CMDLINES | xargs grep -lz "$@" 2>/dev/null)
+  for f in $hits; do
     f=${f#/proc/}
     P="$P ${f%%/*}"
   done
@@ -84,6 +95,8 @@ teardown() {
 # Removes the job's stack-dump directory on this host (stack_site.sh) once its processes are
 # gone; a link in its place is not followed.
 forget_stacks() {
-  d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
-  if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
+  for j in ${JOBS:-$J}; do
+    d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$j
+    if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
+  done
 }

@@ -89,27 +89,41 @@ int run_job_quietly(const Options& options, Plan& plan, const std::string& conso
 }
 
 int stop_on_hosts(Transport& t, const std::vector<std::string>& addresses, const Options& options,
-                  std::FILE* out, std::FILE* err) {
-  std::vector<size_t> all;
-  for (size_t h = 0; h < addresses.size(); ++h) all.push_back(h);
-  auto results = exited_output(run_batch(t, all, stop_command(options.job, options.kill_grace),
-                                         options.kill_grace + options.connect_timeout + 5));
-  int killed = 0;
+                  std::FILE* out, std::FILE* err, const std::vector<std::string>& unreached) {
+  std::vector<size_t> reached;
   int code = kExitOk;
+  for (size_t h = 0; h < addresses.size(); ++h) {
+    if (h < unreached.size() && !unreached[h].empty()) {
+      std::fprintf(err, "msrun-ssh: %s: %s: not stopped there (its processes may still run)\n",
+                   addresses[h].c_str(), unreached[h].c_str());
+      code = kExitHostFailure;
+    } else {
+      reached.push_back(h);
+    }
+  }
+  auto results = exited_output(
+      run_batch(t, reached, stop_command(options.job, options.kill_grace, options.attempts),
+                options.kill_grace + options.connect_timeout + 5));
+  int killed = 0;
   for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& address = addresses[reached[i]];
     if (!results[i]) {
-      std::fprintf(err, "msrun-ssh: %s: stop did not finish\n", addresses[i].c_str());
+      std::fprintf(err, "msrun-ssh: %s: stop did not finish\n", address.c_str());
       code = kExitHostFailure;
       continue;
     }
     for (std::string_view line : split_lines(*results[i]))
       if (auto swept = parse_swept_line(line)) {
-        std::fprintf(out, "%s: killed %s\n", addresses[i].c_str(), describe_swept(*swept).c_str());
+        std::fprintf(out, "%s: killed %s\n", address.c_str(), describe_swept(*swept).c_str());
         ++killed;
       }
   }
-  std::fprintf(out, "job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed,
-               addresses.size());
+  if (reached.size() == addresses.size())
+    std::fprintf(out, "job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed,
+                 addresses.size());
+  else
+    std::fprintf(out, "job %s: %d signals sent on %zu of %zu hosts\n", options.job.c_str(), killed,
+                 reached.size(), addresses.size());
   return code;
 }
 
@@ -123,8 +137,17 @@ int stop_job(const Options& options, const Cluster& cluster) {
     addresses.push_back(h.address);
   }
   auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
-  if (!connect(*pool, hosts, std::vector<int>(hosts.size(), 1))) return kExitHostFailure;
-  return stop_on_hosts(*pool, addresses, options, stdout, stderr);
+  // Every host it reaches is stopped: a host that died (often why a job is stopped) keeps the
+  // others' processes from nothing.
+  std::vector<std::string> unreached;
+  for (const auto& failure : pool->connect_all(std::vector<int>(hosts.size(), 1)))
+    unreached.push_back(failure ? failure->reason : std::string());
+  for (const auto& w : pool->warnings())
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", addresses[w.host].c_str(),
+                 w.message.c_str());
+  int code = stop_on_hosts(*pool, addresses, options, stdout, stderr, unreached);
+  pool->disconnect_all();
+  return code;
 }
 
 int sync_job(const Options& options, const Cluster& cluster) {

@@ -28,6 +28,16 @@ void Runner::on_signal(int signo) {
   if (signo == SIGTSTP) return suspend_job();
   if (signo == SIGCONT) return;  // a stop is seen by the time it took (poll_for)
   int code = exit_status_of_signal(signo);
+  if (phase_ == Phase::kQuitting) {
+    // Every process had ended well: the job's outcome stands (as a host lost now leaves it). The
+    // watchdogs' sweep of what the job left goes on, bounded; a second interrupt ends it at once.
+    if (std::exchange(interrupted_, true) && signo == SIGINT) return teardown(kKillNow);
+    out_.message(
+        fmt::format("received SIG{} after every process had ended; the job's outcome "
+                    "stands",
+                    sigabbrev_np(signo)));
+    return;
+  }
   interrupted_ = true;
   if (phase_ == Phase::kTearingDown && signo == SIGINT) {
     out_.message("second interrupt: killing every process now");

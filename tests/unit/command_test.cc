@@ -442,7 +442,8 @@ TEST(CommandQuote, DetachedCommandExactly) {
   p.env = {{"A", "1"}};
   p.argv = {"sleep", "1"};
   EXPECT_EQ(detached_command(p, "j1", "logs/worker_0.log"),
-            "cd -- '/w' && umask 077 && mkdir -p -- 'logs/' 'logs/.msrun-ssh/j1' && { setsid " +
+            "cd -- '/w' && umask 077 && mkdir -p -- 'logs/' 'logs/.msrun-ssh/j1' && true >> "
+            "'logs/worker_0.log' && { setsid " +
                 shell_join({"sh", "-c", std::string(remote::kDetachedSh), "msrun-ssh-job",
                             "logs/.msrun-ssh/j1/0"}) +
                 " 'env' '--' 'MSRUN_SSH_JOB=j1' 'A=1' 'sleep' '1' < /dev/null > "
@@ -465,7 +466,7 @@ TEST(CommandQuote, WatchdogAndStopArguments) {
   EXPECT_TRUE(w3.ends_with("' msrun-ssh-watchdog 'j' 0.500 1 1 ''")) << w3;
   std::string s = stop_command("j-1", 5);
   EXPECT_EQ(s.rfind("exec sh -c '", 0), 0u);
-  EXPECT_TRUE(s.ends_with("' msrun-ssh-stop 'j-1' 25")) << s;
+  EXPECT_TRUE(s.ends_with("' msrun-ssh-stop 'j-1' 25 1")) << s;
 }
 
 // The protocol's words, as the watchdog script spells them (its tests below run it).
@@ -1202,6 +1203,18 @@ pid_t keeper_pid_file(const std::string& stem) {
   return 0;
 }
 
+// A log that cannot be opened (a directory of its name; another user's file): the start fails
+// there and says so, and starts nothing (it said "started" for a process that never ran).
+TEST_F(CommandRoundTrip, ADetachedProcessWhoseLogCannotBeOpenedIsNotStarted) {
+  process_.argv = {"sleep", "30"};
+  ASSERT_TRUE(fs::create_directories(workdir_ + "/logs/w0.log"));
+  Result r = run_shell("/bin/sh", detached_command(process_, job_, "logs/w0.log"), dir_, 5);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("msrun-ssh: started"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("w0.log"), std::string::npos) << r.output;
+  EXPECT_TRUE(marked(job_).empty());
+}
+
 TEST_F(CommandRoundTrip, DetachedRunsInTheBackgroundAndStopEndsIt) {
   process_.argv = {"/bin/sh", "-c", kRecorder + " && exec sleep 30", "recorder"};
   for (size_t i = 0; i < 20; ++i) process_.argv.push_back(corpus_[i]);
@@ -1341,6 +1354,69 @@ TEST_F(StopCommand, KillsTheMarkedProcess) {
   // Other jobs' processes are left alone.
   EXPECT_FALSE(wait_for(bystander, 0.1).has_value());
   EXPECT_FALSE(wait_for(sibling, 0).has_value());
+}
+
+// A job restarted with --max_restarts runs attempt k as ID-k: stop ends the attempts it is told
+// of, and nothing of another job whose id only begins the same.
+TEST_F(StopCommand, EndsTheLaterAttemptsItIsToldOf) {
+  pid_t second = start_marked(job_ + "-2", {"sleep", "30"}, "sleep");
+  pid_t third = start_marked(job_ + "-3", {"sleep", "30"}, "sleep");
+  pid_t other = start_marked(job_ + "-20", {"sleep", "30"}, "sleep");
+  Result r = run_shell("/bin/sh", stop_command(job_, 0.5, 3), dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("killed " + std::to_string(second) + " SIGTERM sleep 30"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("killed " + std::to_string(third) + " SIGTERM sleep 30"),
+            std::string::npos)
+      << r.output;
+  ASSERT_TRUE(killed_by(second, SIGTERM, 2));
+  ASSERT_TRUE(killed_by(third, SIGTERM, 2));
+  EXPECT_FALSE(wait_for(other, 0.1).has_value());
+  // Told of one attempt only (no record of restarts), the second attempt's process is left.
+  pid_t again = start_marked(job_ + "-2", {"sleep", "30"}, "sleep");
+  EXPECT_EQ(stop(0.5), "msrun-ssh-stop: done\n");
+  EXPECT_FALSE(wait_for(again, 0.1).has_value());
+}
+
+// On a host of some 30,000 processes the paths of their environ and cmdline files are more than
+// one exec may carry (E2BIG), and a single grep found nothing: stop said "done" and left the job
+// running. Here the same happens with fewer processes: the stop command runs with a stack limit of
+// 1 MiB (ARG_MAX 256 KiB) and an environment that leaves 10 KiB of it, less than the paths of
+// this machine's processes (made at least 400). It must still find and end its job.
+TEST_F(StopCommand, FindsTheJobWhenTheProcessesPathsAreMoreThanOneExecCarries) {
+  pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
+  auto processes = [] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator("/proc"))
+      n += std::isdigit(static_cast<unsigned char>(e.path().filename().string()[0])) ? 1 : 0;
+    return n;
+  };
+  std::vector<pid_t> crowd;
+  for (size_t n = processes(); n < 400 && crowd.size() < 400; ++n)
+    crowd.push_back(spawn({"/bin/sleep", "30"}, kShellEnv, dir_, false).pid);
+  constexpr size_t kArgMax = 256 * 1024, kLeft = 10 * 1024, kPiece = 100 * 1024;
+  std::string command = stop_command(job_, 0.5);
+  Words env = kShellEnv;
+  size_t used = command.size() + 200;  // the words around it, and the pointers
+  for (const auto& e : env) used += e.size() + 1 + sizeof(char*);
+  for (int i = 0; used + kLeft < kArgMax; ++i) {
+    size_t n = std::min(kPiece, kArgMax - kLeft - used);
+    env.push_back(fmt::format("FILL{}={}", i, std::string(n, 'x')));
+    used += env.back().size() + 1 + sizeof(char*);
+  }
+  Child c = spawn({"/bin/sh", "-c", "ulimit -s 1024 && exec /bin/sh -c \"$0\"", command}, env, dir_,
+                  false);
+  std::string output;
+  EXPECT_TRUE(read_to_eof(c.out, output, 20));
+  EXPECT_EQ(wait_for(c.pid, 20), 0) << output;
+  for (pid_t p : crowd) {
+    ::kill(p, SIGKILL);
+    wait_for(p, 5);
+  }
+  EXPECT_EQ(output,
+            "killed " + std::to_string(sleeper) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
+  EXPECT_TRUE(killed_by(sleeper, SIGTERM, 2));
 }
 
 TEST_F(StopCommand, WithNothingRunning) { EXPECT_EQ(stop(0.5), "msrun-ssh-stop: done\n"); }

@@ -115,5 +115,27 @@ TEST(Stop, AHostThatCannotRunItFailsTheStop) {
   EXPECT_EQ(s.out, "job 20260101-000000-abcdef: 0 signals sent on 2 hosts\n");
 }
 
+// A host that could not be reached (dead: often why a job is stopped) is named, and every other
+// host is stopped all the same; the stop fails (255) as it could not end everything.
+TEST(Stop, AHostNotReachedIsNamedAndTheOthersAreStopped) {
+  ReplyTransport t;
+  t.on("msrun-ssh-stop",
+       Reply{.output = {{0.1, "killed 101 SIGTERM python train.py \nmsrun-ssh-stop: done\n"}},
+             .exit_at = 0.2},
+       0);
+  Printed out, err;
+  int status = stop_on_hosts(t, kAddresses, stop_options(), out.file(), err.file(),
+                             {"", "timed out after 10 s (connecting)"});
+  EXPECT_EQ(status, kExitHostFailure);
+  EXPECT_EQ(err.text(),
+            "msrun-ssh: 198.18.1.11: timed out after 10 s (connecting): not stopped there (its "
+            "processes may still run)\n");
+  EXPECT_EQ(out.text(),
+            "198.18.1.10: killed 101 SIGTERM python train.py\n"
+            "job 20260101-000000-abcdef: 1 signals sent on 1 of 2 hosts\n");
+  ASSERT_EQ(t.execs.size(), 1u);
+  EXPECT_EQ(t.execs[0].host, 0u);
+}
+
 }  // namespace
 }  // namespace msrun_ssh

@@ -807,6 +807,22 @@ TEST_F(Runner, HostLostAfterEveryProcessEndedKeepsTheJobsStatus) {
             "by peer\n");
 }
 
+// Ctrl-C (or `stop`'s SIGTERM) while the watchdogs sweep after every process exited 0: the job
+// succeeded, as when a host is lost then; the sweep goes on.
+TEST_F(Runner, ASignalAfterEveryProcessEndedKeepsTheJobsStatus) {
+  plan_ = make_plan({1, 1});
+  HostScript slow = host({exits(1)});
+  slow.teardown_delay = 2;  // its watchdog takes its time over the sweep
+  FakeTransport fake({host({exits(1)}), slow});
+  fake.at(2, [&] { runner().on_signal(SIGTERM); });
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));
+  EXPECT_TRUE(runner().interrupted());  // never restarted
+  EXPECT_EQ(console_err(),
+            "msrun-ssh: received SIGTERM after every process had ended; the job's outcome "
+            "stands\n");
+}
+
 TEST_F(Runner, AStarvedHostWhoseTcpStillAcknowledgesIsNotLost) {
   // The watchdog answers each heartbeat 20 s late (its host has no CPU to spare), but the host's
   // kernel acknowledges everything: slower, not lost (#15).
