@@ -101,7 +101,7 @@ Options options_from_record(Options options, const JobRecord& record) {
   if (options.ssh_config.empty()) options.ssh_config = record.ssh.ssh_config;
   if (!options.strict_host_key_checking)
     options.strict_host_key_checking = record.ssh.strict_host_key_checking;
-  options.connect_timeout = record.ssh.connect_timeout;
+  if (!options.connect_timeout_given) options.connect_timeout = record.ssh.connect_timeout;
   options.fanout = record.ssh.fanout;
   if (options.hostfile.empty()) options.hostfile = record.hostfile;
   return options;

@@ -8,8 +8,8 @@ import subprocess
 import tempfile
 import time
 
-from harness import (binary, check, job, launch, marked_processes, run, tmpdir, wait_clean,
-                     wait_for)
+from harness import (addresses, binary, check, cluster, job, launch, marked_processes, run, tmpdir,
+                     wait_clean, wait_for)
 
 
 def _state_env():
@@ -157,6 +157,30 @@ def test_stop_by_job_id_alone():
     check(not _tickers(), "tickers left")
     procs = _status(env, job_id)["processes"]
     check(all(x["state"] != "alive" for x in procs), f"still alive: {procs}")
+
+
+def test_stop_with_a_host_cut_off_stops_every_other_host_and_names_it():
+    """A node died (often why a job is stopped): `stop` ends the job on every host it reaches,
+    names the one it cannot reach and exits 255. It used to stop nothing anywhere."""
+    env = _state_env()
+    job_id = _start(env, seconds=120)
+    wait_for(lambda: len(_tickers()) == 7, 15, "7 tickers")
+    cluster("cut", 2)
+    try:
+        r = _tool(env, "stop", "--job", job_id, "--kill_grace", "1", "--connect_timeout", "3")
+        check(r.returncode == 255, f"stop exit {r.returncode}: {r.stderr.decode()}")
+        check(f"{addresses()[2]}: ".encode() in r.stderr and b"not stopped there" in r.stderr,
+              f"the cut host is not named: {r.stderr.decode()}")
+        check(f"signals sent on 2 of 3 hosts".encode() in r.stdout, r.stdout.decode())
+        wait_for(lambda: not [t for t in _tickers() if t[0] != "msrs-node2"], 10,
+                 "the reached hosts' tickers to end")
+        check([t for t in _tickers() if t[0] == "msrs-node2"], "the cut host's tickers are gone")
+    finally:
+        cluster("heal", 2)
+    r = _tool(env, "stop", "--job", job_id, "--kill_grace", "1")
+    check(r.returncode == 0, f"stop after the heal: exit {r.returncode}: {r.stderr.decode()}")
+    wait_clean(5)
+    check(not _tickers(), "tickers left")
 
 
 def test_stop_of_an_attached_job_ends_it_as_sigterm_would():

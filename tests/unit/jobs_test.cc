@@ -248,6 +248,11 @@ TEST_F(JobRecords, MadeFromThePlan) {
   EXPECT_EQ(merged.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
   EXPECT_EQ(merged.connect_timeout, 7);
   EXPECT_EQ(merged.hostfile, "/etc/hosts.toml");
+  // What the command line gives wins over the record.
+  Options given;
+  given.connect_timeout = 2;
+  given.connect_timeout_given = true;
+  EXPECT_EQ(options_from_record(given, two_hosts()).connect_timeout, 2);
 }
 
 TEST_F(JobRecords, AHostSourceStaysItsName) {
