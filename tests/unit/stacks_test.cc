@@ -354,6 +354,30 @@ TEST_F(StackPrograms, DumpsThePythonStackOfEveryThreadAndTheProcessGoesOn) {
   }
 }
 
+// A job restarted with --max_restarts runs attempt K as ID-K: `stack --job ID` shows its processes
+// (it said "no process of the job" from the second attempt on); another job's are not shown.
+TEST_F(StackPrograms, ALaterAttemptsProcessesAreTheJobs) {
+  auto start_marked = [&](const std::string& job, const std::string& rank) {
+    std::string pid = test::shell_output(fmt::format(
+        "env -i PATH=/usr/bin:/bin {}={} RANK_ID={} sleep 600 < /dev/null > /dev/null 2>&1 & "
+        "echo $!",
+        kJobMarker, job, rank));
+    pids_.push_back(std::stoi(pid));
+    return pids_.back();
+  };
+  int third = start_marked(job_ + "-3", "4");
+  start_marked(job_ + "x", "5");
+  HostStacks h;
+  for (int i = 0; i < 100; ++i) {  // until the sleep has exec'd (its environ is the job's)
+    h = parse_stacks(test::shell_output(stack_command(job_, 0.5, 5)));
+    if (!h.processes.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(h.processes.size(), 1u);
+  EXPECT_EQ(h.processes[0].pid, third);
+  EXPECT_EQ(h.processes[0].rank, 4);
+}
+
 TEST_F(StackPrograms, PythonPathKeepsWhatTheEnvironmentHadAndNothingRegistersWithoutTheJob) {
   // stack_site.sh puts the job's directory first and exports where it is.
   const char* show =
