@@ -4,7 +4,9 @@
 // which transport --transport picks. The ssh room itself knows neither Options nor the host file.
 #pragma once
 
+#include <cstdio>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,6 +44,21 @@ inline std::unique_ptr<HostTransport> host_transport(const ConnectionOptions& o,
   s.connect_timeout_s = settings.connect_timeout_s;
   s.on_connect_progress = std::move(settings.on_connect_progress);
   return std::make_unique<SrunTransport>(std::move(s));
+}
+
+// Connects every host of `pool` (connections[h] of host h), says the pool's warnings on stderr
+// (host h named addresses[h]), and returns why each host could not be reached ("" for each host
+// that was): for the commands that go on with the hosts they reach (stop, stack, status, logs).
+inline std::vector<std::string> connect_reaching(HostTransport& pool,
+                                                 const std::vector<int>& connections,
+                                                 const std::vector<std::string>& addresses) {
+  std::vector<std::string> unreached;
+  for (const auto& failure : pool.connect_all(connections))
+    unreached.push_back(failure ? failure->reason : std::string());
+  for (const auto& w : pool.warnings())
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", addresses[w.host].c_str(),
+                 w.message.c_str());
+  return unreached;
 }
 
 }  // namespace msrun_ssh

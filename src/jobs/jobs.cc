@@ -33,12 +33,10 @@ Reached reach(const JobRecord& record, const Options& options) {
     for (const auto& p : record.processes) procs += p.host == h;
     connections.push_back(static_cast<int>(std::max<size_t>(1, (procs + 9) / 10)));
   }
+  std::vector<std::string> addresses;
+  for (const auto& e : endpoints) addresses.push_back(e.address);
   Reached r{host_transport(o, std::move(endpoints), ssh_settings(o)), {}};
-  auto failures = r.pool->connect_all(connections);
-  for (const auto& w : r.pool->warnings())
-    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n",
-                 record.hosts[w.host].endpoint.address.c_str(), w.message.c_str());
-  for (const auto& f : failures) r.unreachable.push_back(f ? f->reason : std::string());
+  r.unreachable = connect_reaching(*r.pool, connections, addresses);
   return r;
 }
 

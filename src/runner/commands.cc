@@ -139,12 +139,8 @@ int stop_job(const Options& options, const Cluster& cluster) {
   auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
   // Every host it reaches is stopped: a host that died (often why a job is stopped) keeps the
   // others' processes from nothing.
-  std::vector<std::string> unreached;
-  for (const auto& failure : pool->connect_all(std::vector<int>(hosts.size(), 1)))
-    unreached.push_back(failure ? failure->reason : std::string());
-  for (const auto& w : pool->warnings())
-    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", addresses[w.host].c_str(),
-                 w.message.c_str());
+  std::vector<std::string> unreached =
+      connect_reaching(*pool, std::vector<int>(hosts.size(), 1), addresses);
   int code = stop_on_hosts(*pool, addresses, options, stdout, stderr, unreached);
   pool->disconnect_all();
   return code;

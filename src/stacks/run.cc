@@ -61,12 +61,8 @@ int stack_job(const Options& options, const Cluster& cluster) {
     addresses.push_back(h.address);
   }
   auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
-  std::vector<std::string> unreachable;
-  for (const auto& failure : pool->connect_all(std::vector<int>(addresses.size(), 1)))
-    unreachable.push_back(failure ? failure->reason : std::string());
-  for (const auto& w : pool->warnings())
-    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", addresses[w.host].c_str(),
-                 w.message.c_str());
+  std::vector<std::string> unreachable =
+      connect_reaching(*pool, std::vector<int>(addresses.size(), 1), addresses);
   std::vector<HostStacks> hosts = stacks_on_hosts(*pool, addresses, unreachable, options.job);
   pool->disconnect_all();
   std::string report = format_stack_report(options.job, hosts);
