@@ -34,6 +34,7 @@ Reached reach(const JobRecord& record, const Options& options) {
     connections.push_back(static_cast<int>(std::max<size_t>(1, (procs + 9) / 10)));
   }
   std::vector<std::string> addresses;
+  addresses.reserve(endpoints.size());
   for (const auto& e : endpoints) addresses.push_back(e.address);
   Reached r{host_transport(o, std::move(endpoints), ssh_settings(o)), {}};
   r.unreachable = connect_reaching(*r.pool, connections, addresses);
