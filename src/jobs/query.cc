@@ -217,14 +217,20 @@ std::string job_state(const JobRecord& record, const std::vector<ProcessStatus>&
   }
   if (record.starting && launcher_alive) return "starting";
   std::set<std::string> lost;
-  size_t alive = 0, failed = 0;
+  size_t alive = 0, failed = 0, unknown = 0;
   for (const auto& s : rows) {
     if (s.state == "unreachable") lost.insert(s.host);
     alive += s.state == "alive";
     failed += s.state == "killed" || (s.state == "exited" && s.status != 0);
+    // Gone without its exit status written (its host rebooted, its keeper was SIGKILLed): not a
+    // success.
+    unknown += s.state == "unknown";
   }
   if (!lost.empty()) return fmt::format("unknown (host {} unreachable)", fmt::join(lost, ", "));
   if (alive > 0) return fmt::format("running ({}/{} alive)", alive, rows.size());
+  if (failed > 0 && unknown > 0)
+    return fmt::format("ended ({} failed, {} without an exit status)", failed, unknown);
+  if (unknown > 0) return fmt::format("ended ({} without an exit status)", unknown);
   return failed > 0 ? fmt::format("ended ({} failed)", failed) : std::string("ended (all exit 0)");
 }
 

@@ -363,6 +363,10 @@ TEST(JobState, WhatListShows) {
   EXPECT_EQ(job_state(r, {alive, ok}, false), "running (1/2 alive)");
   EXPECT_EQ(job_state(r, {ok, ok}, false), "ended (all exit 0)");
   EXPECT_EQ(job_state(r, {ok, bad}, false), "ended (1 failed)");
+  // Gone without an exit status (its host rebooted, its keeper SIGKILLed): not a success.
+  ProcessStatus gone{.rank = 1, .host = "node1", .state = "unknown"};
+  EXPECT_EQ(job_state(r, {ok, gone}, false), "ended (1 without an exit status)");
+  EXPECT_EQ(job_state(r, {bad, gone}, false), "ended (1 failed, 1 without an exit status)");
   JobRecord attached = two_hosts();
   attached.detached = false;
   EXPECT_EQ(job_state(attached, {}, true), "running");
