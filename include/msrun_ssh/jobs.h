@@ -62,6 +62,10 @@ struct JobRecord {
   // job's does).
   bool starting = false;
   long launcher_pid = 0;
+  // When the launcher started (/proc/PID/stat's starttime, clock ticks after boot), so that a
+  // later process of that pid (the pid reused, the machine rebooted) is not taken for it; 0 in a
+  // record of an older launcher.
+  long long launcher_start = 0;
   std::string launcher_host;  // the launcher's machine (uname -n); "" in a record of an older one
   JobSsh ssh;
   std::vector<JobHost> hosts;
@@ -186,6 +190,10 @@ int show_job_logs(const Options& options);
 
 // This machine's name (uname -n), as a record's launcher_host holds it.
 std::string this_machine();
+
+// When process `pid` started (/proc/PID/stat's starttime: clock ticks after boot); 0 when it
+// cannot be read (no such process).
+long long process_start_ticks(long pid);
 
 // `stop --job ID` of an attached job whose launcher still runs on this machine, or of a detached
 // job whose launcher is still starting it: SIGTERM to the launcher, which ends the job everywhere

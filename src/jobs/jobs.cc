@@ -49,10 +49,13 @@ bool launched_elsewhere(const JobRecord& record) {
   return !record.launcher_host.empty() && record.launcher_host != this_machine();
 }
 
-// Whether process `pid` is a running msrun-ssh (an exited one not yet reaped by its parent, a
-// zombie, has ended).
-bool launcher_alive(long pid) {
+// Whether the record's launcher is a running msrun-ssh (an exited one not yet reaped by its
+// parent, a zombie, has ended): its pid, started when the record says (a reused pid is another
+// process, perhaps another job's launcher).
+bool launcher_alive(const JobRecord& record) {
+  const long pid = record.launcher_pid;
   if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
+  if (record.launcher_start != 0 && process_start_ticks(pid) != record.launcher_start) return false;
   std::ifstream stat(fmt::format("/proc/{}/stat", pid));
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   size_t close = text.rfind(')'), open = text.find('(');
@@ -108,7 +111,7 @@ Options options_from_record(Options options, const JobRecord& record) {
 
 bool stop_attached_launcher(const JobRecord& record, const Options& options, std::FILE* out) {
   if ((record.detached && !record.starting) || record.exit_status || launched_elsewhere(record) ||
-      !launcher_alive(record.launcher_pid))
+      !launcher_alive(record))
     return false;
   auto pid = static_cast<pid_t>(record.launcher_pid);
   if (::kill(pid, SIGTERM) != 0) return false;
@@ -118,9 +121,8 @@ bool stop_attached_launcher(const JobRecord& record, const Options& options, std
   std::fflush(out);
   const double limit_ms = (options.kill_grace + options.connect_timeout + 30) * 1e3;
   const double start = monotonic_ms();
-  while (launcher_alive(record.launcher_pid) && monotonic_ms() - start < limit_ms)
-    ::usleep(50 * 1000);
-  if (launcher_alive(record.launcher_pid)) {
+  while (launcher_alive(record) && monotonic_ms() - start < limit_ms) ::usleep(50 * 1000);
+  if (launcher_alive(record)) {
     std::fprintf(out, "job %s: its launcher (process %d) still runs after %.0f s\n",
                  record.id.c_str(), static_cast<int>(pid), limit_ms / 1e3);
     return true;
@@ -194,7 +196,7 @@ int list_jobs(const Options& options) {
     }
     std::string state = !record.detached && !record.exit_status && launched_elsewhere(record)
                             ? fmt::format("launched on {} (ask there)", record.launcher_host)
-                            : job_state(record, rows, launcher_alive(record.launcher_pid));
+                            : job_state(record, rows, launcher_alive(record));
     jobs.push_back({std::move(record), std::move(state)});
   }
   if (options.json)
@@ -236,7 +238,7 @@ int show_job_logs(const Options& options) {
 }
 
 bool launcher_runs_here(const JobRecord& record) {
-  return !launched_elsewhere(record) && launcher_alive(record.launcher_pid);
+  return !launched_elsewhere(record) && launcher_alive(record);
 }
 
 }  // namespace msrun_ssh

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -110,6 +112,19 @@ std::string this_machine() {
   return ::uname(&u) == 0 ? std::string(u.nodename) : std::string();
 }
 
+long long process_start_ticks(long pid) {
+  std::optional<std::string> text = read_whole_file(fmt::format("/proc/{}/stat", pid));
+  if (!text) return 0;
+  size_t close = text->rfind(')');
+  if (close == std::string::npos) return 0;
+  // The fields after the command's ")": state (3rd) ... starttime (22nd).
+  std::istringstream fields(text->substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
+  return 0;
+}
+
 std::string jobs_dir(const EnvLookup& getenv) {
   const char* state = getenv("XDG_STATE_HOME");
   if (state && state[0] == '/') return fmt::format("{}/msrun-ssh/jobs", state);
@@ -130,6 +145,7 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
   r.started = format_timestamp(std::chrono::system_clock::now());
   r.detached = detached;
   r.launcher_pid = static_cast<long>(::getpid());
+  r.launcher_start = process_start_ticks(r.launcher_pid);
   r.launcher_host = this_machine();
   r.ssh = {options.ssh_config, options.strict_host_key_checking, options.connect_timeout,
            options.fanout};
@@ -166,6 +182,7 @@ nlohmann::json record_json(const JobRecord& r) {
           {"detached", r.detached},
           {"starting", r.starting},
           {"launcher_pid", r.launcher_pid},
+          {"launcher_start", r.launcher_start},
           {"launcher_host", r.launcher_host},
           {"ssh",
            {{"ssh_config", r.ssh.ssh_config},
@@ -190,6 +207,9 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     r.starting = j.value("starting", false);
     if (j.contains("launcher_pid"))
       r.launcher_pid = static_cast<long>(whole(j["launcher_pid"], "launcher_pid", 0, kIntMax));
+    if (j.contains("launcher_start"))
+      r.launcher_start =
+          whole(j["launcher_start"], "launcher_start", 0, std::numeric_limits<long long>::max());
     r.launcher_host = j.value("launcher_host", "");
     const nlohmann::json& ssh = j.at("ssh");
     r.ssh = {ssh.value("ssh_config", ""), policy_of(ssh.value("strict_host_key_checking", "")),

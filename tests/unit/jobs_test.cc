@@ -42,6 +42,7 @@ JobRecord two_hosts(const std::string& log_dir = "/w/logs") {
   r.started = "2026-01-01T00:00:00.000Z";
   r.detached = true;
   r.launcher_pid = 4242;
+  r.launcher_start = 123456789012;
   r.launcher_host = "login1";
   r.ssh = {"/home/u/.ssh/config", HostKeyPolicy::kAcceptNew, 7, 32};
   r.hosts = {{{"node0", "u", 2222, "/k", "/kh"}, 0, "/w"}, {{"node1", "", {}, "", ""}, 1, "/w"}};
@@ -86,6 +87,7 @@ TEST_F(JobRecords, WrittenAndReadBack) {
   EXPECT_EQ(back.processes[2].host, 1u);
   EXPECT_EQ(back.processes[0].rank, -1);
   EXPECT_EQ(back.launcher_host, "login1");
+  EXPECT_EQ(back.launcher_start, r.launcher_start);
   nlohmann::json j = record_json(r);
   EXPECT_TRUE(j["processes"][0]["rank"].is_null());
   EXPECT_EQ(j["processes"][2]["host"], "node1");
@@ -596,7 +598,13 @@ TEST_F(JobRecords, StopOfAnAttachedJobEndsItsLauncherHereOnly) {
   r.exit_status = 0;
   EXPECT_FALSE(stop_attached_launcher(r, o, out)) << "an attached job that ended";
   r.exit_status.reset();
+  // The pid reused by another msrun-ssh (another job's launcher, a keeper): it started at another
+  // time than the record says, and is left alone.
+  ASSERT_GT(process_start_ticks(pid), 0);
+  r.launcher_start = process_start_ticks(pid) + 1;
+  EXPECT_FALSE(stop_attached_launcher(r, o, out)) << "another process of that pid";
   EXPECT_EQ(kill(pid, 0), 0) << "none of these signalled it";
+  r.launcher_start = process_start_ticks(pid);
   auto start = std::chrono::steady_clock::now();
   EXPECT_TRUE(stop_attached_launcher(r, o, out));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20))
