@@ -103,6 +103,8 @@ class Runner {
 
   // Whether a signal to the launcher (SIGINT, SIGTERM, SIGHUP) started the teardown.
   bool interrupted() const { return interrupted_; }
+  // Nothing was started because the logs could not be made: no restart would do better.
+  bool logs_failed() const { return logs_failed_; }
 
   // The log file names the processes got (with {hostname} resolved), in plan order; valid after
   // run() for the processes that were started.
@@ -262,6 +264,8 @@ class Runner {
   bool tearing_down() const { return phase_ >= Phase::kTearingDown; }
   bool channels_killed_ = false;  // the open process channels got an SSH "signal" KILL
   bool interrupted_ = false;
+  bool late_signal_ = false;  // a signal came once every process had ended (on_signal)
+  bool logs_failed_ = false;  // make_logs failed: nothing started, and a restart would fail alike
   int attempt_ = 1;
   std::optional<std::pair<int, std::string>> pending_fail_;  // fail_soon's, not yet failed
   int root_cause_ = -1;         // the process whose failure started the teardown (-1: none)

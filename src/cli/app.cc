@@ -5,13 +5,16 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/cli.h"
@@ -79,12 +82,14 @@ Cluster load_cluster(const Options& options) {
   std::set<std::string> said;
   for (const auto* hosts : {&cluster.hosts, &cluster.spares})
     for (const auto& h : *hosts)
-      if (!h.identity_file.empty() && ::access(h.identity_file.c_str(), R_OK) != 0 &&
-          said.insert(h.identity_file).second)
-        std::fprintf(stderr,
-                     "msrun-ssh: warning: %s: identity_file %s cannot be read (%s): passed over, "
-                     "as ssh passes over an -i file it cannot read\n",
-                     h.origin.c_str(), h.identity_file.c_str(), std::strerror(errno));
+      if (!h.identity_file.empty() && ::access(h.identity_file.c_str(), R_OK) != 0) {
+        const int why = errno;
+        if (said.insert(h.identity_file).second)
+          std::fprintf(stderr,
+                       "msrun-ssh: warning: %s: identity_file %s cannot be read (%s): passed "
+                       "over, as ssh passes over an -i file it cannot read\n",
+                       h.origin.c_str(), h.identity_file.c_str(), std::strerror(why));
+      }
   return cluster;
 }
 
@@ -143,10 +148,28 @@ int drive_run(const Options& options) {
   return run_job(options, plan);
 }
 
-// check --dry_run: the plan the check's job would run, where ssh would connect, and what the
-// check would look at; nothing connects.
-int print_check_dry_run(const Options& options, const Plan& plan, const Cluster& cluster) {
-  print_dry_run(options, plan, cluster);
+// check --dry_run: each host, where ssh would connect (OpenSSH's answer) and what the check
+// would look at; nothing connects. (A run's dry run shows processes that check never starts.)
+int print_check_dry_run(const Options& options, const Plan& plan) {
+  std::optional<std::vector<SshResolution>> ssh;
+  if (options.transport == TransportKind::kSsh) {
+    std::vector<SshQuery> queries;
+    for (const auto& h : plan.hosts) queries.push_back(ssh_query(h.host));
+    ssh = resolve_with_openssh(queries, options.ssh_config, 4, 10);
+  }
+  for (size_t i = 0; i < plan.hosts.size(); ++i) {
+    const HostPlan& hp = plan.hosts[i];
+    std::string where = hp.host.address;
+    if (ssh && (*ssh)[i].config) {
+      const SshHostConfig& c = *(*ssh)[i].config;
+      where = fmt::format("{}@{}:{}", c.user, c.hostname, c.port);
+    }
+    size_t workers = 0;
+    for (const auto& p : hp.processes) workers += p.role == Role::kWorker ? 1 : 0;
+    fmt::print("host {} (node rank {}): {}, workdir {}, {} workers planned\n", hp.host.address, i,
+               where, hp.processes.empty() ? hp.host.workdir : hp.processes.front().workdir,
+               workers);
+  }
   std::string extra;
   for (const auto& m : options.imports) extra += ", --import " + m;
   if (options.sync) extra += ", --sync";
@@ -162,25 +185,41 @@ int print_check_dry_run(const Options& options, const Plan& plan, const Cluster&
 int drive_check(const Options& options) {
   Cluster cluster = load_cluster(options);
   Plan plan = plan_of(options, cluster);
-  if (options.dry_run) return print_check_dry_run(options, plan, cluster);
+  if (options.dry_run) return print_check_dry_run(options, plan);
   return check_cluster(options, cluster, plan, run_job_quietly);
+}
+
+// How many attempts the recorded job may have run (--max_restarts + 1 for whole-job restarts),
+// read from its command line. Parsed without this shell's environment (a variable the job's
+// --env forwarded may be unset here); when even so it cannot be parsed, its --max_restarts and
+// --restart_policy words are read alone.
+int attempts_of(const JobRecord& record) {
+  if (record.argv.size() < 2) return 1;
+  const std::vector<std::string> args(record.argv.begin() + 1, record.argv.end());
+  try {
+    CliResult r = parse_args(args, [](const char*) { return ""; });
+    return job_restarts(r.options) + 1;
+  } catch (const std::exception&) {
+  }
+  int restarts = 0;
+  bool whole_job = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    auto value = [&](std::string_view name) -> std::optional<std::string_view> {
+      if (a.starts_with(name) && a.size() > name.size() && a[name.size()] == '=')
+        return a.substr(name.size() + 1);
+      if (a == name && i + 1 < args.size()) return std::string_view(args[i + 1]);
+      return std::nullopt;
+    };
+    if (auto v = value("--max_restarts"))
+      restarts = static_cast<int>(std::clamp(std::atol(std::string(*v).c_str()), 0L, 1000L));
+    if (auto v = value("--restart_policy")) whole_job = *v != "process";
+  }
+  return whole_job ? restarts + 1 : 1;
 }
 
 // `stop` and `stack` name a job: its hosts come from its record (docs/jobs.md), or from
 // --hostfile. Stopping a job whose attached launcher still runs on this machine ends that first.
-// How many attempts the recorded job may have run (--max_restarts + 1 for whole-job restarts),
-// read from its command line; 1 when that cannot be read.
-int attempts_of(const JobRecord& record) {
-  if (record.argv.size() < 2) return 1;
-  try {
-    CliResult r = parse_args({record.argv.begin() + 1, record.argv.end()},
-                             [](const char* n) { return std::getenv(n); });
-    return job_restarts(r.options) + 1;
-  } catch (const std::exception&) {
-    return 1;
-  }
-}
-
 int drive_stop(Options options) {
   if (options.hostfile.empty()) {
     JobRecord record = load_job_record(jobs_dir(std::getenv), options.job);

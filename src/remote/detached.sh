@@ -22,12 +22,17 @@ rc=$?
 # What the command left behind (a child in a session of its own, a daemon) ends with it, as the
 # end of an attached job takes it along: SIGTERM, up to 2 s, SIGKILL. Then the status: a process
 # "ended" leaves nothing running. Zombies have an empty environ and count as gone.
-# (Past what one exec carries, some 30,000 processes, xargs hands the paths to several greps.)
+# (Past what one exec carries, some 30,000 processes, xargs hands the paths to several greps, as
+# in sweep.sh's find_pids.)
 left() {
-  { grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" /proc/[0-9]*/environ 2>/dev/null ||
-    [ $? -ne 126 ] ||
-    printf '%s\n' /proc/[0-9]*/environ | xargs grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" 2>/dev/null
-  } | sed 's,^/proc/,,;s,/.*,,'
+  hits=$(grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" /proc/[0-9]*/environ 2>/dev/null)
+  grc=$?
+  if [ $grc -eq 126 ] || { [ $grc -eq 2 ] && [ -z "$hits" ]; }; then
+    hits=$(printf '%s\n' /proc/[0-9]*/environ |
+      xargs grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" 2>/dev/null)
+  fi
+  # shellcheck disable=SC2086 # the words are paths
+  printf '%s\n' $hits | sed 's,^/proc/,,;s,/.*,,'
 }
 sig=TERM i=0
 while [ -n "$(left)" ] && [ "$i" -le 10 ]; do

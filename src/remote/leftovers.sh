@@ -12,8 +12,10 @@ M=$*
 find_pids() {
   P=
   hits=$(grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null)
-  [ $? -ne 126 ] || hits=$(printf '%s\n' /proc/[0-9]*/environ |
-    xargs grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" 2>/dev/null)  # as sweep.sh's find_pids
+  grc=$?
+  if [ $grc -eq 126 ] || { [ $grc -eq 2 ] && [ -z "$hits" ]; }; then  # as sweep.sh's find_pids
+    hits=$(printf '%s\n' /proc/[0-9]*/environ | xargs grep -lz -e "^MSRUN_SSH_JOB[=]$J\$" 2>/dev/null)
+  fi
   for f in $hits; do
     mine=1
     for m in $M; do grep -qzxF -e "$m" "$f" 2>/dev/null || { mine=0; break; }; done

@@ -3,8 +3,8 @@
 # without stopping any. $2: seconds to wait for the Python dumps; $3: the bound of one gdb run.
 # A process of the job is one whose environment (/proc/PID/environ) holds MSRUN_SSH_JOB=$1, as
 # the sweep finds them once started (sweep.sh), or $1-K: the job's attempt K after a restart
-# (--max_restarts; generated job ids never end in -K). Past what one exec carries (some 30,000
-# processes) xargs hands their paths to several greps. A Python process that imported stack_site.py has
+# (--max_restarts; no generated id is another's with -K after it). Past what one exec carries
+# (some 30,000 processes) xargs hands their paths to several greps. A Python process that imported stack_site.py has
 # its dump file MSRUN_SSH_STACK_DIR/<host name>.<pid>.stack and catches SIGUSR2 (SigCgt in
 # /proc/PID/status: a process that does not would die of it): it gets SIGUSR2 and appends every
 # thread's stack to that file; what was appended is read once the file has grown and stopped
@@ -25,9 +25,13 @@ echo "gdb $g"
 tmp=$(mktemp -d 2>/dev/null) || tmp=
 trap '[ -n "$tmp" ] && rm -rf -- "$tmp"' EXIT
 m="^MSRUN_SSH_JOB[=]$J\\(-[0-9][0-9]*\\)\\{0,1\\}\$"
-pids=$({ grep -lz "$m" /proc/[0-9]*/environ 2>/dev/null || [ $? -ne 126 ] ||
-  printf '%s\n' /proc/[0-9]*/environ | xargs grep -lz "$m" 2>/dev/null; } |
-  sed 's,^/proc/,,;s,/environ$,,' | sort -n)
+hits=$(grep -lz "$m" /proc/[0-9]*/environ 2>/dev/null)
+grc=$?
+if [ $grc -eq 126 ] || { [ $grc -eq 2 ] && [ -z "$hits" ]; }; then  # as sweep.sh's find_pids
+  hits=$(printf '%s\n' /proc/[0-9]*/environ | xargs grep -lz "$m" 2>/dev/null)
+fi
+# shellcheck disable=SC2086 # the words are paths
+pids=$(printf '%s\n' $hits | sed 's,^/proc/,,;s,/environ$,,' | sort -n)
 # "RANK DIR" of process $1: its rank from its environment, its dump directory.
 rank_dir() {
   tr '\000' '\n' 2>/dev/null < "/proc/$1/environ" | awk '

@@ -23,8 +23,8 @@ CMDLINES='/proc/[0-9]*/cmdline'
 # Sets P to the pids of the job's processes, found by one grep in this shell (a fork and an exec
 # per sweep, nothing more): the environments of every process for the marker, CMDLINES (if any)
 # for its quoted spelling. A pid may come twice. On a host of some 30,000 processes their paths
-# are more than one exec may carry (E2BIG: the shell's status 126): xargs then hands them to as
-# many greps as they need.
+# are more than one exec may carry (E2BIG: status 126, or 2 with nothing found in older ash
+# shells, which give 2 for any exec error): xargs then hands them to as many greps as they need.
 find_pids() {
   P=
   set --
@@ -34,9 +34,11 @@ find_pids() {
   done
   # shellcheck disable=SC2086 # CMDLINES: a pattern, or nothing
   hits=$(grep -lz "$@" /proc/[0-9]*/environ $CMDLINES 2>/dev/null)
-  # shellcheck disable=SC2086
-  [ $? -ne 126 ] ||
+  grc=$?
+  if [ $grc -eq 126 ] || { [ $grc -eq 2 ] && [ -z "$hits" ]; }; then
+    # shellcheck disable=SC2086
     hits=$(printf '%s\n' /proc/[0-9]*/environ $CMDLINES | xargs grep -lz "$@" 2>/dev/null)
+  fi
   for f in $hits; do
     f=${f#/proc/}
     P="$P ${f%%/*}"

@@ -352,6 +352,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.interrupted = runner.interrupted();
     result.cause = runner.cause();
     result.lost_hosts = runner.lost_hosts();
+    result.final = runner.logs_failed();
     result.root_cause_host = runner.root_cause_host();
     result.process_restarts = runner.process_restarts();
     result.stragglers = runner.stragglers();

@@ -306,6 +306,7 @@ bool Runner::make_logs() {
                                host_name(p.host));
     }
   } catch (const std::runtime_error& e) {
+    logs_failed_ = true;
     fail(kExitUsage, fmt::format("{} (nothing was started)", e.what()));
     return false;
   }

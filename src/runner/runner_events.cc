@@ -31,7 +31,7 @@ void Runner::on_signal(int signo) {
   if (phase_ == Phase::kQuitting) {
     // Every process had ended well: the job's outcome stands (as a host lost now leaves it). The
     // watchdogs' sweep of what the job left goes on, bounded; a second interrupt ends it at once.
-    if (std::exchange(interrupted_, true) && signo == SIGINT) return teardown(kKillNow);
+    if (std::exchange(late_signal_, true) && signo == SIGINT) return teardown(kKillNow);
     out_.message(
         fmt::format("received SIG{} after every process had ended; the job's outcome "
                     "stands",
