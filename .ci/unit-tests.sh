@@ -11,17 +11,26 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/msrun-ssh-unit.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 pids=()
 for i in 0 1; do
-  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$i timeout 900 "$bin" --gtest_brief=1 \
-    >"$out/$i.log" 2>&1 &
+  GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$i timeout 900 "$bin" >"$out/$i.log" 2>&1 &
   pids+=($!)
 done
+# A shard that fails says how it ended (a status, or the signal that killed it), its failures and
+# the last lines it printed (the test that ran when it was killed), and what the kernel said of
+# killed processes (the OOM killer).
 rc=0
 for i in 0 1; do
-  if ! wait "${pids[$i]}"; then
-    rc=1
-    echo "=== unit test shard $i of 2 FAILED:"
-    cat "$out/$i.log"
-  fi
+  st=0
+  wait "${pids[$i]}" || st=$?
+  [ "$st" -eq 0 ] && continue
+  rc=1
+  how="exit status $st"
+  [ "$st" -eq 124 ] && how="timed out after 900 s"
+  [ "$st" -gt 128 ] && how="killed by SIG$(kill -l $((st - 128)) 2>/dev/null || echo $((st - 128)))"
+  echo "=== unit test shard $i of 2 FAILED ($how); its failures:"
+  grep -vE '^\[ +(RUN|OK) +\]' "$out/$i.log" | grep -vE '^\[----------\]|^$' || :
+  echo "=== the last lines shard $i printed:"
+  tail -n 5 "$out/$i.log"
+  { dmesg 2>/dev/null || :; } | grep -iE 'killed process|out of memory' | tail -n 5 || :
 done
 for i in 0 1; do grep -E '^\[  PASSED  \]|tests? ran' "$out/$i.log" | sed "s/^/shard $i: /" || :; done
 exit "$rc"

@@ -102,11 +102,19 @@ class CommandTest : public test::TempDirTest {
     // Reap orphans handed to us as subreaper (bounded).
     auto t0 = Clock::now();
     while (since(t0) < 2) {
-      pid_t r = waitpid(-1, nullptr, WNOHANG);
+      pid_t r = reap_any();
       if (r > 0) continue;
       if (r < 0 || marked(job_).empty()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+  }
+
+  // Reaps a child that has ended, if any (one of ours, or an orphan handed to us as subreaper).
+  // A pid reaped here is not ours to signal any more: the system may give it to any process.
+  pid_t reap_any() {
+    pid_t r = waitpid(-1, nullptr, WNOHANG);
+    if (r > 0) std::erase(children_, r);
+    return r;
   }
 
   // Pids whose environment carries MSRUN_SSH_JOB=<job> (what the shell code looks for).
@@ -1323,7 +1331,7 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   EXPECT_EQ(slurp(stem + ".exit"), "5\n");
   // Reap what came back to us (subreaper), then look: only the other rank's process is left.
   auto t0 = Clock::now();
-  while (since(t0) < 1 && waitpid(-1, nullptr, WNOHANG) > 0) {
+  while (since(t0) < 1 && reap_any() > 0) {
   }
   EXPECT_EQ(marked(job_), std::vector<pid_t>{other_pid});
   EXPECT_TRUE(fs::exists(stacks)) << "removed while another process of the job runs";
