@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -376,6 +377,10 @@ class HostRoster {
   // Returns "" or why the attempt cannot run, as after_attempt.
   std::string replace_unreachable(const std::map<std::string, std::string>& unreachable);
 
+  // The hosts (addresses) lost during an attempt so far: what that attempt started there may still
+  // run, until its watchdog misses the launcher. The next attempts end it before they start.
+  const std::set<std::string>& lost_before() const { return lost_before_; }
+
  private:
   std::string replace(const std::map<std::string, std::string>& unusable);
 
@@ -384,6 +389,7 @@ class HostRoster {
   Say say_;
   bool has_spares_;
   std::map<std::string, int> failures_;  // address -> attempts it failed
+  std::set<std::string> lost_before_;
 };
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit

@@ -73,8 +73,17 @@ struct PrepareFailure {
   bool interrupted = false;
 };
 
+// What earlier attempts of a restarted job may have left running: its id, how many attempts ran
+// before this one, and the hosts of this attempt (plan indexes) lost during one of them.
+struct EarlierAttempts {
+  std::string job_id;
+  int attempts = 0;
+  std::vector<size_t> hosts;
+};
+
 // Everything before a process starts, attached or detached: connect every host (`pool`), then
-// over `commands` (the launch agents, or `pool` itself) sync, bind from their topologies, check the
+// over `commands` (the launch agents, or `pool` itself) end what `earlier` attempts left on the
+// hosts lost during them, sync, bind from their topologies, check the
 // torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
 // exit status and why (every step prints its own details); `unreachable` (when given) gets the
 // hosts that could not be connected, with why. `interruptible`: SIGINT, SIGTERM and SIGHUP (which
@@ -85,7 +94,8 @@ struct PrepareFailure {
 std::optional<PrepareFailure> prepare_hosts(
     HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
     const Options& options, bool report_bindings, StatusLine* status = nullptr,
-    std::map<std::string, std::string>* unreachable = nullptr, bool interruptible = false);
+    std::map<std::string, std::string>* unreachable = nullptr, bool interruptible = false,
+    const EarlierAttempts* earlier = nullptr);
 
 // Waits up to `seconds` (0: only what is pending) on the signalfd `sfd`: 0, or the exit status of
 // SIGINT, SIGTERM or SIGHUP when one came. SIGTSTP stops the launcher there (between restart

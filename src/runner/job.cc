@@ -42,6 +42,7 @@
 
 namespace msrun_ssh {
 
+using runner_detail::EarlierAttempts;
 using runner_detail::host_names;
 using runner_detail::job_hosts;
 using runner_detail::JobHosts;
@@ -280,8 +281,13 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
     ready.pool = host_transport(options, jh.endpoints, settings);
     ready.agents = launch_agents(*ready.pool, ready.plan, options);
     std::map<std::string, std::string> unreachable;
-    auto failed = prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
-                                options.report_bindings && attempt == 1, &row, &unreachable, true);
+    EarlierAttempts earlier{roster.plan().job_id, attempt - 1, {}};
+    for (size_t h = 0; h < ready.plan.hosts.size(); ++h)
+      if (roster.lost_before().count(ready.plan.hosts[h].host.address) != 0)
+        earlier.hosts.push_back(h);
+    auto failed =
+        prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
+                      options.report_bindings && attempt == 1, &row, &unreachable, true, &earlier);
     if (!failed) return std::nullopt;
     std::string why = failed->why;
     if (!failed->interrupted && attempt > 1 && roster.has_spares() && !unreachable.empty()) {

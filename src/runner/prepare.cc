@@ -6,11 +6,13 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -103,6 +105,37 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
   return PortCheck::kNoAnswer;
 }
 
+// The processes earlier attempts left on the hosts lost during them (their connection cut, or
+// the host down and up again): their watchdog ends them only once it has missed the launcher for
+// two heartbeats and the grace, and until then they may hold what the new attempt needs (the
+// devices, the torch master's port, the files). Ended first, over the new connections, as
+// `msrun-ssh stop` ends a job (SIGTERM, the grace, SIGKILL); each process ended is named. False
+// when a host did not answer.
+bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts& earlier,
+                          const Options& options) {
+  if (earlier.hosts.empty() || earlier.attempts < 1) return true;
+  auto answers = exited_output(run_batch(
+      t, earlier.hosts, stop_command(earlier.job_id, options.kill_grace, earlier.attempts),
+      options.kill_grace + std::max(10.0, options.connect_timeout)));
+  bool ok = true;
+  for (size_t i = 0; i < earlier.hosts.size(); ++i) {
+    const std::string& host = plan.hosts[earlier.hosts[i]].host.address;
+    if (!answers[i]) {
+      std::fprintf(stderr,
+                   "msrun-ssh: %s: cannot end what an earlier attempt left there (lost with the "
+                   "host); nothing was started\n",
+                   host.c_str());
+      ok = false;
+      continue;
+    }
+    for (std::string_view line : split_lines(*answers[i]))
+      if (auto swept = parse_swept_line(line))
+        std::fprintf(stderr, "msrun-ssh: %s: killed %s, left by an earlier attempt\n", host.c_str(),
+                     describe_swept(*swept).c_str());
+  }
+  return ok;
+}
+
 }  // namespace
 
 bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
@@ -186,7 +219,7 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
                                             const JobHosts& jh, const Options& options,
                                             bool report_bindings, StatusLine* status,
                                             std::map<std::string, std::string>* unreachable,
-                                            bool interruptible) {
+                                            bool interruptible, const EarlierAttempts* earlier) {
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {
@@ -217,6 +250,9 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
   };
   if (!connect(pool, jh.hosts, jh.connections, status, unreachable))
     return failed(kExitHostFailure, "a host could not be reached");
+  if (signalled()) return interrupted();
+  if (earlier && !end_earlier_attempts(commands, plan, *earlier, options))
+    return failed(kExitHostFailure, "what an earlier attempt left could not be ended");
   if (signalled()) return interrupted();
   if (sync && !sync_and_report(commands, *sync, addresses, stderr, signalled)) {
     if (signalled()) return interrupted();

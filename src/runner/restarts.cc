@@ -73,6 +73,7 @@ Plan HostRoster::take_plan() {
 }
 
 std::string HostRoster::after_attempt(const AttemptResult& result) {
+  lost_before_.insert(result.lost_hosts.begin(), result.lost_hosts.end());
   if (!has_spares_) return "";
   std::set<std::string> failed(result.lost_hosts.begin(), result.lost_hosts.end());
   if (!result.root_cause_host.empty()) failed.insert(result.root_cause_host);

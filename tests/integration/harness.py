@@ -158,6 +158,11 @@ def _host_processes(ns_prefix):
                 yield ns, pid, cmd.decode(errors="replace"), env
 
 
+def host_processes(ns_prefix):
+    """Every live process of the hosts whose namespace starts with ns_prefix: [(ns, pid, cmdline)]."""
+    return [(ns, pid, cmd) for ns, pid, cmd, _ in _host_processes(ns_prefix)]
+
+
 def marked_processes(ns_prefix="msrs-"):
     """Processes in any host namespace that carry a job marker: [(ns, pid, cmdline)]."""
     return [(ns, pid, cmd) for ns, pid, cmd, env in _host_processes(ns_prefix)

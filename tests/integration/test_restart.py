@@ -7,8 +7,9 @@ import re
 import signal
 import subprocess
 
-from harness import (SOURCE_DIR, check, cluster_dir, interrupt, job, launch, marked_processes,
-                     read, run, tmpdir, wait_for, wait_no_leftovers)
+from harness import (SOURCE_DIR, addresses, check, cluster, cluster_dir, host_processes,
+                     interrupt, job, launch, marked_processes, read, run, running, tmpdir,
+                     wait_clean, wait_for, wait_no_leftovers)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "stdlib_ddp", "train.py")
 
@@ -51,6 +52,50 @@ def test_worker_failing_every_time_ends_with_its_status_after_every_attempt():
     check(_logs(logs, "worker_1*.log") ==
           ["worker_1.attempt1.log", "worker_1.attempt2.log", "worker_1.log"], f"{os.listdir(logs)}")
     wait_no_leftovers(2)
+
+
+def test_a_restart_ends_what_the_attempt_before_left_on_a_host_it_lost():
+    """A host lost during attempt 1 with its processes running (its agent stopped: no heartbeat
+    comes back, and nothing there tears the job down) is back for attempt 2: what attempt 1 left
+    there is ended before attempt 2 starts, and said; attempt 2's processes there find none of it
+    (flaky.py counts the live processes of earlier attempts on its host)."""
+    victim = 1
+    addrs = addresses()
+    p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"],
+                     extra=["--max_restarts", "1", "--restart_backoff", "0.5"])
+    stopped = []
+    try:
+        wait_for(lambda: running("flaky.py") >= 1 + 2 * len(addrs), 20, "attempt 1's processes")
+        stopped = [pid for _, pid, cmd in host_processes(f"msrs-node{victim}")
+                   if cmd == "msrun-ssh-agent"]
+        check(len(stopped) == 1, f"node{victim}'s agents: {stopped}")
+        os.kill(int(stopped[0]), signal.SIGSTOP)
+        # Cut too, so that the launcher takes the host for lost at once (a host whose TCP still
+        # answers gets 60 s); back before attempt 2 connects.
+        cluster("cut", victim)
+        try:
+            wait_for(lambda: f"host {addrs[victim]} lost".encode()
+                     in read(os.path.join(logs, "msrun-ssh.log")), 30, "the host lost")
+        finally:
+            cluster("heal", victim)
+        out, err = p.communicate(timeout=90)
+    finally:
+        for pid in stopped:  # if still there, it goes on: its launcher is gone, it tears down
+            try:
+                os.kill(int(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if p.poll() is None:
+            p.kill()
+    text = err.decode(errors="replace")
+    check(p.returncode == 0, f"exit {p.returncode}: {text[-2500:]}")
+    check(f"host {addrs[victim]} lost" in text, f"the loss is not said: {text[-2500:]}")
+    check(re.search(rf"msrun-ssh: {re.escape(addrs[victim])}: killed \d+ SIGTERM .*flaky\.py.*, "
+                    r"left by an earlier attempt", text), f"nothing ended is said: {text[-2500:]}")
+    for rank in (2 * victim, 2 * victim + 1):
+        check(re.search(rf"attempt 2 MS_WORKER rank {rank} earlier-alive 0\b".encode(), out, re.M),
+              f"rank {rank} found attempt 1's processes: {out.decode(errors='replace')[-2500:]}")
+    wait_clean(5)
 
 
 def test_ctrl_c_during_the_backoff_ends_at_once():
