@@ -118,9 +118,12 @@ my $CLOCK_NR = $NR ? $NR->{clock_gettime} : undef;
 # The agent is the subreaper of what its children leave (prctl PR_SET_CHILD_SUBREAPER): a process
 # that outlives its parent (a daemon's double fork, `setsid cmd &`) becomes the agent's child, not
 # init's. So once the agent has no child at all, nothing it started lives any more, nor anything
-# those started, and the watchdog's sweep reads no process's environment (job_pids).
+# those started, and the watchdog's sweep reads no process's environment (job_pids), unless its
+# last read found the job's processes: one outside the agent's tree (a task srun started, a
+# daemon's child with the job's environment) is then still to be found.
 my $SUBREAPER = $NR && syscall($NR->{prctl}, 36, 1, 0, 0, 0) == 0;
 my $childless = 0;    # the last waitpid found no child at all
+my $read_found = 0;   # the last read of /proc found a process of the job
 my $DEVNULL;          # /dev/null, opened once, for the stdin of the processes flagged "n"
 my ($EAGAIN, $EINTR, $ENOENT, $ECHILD, $F_GETFL, $F_SETFL, $O_NONBLOCK, @SIG_NAME);
 if (defined $SETSID_NR) {
@@ -433,8 +436,10 @@ sub control {
   } elsif ($op eq 'E') {
     $child->{eof} = 1;
   } elsif ($op eq 'K' && $payload =~ /^[A-Z0-9]+$/) {
-    # Before its setsid the command is not a group yet: then it alone, so it never starts.
-    kill("-$payload", $child->{pid}) or kill($payload, $child->{pid});
+    # Before its setsid the command is not a group yet: then it alone, so it never starts. Once
+    # reaped, its pid is no longer its own (the system may give it to any process), only its
+    # group's id while what is left of the group lives: then the group only.
+    kill("-$payload", $child->{pid}) or defined $child->{status} or kill($payload, $child->{pid});
   }
   feed_stdin($child);
 }
@@ -671,7 +676,7 @@ sub remove_tree {
 # without a look at /proc, once the agent, their subreaper, has no child left.
 sub job_pids {
   reap();
-  return () if $SUBREAPER && $childless;
+  return () if $SUBREAPER && $childless && !$read_found;
   my %pids = map { $_->{pid} => 1 } grep { $_->{job} } values %by_pid;
   my $marker = "MSRUN_SSH_JOB=$wd->{job}";
   opendir(my $proc, '/proc') or return keys %pids;
@@ -682,6 +687,7 @@ sub job_pids {
     my $env = <$f>;
     $pids{$pid} = 1 if defined $env && $env =~ /(?:\A|\0)\Q$marker\E(?:\0|\z)/;
   }
+  $read_found = %pids ? 1 : 0;
   return keys %pids;
 }
 
