@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Format (clang-format, .clang-format) and static analysis (clang-tidy, .clang-tidy) of the C++
 # sources, and shellcheck of the programs run on remote hosts (src/remote/*.sh), of the bash
-# completion, of the package tests and of the test cluster; fails on any difference or finding. Needs a configured build/ (compile_commands.json).
+# completion, of the package tests and of the test cluster; fails on any difference or finding.
+# Needs a configured build/ (compile_commands.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tree holds what was written, never what a run left: the top holds only the files named

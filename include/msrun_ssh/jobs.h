@@ -29,7 +29,7 @@ namespace msrun_ssh {
 // A host of a job: how to reach it again, its node rank and workdir.
 struct JobHost {
   SshEndpoint endpoint;
-  int node_rank = 0;
+  int node_rank = 0;  // -1: a spare of an attached job (a restart may take it in)
   std::string workdir;
 };
 
@@ -82,9 +82,13 @@ using EnvLookup = std::function<const char*(const char*)>;
 std::string jobs_dir(const EnvLookup& getenv);
 
 // The record of a job about to run: `logs` holds each process's log path, in plan order (see
-// JobProcess::log). `started` is now; the launcher's pid is this process's.
+// JobProcess::log). `started` is now; the launcher's pid is this process's. An attached job's
+// spares follow its hosts (node rank -1).
 JobRecord make_job_record(const Options& options, const Plan& plan,
                           const std::vector<std::string>& logs, bool detached);
+
+// The hosts a job's processes run on (its spares left out).
+size_t job_host_count(const JobRecord& record);
 
 nlohmann::json record_json(const JobRecord& record);
 // Throws InputError (naming `origin`) when `j` is not a record.
@@ -191,8 +195,17 @@ int show_job_logs(const Options& options);
 // This machine's name (uname -n), as a record's launcher_host holds it.
 std::string this_machine();
 
-// When process `pid` started (/proc/PID/stat's starttime: clock ticks after boot); 0 when it
-// cannot be read (no such process).
+// What /proc/PID/stat says of process `pid`: its command name, its state letter ('Z': a zombie)
+// and when it started (starttime: clock ticks after boot). Nothing when it cannot be read (no
+// such process).
+struct ProcessStat {
+  std::string comm;
+  char state = '?';
+  long long start_ticks = 0;
+};
+std::optional<ProcessStat> process_stat(long pid);
+
+// When process `pid` started (process_stat's start_ticks); 0 when it cannot be read.
 long long process_start_ticks(long pid);
 
 // `stop --job ID` of an attached job whose launcher still runs on this machine, or of a detached

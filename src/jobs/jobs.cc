@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <memory>
 
@@ -55,13 +53,9 @@ bool launched_elsewhere(const JobRecord& record) {
 bool launcher_alive(const JobRecord& record) {
   const long pid = record.launcher_pid;
   if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM)) return false;
-  if (record.launcher_start != 0 && process_start_ticks(pid) != record.launcher_start) return false;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')'), open = text.find('(');
-  if (close == std::string::npos || open == std::string::npos || close + 2 >= text.size())
-    return false;
-  return text.substr(open + 1, close - open - 1) == "msrun-ssh" && text[close + 2] != 'Z';
+  std::optional<ProcessStat> st = process_stat(pid);
+  return st && (record.launcher_start == 0 || st->start_ticks == record.launcher_start) &&
+         st->comm == "msrun-ssh" && st->state != 'Z';
 }
 
 std::string records_dir() { return jobs_dir(std::getenv); }

@@ -75,7 +75,7 @@ JobHost host_of(const nlohmann::json& j) {
     h.endpoint.port = static_cast<int>(whole(j["port"], "port", 1, 65535));
   h.endpoint.identity_file = j.value("identity_file", "");
   h.endpoint.known_hosts = j.value("known_hosts", "");
-  h.node_rank = static_cast<int>(whole(j.at("node_rank"), "node_rank", 0, kIntMax));
+  h.node_rank = static_cast<int>(whole(j.at("node_rank"), "node_rank", -1, kIntMax));
   h.workdir = j.value("workdir", "");
   return h;
 }
@@ -112,17 +112,27 @@ std::string this_machine() {
   return ::uname(&u) == 0 ? std::string(u.nodename) : std::string();
 }
 
-long long process_start_ticks(long pid) {
+std::optional<ProcessStat> process_stat(long pid) {
   std::optional<std::string> text = read_whole_file(fmt::format("/proc/{}/stat", pid));
-  if (!text) return 0;
-  size_t close = text->rfind(')');
-  if (close == std::string::npos) return 0;
-  // The fields after the command's ")": state (3rd) ... starttime (22nd).
+  if (!text) return std::nullopt;
+  // "PID (COMM) STATE ...": the command name may hold ")" and blanks, so it ends at the last ")".
+  size_t open = text->find('('), close = text->rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  ProcessStat st;
+  st.comm = text->substr(open + 1, close - open - 1);
+  // The fields after it: state (3rd) ... starttime (22nd).
   std::istringstream fields(text->substr(close + 1));
   std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
-    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
-  return 0;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 3) st.state = field[0];
+    if (i == 22) st.start_ticks = std::strtoll(field.c_str(), nullptr, 10);
+  }
+  return st;
+}
+
+long long process_start_ticks(long pid) {
+  std::optional<ProcessStat> st = process_stat(pid);
+  return st ? st->start_ticks : 0;
 }
 
 std::string jobs_dir(const EnvLookup& getenv) {
@@ -161,7 +171,21 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
                              i < logs.size() ? logs[i] : std::string()});
     }
   }
+  // An attached job's spares: a restart may take one in, and `stop` and `stack` reach it from
+  // here. Node rank -1: no process of the record runs there.
+  if (!detached)
+    for (const HostPlan& sp : plan.spares) {
+      const Host& host = sp.host;
+      r.hosts.push_back(
+          {{host.address, host.user, host.port, host.identity_file, host.known_hosts}, -1,
+           host.workdir});
+    }
   return r;
+}
+
+size_t job_host_count(const JobRecord& record) {
+  return static_cast<size_t>(std::count_if(record.hosts.begin(), record.hosts.end(),
+                                           [](const JobHost& h) { return h.node_rank >= 0; }));
 }
 
 nlohmann::json record_json(const JobRecord& r) {

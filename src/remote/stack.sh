@@ -4,12 +4,13 @@
 # A process of the job is one whose environment (/proc/PID/environ) holds MSRUN_SSH_JOB=$1, as
 # the sweep finds them once started (sweep.sh), or $1-K: the job's attempt K after a restart
 # (--max_restarts; no generated id is another's with -K after it). Past what one exec carries
-# (some 30,000 processes) xargs hands their paths to several greps. A Python process that imported stack_site.py has
-# its dump file MSRUN_SSH_STACK_DIR/<host name>.<pid>.stack and catches SIGUSR2 (SigCgt in
-# /proc/PID/status: a process that does not would die of it): it gets SIGUSR2 and appends every
-# thread's stack to that file; what was appended is read once the file has grown and stopped
-# growing, or after $2 seconds. The others, and a process whose dump did not come, get a native
-# backtrace from gdb when gdb and timeout are installed (all at once, each bounded by $3 s).
+# (some 30,000 processes) xargs hands their paths to several greps. A Python process that
+# imported stack_site.py has its dump file MSRUN_SSH_STACK_DIR/<host name>.<pid>.stack and
+# catches SIGUSR2 (SigCgt in /proc/PID/status: a process that does not would die of it): it gets
+# SIGUSR2 and appends every thread's stack to that file; what was appended is read once the file
+# has grown and stopped growing, or after $2 seconds. The others, and a process whose dump did
+# not come, get a native backtrace from gdb when gdb and timeout are installed (all at once, each
+# bounded by $3 s).
 # Prints, one line each (the output grammar of stacks.h):
 #   host NAME                           the host's own name
 #   gdb yes|no                          whether native backtraces can be taken here

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Shared by the watchdog and `stop` (sent in front of watchdog.sh or stop.sh): finds and signals
-# every process of job $J (the program's first argument) on this host. While waiting out the grace, teardown keeps reading the
-# launcher: 'K' (a second Ctrl-C) ends the wait at once, heartbeats are still echoed; once stdin
-# is closed it simply sleeps.
+# every process of job $J (the program's first argument) on this host. While waiting out the
+# grace, teardown keeps reading the launcher: 'K' (a second Ctrl-C) ends the wait at once,
+# heartbeats are still echoed; once stdin is closed it simply sleeps.
 #
 # A process of the job is found in either of its two lives (docs/architecture.md, "Teardown"):
 #  - started: /proc/PID/environ, the environment it was started with, holds MSRUN_SSH_JOB=$J
