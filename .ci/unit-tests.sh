@@ -2,7 +2,7 @@
 # The unit tests of a build (BUILD_DIR/tests/unit_tests) as two GoogleTest shards, one process
 # each, side by side. ctest runs each of the ~700 tests in a process of its own: under ASan those
 # process starts cost minutes on 2 cores, the tests themselves about one. A shard that fails, hangs
-# past 15 minutes or ends by a sanitizer report fails the run, with its output.
+# past 15 minutes or ends by a sanitizer report or a signal fails the run, saying how it ended.
 #   bash .ci/unit-tests.sh build-asan
 # (`cd BUILD_DIR && ctest -L unit` runs the same tests one process each, for a developer.)
 set -euo pipefail
@@ -26,8 +26,9 @@ for i in 0 1; do
   how="exit status $st"
   [ "$st" -eq 124 ] && how="timed out after 900 s"
   [ "$st" -gt 128 ] && how="killed by SIG$(kill -l $((st - 128)) 2>/dev/null || echo $((st - 128)))"
-  echo "=== unit test shard $i of 2 FAILED ($how); its failures:"
-  grep -vE '^\[ +(RUN|OK) +\]' "$out/$i.log" | grep -vE '^\[----------\]|^$' || :
+  echo "=== unit test shard $i of 2 FAILED ($how); its failed tests (at most 80 lines each):"
+  awk '/^\[ RUN      \]/ { block = ""; n = 0 } n < 80 { block = block $0 "\n"; n++ }
+    /^\[  FAILED  \] .* \([0-9]+ ms\)$/ { printf "%s", block }' "$out/$i.log"
   echo "=== the last lines shard $i printed:"
   tail -n 5 "$out/$i.log"
   { dmesg 2>/dev/null || :; } | grep -iE 'killed process|out of memory' | tail -n 5 || :

@@ -29,7 +29,7 @@ namespace msrun_ssh {
 // A host of a job: how to reach it again, its node rank and workdir.
 struct JobHost {
   SshEndpoint endpoint;
-  int node_rank = 0;  // -1: a spare of an attached job (a restart may take it in)
+  int node_rank = 0;
   std::string workdir;
 };
 
@@ -69,6 +69,9 @@ struct JobRecord {
   std::string launcher_host;  // the launcher's machine (uname -n); "" in a record of an older one
   JobSsh ssh;
   std::vector<JobHost> hosts;
+  // An attached job's spares that a restart took in (node_rank: the one each took), so that
+  // `stop` and `stack` reach them; under their own key, which a record's older readers pass over.
+  std::vector<JobHost> spares;
   std::vector<JobProcess> processes;  // in plan order
   std::optional<int> exit_status;     // an attached job's, once it ended
   std::string ended;                  // when it ended (UTC, ISO 8601), "" while it runs
@@ -82,13 +85,12 @@ using EnvLookup = std::function<const char*(const char*)>;
 std::string jobs_dir(const EnvLookup& getenv);
 
 // The record of a job about to run: `logs` holds each process's log path, in plan order (see
-// JobProcess::log). `started` is now; the launcher's pid is this process's. An attached job's
-// spares follow its hosts (node rank -1).
+// JobProcess::log). `started` is now; the launcher's pid is this process's.
 JobRecord make_job_record(const Options& options, const Plan& plan,
                           const std::vector<std::string>& logs, bool detached);
 
-// The hosts a job's processes run on (its spares left out).
-size_t job_host_count(const JobRecord& record);
+// A record's host: where `host` is reached, its node rank and its workdir.
+JobHost job_host(const Host& host, int node_rank, const std::string& workdir);
 
 nlohmann::json record_json(const JobRecord& record);
 // Throws InputError (naming `origin`) when `j` is not a record.
@@ -229,7 +231,8 @@ struct Reached {
 Reached reach(const JobRecord& record, const Options& options);
 
 // The options `stop --job ID` without --hostfile runs with: the record's SSH options where the
-// command line left them unset, and its hosts as the cluster to stop.
+// command line left them unset, and its hosts (then the spares a restart took in) as the cluster
+// to stop.
 Cluster cluster_of(const JobRecord& record);
 Options options_from_record(Options options, const JobRecord& record);
 

@@ -377,6 +377,10 @@ class HostRoster {
   // Returns "" or why the attempt cannot run, as after_attempt.
   std::string replace_unreachable(const std::map<std::string, std::string>& unreachable);
 
+  // Told of each spare taken in (its host as the plan now has it, node rank included), before an
+  // attempt runs on it: the job's record lists it then (jobs.h).
+  void on_spare_taken(std::function<void(const HostPlan&)> taken) { taken_ = std::move(taken); }
+
   // The hosts (addresses) lost during an attempt so far: what that attempt started there may still
   // run, until its watchdog misses the launcher. The next attempts end it before they start.
   const std::set<std::string>& lost_before() const { return lost_before_; }
@@ -390,6 +394,7 @@ class HostRoster {
   bool has_spares_;
   std::map<std::string, int> failures_;  // address -> attempts it failed
   std::set<std::string> lost_before_;
+  std::function<void(const HostPlan&)> taken_;
 };
 
 // The attached or detached run of a whole job, on SSH: connects, starts, waits. Returns the exit

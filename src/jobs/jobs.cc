@@ -80,7 +80,9 @@ void print_json(const nlohmann::json& j) {
 Cluster cluster_of(const JobRecord& record) {
   Cluster c;
   c.path = record.hostfile;
-  for (const auto& h : record.hosts) {
+  std::vector<JobHost> all = record.hosts;
+  all.insert(all.end(), record.spares.begin(), record.spares.end());
+  for (const auto& h : all) {
     Host host;
     host.address = h.endpoint.address;
     host.user = h.endpoint.user;

@@ -239,7 +239,7 @@ std::string format_job_list(const std::vector<JobListing>& jobs) {
                                  "processes", "state");
   for (const auto& j : jobs)
     text += fmt::format("{:<24}  {:<24}  {:>5}  {:>9}  {}{}\n", j.record.id, j.record.started,
-                        job_host_count(j.record), j.record.processes.size(), j.state,
+                        j.record.hosts.size(), j.record.processes.size(), j.state,
                         j.record.detached ? "" : " [attached]");
   return text;
 }
@@ -250,7 +250,7 @@ nlohmann::json job_list_json(const std::vector<JobListing>& jobs) {
     list.push_back({{"id", j.record.id},
                     {"started", j.record.started},
                     {"detached", j.record.detached},
-                    {"hosts", job_host_count(j.record)},
+                    {"hosts", j.record.hosts.size()},
                     {"processes", j.record.processes.size()},
                     {"state", j.state}});
   return list;

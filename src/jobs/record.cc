@@ -75,7 +75,7 @@ JobHost host_of(const nlohmann::json& j) {
     h.endpoint.port = static_cast<int>(whole(j["port"], "port", 1, 65535));
   h.endpoint.identity_file = j.value("identity_file", "");
   h.endpoint.known_hosts = j.value("known_hosts", "");
-  h.node_rank = static_cast<int>(whole(j.at("node_rank"), "node_rank", -1, kIntMax));
+  h.node_rank = static_cast<int>(whole(j.at("node_rank"), "node_rank", 0, kIntMax));
   h.workdir = j.value("workdir", "");
   return h;
 }
@@ -162,35 +162,28 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
   for (size_t h = 0; h < plan.hosts.size(); ++h) {
     const HostPlan& hp = plan.hosts[h];
     const Host& host = hp.host;
-    r.hosts.push_back({{host.address, host.user, host.port, host.identity_file, host.known_hosts},
-                       hp.node_rank,
-                       hp.processes.empty() ? host.workdir : hp.processes[0].workdir});
+    r.hosts.push_back(job_host(host, hp.node_rank,
+                               hp.processes.empty() ? host.workdir : hp.processes[0].workdir));
     for (const auto& p : hp.processes) {
       size_t i = r.processes.size();
       r.processes.push_back({p.role == Role::kScheduler ? -1 : p.rank, hp.node_rank, h,
                              i < logs.size() ? logs[i] : std::string()});
     }
   }
-  // An attached job's spares: a restart may take one in, and `stop` and `stack` reach it from
-  // here. Node rank -1: no process of the record runs there.
-  if (!detached)
-    for (const HostPlan& sp : plan.spares) {
-      const Host& host = sp.host;
-      r.hosts.push_back(
-          {{host.address, host.user, host.port, host.identity_file, host.known_hosts}, -1,
-           host.workdir});
-    }
   return r;
 }
 
-size_t job_host_count(const JobRecord& record) {
-  return static_cast<size_t>(std::count_if(record.hosts.begin(), record.hosts.end(),
-                                           [](const JobHost& h) { return h.node_rank >= 0; }));
+JobHost job_host(const Host& host, int node_rank, const std::string& workdir) {
+  return {{host.address, host.user, host.port, host.identity_file, host.known_hosts},
+          node_rank,
+          workdir};
 }
 
 nlohmann::json record_json(const JobRecord& r) {
-  nlohmann::json hosts = nlohmann::json::array(), procs = nlohmann::json::array();
+  nlohmann::json hosts = nlohmann::json::array(), spares = nlohmann::json::array(),
+                 procs = nlohmann::json::array();
   for (const auto& h : r.hosts) hosts.push_back(host_json(h));
+  for (const auto& h : r.spares) spares.push_back(host_json(h));
   for (const auto& p : r.processes)
     procs.push_back({{"rank", rank_json(p.rank)},
                      {"node_rank", p.node_rank},
@@ -214,6 +207,7 @@ nlohmann::json record_json(const JobRecord& r) {
             {"connect_timeout", r.ssh.connect_timeout},
             {"fanout", r.ssh.fanout}}},
           {"hosts", hosts},
+          {"spares", spares},
           {"processes", procs},
           {"exit_status", r.exit_status ? nlohmann::json(*r.exit_status) : nlohmann::json(nullptr)},
           {"ended", r.ended}};
@@ -245,6 +239,8 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
       throw InputError(
           fmt::format("ssh.connect_timeout {} is not 0.1..3600 s", ssh["connect_timeout"].dump()));
     for (const auto& h : j.at("hosts")) r.hosts.push_back(host_of(h));
+    if (j.contains("spares"))  // since spares were recorded
+      for (const auto& h : j.at("spares")) r.spares.push_back(host_of(h));
     for (const auto& p : j.at("processes")) {
       std::string host = p.at("host").get<std::string>();
       // By its index: one address may be two hosts on two ports. A record written before the

@@ -120,7 +120,9 @@ my $CLOCK_NR = $NR ? $NR->{clock_gettime} : undef;
 # init's. So once the agent has no child at all, nothing it started lives any more, nor anything
 # those started, and the watchdog's sweep reads no process's environment (job_pids), unless its
 # last read found the job's processes: one outside the agent's tree (a task srun started, a
-# daemon's child with the job's environment) is then still to be found.
+# daemon's child with the job's environment) that a sweep saw while the agent had children is
+# then still found and ended. One that only ever ran outside the tree, the agent's own processes
+# all ended by then, is not looked for (a look at every process of the host, at each job's end).
 my $SUBREAPER = $NR && syscall($NR->{prctl}, 36, 1, 0, 0, 0) == 0;
 my $childless = 0;    # the last waitpid found no child at all
 my $read_found = 0;   # the last read of /proc found a process of the job
@@ -437,8 +439,8 @@ sub control {
     $child->{eof} = 1;
   } elsif ($op eq 'K' && $payload =~ /^[A-Z0-9]+$/) {
     # Before its setsid the command is not a group yet: then it alone, so it never starts. Once
-    # reaped, its pid is no longer its own (the system may give it to any process), only its
-    # group's id while what is left of the group lives: then the group only.
+    # reaped, its pid is no longer its own (the system may give it to any process); its group's
+    # id stays reserved while what is left of the group lives: then the group only.
     kill("-$payload", $child->{pid}) or defined $child->{status} or kill($payload, $child->{pid});
   }
   feed_stdin($child);
@@ -673,7 +675,8 @@ sub remove_tree {
 
 # The pids of the job's processes on this host but the agent: every process whose environment
 # holds MSRUN_SSH_JOB=J, and the agent's P children not reaped yet (sweep.sh's find_pids). None,
-# without a look at /proc, once the agent, their subreaper, has no child left.
+# without a look at /proc, once the agent, their subreaper, has no child left, unless its last look
+# found some (a process of the job outside its tree, which that look saw).
 sub job_pids {
   reap();
   return () if $SUBREAPER && $childless && !$read_found;

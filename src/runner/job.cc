@@ -465,6 +465,11 @@ int run_job(const Options& options, Plan& plan) {
     log->info("{}", m);
   };
   HostRoster roster(std::move(plan), options, say);  // `plan` is not used after this
+  roster.on_spare_taken([&](const HostPlan& h) {
+    record.spares.push_back(job_host(
+        h.host, h.node_rank, h.processes.empty() ? h.host.workdir : h.processes[0].workdir));
+    write_job_record(jobs_dir(std::getenv), record, stderr);
+  });
   AttemptResult last;
   auto attempt = [&](int k) {
     if (k > 1) logs = keep_attempt_logs(options.log_dir, logs, k - 1);

@@ -103,6 +103,9 @@ std::string HostRoster::replace(const std::map<std::string, std::string>& unusab
   for (const Replacement& r : d.replacements) {
     say_(fmt::format("spare host {} replaces {} as node rank {} ({})", r.spare, r.host, r.node_rank,
                      r.reason));
+    if (taken_)
+      for (const HostPlan& h : plan_.hosts)
+        if (h.node_rank == r.node_rank) taken_(h);
     if (r.host == old_master)
       say_(fmt::format("the master moves from {} to {}: {} is now {}", r.host, r.spare,
                        plan_.contract == Contract::kTorch ? "MASTER_ADDR" : "MS_SCHED_HOST",

@@ -42,7 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!r.exit_status || (*r.exit_status >= 0 && *r.exit_status <= 255), "exit status %d",
              *r.exit_status);
   FUZZ_CHECK(r.launcher_pid >= 0, "launcher pid %ld", r.launcher_pid);
-  for (const auto& h : r.hosts) {
+  std::vector<ms::JobHost> all = r.hosts;
+  all.insert(all.end(), r.spares.begin(), r.spares.end());
+  for (const auto& h : all) {
     FUZZ_CHECK(!h.endpoint.port || (*h.endpoint.port >= 1 && *h.endpoint.port <= 65535), "port %d",
                *h.endpoint.port);
     FUZZ_CHECK(h.node_rank >= 0, "host node rank %d", h.node_rank);

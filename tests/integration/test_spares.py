@@ -43,7 +43,9 @@ def _cut_during_attempt_1(hostfile, processes, state=None):
 def test_cut_host_is_replaced_by_the_spare():
     addrs = addresses()
     victim, spare = addrs[VICTIM], addrs[-1]
-    code, out, err, logs = _cut_during_attempt_1(_spare_hosts_file(), 1 + 2 * (len(addrs) - 1))
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+    code, out, err, logs = _cut_during_attempt_1(_spare_hosts_file(), 1 + 2 * (len(addrs) - 1),
+                                                 state)
     check(code == 0, f"exit {code}: {err.decode()[-2500:]}")
     check(f"spare host {spare} replaces {victim} as node rank {VICTIM} (lost during the "
           f"attempt)".encode() in err, f"the replacement is not said: {err.decode()[-2500:]}")
@@ -57,6 +59,12 @@ def test_cut_host_is_replaced_by_the_spare():
     check(f"spare host {spare} replaces {victim}".encode() in read(os.path.join(logs, "msrun-ssh.log")),
           "msrun-ssh.log names the replacement")
     check(b"attempt 2: exit 0" in err, "the attempts are summed up")
+    # The job's record lists the spare it took in, for `stop --job` and `stack --job`.
+    records = glob.glob(os.path.join(state, "msrun-ssh", "jobs", "*.json"))
+    check(len(records) == 1, f"job records: {records}")
+    spares = json.load(open(records[0])).get("spares")
+    check(spares and [(h["address"], h["node_rank"]) for h in spares] == [(spare, VICTIM)],
+          f"the record's spares: {spares}")
     wait_clean(5)
 
 

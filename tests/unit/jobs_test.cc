@@ -257,49 +257,35 @@ TEST_F(JobRecords, MadeFromThePlan) {
   EXPECT_EQ(options_from_record(given, two_hosts()).connect_timeout, 2);
 }
 
-// An attached job's spares follow its hosts in the record (node rank -1, no process there), so
-// that `stop` and `stack` reach a spare a restart took in; `list` counts the hosts without them.
-// A detached job, never restarted, has none.
-TEST_F(JobRecords, AnAttachedJobsSparesAreInItsRecordAfterItsHosts) {
-  Options o;
-  o.hostfile = "hosts.toml";
-  o.launcher_cwd = "/home/u";
-  Plan plan;
-  plan.job_id = "j";
-  HostPlan h;
-  h.node_rank = 0;
-  h.host.address = "n0";
-  Process w;
-  w.rank = 0;
-  w.workdir = "/w";
-  h.processes = {w};
-  plan.hosts = {h};
-  HostPlan spare;
-  spare.node_rank = -1;
-  spare.host.address = "s0";
-  spare.host.port = 2222;
-  spare.host.workdir = "/sw";
-  plan.spares = {spare};
-  EXPECT_EQ(make_job_record(o, plan, {"/w/worker_0.log"}, true).hosts.size(), 1u);
-  JobRecord r = make_job_record(o, plan, {"/w/worker_0.log"}, false);
-  ASSERT_EQ(r.hosts.size(), 2u);
-  EXPECT_EQ(r.hosts[1].endpoint.address, "s0");
-  EXPECT_EQ(r.hosts[1].endpoint.port, 2222);
-  EXPECT_EQ(r.hosts[1].node_rank, -1);
-  EXPECT_EQ(r.hosts[1].workdir, "/sw");
-  ASSERT_EQ(r.processes.size(), 1u);
-  EXPECT_EQ(r.processes[0].host, 0u);
-  EXPECT_EQ(job_host_count(r), 1u);
-  JobRecord back = record_from_json(record_json(r), "test");
-  ASSERT_EQ(back.hosts.size(), 2u);
-  EXPECT_EQ(back.hosts[1].node_rank, -1);
+// The spares a restart took in are in an attached job's record under their own key (older
+// readers pass it over, and a record without it has none), so that `stop` and `stack` reach them
+// after the job's hosts; `list` counts the hosts the job started on.
+TEST_F(JobRecords, TheSparesARestartTookInAreReachedFromTheRecord) {
+  JobRecord r = two_hosts();
+  r.detached = false;
+  Host spare;
+  spare.address = "s0";
+  spare.port = 2222;
+  r.spares.push_back(job_host(spare, 1, "/sw"));
+  nlohmann::json j = record_json(r);
+  ASSERT_TRUE(j.contains("spares"));
+  EXPECT_EQ(j["hosts"].size(), 2u);
+  JobRecord back = record_from_json(j, "test");
+  ASSERT_EQ(back.spares.size(), 1u);
+  EXPECT_EQ(back.spares[0].endpoint.address, "s0");
+  EXPECT_EQ(back.spares[0].endpoint.port, 2222);
+  EXPECT_EQ(back.spares[0].node_rank, 1);
+  EXPECT_EQ(back.spares[0].workdir, "/sw");
   Cluster c = cluster_of(back);
-  ASSERT_EQ(c.hosts.size(), 2u);
-  EXPECT_EQ(c.hosts[1].address, "s0");
-  JobListing listed{back, "running"};
-  EXPECT_NE(format_job_list({listed}).find("    1          1  running"), std::string::npos)
-      << format_job_list({listed});
-  EXPECT_EQ(job_list_json({listed})[0]["hosts"], 1);
+  ASSERT_EQ(c.hosts.size(), 3u);
+  EXPECT_EQ(c.hosts[2].address, "s0");
+  EXPECT_EQ(c.hosts[2].port, 2222);
+  EXPECT_EQ(c.hosts[2].workdir, "/sw");
+  EXPECT_NE(format_job_list({{back, "running"}}).find("      2          3  running"),
+            std::string::npos)
+      << format_job_list({{back, "running"}});
+  j.erase("spares");  // an older launcher's record
+  EXPECT_TRUE(record_from_json(j, "test").spares.empty());
 }
 
 TEST_F(JobRecords, AHostSourceStaysItsName) {
@@ -610,7 +596,7 @@ namespace msrun_ssh {
 namespace {
 
 // /proc/PID/stat read once: the command name whole even with ") " in it (it ends at the last
-// ")"), the state letter, and the start time; a zombie is 'Z'; no process, nothing.
+// ")"), the state letter, and the start time; a zombie is 'Z'; no such process (pid 0), nothing.
 TEST_F(JobRecords, ProcessStatReadsANameWithParenthesesAndTheState) {
   const std::string odd = dir_ + "/a) Z (b";
   std::filesystem::copy_file("/bin/sleep", odd);
@@ -620,6 +606,14 @@ TEST_F(JobRecords, ProcessStatReadsANameWithParenthesesAndTheState) {
     execl(odd.c_str(), odd.c_str(), "30", static_cast<char*>(nullptr));
     _exit(127);
   }
+  struct Reap {  // whatever ends the test, the child ends too (once: a reaped pid is not ours)
+    pid_t pid;
+    ~Reap() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{pid};
   std::optional<ProcessStat> st;
   for (int i = 0; i < 200 && !(st && st->comm == "a) Z (b"); ++i) {  // until its exec is done
     usleep(10 * 1000);
@@ -635,8 +629,9 @@ TEST_F(JobRecords, ProcessStatReadsANameWithParenthesesAndTheState) {
   ASSERT_TRUE(st) << "an unreaped child is a zombie, still there";
   EXPECT_EQ(st->state, 'Z');
   ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
-  EXPECT_FALSE(process_stat(pid)) << "reaped: no such process";
-  EXPECT_EQ(process_start_ticks(pid), 0);
+  reap.pid = -1;
+  EXPECT_FALSE(process_stat(0)) << "no such process";
+  EXPECT_EQ(process_start_ticks(0), 0);
 }
 
 // `stop --job ID` of an attached job: SIGTERM to its launcher when that runs here (a process

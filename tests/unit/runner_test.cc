@@ -1277,6 +1277,9 @@ class SpareRestart : public Runner {
   ms::RestartHistory go(const std::function<std::vector<HostScript>(int)>& scripts) {
     roster_ = std::make_unique<ms::HostRoster>(
         plan_, options_, [this](const std::string& m) { said_.push_back(m); });
+    roster_->on_spare_taken([this](const ms::HostPlan& h) {
+      taken_.push_back(h.host.address + " node rank " + std::to_string(h.node_rank));
+    });
     ms::AttemptResult last;
     auto attempt = [&](int k) {
       std::string cannot = k > 1 ? roster_->after_attempt(last) : "";
@@ -1312,6 +1315,7 @@ class SpareRestart : public Runner {
   std::vector<Strings> hosts_;  // per attempt, its hosts in node-rank order
   std::vector<std::vector<ms::SummaryRow>> rows_of_;
   Strings said_;
+  Strings taken_;  // the spares taken in, as on_spare_taken told them
 };
 
 HostScript lost_at(double at, std::vector<ProcScript> processes) {
@@ -1338,7 +1342,8 @@ TEST_F(SpareRestart, ALostHostIsReplacedByTheSpareWithItsNodeRankAndRanks) {
   EXPECT_EQ(*ms::test::env_of(plan_.hosts[1].processes[0], "RANK_ID"), "1");
   EXPECT_EQ(*ms::test::env_of(plan_.hosts[1].processes[0], "MS_SCHED_HOST"), "198.18.0.1");
   EXPECT_EQ(said_, Strings{"spare host spare0 replaces node1 as node rank 1 (lost during the "
-                           "attempt)"});  // the master did not move
+                           "attempt)"});             // the master did not move
+  EXPECT_EQ(taken_, Strings{"spare0 node rank 1"});  // the job's record lists it
 }
 
 TEST_F(SpareRestart, AHostIsExcludedAfterFailingKAttemptsAsTheRootCause) {

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,17 @@
 #include "msrun_ssh/binding.h"
 
 namespace msrun_ssh::test {
+namespace {
+
+// The launcher ignores SIGPIPE (signal_fd, base.h): a write to a command that has ended fails with
+// EPIPE, which its transports handle. The tests run that code under the same rule from their
+// start: with SIGPIPE's default, such a write (an agent that ended while a no-op frame went out)
+// would end the whole test binary without a word.
+[[maybe_unused]] const bool kSigpipeIgnored = [] {
+  return std::signal(SIGPIPE, SIG_IGN) != SIG_ERR;
+}();
+
+}  // namespace
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
