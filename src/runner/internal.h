@@ -81,16 +81,16 @@ struct EarlierAttempts {
   std::vector<size_t> hosts;
 };
 
-// Everything before a process starts, attached or detached: connect every host (`pool`), then
-// over `commands` (the launch agents, or `pool` itself) end what `earlier` attempts left on the
-// hosts lost during them, sync, bind from their topologies, check the
-// torch contract's master port; show the bindings when asked. Returns nothing when ready, else the
-// exit status and why (every step prints its own details); `unreachable` (when given) gets the
-// hosts that could not be connected, with why. `interruptible`: SIGINT, SIGTERM and SIGHUP (which
-// the caller blocks for its signalfd) are read, on a signalfd of these three only, after each step
-// and during the sync, and end the preparation there, nothing started, with the signal's exit
-// status. Any other signal (Ctrl-Z, Ctrl-\) stays queued for the Runner, which acts on it once
-// the processes run (an agent waiting out a stopped launcher would end itself).
+// Everything before a process starts, attached or detached: connect every host (`pool`), then over
+// `commands` (the launch agents, or `pool` itself) end what `earlier` attempts left on the hosts
+// lost during them, sync, bind from their topologies, check the torch contract's master port; show
+// the bindings when asked. Returns nothing when ready, else the exit status and why (every step
+// prints its own details); `unreachable` (when given) gets the hosts that could not be connected,
+// with why. `interruptible`: SIGINT, SIGTERM and SIGHUP (which the caller blocks for its signalfd)
+// are read, on a signalfd of these three only, after each step and during the sync, and end the
+// preparation there, nothing started, with the signal's exit status. Any other signal (Ctrl-Z,
+// Ctrl-\) stays queued for the Runner, which acts on it once the processes run (an agent waiting
+// out a stopped launcher would end itself).
 std::optional<PrepareFailure> prepare_hosts(
     HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
     const Options& options, bool report_bindings, StatusLine* status = nullptr,
