@@ -1552,7 +1552,9 @@ TEST_F(WatchdogCommand, EchoesHeartbeatsAndTearsDownAfterSilence) {
   ASSERT_TRUE(status.has_value()) << "not torn down within 2.5 s of the last heartbeat";
   EXPECT_GE(waited, 0.5);
   EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGTERM);
-  std::optional<int> dog = finish(3);
+  // Its own end only closes what it said (its heartbeat reader may sit out its last read first;
+  // a loaded CI machine once took more than 3 s): bounded, not timed.
+  std::optional<int> dog = finish(10);
   EXPECT_EQ(dog, 0);
   EXPECT_EQ(out_, "msrun-ssh-watchdog: launcher lost\nkilled " + std::to_string(sleeper) +
                       " SIGTERM sleep 30 \n");
