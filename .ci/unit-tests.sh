@@ -14,24 +14,43 @@ for i in 0 1; do
   GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$i timeout 900 "$bin" >"$out/$i.log" 2>&1 &
   pids+=($!)
 done
+# The lines of each failed test in log $1 (at most 80 each).
+failures() {
+  awk '/^\[ RUN      \]/ { block = ""; n = 0 } n < 80 { block = block $0 "\n"; n++ }
+    /^\[  FAILED  \] .* \([0-9]+ ms\)$/ { printf "%s", block }' "$1"
+}
 # A shard that fails says how it ended (a status, or the signal that killed it), its failures and
 # the last lines it printed (the test that ran when it was killed), and what the kernel said of
-# killed processes (the OOM killer).
+# killed processes (the OOM killer). A shard whose only fault is failed tests (exit status 1: no
+# signal, no sanitizer report, no timeout) runs those tests once more, alone: the real-time tests
+# share 2 cores with the cluster tests, and a test that fails twice fails the run. A test that
+# passes on its second run is named as flaky, with its first failure, last, and the run goes on.
 rc=0
+flaky=
 for i in 0 1; do
   st=0
   wait "${pids[$i]}" || st=$?
   [ "$st" -eq 0 ] && continue
+  failed=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$out/$i.log" | paste -sd: -)
+  if [ "$st" -eq 1 ] && [ -n "$failed" ] &&
+    timeout 300 "$bin" --gtest_filter="$failed" >"$out/$i.again.log" 2>&1; then
+    echo "=== FLAKY: unit test shard $i failed $failed, which passed when run again alone;"
+    echo "=== the first failure:"
+    failures "$out/$i.log"
+    flaky+=" $failed"
+    continue
+  fi
   rc=1
   how="exit status $st"
   [ "$st" -eq 124 ] && how="timed out after 900 s"
   [ "$st" -gt 128 ] && how="killed by SIG$(kill -l $((st - 128)) 2>/dev/null || echo $((st - 128)))"
   echo "=== unit test shard $i of 2 FAILED ($how); its failed tests (at most 80 lines each):"
-  awk '/^\[ RUN      \]/ { block = ""; n = 0 } n < 80 { block = block $0 "\n"; n++ }
-    /^\[  FAILED  \] .* \([0-9]+ ms\)$/ { printf "%s", block }' "$out/$i.log"
+  failures "$out/$i.log"
+  [ ! -s "$out/$i.again.log" ] || { echo "=== run again alone:"; failures "$out/$i.again.log"; }
   echo "=== the last lines shard $i printed:"
   tail -n 5 "$out/$i.log"
   { dmesg 2>/dev/null || :; } | grep -iE 'killed process|out of memory' | tail -n 5 || :
 done
 for i in 0 1; do grep -E '^\[  PASSED  \]|tests? ran' "$out/$i.log" | sed "s/^/shard $i: /" || :; done
+[ -z "$flaky" ] || echo "=== FLAKY (failed, then passed when run again alone):$flaky"
 exit "$rc"
