@@ -101,28 +101,26 @@ int stop_on_hosts(Transport& t, const std::vector<std::string>& addresses, const
       reached.push_back(h);
     }
   }
-  auto results = exited_output(
-      run_batch(t, reached, stop_command(options.job, options.kill_grace, options.attempts),
-                options.kill_grace + options.connect_timeout + 5));
-  int killed = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
+  auto ended =
+      runner_detail::stop_processes(t, reached, options.job, options.kill_grace, options.attempts,
+                                    options.kill_grace + options.connect_timeout + 5);
+  size_t killed = 0;
+  for (size_t i = 0; i < ended.size(); ++i) {
     const std::string& address = addresses[reached[i]];
-    if (!results[i]) {
+    if (!ended[i]) {
       std::fprintf(err, "msrun-ssh: %s: stop did not finish\n", address.c_str());
       code = kExitHostFailure;
       continue;
     }
-    for (std::string_view line : split_lines(*results[i]))
-      if (auto swept = parse_swept_line(line)) {
-        std::fprintf(out, "%s: killed %s\n", address.c_str(), describe_swept(*swept).c_str());
-        ++killed;
-      }
+    for (const auto& process : *ended[i])
+      std::fprintf(out, "%s: killed %s\n", address.c_str(), process.c_str());
+    killed += ended[i]->size();
   }
   if (reached.size() == addresses.size())
-    std::fprintf(out, "job %s: %d signals sent on %zu hosts\n", options.job.c_str(), killed,
+    std::fprintf(out, "job %s: %zu signals sent on %zu hosts\n", options.job.c_str(), killed,
                  addresses.size());
   else
-    std::fprintf(out, "job %s: %d signals sent on %zu of %zu hosts\n", options.job.c_str(), killed,
+    std::fprintf(out, "job %s: %zu signals sent on %zu of %zu hosts\n", options.job.c_str(), killed,
                  reached.size(), addresses.size());
   return code;
 }

@@ -97,6 +97,13 @@ std::optional<PrepareFailure> prepare_hosts(
     std::map<std::string, std::string>* unreachable = nullptr, bool interruptible = false,
     const EarlierAttempts* earlier = nullptr);
 
+// Runs `stop_command(job, grace, attempts)` on `hosts` (indexes into `t`) for at most `timeout_s`:
+// for each host, the processes it ended, as describe_swept says each, or nothing when it did not
+// finish (lost, or no answer in time).
+std::vector<std::optional<std::vector<std::string>>> stop_processes(
+    Transport& t, const std::vector<size_t>& hosts, const std::string& job, double grace,
+    int attempts, double timeout_s);
+
 // Waits up to `seconds` (0: only what is pending) on the signalfd `sfd`: 0, or the exit status of
 // SIGINT, SIGTERM or SIGHUP when one came. SIGTSTP stops the launcher there (between restart
 // attempts nothing runs on the hosts); SIGQUIT (a stack dump: nothing to dump) and SIGCONT pass.

@@ -114,13 +114,13 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
 bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts& earlier,
                           const Options& options) {
   if (earlier.hosts.empty() || earlier.attempts < 1) return true;
-  auto answers = exited_output(run_batch(
-      t, earlier.hosts, stop_command(earlier.job_id, options.kill_grace, earlier.attempts),
-      options.kill_grace + std::max(10.0, options.connect_timeout)));
+  auto ended =
+      stop_processes(t, earlier.hosts, earlier.job_id, options.kill_grace, earlier.attempts,
+                     options.kill_grace + std::max(10.0, options.connect_timeout));
   bool ok = true;
   for (size_t i = 0; i < earlier.hosts.size(); ++i) {
     const std::string& host = plan.hosts[earlier.hosts[i]].host.address;
-    if (!answers[i]) {
+    if (!ended[i]) {
       std::fprintf(stderr,
                    "msrun-ssh: %s: cannot end what an earlier attempt left there (lost with the "
                    "host); nothing was started\n",
@@ -128,15 +128,29 @@ bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts&
       ok = false;
       continue;
     }
-    for (std::string_view line : split_lines(*answers[i]))
-      if (auto swept = parse_swept_line(line))
-        std::fprintf(stderr, "msrun-ssh: %s: killed %s, left by an earlier attempt\n", host.c_str(),
-                     describe_swept(*swept).c_str());
+    for (const auto& process : *ended[i])
+      std::fprintf(stderr, "msrun-ssh: %s: killed %s, left by an earlier attempt\n", host.c_str(),
+                   process.c_str());
   }
   return ok;
 }
 
 }  // namespace
+
+std::vector<std::optional<std::vector<std::string>>> stop_processes(
+    Transport& t, const std::vector<size_t>& hosts, const std::string& job, double grace,
+    int attempts, double timeout_s) {
+  std::vector<std::optional<std::vector<std::string>>> ended;
+  for (const auto& answer :
+       exited_output(run_batch(t, hosts, stop_command(job, grace, attempts), timeout_s))) {
+    ended.emplace_back();
+    if (!answer) continue;
+    ended.back().emplace();
+    for (std::string_view line : split_lines(*answer))
+      if (auto swept = parse_swept_line(line)) ended.back()->push_back(describe_swept(*swept));
+  }
+  return ended;
+}
 
 bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections, StatusLine* status,

@@ -545,14 +545,7 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentKillsAProcessOfTheJobOutsideItsTr
     execle("/bin/sleep", "sleep", "36", static_cast<char*>(nullptr), env);
     _exit(127);
   }
-  struct Reap {  // whatever ends the test, the outsider ends too (once: a reaped pid is not ours)
-    pid_t pid;
-    ~Reap() {
-      if (pid <= 0) return;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reap{outsider};
+  test::Child child(outsider);  // whatever ends the test, the outsider ends too
   AgentTransport t(local, 1, agent_command(30));
   ChannelId mine = up_process(t, "job-21", "echo up; exec sleep 30");
   run_until(t, [&] { return running({"sleep", "36"}); });
@@ -563,11 +556,11 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentKillsAProcessOfTheJobOutsideItsTr
   EXPECT_NE(said.find(fmt::format("killed {} SIGKILL sleep 36", outsider)), std::string::npos)
       << said;
   int status = 0;
-  for (int i = 0; i < 250 && reap.pid > 0; ++i) {
-    if (::waitpid(outsider, &status, WNOHANG) == outsider) reap.pid = -1;
+  for (int i = 0; i < 250 && child.pid() > 0; ++i) {
+    if (::waitpid(outsider, &status, WNOHANG) == outsider) child.reaped();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(reap.pid, -1) << "the outsider still runs: " << said;
+  ASSERT_EQ(child.pid(), -1) << "the outsider still runs: " << said;
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "wait status " << status;
 }
 

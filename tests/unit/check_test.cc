@@ -662,24 +662,25 @@ TEST(Check, ListenerRunsLocally) {
     Listening probe;
     port = probe.port;
   }
-  // stdin at EOF: the listener binds, says so, and ends at once.
-  std::string out = run_sh(listener_command("no-such-python", port, 5), "");
+  // stdin at EOF: the listener binds, says so, and ends at once. Its time limits (here and below)
+  // are generous: python3's start alone can take seconds on a loaded machine.
+  std::string out = run_sh(listener_command("no-such-python", port, 30), "");
   EXPECT_EQ(out, "listening\naccepted 0\n");
   Listening busy;
-  EXPECT_EQ(run_sh(listener_command("python3", busy.port, 5), ""),
+  EXPECT_EQ(run_sh(listener_command("python3", busy.port, 30), ""),
             "in_use Address already in use\n");
 }
 
 TEST(Check, ConnectCommandRunsLocally) {
   if (!have("python3")) GTEST_SKIP() << "no python3";
   Listening open;
-  EXPECT_EQ(run_sh(connect_command("python3", "127.0.0.1", open.port, 2)), "reach=ok\n");
+  EXPECT_EQ(run_sh(connect_command("python3", "127.0.0.1", open.port, 30)), "reach=ok\n");
   int closed;
   {
     Listening gone;
     closed = gone.port;
   }
-  EXPECT_EQ(run_sh(connect_command("python3", "127.0.0.1", closed, 2)),
+  EXPECT_EQ(run_sh(connect_command("python3", "127.0.0.1", closed, 30)),
             "reach=fail Connection refused\n");
 }
 

@@ -598,27 +598,9 @@ namespace {
 // /proc/PID/stat read once: the command name whole even with ") " in it (it ends at the last
 // ")"), the state letter, and the start time; a zombie is 'Z'; no such process (pid 0), nothing.
 TEST_F(JobRecords, ProcessStatReadsANameWithParenthesesAndTheState) {
-  const std::string odd = dir_ + "/a) Z (b";
-  std::filesystem::copy_file("/bin/sleep", odd);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(odd.c_str(), odd.c_str(), "30", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  struct Reap {  // whatever ends the test, the child ends too (once: a reaped pid is not ours)
-    pid_t pid;
-    ~Reap() {
-      if (pid <= 0) return;
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  } reap{pid};
-  std::optional<ProcessStat> st;
-  for (int i = 0; i < 200 && !(st && st->comm == "a) Z (b"); ++i) {  // until its exec is done
-    usleep(10 * 1000);
-    st = process_stat(pid);
-  }
+  test::Child child = test::sleep_copy(dir_ + "/a) Z (b", "a) Z (b", 30);
+  const pid_t pid = child.pid();
+  std::optional<ProcessStat> st = process_stat(pid);
   ASSERT_TRUE(st);
   EXPECT_EQ(st->comm, "a) Z (b");
   EXPECT_NE(st->state, 'Z');
@@ -629,7 +611,7 @@ TEST_F(JobRecords, ProcessStatReadsANameWithParenthesesAndTheState) {
   ASSERT_TRUE(st) << "an unreaped child is a zombie, still there";
   EXPECT_EQ(st->state, 'Z');
   ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
-  reap.pid = -1;
+  child.reaped();
   EXPECT_FALSE(process_stat(0)) << "no such process";
   EXPECT_EQ(process_start_ticks(0), 0);
 }
@@ -638,21 +620,8 @@ TEST_F(JobRecords, ProcessStatReadsANameWithParenthesesAndTheState) {
 // named msrun-ssh), and a wait that ends when it has exited (a zombie not yet reaped has); never
 // for a detached job, an ended one, or one launched on another machine.
 TEST_F(JobRecords, StopOfAnAttachedJobEndsItsLauncherHereOnly) {
-  const std::string fake = dir_ + "/msrun-ssh";
-  std::filesystem::copy_file("/bin/sleep", fake);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(fake.c_str(), "msrun-ssh", "30", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 200; ++i) {  // until the child is the fake launcher (exec done)
-    std::ifstream comm(fmt::format("/proc/{}/comm", pid));
-    std::string name;
-    std::getline(comm, name);
-    if (name == "msrun-ssh") break;
-    usleep(10 * 1000);
-  }
+  test::Child child = test::sleep_copy(dir_ + "/msrun-ssh", "msrun-ssh", 30);
+  const pid_t pid = child.pid();
   JobRecord r = two_hosts();
   r.launcher_pid = pid;
   r.launcher_host = this_machine();
@@ -681,6 +650,7 @@ TEST_F(JobRecords, StopOfAnAttachedJobEndsItsLauncherHereOnly) {
       << "a zombie counts as ended";
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  child.reaped();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
   std::rewind(out);
   std::string text(4096, '\0');

@@ -4,13 +4,18 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "msrun_ssh/binding.h"
 
@@ -106,6 +111,34 @@ const std::string* env_of(const Process& process, const std::string& name) {
   for (const auto& [n, v] : process.env)
     if (n == name) return &v;
   return nullptr;
+}
+
+Child::~Child() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+}
+
+Child sleep_copy(const std::string& path, const std::string& name, int seconds) {
+  std::filesystem::copy_file("/bin/sleep", path);
+  std::string arg = std::to_string(seconds);
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    execl(path.c_str(), name.c_str(), arg.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  Child child(pid);
+  // The kernel's name of the process: the file's name, cut to 15 bytes.
+  std::string comm = std::filesystem::path(path).filename().string().substr(0, 15);
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+    std::string now;
+    std::getline(in, now);
+    if (now == comm) return child;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  throw std::runtime_error("the copy of /bin/sleep at " + path + " did not start in 2 s");
 }
 
 TempDir::TempDir() {

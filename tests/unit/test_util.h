@@ -4,11 +4,13 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "msrun_ssh/error.h"
@@ -86,6 +88,27 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A child process of the test, SIGKILLed and reaped when the object goes, whatever ends the test;
+// once the test has reaped it itself, `reaped()` says so (a reaped pid may soon be another's).
+class Child {
+ public:
+  explicit Child(pid_t pid) : pid_(pid) {}
+  ~Child();
+  Child(Child&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
+  Child& operator=(Child&&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void reaped() { pid_ = -1; }
+
+ private:
+  pid_t pid_;
+};
+
+// Runs a copy of /bin/sleep, made at `path`, for `seconds` (its argv[0] `name`), and returns once
+// its exec is done (its /proc/PID/comm is the copy's file name); throws std::runtime_error when it
+// cannot be started.
+Child sleep_copy(const std::string& path, const std::string& name, int seconds);
 
 // A fixture whose every test has a fresh temporary directory `dir_`, made before SetUp and removed
 // after TearDown.
