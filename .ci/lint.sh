@@ -31,10 +31,12 @@ mapfile -t files < <(git ls-files 'src/*.cc' 'include/*.h' 'tests/*.cc' 'tests/*
 echo "lint: clang-format on ${#files[@]} files"
 clang-format --dry-run --Werror "${files[@]}"
 # One command per source (CI's build/ is a unity build) and no precompiled header (g++'s .gch is
-# not clang's, and each source must compile with its own includes alone); the configure writes
-# the one generated header, remote/programs.h.
+# not clang's, and each source must compile with its own includes alone), with -Werror: clang's
+# own warnings on a source are errors clang-tidy reports. The configure writes the one generated
+# header, remote/programs.h.
 db=build-lint
-cmake -S . -B "$db" -DMSRUN_SSH_UNITY=OFF -DMSRUN_SSH_PCH=OFF -DMSRUN_SSH_TESTS=OFF >/dev/null
+cmake -S . -B "$db" -DCMAKE_BUILD_TYPE=Release -DMSRUN_SSH_WERROR=ON -DMSRUN_SSH_UNITY=OFF \
+  -DMSRUN_SSH_PCH=OFF -DMSRUN_SSH_TESTS=OFF >/dev/null
 mapfile -t sources < <(git ls-files 'src/*.cc')
 echo "lint: clang-tidy on ${#sources[@]} files"
 out=$(mktemp)

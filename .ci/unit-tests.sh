@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The unit tests of a build (BUILD_DIR/tests/unit_tests) as two GoogleTest shards, one process
 # each, side by side. ctest runs each of the ~700 tests in a process of its own: under ASan those
-# process starts cost minutes on 2 cores, the tests themselves about one. A shard that fails, hangs
-# past 15 minutes or ends by a sanitizer report or a signal fails the run, saying how it ended.
+# process starts cost minutes on 2 cores, the tests themselves about one. A shard that hangs past
+# 15 minutes or ends by a sanitizer report or a signal fails the run, saying how it ended; one
+# whose tests failed runs them once more, alone, and fails the run when one fails again.
 #   bash .ci/unit-tests.sh build-asan
 # (`cd BUILD_DIR && ctest -L unit` runs the same tests one process each, for a developer.)
 set -euo pipefail
@@ -25,14 +26,24 @@ failures() {
 # signal, no sanitizer report, no timeout) runs those tests once more, alone: the real-time tests
 # share 2 cores with the cluster tests, and a test that fails twice fails the run. A test that
 # passes on its second run is named as flaky, with its first failure, last, and the run goes on.
+# Whether the shard of log $1 ended by failed tests alone: GoogleTest's end lines are there, as
+# many failed tests as its count says, no sanitizer report. Sets `failed` to their filter.
+only_failed_tests() {
+  local n listed
+  failed=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$1" | paste -sd: -)
+  n=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$1" | wc -l)
+  listed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below:$/\1/p' "$1")
+  [ -n "$failed" ] && [ "$listed" = "$n" ] &&
+    grep -qE '^\[==========\] [0-9]+ tests? from .* ran\.' "$1" &&
+    ! grep -qE 'ERROR: [A-Za-z]+Sanitizer|: runtime error: ' "$1"
+}
 rc=0
 flaky=
 for i in 0 1; do
   st=0
   wait "${pids[$i]}" || st=$?
   [ "$st" -eq 0 ] && continue
-  failed=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$out/$i.log" | paste -sd: -)
-  if [ "$st" -eq 1 ] && [ -n "$failed" ] &&
+  if [ "$st" -eq 1 ] && only_failed_tests "$out/$i.log" &&
     timeout 300 "$bin" --gtest_filter="$failed" >"$out/$i.again.log" 2>&1; then
     echo "=== FLAKY: unit test shard $i failed $failed, which passed when run again alone;"
     echo "=== the first failure:"

@@ -863,7 +863,7 @@ TEST_F(WatchdogUnderTheAgent, TheSamplerRunsInsideTheAgent) {
 }
 
 // A sample whose tool is slow holds the agent's loop past the silence limit (here nvidia-smi takes
-// 0.8 s, every 5th sample, and the limit is 0.5 s): the heartbeats that came meanwhile are read
+// 1.5 s, every 5th sample, and the limit is 1 s): the heartbeats that came meanwhile are read
 // before the launcher counts as lost.
 TEST_F(WatchdogUnderTheAgent, HeartbeatsThatCameWhileASampleRanAreReadBeforeTheSilenceLimit) {
   std::string tool = stubs_ + "/nvidia-smi";
