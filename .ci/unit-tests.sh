@@ -20,23 +20,24 @@ failures() {
   awk '/^\[ RUN      \]/ { block = ""; n = 0 } n < 80 { block = block $0 "\n"; n++ }
     /^\[  FAILED  \] .* \([0-9]+ ms\)$/ { printf "%s", block }' "$1"
 }
+# Whether the shard of log $1 ended by failed tests alone: GoogleTest's end lines are there, as
+# many failed tests as its count says, no sanitizer report. Sets `failed` to their filter.
+only_failed_tests() {
+  local names n listed
+  names=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$1")
+  failed=$(paste -sd: - <<<"$names")
+  n=$(grep -c . <<<"$names" || :)
+  listed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below:$/\1/p' "$1")
+  [ -n "$failed" ] && [ "$listed" = "$n" ] &&
+    grep -qE '^\[==========\] [0-9]+ tests? from .* ran\.' "$1" &&
+    ! grep -qE 'ERROR: [A-Za-z]+Sanitizer|: runtime error: ' "$1"
+}
 # A shard that fails says how it ended (a status, or the signal that killed it), its failures and
 # the last lines it printed (the test that ran when it was killed), and what the kernel said of
 # killed processes (the OOM killer). A shard whose only fault is failed tests (exit status 1: no
 # signal, no sanitizer report, no timeout) runs those tests once more, alone: the real-time tests
 # share 2 cores with the cluster tests, and a test that fails twice fails the run. A test that
 # passes on its second run is named as flaky, with its first failure, last, and the run goes on.
-# Whether the shard of log $1 ended by failed tests alone: GoogleTest's end lines are there, as
-# many failed tests as its count says, no sanitizer report. Sets `failed` to their filter.
-only_failed_tests() {
-  local n listed
-  failed=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$1" | paste -sd: -)
-  n=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$1" | wc -l)
-  listed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below:$/\1/p' "$1")
-  [ -n "$failed" ] && [ "$listed" = "$n" ] &&
-    grep -qE '^\[==========\] [0-9]+ tests? from .* ran\.' "$1" &&
-    ! grep -qE 'ERROR: [A-Za-z]+Sanitizer|: runtime error: ' "$1"
-}
 rc=0
 flaky=
 for i in 0 1; do
