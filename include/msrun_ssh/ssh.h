@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -122,6 +123,20 @@ std::string ssh_config_hostname(const std::string& name, const std::string& ssh_
 // session is given a socket of ours instead of the agent's (ssh_set_agent_socket): a thread
 // passes each request on to the agent and each answer back, the list of keys put in ssh's order.
 // Signing stays the agent's.
+// Which of a session's listed keys its agent held when the session asked it for its keys
+// (AgentFilter): ssh offers such a key once, through the agent, never again from its file
+// (pubkey_prepare matches each file's key with the agent's). The filter's thread writes it, the
+// session's reads it.
+class AgentHeld {
+ public:
+  void set(std::vector<std::string> blobs);
+  bool holds(std::string_view blob) const;
+
+ private:
+  mutable std::mutex m_;
+  std::vector<std::string> blobs_;
+};
+
 class AgentFilter {
  public:
   AgentFilter();
@@ -129,9 +144,11 @@ class AgentFilter {
   AgentFilter(const AgentFilter&) = delete;
   AgentFilter& operator=(const AgentFilter&) = delete;
   // A socket (close-on-exec) for libssh, which closes it: the agent listening at `agent_path`,
-  // its keys ordered by filter_agent_identities(listed, others_too). -1 with errno set when that
+  // its keys ordered by filter_agent_identities(listed, others_too), and those of `listed` it
+  // holds told to `held` (when given) before the session sees them. -1 with errno set when that
   // agent cannot be reached.
-  int open(const std::string& agent_path, std::vector<std::string> listed, bool others_too);
+  int open(const std::string& agent_path, std::vector<std::string> listed, bool others_too,
+           std::shared_ptr<AgentHeld> held = nullptr);
 
  private:
   struct Impl;
@@ -141,11 +158,13 @@ class AgentFilter {
 // The body of an agent's answer to a request for its keys (SSH_AGENT_IDENTITIES_ANSWER, its type
 // byte first) with its keys put in ssh's order: first those whose public key blobs are in
 // `listed` (each blob once), then, when `others_too`, every other one; each part in the answer's
-// order, each key with the agent's comment. nullopt when `body` is not a well-formed answer of
-// that type (it is then passed on as it came, for libssh to judge).
+// order, each key with the agent's comment; `held` (when given) gets the blobs of `listed` the
+// answer holds, each once. nullopt when `body` is not a well-formed answer of that type (it is
+// then passed on as it came, for libssh to judge).
 std::optional<std::string> filter_agent_identities(std::string_view body,
                                                    const std::vector<std::string>& listed,
-                                                   bool others_too);
+                                                   bool others_too,
+                                                   std::vector<std::string>* held = nullptr);
 
 // Whether the OpenSSH certificate blob `certificate` (its type, its nonce, then the certified
 // key's own fields) certifies the key whose public key blob is `key` (its type, then those fields),

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -78,9 +79,20 @@ bool send_all(int fd, std::string data) {
 
 }  // namespace
 
+void AgentHeld::set(std::vector<std::string> blobs) {
+  std::lock_guard lock(m_);
+  blobs_ = std::move(blobs);
+}
+
+bool AgentHeld::holds(std::string_view blob) const {
+  std::lock_guard lock(m_);
+  return std::find(blobs_.begin(), blobs_.end(), blob) != blobs_.end();
+}
+
 std::optional<std::string> filter_agent_identities(std::string_view body,
                                                    const std::vector<std::string>& listed,
-                                                   bool others_too) {
+                                                   bool others_too,
+                                                   std::vector<std::string>* held) {
   if (body.empty() || static_cast<uint8_t>(body[0]) != kIdentitiesAnswer) return std::nullopt;
   std::string_view in = body.substr(1);
   uint32_t count = 0;
@@ -101,11 +113,14 @@ std::optional<std::string> filter_agent_identities(std::string_view body,
     taken[i] = true;
     ++kept_count;
   };
+  if (held) held->clear();
   for (size_t i = 0; i < keys.size(); ++i) {
     bool is_listed = std::find(listed.begin(), listed.end(), keys[i].first) != listed.end();
     bool first = std::none_of(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(i),
                               [&](const auto& k) { return k.first == keys[i].first; });
-    if (is_listed && first) keep(i);
+    if (!is_listed || !first) continue;
+    keep(i);
+    if (held) held->emplace_back(keys[i].first);
   }
   if (others_too)
     for (size_t i = 0; i < keys.size(); ++i)
@@ -130,9 +145,10 @@ struct AgentFilter::Impl {
     int agent = -1;    // the user's agent
     std::vector<std::string> listed;
     bool others_too = false;
-    std::string request;  // from the session: the request being read
-    std::string answer;   // from the agent: its answer being read
-    bool asked = false;   // a request went to the agent: its answer is awaited
+    std::shared_ptr<AgentHeld> held;  // told which listed keys the agent holds, when given
+    std::string request;              // from the session: the request being read
+    std::string answer;               // from the agent: its answer being read
+    bool asked = false;               // a request went to the agent: its answer is awaited
     bool asked_for_keys = false;
   };
 
@@ -183,10 +199,12 @@ struct AgentFilter::Impl {
         continue;
       }
       if (l.asked_for_keys) {
+        std::vector<std::string> held;
         if (auto cut = filter_agent_identities(std::string_view(message).substr(4), l.listed,
-                                               l.others_too)) {
+                                               l.others_too, &held)) {
           message.clear();
           put_string(message, *cut);
+          if (l.held) l.held->set(std::move(held));
         }
       }
       if (!send_all(l.session, std::move(message))) return false;
@@ -262,7 +280,7 @@ AgentFilter::AgentFilter() : impl_(std::make_unique<Impl>()) {}
 AgentFilter::~AgentFilter() = default;
 
 int AgentFilter::open(const std::string& agent_path, std::vector<std::string> listed,
-                      bool others_too) {
+                      bool others_too, std::shared_ptr<AgentHeld> held) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (agent_path.empty() || agent_path.size() >= sizeof addr.sun_path) {
@@ -273,6 +291,7 @@ int AgentFilter::open(const std::string& agent_path, std::vector<std::string> li
   Impl::Link link;
   link.listed = std::move(listed);
   link.others_too = others_too;
+  link.held = std::move(held);
   link.agent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (link.agent < 0) return -1;
   int pair[2];

@@ -66,6 +66,17 @@ ConnectFailure libssh_failure(ssh_session s) {
   return {classify_libssh_error(why), why};
 }
 
+// A login the server ended while keys were being offered: libssh's words for it, and for sshd's
+// MaxAuthTries ssh users' remedy.
+ConnectFailure ended_login(ssh_session s) {
+  ConnectFailure failure = libssh_failure(s);
+  if (failure.reason.find("Too many authentication failures") != std::string::npos)
+    failure.reason +=
+        " (sshd's MaxAuthTries ended the login before a key it takes was offered: list that key "
+        "with IdentityFile and IdentitiesOnly yes in the ssh config)";
+  return failure;
+}
+
 }  // namespace
 
 ConnectError classify_libssh_error(std::string_view message) {
@@ -310,16 +321,19 @@ bool SshPool::Impl::filter_agent(Conn& c, const std::string& socket, bool identi
   std::string path = socket.empty() ? (env ? env : "") : socket;
   if (listed.empty() || path.empty()) return false;
   if (!agent_filter) agent_filter = std::make_unique<AgentFilter>();
-  int fd = agent_filter->open(path, std::move(listed), !identities_only);
+  auto held = std::make_shared<AgentHeld>();
+  int fd = agent_filter->open(path, std::move(listed), !identities_only, held);
   if (fd < 0) return false;
   if (ssh_set_agent_socket(c.session, fd) != SSH_OK) return close(fd), false;
   c.agent_fd = fd;
+  c.agent_held = std::move(held);
   return true;
 }
 
 // Once authenticated, a session never asks the agent again: the filter's socket is closed (libssh
 // would hold it, and the filter its agent connection, for the session's life).
 void SshPool::Impl::release_agent(Conn& c) {
+  c.agent_held.reset();
   if (c.agent_fd < 0) return;
   ssh_set_agent_socket(c.session, SSH_INVALID_SOCKET);  // libssh closes it no more
   close(c.agent_fd);
@@ -328,8 +342,9 @@ void SshPool::Impl::release_agent(Conn& c) {
 
 // Public-key authentication as ssh does it with these settings (pubkey_prepare): the agent's
 // keys first (none with IdentityAgent none), those of the listed files before the others and
-// under IdentitiesOnly only those (the filter); then each IdentityFile in order; a file that
-// does not exist or cannot be loaded without a passphrase is passed over. `rc`:
+// under IdentitiesOnly only those (the filter); then each IdentityFile in order but those whose
+// key (or certificate) the agent held and so offered already; a file that does not exist or
+// cannot be loaded without a passphrase is passed over. `rc`:
 // SSH_AUTH_SUCCESS or SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
@@ -362,6 +377,14 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
       size_t k = c.auth_step - files_from;
       const std::string& path = files[k / 2];
       bool with_certificate = k % 2 == 1;
+      // A key the agent held was offered through it, and is not offered again from its file.
+      if (c.agent_held) {
+        auto blob = public_blob(with_certificate ? path + "-cert" : path);
+        if (blob && c.agent_held->holds(*blob)) {
+          ++c.auth_step;
+          continue;
+        }
+      }
       ssh_key key = nullptr;
       if (access(path.c_str(), R_OK) == 0) {
         ConnectFailure unreadable;
@@ -426,7 +449,14 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
     } else {
       rc = ssh_userauth_publickey_auto(c.session, nullptr, nullptr);
     }
-    if (rc == SSH_AUTH_AGAIN) return update_epoll(ci), true;
+    if (rc == SSH_AUTH_AGAIN) {
+      // libssh 0.10 says "again" of a login the server has ended (its disconnect read, the
+      // socket closed: sshd's MaxAuthTries reached): nothing more comes, and the wait would end
+      // only at the connect timeout, saying nothing of why.
+      if (!ssh_is_connected(c.session) || ssh_get_fd(c.session) == SSH_INVALID_SOCKET)
+        return error = ended_login(c.session), false;
+      return update_epoll(ci), true;
+    }
     if (rc == SSH_AUTH_DENIED || rc == SSH_AUTH_PARTIAL) {
       char* user = nullptr;
       ssh_options_get(c.session, SSH_OPTIONS_USER, &user);

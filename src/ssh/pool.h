@@ -62,6 +62,7 @@ struct SshPool::Impl {
     std::vector<std::string> offered;  // the identity files offered so far (for the error)
     bool agent_settled = false;        // the agent's socket was settled (filter_agent)
     int agent_fd = -1;  // the agent filter's socket libssh holds, until authenticated
+    std::shared_ptr<AgentHeld> agent_held;  // the listed keys the agent holds (the filter's)
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {

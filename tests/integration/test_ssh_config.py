@@ -363,6 +363,77 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
         open(cas, "w").close()
 
 
+def test_a_listed_key_the_agent_holds_is_offered_once_as_ssh_offers_it():
+    """ssh offers a listed IdentityFile whose key its agent holds once, through the agent, and not
+    again from the file (pubkey_prepare). Three listed keys sshd does not know, all in the agent,
+    then a listed key it knows, in no agent: ssh logs in at its fourth offer. Offering the three
+    again from their files would make six refusals, sshd's MaxAuthTries, before the known key's
+    turn. msrun-ssh must log in where ssh does."""
+    a = addresses()
+    names = ("held0", "held1", "held2", "known")
+    keys = {}
+    for name in names:
+        keys[name] = os.path.join(tmpdir(), f"once_{name}")
+        for path in (keys[name], keys[name] + ".pub"):
+            if os.path.exists(path):
+                os.unlink(path)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", keys[name]],
+                       check=True, timeout=60)
+    authorized = os.path.join(cluster_dir(), "authorized_keys")
+    before = open(authorized).read()
+    hf = os.path.join(tmpdir(), "agent_once.toml")
+    open(hf, "w").write(f'[defaults]\nworkdir = "/tmp"\n\n[[hosts]]\naddress = "{a[0]}"\n')
+    try:
+        with open(authorized, "a") as f:
+            f.write(open(keys["known"] + ".pub").read())
+        with _agent_holding(keys["held0"], keys["held1"], keys["held2"]) as sock:
+            cfg = _config("agent_once",
+                          "Host *\n  User root\n" +
+                          "".join(f"  IdentityFile {keys[n]}\n" for n in names) +
+                          f"  IdentitiesOnly yes\n  IdentityAgent {sock}\n"
+                          f"  UserKnownHostsFile {cluster_dir()}/known_hosts\n"
+                          "  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n"
+                          "  ConnectTimeout 5\n")
+            r = subprocess.run(["ssh", "-F", cfg, a[0], "true"], capture_output=True, text=True,
+                               timeout=60, stdin=subprocess.DEVNULL)
+            check(r.returncode == 0, f"ssh exit {r.returncode}: {r.stderr[-600:]}")
+            code, _, err, _ = run([job("reached.py")], hostfile=hf, extra=["--ssh_config", cfg])
+            check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
+    finally:
+        open(authorized, "w").write(before)
+
+
+def test_too_many_keys_name_sshds_limit_at_once_as_ssh_does():
+    """Seven listed keys sshd does not know: sshd ends the login at its MaxAuthTries (6) with a
+    disconnect that ssh prints ("Too many authentication failures"). msrun-ssh must say so at
+    once, with the remedy, not wait out its connect timeout and call it a timeout."""
+    a = addresses()
+    lines = ""
+    for i in range(7):
+        key = os.path.join(tmpdir(), f"many_{i}")
+        for path in (key, key + ".pub"):
+            if os.path.exists(path):
+                os.unlink(path)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True,
+                       timeout=60)
+        lines += f"  IdentityFile {key}\n"
+    cfg = _config("too_many", "Host *\n  User root\n" + lines +
+                  "  IdentitiesOnly yes\n  IdentityAgent none\n"
+                  f"  UserKnownHostsFile {cluster_dir()}/known_hosts\n"
+                  "  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n  ConnectTimeout 30\n")
+    r = subprocess.run(["ssh", "-F", cfg, a[0], "true"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    check(r.returncode == 255 and "Too many authentication failures" in r.stderr,
+          f"ssh exit {r.returncode}: {r.stderr[-600:]}")
+    hf = os.path.join(tmpdir(), "too_many.toml")
+    open(hf, "w").write(f'[defaults]\nworkdir = "/tmp"\n\n[[hosts]]\naddress = "{a[0]}"\n')
+    code, _, err, _ = run([job("reached.py")], hostfile=hf, extra=["--ssh_config", cfg])
+    err = err.decode()
+    check(code == 255, f"exit {code}: {err[-1500:]}")
+    check("Too many authentication failures" in err and "IdentitiesOnly yes" in err and
+          "timed out" not in err, err[-1500:])
+
+
 def test_an_encrypted_pem_identity_file_is_passed_over_without_a_prompt():
     """An IdentityFile in the old PEM format with a passphrase, in a real terminal: ssh in batch
     mode passes it over; so does msrun-ssh, which must not ask for its passphrase on the terminal

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -135,6 +136,21 @@ TEST(AgentFilter, TheListedKeysComeFirstInTheAgentsOrderAndTheOthersOnlyWhenAske
             answer({{"key-b", "2"}, {"key-a", "1"}, {"key-a", "3"}, {"key-b", "4"}}));
 }
 
+// The listed keys the agent holds, each once, as offered: ssh offers their files no more.
+TEST(AgentFilter, TheListedKeysTheAgentHoldsAreToldEachOnce) {
+  std::string body = answer({{"key-a", "1"}, {"key-b", "2"}, {"key-a", "3"}});
+  std::vector<std::string> held = {"left from before"};
+  ASSERT_TRUE(filter_agent_identities(body, {"key-b", "key-z", "key-a", "key-b"}, false, &held));
+  EXPECT_EQ(held, (std::vector<std::string>{"key-a", "key-b"}));
+  ASSERT_TRUE(filter_agent_identities(body, {"key-z"}, true, &held));
+  EXPECT_TRUE(held.empty());
+  AgentHeld h;
+  EXPECT_FALSE(h.holds("key-a"));
+  h.set({"key-a"});
+  EXPECT_TRUE(h.holds("key-a"));
+  EXPECT_FALSE(h.holds("key-b"));
+}
+
 TEST(AgentFilter, WhatIsNotAWellFormedAnswerIsLeftAsItCame) {
   std::string body = answer({{"key-a", "a@x"}});
   EXPECT_EQ(filter_agent_identities("", {"key-a"}, true), std::nullopt);
@@ -169,11 +185,16 @@ TEST(AgentFilter, ASessionSeesTheKeysInSshsOrderAndSignsThroughTheAgent) {
   // Asked again, the keys are cut again; a second session has its own agent connection.
   ASSERT_EQ(::write(fd, ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
   EXPECT_EQ(read_message(fd), answer({{"key-a", "a@x"}, {"key-b", long_comment}}));
-  int other = filter.open(path, {"key-c"}, true);
+  // Which listed keys the agent holds is told before the session reads them.
+  auto held = std::make_shared<AgentHeld>();
+  int other = filter.open(path, {"key-c", "key-z"}, true, held);
   ASSERT_GE(other, 0);
   ASSERT_EQ(::write(other, ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
   EXPECT_EQ(read_message(other),
             answer({{"key-c", "c@x"}, {"key-a", "a@x"}, {"key-b", long_comment}}));
+  EXPECT_TRUE(held->holds("key-c"));
+  EXPECT_FALSE(held->holds("key-z")) << "listed, not in the agent";
+  EXPECT_FALSE(held->holds("key-a")) << "in the agent, not listed";
   EXPECT_EQ(agent.connections(), 2);
   ::close(other);
   // The filter's end closes with it: the session reads the end.
