@@ -122,9 +122,11 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
   }
   if (c.session) {
     if (state == ConnState::kClosed) ssh_disconnect(c.session);
-    ssh_free(c.session);
+    ssh_free(c.session);  // and the agent filter's socket it held, if any
     c.session = nullptr;
   }
+  c.agent_fd = -1;
+  c.agent_held.reset();
   c.state = state;
 }
 

@@ -66,10 +66,12 @@ ConnectFailure libssh_failure(ssh_session s) {
   return {classify_libssh_error(why), why};
 }
 
-// A login the server ended while keys were being offered: libssh's words for it, and for sshd's
-// MaxAuthTries ssh users' remedy.
+// A login the server ended while keys were being offered (the host key was verified: the host
+// is reached, the keys were not taken): libssh's words for it, and for sshd's MaxAuthTries ssh
+// users' remedy.
 ConnectFailure ended_login(ssh_session s) {
   ConnectFailure failure = libssh_failure(s);
+  failure.kind = ConnectError::kAuthDenied;
   if (failure.reason.find("Too many authentication failures") != std::string::npos)
     failure.reason +=
         " (sshd's MaxAuthTries ended the login before a key it takes was offered: list that key "
@@ -340,6 +342,19 @@ void SshPool::Impl::release_agent(Conn& c) {
   c.agent_fd = -1;
 }
 
+// Whether offer `k` of `files` (file k / 2, its key when k is even, else its certificate) is the
+// first of them whose key the agent held for connection `c`.
+bool SshPool::Impl::held_by_agent(const Conn& c, const std::vector<std::string>& files, size_t k) {
+  auto blob_of = [&](size_t i) {
+    return public_blob(i % 2 == 1 ? files[i / 2] + "-cert" : files[i / 2]);
+  };
+  std::optional<std::string> blob = blob_of(k);
+  if (!blob || !c.agent_held->holds(*blob)) return false;
+  for (size_t i = k % 2; i < k; i += 2)
+    if (blob_of(i) == blob) return false;
+  return true;
+}
+
 // Public-key authentication as ssh does it with these settings (pubkey_prepare): the agent's
 // keys first (none with IdentityAgent none), those of the listed files before the others and
 // under IdentitiesOnly only those (the filter); then each IdentityFile in order but those whose
@@ -377,13 +392,11 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
       size_t k = c.auth_step - files_from;
       const std::string& path = files[k / 2];
       bool with_certificate = k % 2 == 1;
-      // A key the agent held was offered through it, and is not offered again from its file.
-      if (c.agent_held) {
-        auto blob = public_blob(with_certificate ? path + "-cert" : path);
-        if (blob && c.agent_held->holds(*blob)) {
-          ++c.auth_step;
-          continue;
-        }
+      // A key the agent held was offered through it, and is not offered again from the first
+      // file that holds it (ssh's pubkey_prepare: each of the agent's keys claims one file).
+      if (c.agent_held && held_by_agent(c, files, k)) {
+        ++c.auth_step;
+        continue;
       }
       ssh_key key = nullptr;
       if (access(path.c_str(), R_OK) == 0) {

@@ -3,6 +3,7 @@ client get the same config and host name, and what the host's sshd saw (SSH_CONN
 client address, so the last jump host, and the server address and port reached) must agree
 between the two; host keys are read from and recorded to the same files ssh uses."""
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -432,6 +433,15 @@ def test_too_many_keys_name_sshds_limit_at_once_as_ssh_does():
     check(code == 255, f"exit {code}: {err[-1500:]}")
     check("Too many authentication failures" in err and "IdentitiesOnly yes" in err and
           "timed out" not in err, err[-1500:])
+    # `check` tells it as a refused login on a reached host whose key was verified.
+    p = subprocess.run([binary(), "check", "--json", "--hostfile", hf, "--ssh_config", cfg,
+                        "--connect_timeout", "5"], cwd=tmpdir(), capture_output=True, text=True,
+                       timeout=120)
+    checks = json.loads(p.stdout)["hosts"][a[0]]["checks"]
+    got = {name: checks[name]["status"] for name in ("reachable", "authenticated", "host_key")}
+    check(got == {"reachable": "pass", "authenticated": "fail", "host_key": "pass"} and
+          "Too many authentication failures" in checks["authenticated"]["detail"],
+          f"{got}: {checks['authenticated']['detail']}")
 
 
 def test_an_encrypted_pem_identity_file_is_passed_over_without_a_prompt():
