@@ -357,9 +357,9 @@ bool SshPool::Impl::held_by_agent(const Conn& c, const std::vector<std::string>&
 
 // Public-key authentication as ssh does it with these settings (pubkey_prepare): the agent's
 // keys first (none with IdentityAgent none), those of the listed files before the others and
-// under IdentitiesOnly only those (the filter); then each IdentityFile in order but those whose
-// key (or certificate) the agent held and so offered already; a file that does not exist or
-// cannot be loaded without a passphrase is passed over. `rc`:
+// under IdentitiesOnly only those (the filter); then each IdentityFile in order but the first
+// file of each key (or certificate) the agent held and so offered already; a file that does not
+// exist or cannot be loaded without a passphrase is passed over. `rc`:
 // SSH_AUTH_SUCCESS or SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
