@@ -20,17 +20,18 @@ failures() {
   awk '/^\[ RUN      \]/ { block = ""; n = 0 } n < 80 { block = block $0 "\n"; n++ }
     /^\[  FAILED  \] .* \([0-9]+ ms\)$/ { printf "%s", block }' "$1"
 }
-# Whether the shard of log $1 ended by failed tests alone: GoogleTest's end lines are there, as
-# many failed tests as its count says, no sanitizer report. Sets `failed` to their filter.
-only_failed_tests() {
+# The GoogleTest filter of the failed tests of log $1 (names joined by ':'), when its shard ended
+# by failed tests alone: GoogleTest's end lines are there, as many failed tests as its count says,
+# no sanitizer report. Else nothing, and status 1.
+rerun_filter() {
   local names n listed
   names=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\)[ ,].*([0-9]* ms)$/\1/p' "$1")
-  failed=$(paste -sd: - <<<"$names")
   n=$(grep -c . <<<"$names" || :)
   listed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below:$/\1/p' "$1")
-  [ -n "$failed" ] && [ "$listed" = "$n" ] &&
+  [ "$n" -gt 0 ] && [ "$listed" = "$n" ] &&
     grep -qE '^\[==========\] [0-9]+ tests? from .* ran\.' "$1" &&
-    ! grep -qE 'ERROR: [A-Za-z]+Sanitizer|: runtime error: ' "$1"
+    ! grep -qE 'ERROR: [A-Za-z]+Sanitizer|: runtime error: ' "$1" &&
+    paste -sd: - <<<"$names"
 }
 # A shard that fails says how it ended (a status, or the signal that killed it), its failures and
 # the last lines it printed (the test that ran when it was killed), and what the kernel said of
@@ -44,7 +45,8 @@ for i in 0 1; do
   st=0
   wait "${pids[$i]}" || st=$?
   [ "$st" -eq 0 ] && continue
-  if [ "$st" -eq 1 ] && only_failed_tests "$out/$i.log" &&
+  failed=
+  if [ "$st" -eq 1 ] && failed=$(rerun_filter "$out/$i.log") &&
     timeout 300 "$bin" --gtest_filter="$failed" >"$out/$i.again.log" 2>&1; then
     echo "=== FLAKY: unit test shard $i failed $failed, which passed when run again alone;"
     echo "=== the first failure:"

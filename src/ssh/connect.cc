@@ -79,6 +79,12 @@ ConnectFailure ended_login(ssh_session s) {
   return failure;
 }
 
+// The file of offer `k` of the listed files: ssh offers each file twice, its key (k even), then
+// its certificate (k odd): FILE-cert, else FILE-cert.pub, which ssh-add loads with the key.
+std::string offer_file(const std::vector<std::string>& files, size_t k) {
+  return k % 2 == 1 ? files[k / 2] + "-cert" : files[k / 2];
+}
+
 }  // namespace
 
 ConnectError classify_libssh_error(std::string_view message) {
@@ -302,13 +308,11 @@ std::optional<std::string> SshPool::Impl::public_blob(const std::string& path) {
   return public_blobs.emplace(path, std::move(blob)).first->second;
 }
 
-// The public key blobs of the listed files (`files`) as ssh lists them: each file's key, and the
-// certificate beside it (FILE-cert, else FILE-cert.pub), which ssh-add loads with the key.
+// The public key blobs of the listed files (`files`) as ssh lists them: each offer's key.
 std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::string>& files) {
   std::vector<std::string> listed;
-  for (const auto& path : files)
-    for (const std::string& file : {path, path + "-cert"})
-      if (auto blob = public_blob(file)) listed.push_back(std::move(*blob));
+  for (size_t k = 0; k < 2 * files.size(); ++k)
+    if (auto blob = public_blob(offer_file(files, k))) listed.push_back(std::move(*blob));
   return listed;
 }
 
@@ -342,16 +346,13 @@ void SshPool::Impl::release_agent(Conn& c) {
   c.agent_fd = -1;
 }
 
-// Whether offer `k` of `files` (file k / 2, its key when k is even, else its certificate) is the
-// first of them whose key the agent held for connection `c`.
+// Whether offer `k` of `files` (offer_file) is the first of them whose key the agent held for
+// connection `c`.
 bool SshPool::Impl::held_by_agent(const Conn& c, const std::vector<std::string>& files, size_t k) {
-  auto blob_of = [&](size_t i) {
-    return public_blob(i % 2 == 1 ? files[i / 2] + "-cert" : files[i / 2]);
-  };
-  std::optional<std::string> blob = blob_of(k);
+  std::optional<std::string> blob = public_blob(offer_file(files, k));
   if (!blob || !c.agent_held->holds(*blob)) return false;
   for (size_t i = k % 2; i < k; i += 2)
-    if (blob_of(i) == blob) return false;
+    if (public_blob(offer_file(files, i)) == blob) return false;
   return true;
 }
 
