@@ -33,9 +33,20 @@ inline int exit_status_of_signal(int signo) {
   return signo == 2 ? kExitSigint : signo == 1 ? kExitSighup : kExitSigterm;  // SIGINT, SIGHUP
 }
 
+// A NUL byte in what a message quotes (a host file, a value may hold any byte) would end what()
+// there, with the value and its closing quote: it is spelled \x00, as printable() spells the
+// other control characters.
 class InputError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit InputError(const std::string& message) : std::runtime_error(without_nul(message)) {}
+  explicit InputError(const char* message) : std::runtime_error(message) {}
+
+ private:
+  static std::string without_nul(std::string s) {
+    for (size_t at = s.find('\0'); at != std::string::npos; at = s.find('\0', at + 4))
+      s.replace(at, 1, "\\x00");
+    return s;
+  }
 };
 
 }  // namespace msrun_ssh

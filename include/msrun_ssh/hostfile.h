@@ -43,6 +43,7 @@ struct Host {
   BindNuma bind_numa;
   std::string origin;  // "FILE:LINE" of the entry, for messages
   bool spare = false;  // `spare = true` (plain: `spare`): starts nothing until a restart needs it
+  int identity_file_line = 0;  // the line of the identity_file key (in [defaults] or the entry)
 };
 
 struct Cluster {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <random>
@@ -28,6 +29,7 @@
 #include "msrun_ssh/ssh.h"
 #include "msrun_ssh/ssh_config.h"
 #include "msrun_ssh/stacks.h"
+#include "msrun_ssh/sync.h"
 #include "msrun_ssh/watch.h"
 
 namespace msrun_ssh {
@@ -84,11 +86,14 @@ Cluster load_cluster(const Options& options) {
     for (const auto& h : *hosts)
       if (!h.identity_file.empty() && ::access(h.identity_file.c_str(), R_OK) != 0) {
         const int why = errno;
+        std::string where = h.identity_file_line > 0
+                                ? fmt::format("{}:{}", cluster.path, h.identity_file_line)
+                                : h.origin;
         if (said.insert(h.identity_file).second)
           std::fprintf(stderr,
                        "msrun-ssh: warning: %s: identity_file %s cannot be read (%s): passed "
                        "over, as ssh passes over an -i file it cannot read\n",
-                       h.origin.c_str(), h.identity_file.c_str(), std::strerror(why));
+                       where.c_str(), h.identity_file.c_str(), std::strerror(why));
       }
   return cluster;
 }
@@ -119,9 +124,27 @@ Plan plan_of(const Options& options, Cluster& cluster) {
   return make_plan(options, cluster, resolve);
 }
 
+// --sync in a dry run: where the directory would go on each host, refused as a run refuses it
+// (sync_where, a directory that is not there); the tree itself is not read. "" without --sync.
+std::string dry_run_sync(const Options& options, const Plan& plan) {
+  if (!options.sync) return "";
+  std::vector<std::string> workdirs;
+  for (const auto& h : plan.hosts) workdirs.push_back(h.host.workdir);
+  SyncWhere w = sync_where(options.launcher_cwd, options.sync_dir, options.sync_dest,
+                           options.task_script, workdirs);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(w.dir, ec))
+    throw InputError(fmt::format("sync: {} is not a directory", w.dir));
+  std::string out = fmt::format("\nsync: {} to each host before anything starts there:\n", w.dir);
+  for (size_t i = 0; i < plan.hosts.size(); ++i)
+    out += fmt::format("  host {}: {}\n", plan.hosts[i].host.address, w.dests[i]);
+  return out;
+}
+
 // --dry_run: the plan, and where and how ssh would connect to each host (and spare), from
 // OpenSSH's own answer.
 int print_dry_run(const Options& options, const Plan& plan, const Cluster& cluster) {
+  std::string sync = dry_run_sync(options, plan);
   std::optional<std::vector<SshResolution>> ssh;
   if (options.transport == TransportKind::kSsh) {
     std::vector<SshQuery> queries;
@@ -131,6 +154,7 @@ int print_dry_run(const Options& options, const Plan& plan, const Cluster& clust
   }
   std::fputs(describe_plan(plan, options, cluster.hosts_from, ssh ? &*ssh : nullptr).c_str(),
              stdout);
+  std::fputs(sync.c_str(), stdout);
   return kExitOk;
 }
 
@@ -151,6 +175,7 @@ int drive_run(const Options& options) {
 // check --dry_run: each host, where ssh would connect (OpenSSH's answer) and what the check
 // would look at; nothing connects. (A run's dry run shows processes that check never starts.)
 int print_check_dry_run(const Options& options, const Plan& plan) {
+  std::string sync = dry_run_sync(options, plan);
   std::optional<std::vector<SshResolution>> ssh;
   if (options.transport == TransportKind::kSsh) {
     std::vector<SshQuery> queries;
@@ -177,8 +202,8 @@ int print_check_dry_run(const Options& options, const Plan& plan) {
   if (options.net) extra += options.net_collective ? ", --net (collective)" : ", --net";
   fmt::print(
       "check: would log in to each of the {} host(s) and check it (docs/check.md){}; "
-      "nothing was connected (--dry_run)\n",
-      plan.hosts.size(), extra);
+      "nothing was connected (--dry_run)\n{}",
+      plan.hosts.size(), extra, sync);
   return kExitOk;
 }
 

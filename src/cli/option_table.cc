@@ -9,6 +9,7 @@
 #include <regex>
 #include <utility>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 
 namespace msrun_ssh {
@@ -34,11 +35,17 @@ constexpr CommandSet kReaching = kConnecting | kStatus | kLogs;
   throw InputError(fmt::format("{}={}: {}", name, value, why));
 }
 
+// Why `v` is not an integer in lo..hi ("" when it is one: `out`).
+std::string int_problem(const std::string& v, long long lo, long long hi, long long& out) {
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || p != v.data() + v.size()) return "not an integer";
+  if (out < lo || out > hi) return fmt::format("must be {}..{}", lo, hi);
+  return "";
+}
+
 long long to_int(const std::string& name, const std::string& v, long long lo, long long hi) {
   long long out = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (v.empty() || ec != std::errc() || p != v.data() + v.size()) bad(name, v, "not an integer");
-  if (out < lo || out > hi) bad(name, v, fmt::format("must be {}..{}", lo, hi));
+  if (std::string why = int_problem(v, lo, hi, out); !why.empty()) bad(name, v, why);
   return out;
 }
 
@@ -92,7 +99,11 @@ std::vector<int> to_rank_list(const std::string& name, const std::string& v) {
   size_t pos = 0;
   while (true) {
     size_t comma = v.find(',', pos);
-    ranks.push_back(static_cast<int>(to_int(name, v.substr(pos, comma - pos), 0, 1 << 20)));
+    std::string item = v.substr(pos, comma - pos);
+    long long rank = 0;
+    if (std::string why = int_problem(item, 0, 1 << 20, rank); !why.empty())
+      bad(name, v, fmt::format("rank {}: {}", in_quotes(item), why));
+    ranks.push_back(static_cast<int>(rank));
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
@@ -109,8 +120,9 @@ const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table{
       {"--hostfile", "", "FILE|slurm|pbs|lsf|auto",
        "TOML host file (*.toml) or \"host slots=N\" lines; or the hosts of the Slurm, PBS or "
-       "LSF allocation it runs in (required)",
-       kConnecting, S::kMsrun, [](O& o, V, V v, G) { o.hostfile = v; }},
+       "LSF allocation it runs in (required, but by stop and stack: they take the hosts of the "
+       "job's record without it)",
+       kConnecting, S::kMsrun, [](O& o, V n, V v, G) { o.hostfile = non_empty(n, v); }},
       {"--worker_num", "", "N", "total workers; must equal the host file's sum (default: that sum)",
        kRunCheck, S::kMsrun,
        [](O& o, V n, V v, G) { o.worker_num = static_cast<int>(to_int(n, v, 1, 1 << 20)); }},
@@ -173,8 +185,9 @@ const std::vector<OptionSpec>& option_table() {
        S::kOwn, [](O& o, V, V v, G) { o.ssh_config = v; }},
       {"--fanout", "", "N", "SSH handshakes in flight at once (default 64)", kConnecting, S::kOwn,
        [](O& o, V n, V v, G) { o.fanout = static_cast<int>(to_int(n, v, 1, 4096)); }},
-      {"--connect_timeout", "", "S", "per host: connect + authenticate (default 10)", kConnecting,
-       S::kOwn,
+      {"--connect_timeout", "", "S",
+       "per host: connect + authenticate (default: ssh config's ConnectTimeout, else 10)",
+       kConnecting, S::kOwn,
        [](O& o, V n, V v, G) {
          o.connect_timeout = to_seconds(n, v, 0.1, 3600);
          o.connect_timeout_given = true;
@@ -209,11 +222,11 @@ const std::vector<OptionSpec>& option_table() {
        "sample every host's job processes once a second over the job's own connections (a small "
        "Perl program): a straggler, the host whose ranks the others wait for, is named on the "
        "console and in --events and summary.json (docs/slow-nodes.md) (default True)",
-       kRun, S::kOwn, [](O& o, V n, V v, G) { o.watch = v.empty() || to_bool(n, v); }},
+       kRunCheck, S::kOwn, [](O& o, V n, V v, G) { o.watch = v.empty() || to_bool(n, v); }},
       {"--progress_regex", "", "REGEX",
        "where `top` finds a rank's step in its last line: the first group of REGEX (ECMAScript), "
        "else its whole match (default: \"step N\" / \"iter N\", tqdm's \"N/TOTAL [\", \"epoch N\")",
-       kRun, S::kOwn,
+       kRunCheck, S::kOwn,
        [](O& o, V n, V v, G) {
          o.progress_regex = non_empty(n, v);
          // std::regex compiles by recursion: 20000 nested groups overflow the stack.
@@ -425,8 +438,8 @@ const std::vector<OptionSpec>& option_table() {
       {"--json", "", "", "print the report as JSON instead of a table", kCheck | kList | kStatus,
        S::kOwn, [](O& o, V n, V v, G) { o.json = v.empty() || to_bool(n, v); }},
       {"--job", "", "ID",
-       "the job id a run printed (required; see msrun-ssh list); stop and stack without --hostfile "
-       "take the hosts from the job's record",
+       "the job id a run printed (see msrun-ssh list; required, but by top: without it, the newest "
+       "job); stop and stack without --hostfile take the hosts from the job's record",
        kStop | kStatus | kLogs | kStack | kTop, S::kOwn,
        [](O& o, V n, V v, G) {
          if (v.empty() ||

@@ -140,6 +140,7 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
       host.port = get_int(path, key, v, 1, 65535);
     } else if (key == "identity_file") {
       host.identity_file = expand_home(get_string(path, key, v));
+      host.identity_file_line = static_cast<int>(v.source().begin.line);
     } else if (key == "known_hosts") {
       host.known_hosts = expand_home(get_string(path, key, v));
       // ssh takes a UserKnownHostsFile of several files, blank-separated, and says it so (ssh -G).

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
+#include <string>
 
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
@@ -23,12 +23,36 @@ bool parse_uint(std::string_view s, int& out) {
   return ec == std::errc() && p == s.data() + s.size() && out >= 0;
 }
 
-nlohmann::json parse_json_object(std::string_view text, std::string_view what) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    throw InputError(fmt::format("{}: not a boolean (True/False) nor valid JSON: {}", what, text));
+constexpr size_t kMaxSpecFile = 1 << 20;  // a --bind_numa file: far more than any machine needs
+constexpr size_t kShownText = 200;        // of a value an error quotes
+
+// `text` as an error quotes it: whole when it is short, else its start and "...".
+std::string_view shown(std::string_view text) {
+  return text.size() > kShownText ? text.substr(0, kShownText) : text;
+}
+
+// The JSON object `text` holds. An error names where the parser stopped and why, and quotes the
+// text when `from_file` is false (a file is named in `what` instead: it may be long).
+nlohmann::json parse_json_object(std::string_view text, std::string_view what, bool from_file) {
+  std::string quoted =
+      from_file ? "" : fmt::format(": {}{}", shown(text), text.size() > kShownText ? "..." : "");
+  // nlohmann's parser takes a NUL for the end of the text and would pass over what follows.
+  if (size_t nul = text.find('\0'); nul != std::string_view::npos)
+    throw InputError(
+        fmt::format("{}: not valid JSON (a NUL byte at offset {}){}", what, nul, quoted));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string_view why = e.what();  // "[json.exception.parse_error.101] parse error at line..."
+    if (size_t at = why.find("parse error at "); at != std::string_view::npos)
+      why.remove_prefix(at + 15);
+    throw InputError(fmt::format(
+        "{}: {} ({}){}", what,
+        from_file ? "not valid JSON" : "not a boolean (True/False) nor valid JSON", why, quoted));
+  }
   if (!j.is_object())
-    throw InputError(fmt::format("{}: expected a JSON object, got: {}", what, text));
+    throw InputError(fmt::format("{}: expected a JSON object, got: {}", what, shown(j.dump())));
   return j;
 }
 
@@ -120,7 +144,7 @@ BindCore parse_bind_core(std::string_view text, std::string_view what) {
     spec.mode = on ? BindCore::Mode::kAuto : BindCore::Mode::kOff;
     return spec;
   }
-  nlohmann::json j = parse_json_object(text, what);
+  nlohmann::json j = parse_json_object(text, what, false);
   spec.mode = BindCore::Mode::kManual;
   for (auto& [key, value] : j.items()) {
     validate_bind_key(key, what);
@@ -146,15 +170,15 @@ BindNuma parse_bind_numa(std::string_view text, std::string_view what) {
   }
   std::string body(text);
   std::string where(what);
-  if (trim(text).ends_with(".json")) {
-    std::ifstream in{std::string(trim(text))};
-    if (!in) throw InputError(fmt::format("{}: cannot read file {}", what, trim(text)));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    body = ss.str();
-    where = fmt::format("{} (file {})", what, trim(text));
+  const bool from_file = trim(text).ends_with(".json");
+  if (from_file) {
+    std::string path(trim(text)), why;
+    std::optional<std::string> read = read_whole_file(path, kMaxSpecFile, why);
+    if (!read) throw InputError(fmt::format("{}: cannot read file {}: {}", what, path, why));
+    body = std::move(*read);
+    where = fmt::format("{} (file {})", what, path);
   }
-  nlohmann::json j = parse_json_object(body, where);
+  nlohmann::json j = parse_json_object(body, where, from_file);
   spec.mode = BindNuma::Mode::kManual;
   for (auto& [name, value] : j.items()) {
     const std::string key = name;  // a structured binding cannot be captured by clang 14

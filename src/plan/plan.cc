@@ -84,9 +84,13 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const C
   for (const Host& spare : cluster.spares)
     if (spare.address == options.master_addr || resolve(spare.address) == ip)
       throw InputError(fmt::format(
-          "--master_addr={}: {} is a spare host of the host file, which starts nothing until it "
-          "replaces a lost one; the master must be one of the hosts that run the job",
-          options.master_addr, spare.address));
+          "--master_addr={}: {} is a spare host ({}), which starts nothing until it replaces a "
+          "lost one; the master must be one of the hosts that run the job",
+          options.master_addr, spare.address,
+          options.spares > 0
+              ? fmt::format("spare in the host file, or one of its last {} taken by --spares={}",
+                            options.spares, options.spares)
+              : "spare in the host file"));
   throw InputError(
       fmt::format("--master_addr={}: no host of the host file has this address, name or IP ({})",
                   options.master_addr, ip));

@@ -141,8 +141,41 @@ TEST_F(App, AnIdentityFileThatCannotBeReadIsSaidOnce) {
   Captured c = run({"--dry_run", "--hostfile", hf, "train.py"});
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_EQ(c.err, "msrun-ssh: warning: " + hf +
-                       ":4: identity_file /nonexistent/id_typo cannot be read (No such file or "
+                       ":2: identity_file /nonexistent/id_typo cannot be read (No such file or "
                        "directory): passed over, as ssh passes over an -i file it cannot read\n");
+}
+
+// A dry run with --sync names where the directory goes on each host, and refuses what a run
+// refuses (sync_where) before printing anything.
+TEST_F(App, ADryRunSaysWhereSyncPutsTheDirectoryAndRefusesWhatARunRefuses) {
+  std::string code = dir_ + "/code";
+  std::filesystem::create_directory(code);
+  Captured c = run({"--dry_run", "--hostfile", hostfile_, "--sync=" + code, "--sync_dest",
+                    "/srv/code", "train.py"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.out.find("\nsync: " + code +
+                       " to each host before anything starts there:\n  host 198.18.0.1: "
+                       "/srv/code\n  host 198.18.0.2: /srv/code\n"),
+            std::string::npos)
+      << c.out;
+  std::string outside = std::filesystem::path(cwd()).parent_path().string();
+  expect_error({"--dry_run", "--hostfile", hostfile_, "--sync=..", "train.py"},
+               "sync: " + outside + " is not inside the current directory " + cwd() +
+                   ", so it has no place in the hosts' workdirs; give its destination "
+                   "(--sync_dest for a run, DEST for msrun-ssh sync)");
+  expect_error({"--dry_run", "--hostfile", hostfile_, "--sync=" + dir_ + "/none", "--sync_dest",
+                "x", "train.py"},
+               "sync: " + dir_ + "/none is not a directory");
+  expect_error({"check", "--dry_run", "--hostfile", hostfile_, "--sync=no-such-dir", "train.py"},
+               "sync: " + cwd() + "/no-such-dir is not a directory");
+}
+
+// A NUL byte in what an error quotes is spelled \x00: the message goes on past it, with the
+// closing quote.
+TEST_F(App, ANulByteInAQuotedValueDoesNotEndTheMessage) {
+  std::string plain = write("hosts.txt", std::string("198.18.0.1 slots=1") + '\0' + "x\n");
+  expect_error({"--dry_run", "--hostfile", plain, "train.py"},
+               plain + ":1: slots must be an integer 0..1024: \"slots=1\\x00x\"");
 }
 
 // One host twice as OpenSSH sees it (ssh -G itself answers): a port unset and `port = 22`, and a

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "test_util.h"
@@ -71,9 +72,19 @@ TEST(Binding, BindCoreEmptyDictIsManualWithNoKeys) {
 }
 
 TEST(Binding, BindCoreErrors) {
-  EXPECT_EQ(core_error("yes"), "--bind_core: not a boolean (True/False) nor valid JSON: yes");
+  EXPECT_EQ(core_error("yes"),
+            "--bind_core: not a boolean (True/False) nor valid JSON (line 1, column 1: syntax "
+            "error while parsing value - invalid literal; last read: 'y'): yes");
   EXPECT_EQ(core_error("{\"device0\": [\"0-3\"]"),
-            "--bind_core: not a boolean (True/False) nor valid JSON: {\"device0\": [\"0-3\"]");
+            "--bind_core: not a boolean (True/False) nor valid JSON (line 1, column 20: syntax "
+            "error while parsing object - unexpected end of input; expected '}'): "
+            "{\"device0\": [\"0-3\"]");
+  // A NUL byte would end nlohmann's text: what follows it is not taken as nothing.
+  EXPECT_EQ(core_error(std::string("{}") + '\0' + "{{"),
+            "--bind_core: not valid JSON (a NUL byte at offset 2): {}\\x00{{");
+  // A long value is quoted by its start.
+  std::string long_one = core_error(std::string(300, '['));
+  EXPECT_TRUE(long_one.ends_with("): " + std::string(200, '[') + "...")) << long_one;
   EXPECT_EQ(core_error("[\"0-3\"]"), "--bind_core: expected a JSON object, got: [\"0-3\"]");
   EXPECT_EQ(
       core_error("{\"gpu0\":[\"0\"]}"),
@@ -141,7 +152,9 @@ TEST(Binding, BindNumaDict) {
 }
 
 TEST(Binding, BindNumaErrors) {
-  EXPECT_EQ(numa_error("maybe"), "--bind_numa: not a boolean (True/False) nor valid JSON: maybe");
+  EXPECT_EQ(numa_error("maybe"),
+            "--bind_numa: not a boolean (True/False) nor valid JSON (line 1, column 1: syntax "
+            "error while parsing value - invalid literal; last read: 'm'): maybe");
   EXPECT_EQ(numa_error("3"), "--bind_numa: expected a JSON object, got: 3");
   EXPECT_EQ(
       numa_error(R"({"dev0": 0})"),
@@ -170,7 +183,17 @@ TEST_F(BindNumaFile, ReadsTheObjectFromTheFile) {
 
 TEST_F(BindNumaFile, MissingFile) {
   std::string path = dir_ + "/none.json";
-  EXPECT_EQ(numa_error(path), "--bind_numa: cannot read file " + path);
+  EXPECT_EQ(numa_error(path),
+            "--bind_numa: cannot read file " + path + ": No such file or directory");
+  // A directory, and /dev/zero (a file without end) are said, not read forever.
+  EXPECT_EQ(numa_error(dir_ + "/d.json"),
+            "--bind_numa: cannot read file " + dir_ + "/d.json: No such file or directory");
+  std::filesystem::create_directory(dir_ + "/d.json");
+  EXPECT_EQ(numa_error(dir_ + "/d.json"),
+            "--bind_numa: cannot read file " + dir_ + "/d.json: Is a directory");
+  std::filesystem::create_symlink("/dev/zero", dir_ + "/zero.json");
+  EXPECT_EQ(numa_error(dir_ + "/zero.json"),
+            "--bind_numa: cannot read file " + dir_ + "/zero.json: larger than 1048576 bytes");
 }
 
 TEST_F(BindNumaFile, ErrorsNameTheFile) {
@@ -179,7 +202,14 @@ TEST_F(BindNumaFile, ErrorsNameTheFile) {
             "--bind_numa (file " + path + ") key \"device0\": expected NUMA node ids (0-4095)");
   std::string garbage = write("garbage.json", "not json");
   EXPECT_EQ(numa_error(garbage), "--bind_numa (file " + garbage +
-                                     "): not a boolean (True/False) nor valid JSON: not json");
+                                     "): not valid JSON (line 1, column 2: syntax error while "
+                                     "parsing value - invalid literal; last read: 'no')");
+  // The file is named, not quoted: a long one is not printed whole.
+  std::string open_list = write("open.json", "{\"device0\": [" + std::string(100000, '0'));
+  EXPECT_EQ(numa_error(open_list).find("000000"), std::string::npos);
+  std::string after_nul = write("nul.json", std::string("{\"device0\": [0]}\n") + '\0' + "{{{");
+  EXPECT_EQ(numa_error(after_nul),
+            "--bind_numa (file " + after_nul + "): not valid JSON (a NUL byte at offset 17)");
 }
 
 TEST(Binding, CpuLists) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/option_table.h"
 #include "test_util.h"
 
 namespace msrun_ssh {
@@ -246,7 +247,8 @@ TEST(Cli, BadBoolean) {
 
 TEST(Cli, BadBindValues) {
   EXPECT_EQ(run_error({"--bind_core", "yes"}),
-            "--bind_core: not a boolean (True/False) nor valid JSON: yes");
+            "--bind_core: not a boolean (True/False) nor valid JSON (line 1, column 1: syntax "
+            "error while parsing value - invalid literal; last read: 'y'): yes");
   EXPECT_EQ(run_error({"--bind_numa={\"x\":0}"}),
             "--bind_numa: unknown key \"x\" (expected \"scheduler\" or \"device<N>\", as msrun)");
 }
@@ -343,7 +345,8 @@ TEST(Cli, NumericRanges) {
   EXPECT_EQ(run_error({"--sim_rank_id=-2"}), "--sim_rank_id=-2: must be -1..1048576");
   EXPECT_EQ(run_error({"--fanout", "0"}), "--fanout=0: must be 1..4096");
   EXPECT_EQ(run_error({"--fanout", "4097"}), "--fanout=4097: must be 1..4096");
-  EXPECT_EQ(run_error({"--tail_worker_log", "0,-2"}), "--tail_worker_log=-2: must be 0..1048576");
+  EXPECT_EQ(run_error({"--tail_worker_log", "0,-2"}),
+            "--tail_worker_log=0,-2: rank \"-2\": must be 0..1048576");
   EXPECT_EQ(run_error({"--connect_timeout", "0.05"}),
             "--connect_timeout=0.05: must be 0.1..3600 seconds");
   EXPECT_EQ(run_error({"--heartbeat", "0.1"}), "--heartbeat=0.1: must be 0.2..3600 seconds");
@@ -358,7 +361,9 @@ TEST(Cli, NotNumbers) {
   EXPECT_EQ(run_error({"--fanout="}), "--fanout=: not an integer");
   EXPECT_EQ(run_error({"--worker_num", "99999999999999999999"}),
             "--worker_num=99999999999999999999: not an integer");
-  EXPECT_EQ(run_error({"--tail_worker_log", "1,,2"}), "--tail_worker_log=: not an integer");
+  EXPECT_EQ(run_error({"--tail_worker_log", "1,,2"}),
+            "--tail_worker_log=1,,2: rank \"\": not an integer");
+  EXPECT_EQ(run_error({"--hostfile=", "t.py"}), "--hostfile=: must not be empty");
   EXPECT_EQ(run_error({"--heartbeat", "x"}), "--heartbeat=x: not a number of seconds");
   EXPECT_EQ(run_error({"--heartbeat", "nan"}), "--heartbeat=nan: not a number of seconds");
   EXPECT_EQ(run_error({"--heartbeat", "inf"}), "--heartbeat=inf: not a number of seconds");
@@ -533,6 +538,23 @@ TEST(Cli, CheckTakesRunOptions) {
   CliResult r = parse({"check", "--hostfile", "h", "--master_port", "9000", "--python=/p"});
   EXPECT_EQ(r.options.master_port, 9000);
   EXPECT_EQ(r.options.python, "/p");
+}
+
+// docs/command-line.md: check takes every option of a run but --sync_dest, so that a run's
+// command line is checked as it is, with `check` in front.
+TEST(Cli, CheckTakesEveryOptionOfARunButSyncDest) {
+  size_t run_options = 0;
+  for (const OptionSpec& spec : option_table()) {
+    if (!spec.taken_by(Command::kRun)) continue;
+    ++run_options;
+    EXPECT_EQ(spec.taken_by(Command::kCheck), spec.name != "--sync_dest") << spec.name;
+  }
+  EXPECT_GT(run_options, 40u);
+  Options o =
+      parse({"check", "--hostfile", "h", "--watch=False", "--progress_regex", "s (\\d+)", "t.py"})
+          .options;
+  EXPECT_FALSE(o.watch);
+  EXPECT_EQ(o.progress_regex, "s (\\d+)");
 }
 
 TEST(Cli, Stop) {

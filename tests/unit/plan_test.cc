@@ -169,8 +169,14 @@ TEST_F(MakePlan, UnknownMasterAddr) {
   cluster.spares = {spare};
   options.master_addr = "delta";
   EXPECT_EQ(error(),
-            "--master_addr=delta: delta is a spare host of the host file, which starts nothing "
-            "until it replaces a lost one; the master must be one of the hosts that run the job");
+            "--master_addr=delta: delta is a spare host (spare in the host file), which starts "
+            "nothing until it replaces a lost one; the master must be one of the hosts that run "
+            "the job");
+  options.spares = 1;  // --spares=1 may have made it one
+  EXPECT_EQ(error(),
+            "--master_addr=delta: delta is a spare host (spare in the host file, or one of its "
+            "last 1 taken by --spares=1), which starts nothing until it replaces a lost one; the "
+            "master must be one of the hosts that run the job");
 }
 
 TEST_F(MakePlan, SchedulerEnvironment) {
