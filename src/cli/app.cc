@@ -125,7 +125,8 @@ Plan plan_of(const Options& options, Cluster& cluster) {
 }
 
 // --sync in a dry run: where the directory would go on each host, refused as a run refuses it
-// (sync_where, a directory that is not there); the tree itself is not read. "" without --sync.
+// (sync_where, a directory that is not there, its excludes); the tree itself is not read (a
+// symlink in it that leaves it is refused only by the run). "" without --sync.
 std::string dry_run_sync(const Options& options, const Plan& plan) {
   if (!options.sync) return "";
   std::vector<std::string> workdirs;
@@ -135,6 +136,8 @@ std::string dry_run_sync(const Options& options, const Plan& plan) {
   std::error_code ec;
   if (!std::filesystem::is_directory(w.dir, ec))
     throw InputError(fmt::format("sync: {} is not a directory", w.dir));
+  // DIR/.msrunignore and --sync_exclude, read as a run reads them.
+  sync_rules(w.dir, options.sync_excludes);
   std::string out = fmt::format("\nsync: {} to each host before anything starts there:\n", w.dir);
   for (size_t i = 0; i < plan.hosts.size(); ++i)
     out += fmt::format("  host {}: {}\n", plan.hosts[i].host.address, w.dests[i]);

@@ -24,18 +24,20 @@ bool parse_uint(std::string_view s, int& out) {
 }
 
 constexpr size_t kMaxSpecFile = 1 << 20;  // a --bind_numa file: far more than any machine needs
-constexpr size_t kShownText = 200;        // of a value an error quotes
 
-// `text` as an error quotes it: whole when it is short, else its start and "...".
-std::string_view shown(std::string_view text) {
-  return text.size() > kShownText ? text.substr(0, kShownText) : text;
+// `text` as an error quotes it: whole when it is at most `limit` bytes, else its start (cut
+// between UTF-8 characters) and "...".
+std::string shown(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut)) + "...";
 }
 
 // The JSON object `text` holds. An error names where the parser stopped and why, and quotes the
-// text when `from_file` is false (a file is named in `what` instead: it may be long).
+// text (its first 200 bytes) when `from_file` is false; a file is named in `what` instead.
 nlohmann::json parse_json_object(std::string_view text, std::string_view what, bool from_file) {
-  std::string quoted =
-      from_file ? "" : fmt::format(": {}{}", shown(text), text.size() > kShownText ? "..." : "");
+  std::string quoted = from_file ? "" : ": " + shown(text, 200);
   // nlohmann's parser takes a NUL for the end of the text and would pass over what follows.
   if (size_t nul = text.find('\0'); nul != std::string_view::npos)
     throw InputError(
@@ -43,16 +45,26 @@ nlohmann::json parse_json_object(std::string_view text, std::string_view what, b
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string_view why = e.what();  // "[json.exception.parse_error.101] parse error at line..."
-    if (size_t at = why.find("parse error at "); at != std::string_view::npos)
-      why.remove_prefix(at + 15);
-    throw InputError(fmt::format(
-        "{}: {} ({}){}", what,
-        from_file ? "not valid JSON" : "not a boolean (True/False) nor valid JSON", why, quoted));
+  } catch (const nlohmann::json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ...; last read: 'TOKEN'",
+    // and out_of_range for a number too large ("[json.exception.out_of_range.406] number overflow
+    // parsing '1e999'"). The token may be the rest of the text (an unterminated string): cut.
+    std::string_view why = e.what();
+    if (size_t at = why.find("] "); why.starts_with('[') && at != std::string_view::npos)
+      why.remove_prefix(at + 2);
+    if (why.starts_with("parse error at ")) why.remove_prefix(15);
+    throw InputError(
+        fmt::format("{}: {} ({}){}", what,
+                    from_file ? "not valid JSON" : "not a boolean (True/False) nor valid JSON",
+                    shown(why, 160), quoted));
   }
+  // Its type's name, not its text: dump() recurses as deep as the value nests.
   if (!j.is_object())
-    throw InputError(fmt::format("{}: expected a JSON object, got: {}", what, shown(j.dump())));
+    throw InputError(fmt::format("{}: expected a JSON object, got {}{}{}", what,
+                                 j.is_null()    ? ""
+                                 : j.is_array() ? "an "
+                                                : "a ",
+                                 j.type_name(), quoted));
   return j;
 }
 

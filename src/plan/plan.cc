@@ -81,16 +81,24 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const C
   if (ip.empty()) ip = options.master_addr;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (resolved_ip(hosts[i], resolve) == ip) return i;
-  for (const Host& spare : cluster.spares)
-    if (spare.address == options.master_addr || resolve(spare.address) == ip)
-      throw InputError(fmt::format(
-          "--master_addr={}: {} is a spare host ({}), which starts nothing until it replaces a "
-          "lost one; the master must be one of the hosts that run the job",
-          options.master_addr, spare.address,
-          options.spares > 0
-              ? fmt::format("spare in the host file, or one of its last {} taken by --spares={}",
-                            options.spares, options.spares)
-              : "spare in the host file"));
+  // take_spares puts the hosts --spares keeps aside after those the host file marks.
+  const size_t marked =
+      cluster.spares.size() -
+      std::min<size_t>(cluster.spares.size(), static_cast<size_t>(std::max(0, options.spares)));
+  for (size_t i = 0; i < cluster.spares.size(); ++i) {
+    const Host& spare = cluster.spares[i];
+    if (spare.address != options.master_addr && resolve(spare.address) != ip) continue;
+    std::string why = "marked spare";
+    if (i >= marked)
+      why = fmt::format("one of the last {} hosts, which --spares={} keeps aside", options.spares,
+                        options.spares);
+    else if (!spare.origin.empty())
+      why += " at " + spare.origin;
+    throw InputError(fmt::format(
+        "--master_addr={}: {} is a spare host ({}), which starts nothing until it replaces a "
+        "lost one; the master must be one of the hosts that run the job",
+        options.master_addr, spare.address, why));
+  }
   throw InputError(
       fmt::format("--master_addr={}: no host of the host file has this address, name or IP ({})",
                   options.master_addr, ip));

@@ -79,13 +79,23 @@ TEST(Binding, BindCoreErrors) {
             "--bind_core: not a boolean (True/False) nor valid JSON (line 1, column 20: syntax "
             "error while parsing object - unexpected end of input; expected '}'): "
             "{\"device0\": [\"0-3\"]");
+  // A number too large is an error of its own in nlohmann's parser: said the same way.
+  EXPECT_EQ(core_error("8884e843"),
+            "--bind_core: not a boolean (True/False) nor valid JSON (number overflow parsing "
+            "'8884e843'): 8884e843");
   // A NUL byte would end nlohmann's text: what follows it is not taken as nothing.
   EXPECT_EQ(core_error(std::string("{}") + '\0' + "{{"),
             "--bind_core: not valid JSON (a NUL byte at offset 2): {}\\x00{{");
   // A long value is quoted by its start.
   std::string long_one = core_error(std::string(300, '['));
   EXPECT_TRUE(long_one.ends_with("): " + std::string(200, '[') + "...")) << long_one;
-  EXPECT_EQ(core_error("[\"0-3\"]"), "--bind_core: expected a JSON object, got: [\"0-3\"]");
+  EXPECT_EQ(core_error("[\"0-3\"]"),
+            "--bind_core: expected a JSON object, got an array: [\"0-3\"]");
+  EXPECT_EQ(core_error("null"), "--bind_core: expected a JSON object, got null: null");
+  // A deeply nested value is named by its type, not written out again (that recursed).
+  std::string deep = core_error(std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_EQ(deep,
+            "--bind_core: expected a JSON object, got an array: " + std::string(200, '[') + "...");
   EXPECT_EQ(
       core_error("{\"gpu0\":[\"0\"]}"),
       "--bind_core: unknown key \"gpu0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
@@ -155,7 +165,7 @@ TEST(Binding, BindNumaErrors) {
   EXPECT_EQ(numa_error("maybe"),
             "--bind_numa: not a boolean (True/False) nor valid JSON (line 1, column 1: syntax "
             "error while parsing value - invalid literal; last read: 'm'): maybe");
-  EXPECT_EQ(numa_error("3"), "--bind_numa: expected a JSON object, got: 3");
+  EXPECT_EQ(numa_error("3"), "--bind_numa: expected a JSON object, got a number: 3");
   EXPECT_EQ(
       numa_error(R"({"dev0": 0})"),
       "--bind_numa: unknown key \"dev0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
@@ -207,6 +217,14 @@ TEST_F(BindNumaFile, ErrorsNameTheFile) {
   // The file is named, not quoted: a long one is not printed whole.
   std::string open_list = write("open.json", "{\"device0\": [" + std::string(100000, '0'));
   EXPECT_EQ(numa_error(open_list).find("000000"), std::string::npos);
+  // nlohmann names the last token it read: an unterminated string is the rest of the file.
+  std::string open_string = write("string.json", "{\"device0\": \"" + std::string(100000, 'x'));
+  std::string said = numa_error(open_string);
+  EXPECT_LT(said.size(), open_string.size() + 250) << said.size();  // not its 100,000 x
+  EXPECT_NE(said.find("line 1, column 100014: syntax error while parsing value - invalid string: "
+                      "missing closing quote; last read: '\"xxx"),
+            std::string::npos)
+      << said.substr(0, 300);
   std::string after_nul = write("nul.json", std::string("{\"device0\": [0]}\n") + '\0' + "{{{");
   EXPECT_EQ(numa_error(after_nul),
             "--bind_numa (file " + after_nul + "): not valid JSON (a NUL byte at offset 17)");

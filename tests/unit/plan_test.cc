@@ -166,16 +166,26 @@ TEST_F(MakePlan, UnknownMasterAddr) {
   // A spare is in the file, but runs nothing: said so.
   Host spare = host("delta", 1);
   spare.spare = true;
+  spare.origin = "h.toml:7";
   cluster.spares = {spare};
   options.master_addr = "delta";
   EXPECT_EQ(error(),
-            "--master_addr=delta: delta is a spare host (spare in the host file), which starts "
+            "--master_addr=delta: delta is a spare host (marked spare at h.toml:7), which starts "
             "nothing until it replaces a lost one; the master must be one of the hosts that run "
             "the job");
-  options.spares = 1;  // --spares=1 may have made it one
+  // take_spares puts the hosts --spares keeps aside after those the file marks.
+  Host kept = host("epsilon", 1);
+  kept.spare = true;
+  cluster.spares.push_back(kept);
+  options.spares = 1;
   EXPECT_EQ(error(),
-            "--master_addr=delta: delta is a spare host (spare in the host file, or one of its "
-            "last 1 taken by --spares=1), which starts nothing until it replaces a lost one; the "
+            "--master_addr=delta: delta is a spare host (marked spare at h.toml:7), which starts "
+            "nothing until it replaces a lost one; the master must be one of the hosts that run "
+            "the job");
+  options.master_addr = "epsilon";
+  EXPECT_EQ(error(),
+            "--master_addr=epsilon: epsilon is a spare host (one of the last 1 hosts, which "
+            "--spares=1 keeps aside), which starts nothing until it replaces a lost one; the "
             "master must be one of the hosts that run the job");
 }
 
