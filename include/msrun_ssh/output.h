@@ -28,9 +28,10 @@ namespace msrun_ssh {
 class StatusLine;
 class ConsoleSink;
 
-// Splits one byte stream into lines. A line longer than `max_line` (its newline included) is handed
-// out in pieces of that size (the last piece of such a line ends where its newline is), wherever
-// the chunks fed happened to be cut.
+// Splits one byte stream into lines. A line of more than `max_line` bytes (its newline left out)
+// is handed out in pieces of that size, the last ending with its newline, wherever the chunks fed
+// happened to be cut: a line of exactly `max_line` bytes and its newline is one piece (not a
+// piece and a lone newline, an empty line on the console).
 class LineFramer {
  public:
   explicit LineFramer(size_t max_line = 1 << 20) : max_line_(max_line > 0 ? max_line : 1) {}
@@ -56,9 +57,10 @@ template <typename F>
 void LineFramer::feed(std::string_view data, F&& on_line) {
   while (!data.empty()) {
     size_t room = max_line_ - partial_.size();
-    size_t nl = data.substr(0, room).find('\n');  // a newline past `room` ends a later piece
+    // A newline right after `room` bytes still ends this piece; one further on, a later piece.
+    size_t nl = data.substr(0, room + 1).find('\n');
     if (nl == std::string_view::npos) {
-      if (data.size() < room) {
+      if (data.size() <= room) {  // a full piece waits for the next byte: its newline, or not
         partial_.append(data);
         return;
       }

@@ -172,7 +172,7 @@ const std::vector<OptionSpec>& option_table() {
        }},
       {"--tail_worker_log", "", "R",
        "ranks shown on the console, e.g. 0,3; -1 all (default -1); logs keep all; what you type "
-       "reaches these ranks (pdb)",
+       "reaches the ranks named here (pdb), none with -1",
        kRunCheck, S::kMsrun, [](O& o, V n, V v, G) { o.tail_worker_log = to_rank_list(n, v); }},
       {"--node_rank", "", "N", "not accepted: node ranks come from the host file", kRunCheck,
        S::kMsrun,

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <vector>
 
 #include "pool.h"
 
@@ -406,7 +408,7 @@ void SshPool::Impl::poll(int timeout_ms, const EventHandler& h) {
   report_pending_failures();
   step_all();
   std::vector<epoll_event> evs(512);
-  int n = wait(evs, timeout_ms);
+  int n = wait(evs, always_ready.empty() ? timeout_ms : 0);
   for (int i = 0; i < n; ++i) {
     uint64_t key = evs[i].data.u64;
     if (key >= kFdKey) {
@@ -422,6 +424,14 @@ void SshPool::Impl::poll(int timeout_ms, const EventHandler& h) {
       deliver_held();
     }
   }
+  // A copy: the handler may unwatch one (at its end of file).
+  for (int fd : std::vector<int>(always_ready.begin(), always_ready.end()))
+    if (always_ready.count(fd) != 0) {
+      TransportEvent e;
+      e.kind = TransportEvent::Kind::kFdReady;
+      e.fd = fd;
+      emit(e);
+    }
   step_all();
   report_pending_failures();
   handler = nullptr;
@@ -431,11 +441,15 @@ void SshPool::Impl::watch_fd(int fd) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kFdKey + static_cast<uint64_t>(fd);
-  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0) watched.insert(fd);
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+    watched.insert(fd);
+  else if (errno == EPERM)  // a regular file or /dev/null: its read never waits
+    always_ready.insert(fd);
 }
 
 void SshPool::Impl::unwatch_fd(int fd) {
   if (watched.erase(fd)) epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  always_ready.erase(fd);
 }
 
 ChannelId SshPool::exec(size_t host, const std::string& command) {

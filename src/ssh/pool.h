@@ -103,6 +103,9 @@ struct SshPool::Impl {
   // connection is authenticated (its thread would not survive the keeper's fork).
   std::unique_ptr<AgentFilter> agent_filter;
   std::set<int> watched;
+  // Watched fds epoll refuses (a regular file, /dev/null: EPERM): always readable, so each poll
+  // reports them without waiting (Transport::watch_fd's contract holds for every fd).
+  std::set<int> always_ready;
   std::vector<ConnectWarning> warnings;
   const EventHandler* handler = nullptr;
   // Events that came while a libssh call was on the stack (inside its callbacks, or a channel

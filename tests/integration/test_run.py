@@ -1,4 +1,5 @@
 """Running a job for real on the namespace cluster (issue: run a job)."""
+import hashlib
 import json
 import os
 import re
@@ -222,6 +223,25 @@ def test_pdb_on_one_rank():
     check(p.returncode == 0, f"exit {p.returncode}: {err.decode()[-2000:]}")
     check(re.search(rb"^\[1@[\d.]+\] .*42$", out, re.M), f"pdb did not print x: {out.decode()}")
     check(b"rank 1 continued after pdb" in out, "rank 1 did not continue")
+
+
+def test_stdin_from_dev_null_or_a_file_reaches_its_end_on_the_tailed_rank():
+    # As under ssh, mpirun and torchrun: a launcher whose stdin is /dev/null (cron, nohup, CI) or a
+    # file (`< input.txt`) gives the rank that reads it all of it and then its end. epoll refuses
+    # both kinds of fd, and the rank once waited for an end that never came.
+    data = os.urandom(300_000)
+    path = os.path.join(tmpdir(), "stdin.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    for name, want in (("/dev/null", b""), (path, data)):
+        with open(name, "rb") as stdin:
+            code, out, err, _ = run([job("stdin_reader.py")], stdin=stdin, timeout=40,
+                                    extra=["--tail_worker_log=1"])
+        check(code == 0, f"stdin {name}: exit {code}: {err.decode()[-2000:]}")
+        line = f"stdin {len(want)} bytes sha256 {hashlib.sha256(want).hexdigest()}".encode()
+        check(re.search(rb"^\[1@[\d.]+\] " + re.escape(line) + rb"$", out, re.M),
+              f"stdin {name}: rank 1 said {out.decode()[-500:]}")
+    wait_clean(10)
 
 
 def test_job_ends_when_processes_exit_despite_leftover_grandchildren():

@@ -84,13 +84,18 @@ TEST(LineFramer, FinishWithNothingPendingHandsOutNothing) {
   EXPECT_EQ(frame({"", ""}, 100), Strings{});
 }
 
-// Pieces hold at most max_line bytes, the newline included; the last piece of a long line ends with
-// its newline.
+// Pieces hold at most max_line bytes and the newline that ends them; the last piece of a long
+// line ends with its newline. A line of a whole number of pieces is no piece more: no lone newline
+// (an empty console line) after it.
 TEST(LineFramer, LongLinesAreCutAtMaxLine) {
   EXPECT_EQ(frame({"0123456789abcdefXY\n"}, 8), (Strings{"01234567", "89abcdef", "XY\n"}));
   EXPECT_EQ(frame({"0123456789"}, 8), (Strings{"01234567", "89"}));
   EXPECT_EQ(frame({"1234567\n"}, 8), Strings{"1234567\n"});
-  EXPECT_EQ(frame({"12345678\n"}, 8), (Strings{"12345678", "\n"}));
+  EXPECT_EQ(frame({"12345678\n"}, 8), Strings{"12345678\n"});
+  EXPECT_EQ(frame({"12345678", "\n"}, 8), Strings{"12345678\n"});
+  EXPECT_EQ(frame({"0123456789abcdef\nz"}, 8), (Strings{"01234567", "89abcdef\n", "z"}));
+  EXPECT_EQ(frame({"12345678"}, 8), Strings{"12345678"});
+  EXPECT_EQ(frame({"12345678", "9"}, 8), (Strings{"12345678", "9"}));
   EXPECT_EQ(frame({"abc", "defghijk\n"}, 8), (Strings{"abcdefgh", "ijk\n"}));
 }
 
@@ -105,8 +110,8 @@ TEST(LineFramer, ALongLineInOneChunkIsCutToo) {
 // gives the pieces of the whole stream at once, byte by byte as well.
 TEST(LineFramer, ChunkBoundariesDoNotChangeThePieces) {
   const std::string text = "alpha\nbeta gamma\n\n0123456789abcdefXY\n12345678\nend";
-  const Strings expected = {"alpha\n",  "beta gam", "ma\n",     "\n", "01234567",
-                            "89abcdef", "XY\n",     "12345678", "\n", "end"};
+  const Strings expected = {"alpha\n",  "beta gam", "ma\n",       "\n", "01234567",
+                            "89abcdef", "XY\n",     "12345678\n", "end"};
   ASSERT_EQ(frame({text}, 8), expected);
   for (size_t i = 0; i <= text.size(); ++i)
     for (size_t j = i; j <= text.size(); ++j)
