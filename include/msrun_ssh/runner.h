@@ -197,6 +197,7 @@ class Runner {
   void finish_process(Proc& p, const std::string& note);
   SummaryRow row_of(size_t index) const;
   void read_stdin();
+  void watch_stdin_again_in_the_foreground();
   void read_signals();
   void beat();
   void start_samplers();  // the straggler watch's, one per live host; then no more channels
@@ -250,6 +251,11 @@ class Runner {
   std::vector<int> proc_of_leftovers_;  // channel id -> proc index (-1: none)
   std::vector<int> host_of_sweep_;      // channel id -> host index (-1: none); HostState::sweep
   std::vector<ChannelId> stdin_targets_;
+  // The launcher's stdin is its terminal and it runs in the background (`&`, `bg`): the terminal's
+  // input is the shell's, and reading it would stop the launcher (SIGTTIN) and with it the job
+  // (its watchdogs would hear nothing). It is not watched until the launcher is in the
+  // foreground again (looked at every second).
+  bool stdin_in_background_ = false;
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   // The job's life cycle. It only moves forward (enter), and a teardown takes over a quit.
   enum class Phase {

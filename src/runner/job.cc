@@ -458,6 +458,15 @@ int run_job(const Options& options, Plan& plan) {
               {"max_restarts", options.max_restarts}});
   // Ctrl-\ dumps the stacks; Ctrl-Z suspends the job (Runner::on_signal).
   int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGCONT});
+  // The terminal never stops the launcher, which would end the job as a launcher gone: from the
+  // background, a write to it goes out whatever `stty tostop` says, and a read of it fails with
+  // EIO (Runner::read_stdin waits for the foreground). Its children get an empty mask
+  // (spawn_program, the local transport).
+  sigset_t tty_stops;
+  sigemptyset(&tty_stops);
+  sigaddset(&tty_stops, SIGTTOU);
+  sigaddset(&tty_stops, SIGTTIN);
+  pthread_sigmask(SIG_BLOCK, &tty_stops, nullptr);
   JobRecord record = record_attached_start(options, plan);
   std::vector<std::string> logs;
   auto say = [&](const std::string& m) {

@@ -453,7 +453,7 @@ int Runner::timeout_ms(double now) const {
   // The status row: the start view leaves after kStartedShownMs, the running status every second.
   if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
     until = std::min(until, started_ms_ + kStartedShownMs);
-  if (running_line_ || top_) until = std::min(until, now + 1000);
+  if (running_line_ || top_ || stdin_in_background_) until = std::min(until, now + 1000);
   if (stacks_) until = std::min(until, stacks_deadline_ms_);
   if (suspension_ == Suspension::kStopping) until = std::min(until, suspend_deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
@@ -518,6 +518,7 @@ int Runner::run() {
     if (now >= next_beat_ms_) beat();
     update_status(now);
     write_top(now);
+    watch_stdin_again_in_the_foreground();
     poll_for(timeout_ms(now));
     out_.flush();
   }

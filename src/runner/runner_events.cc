@@ -98,6 +98,13 @@ void Runner::read_stdin() {
   char buf[65536];
   ssize_t n = ::read(stdin_fd_, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  // EIO from a terminal: the launcher runs in the background (run_job blocks SIGTTIN: the read
+  // fails instead of stopping the launcher). Its input is the shell's; the job goes on without it.
+  if (n < 0 && errno == EIO && ::isatty(stdin_fd_) && ::tcgetpgrp(stdin_fd_) != ::getpgrp()) {
+    t_.unwatch_fd(stdin_fd_);
+    stdin_in_background_ = true;
+    return;
+  }
   if (n <= 0) {
     t_.unwatch_fd(stdin_fd_);
     for (ChannelId c : stdin_targets_) t_.send_eof(c);
@@ -105,6 +112,12 @@ void Runner::read_stdin() {
     return;
   }
   for (ChannelId c : stdin_targets_) t_.write(c, std::string_view(buf, static_cast<size_t>(n)));
+}
+
+void Runner::watch_stdin_again_in_the_foreground() {
+  if (!stdin_in_background_ || stdin_fd_ < 0 || ::tcgetpgrp(stdin_fd_) != ::getpgrp()) return;
+  stdin_in_background_ = false;
+  t_.watch_fd(stdin_fd_);
 }
 
 void Runner::watchdog_line(size_t host, std::string_view line) {

@@ -4,15 +4,18 @@
 // the next n bytes are chunk sizes 0..255, used cyclically (0: an empty feed); the rest is the
 // stream, fed in chunks of those sizes (one chunk when n = 0), then finish().
 //
-// Properties (output.h: "a line longer than max_line, its newline included, is handed out in
-// pieces of that size ... wherever the chunks fed happened to be cut"):
+// Properties (output.h: "a line of more than max_line bytes (its newline left out) is handed out
+// in pieces of that size, the last ending with its newline, wherever the chunks fed happened to
+// be cut"):
 //  - the pieces handed out, concatenated, are exactly the stream; none is empty;
-//  - a piece holds at most one '\n', and only as its last byte; no piece exceeds max_line;
+//  - a piece holds at most one '\n', and only as its last byte; no piece holds more than
+//    max_line bytes besides that newline;
 //  - a piece handed out by feed() without '\n' is exactly max_line long (a long line cut up);
-//  - the piece of finish() has no '\n' and is 1..max_line-1 long; pending() is always below
+//  - the piece of finish() has no '\n' and is 1..max_line long; pending() is never above
 //    max_line and equals the bytes fed since the end of the last piece;
 //  - the pieces do not depend on the chunking: they are exactly those of the stream cut after
-//    every '\n' and wherever a piece reaches max_line bytes (the Model below, byte by byte).
+//    every '\n', and after max_line bytes that a '\n' does not follow (the Model below, byte by
+//    byte).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -32,8 +35,12 @@ class Model {
   explicit Model(size_t max_line) : max_line_(max_line) {}
   void feed(std::string_view chunk, std::vector<std::string>& out) {
     for (char c : chunk) {
+      if (pending_.size() == max_line_ && c != '\n') {  // a full piece its newline does not end
+        out.push_back(pending_);
+        pending_.clear();
+      }
       pending_ += c;
-      if (c == '\n' || pending_.size() == max_line_) {
+      if (c == '\n') {
         out.push_back(pending_);
         pending_.clear();
       }
@@ -82,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     FUZZ_CHECK(framer.pending() == since_piece, "pending() %zu, %zu bytes fed since last piece",
                framer.pending(), since_piece);
-    FUZZ_CHECK(framer.pending() < max_line, "pending() %zu >= max_line %zu", framer.pending(),
+    FUZZ_CHECK(framer.pending() <= max_line, "pending() %zu > max_line %zu", framer.pending(),
                max_line);
   };
 
@@ -114,14 +121,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(nl == std::string::npos || nl == p.size() - 1, "piece %zu has '\\n' at %zu of %zu",
                i, nl, p.size());
     if (from_finish[i]) {
-      FUZZ_CHECK(nl == std::string::npos && p.size() < max_line,
+      FUZZ_CHECK(nl == std::string::npos && p.size() <= max_line,
                  "finish() piece of %zu bytes (max_line %zu)", p.size(), max_line);
     } else if (nl == std::string::npos) {
       FUZZ_CHECK(p.size() == max_line, "cut piece %zu of %zu bytes, max_line %zu", i, p.size(),
                  max_line);
     }
-    FUZZ_CHECK(p.size() <= max_line, "piece %zu of %zu bytes > max_line %zu", i, p.size(),
-               max_line);
+    FUZZ_CHECK(p.size() <= max_line + (nl == std::string::npos ? 0 : 1),
+               "piece %zu of %zu bytes, max_line %zu", i, p.size(), max_line);
   }
   FUZZ_CHECK(all == stream, "pieces (%zu bytes) are not the stream (%zu bytes)", all.size(),
              stream.size());

@@ -8,7 +8,8 @@ import shutil
 import subprocess
 import time
 
-from harness import binary, check, cluster, hosts_file, job, run, tmpdir, wait_for
+from harness import (Pane, binary, check, cluster, hosts_file, job, launcher_pid, quoted, run,
+                     state_of, tmpdir, wait_for, wait_no_leftovers)
 
 PREFIXED = re.compile(r"^\[(sched|\d+)@198\.18\.1\.\d+( err)?\] ")
 ROW = re.compile(r"msrun-ssh: (connecting|watchdogs ready|started|running) ")
@@ -88,3 +89,44 @@ def test_quiet_and_a_pipe_show_no_status_row():
     code, out, err, _ = run([job("lines.py"), "2", "0.1"], extra=["--status_line"])
     check(code == 0, f"exit {code}: {err[-2000:]!r}")
     check(not ROW.search(err.decode()) and b"\033[K" not in err, f"a pipe got a row: {err[-2000:]!r}")
+
+
+def test_a_launcher_in_the_background_is_not_stopped_by_the_terminal_it_reads():
+    # `msrun-ssh --tail_worker_log 1 ... &` in an interactive shell, and a command typed ahead at
+    # the shell meanwhile: the launcher, which forwards its stdin to rank 1, must not read the
+    # terminal's input (the shell's) and be stopped by SIGTTIN, which ended the job (its watchdogs
+    # heard nothing). After `fg`, what is typed reaches rank 1 and the job ends well.
+    logs = os.path.join(tmpdir(), "bg-logs")
+    pane = Pane("bg")
+    try:
+        pane.type("stty tostop")  # a background write goes on all the same (docs/output.md)
+        pane.type(quoted([binary(), "--hostfile", hosts_file(), "--log_dir", logs, "--heartbeat",
+                          "1", "--kill_grace", "2", "--connect_timeout", "5",
+                          "--tail_worker_log", "1", job("stdin_line.py")]) + " &")
+        wait_for(lambda: b"rank 1 waits for a line" in pane.drawn(), 60, "rank 1 to wait")
+        pid = launcher_pid(logs)
+        check(pid is not None, "no launcher found")
+        # Typed ahead while a foreground command runs that does not read it: the line waits in
+        # the terminal, readable, for the shell.
+        pane.type("sleep 6")
+        time.sleep(1)
+        pane.type("echo typed-ahead")
+        time.sleep(1)
+        check(state_of(pid) not in ("T", "t", "gone"),
+              f"the launcher is {state_of(pid)}:\n{pane.drawn()[-2000:]!r}")
+        wait_for(lambda: pane.drawn().count(b"typed-ahead") >= 2, 20, "the shell's echo")
+        time.sleep(3)  # the watchdogs end the job after 2 s without their launcher
+        check(state_of(pid) not in ("T", "t", "gone"),
+              f"the launcher is {state_of(pid)}:\n{pane.drawn()[-2000:]!r}")
+        pane.type("fg; echo EXIT=$?")
+        time.sleep(1)
+        pane.type("hello-rank-1")
+        code = pane.exit_status(60)
+        drawn = pane.drawn()
+    finally:
+        pane.close()
+    check(code == 0, f"exit {code}:\n{drawn[-3000:]!r}")
+    plain = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", drawn)  # the prefixes' colours
+    check(re.search(rb"\[1@[\d.]+\] rank 1 got 'hello-rank-1'", plain), f"{drawn[-3000:]!r}")
+    check(b" lost" not in drawn and b"Stopped" not in drawn, f"{drawn[-3000:]!r}")
+    wait_no_leftovers(10)
