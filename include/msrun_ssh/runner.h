@@ -197,7 +197,8 @@ class Runner {
   void finish_process(Proc& p, const std::string& note);
   SummaryRow row_of(size_t index) const;
   void read_stdin();
-  void watch_stdin_again_in_the_foreground();
+  bool stdin_backlogged() const;
+  void watch_stdin_again();
   void read_signals();
   void beat();
   void start_samplers();  // the straggler watch's, one per live host; then no more channels
@@ -256,6 +257,9 @@ class Runner {
   // (its watchdogs would hear nothing). It is not watched until the launcher is in the
   // foreground again (looked at every second).
   bool stdin_in_background_ = false;
+  // A tailed rank holds more than kStdinBacklog bytes of stdin not sent yet (a file, a fast pipe,
+  // /dev/zero): stdin is not read until it drains, as ssh's channel window holds a writer back.
+  bool stdin_held_ = false;
   int exit_code_ = -1;  // set once, by the first failure / signal / lost host
   // The job's life cycle. It only moves forward (enter), and a teardown takes over a quit.
   enum class Phase {

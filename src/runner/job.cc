@@ -460,8 +460,9 @@ int run_job(const Options& options, Plan& plan) {
   int sfd = signal_fd({SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGCONT});
   // The terminal never stops the launcher, which would end the job as a launcher gone: from the
   // background, a write to it goes out whatever `stty tostop` says, and a read of it fails with
-  // EIO (Runner::read_stdin waits for the foreground). Its children get an empty mask
-  // (spawn_program, the local transport).
+  // EIO (Runner::read_stdin waits for the foreground). spawn_program and the local transport give
+  // their children an empty mask; libssh's ProxyCommand child keeps this one (and the signalfd's
+  // above), as it did.
   sigset_t tty_stops;
   sigemptyset(&tty_stops);
   sigaddset(&tty_stops, SIGTTOU);

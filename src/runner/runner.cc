@@ -454,6 +454,7 @@ int Runner::timeout_ms(double now) const {
   if (start_view_ && !start_view_->finished() && started_ms_ >= 0)
     until = std::min(until, started_ms_ + kStartedShownMs);
   if (running_line_ || top_ || stdin_in_background_) until = std::min(until, now + 1000);
+  if (stdin_held_) until = std::min(until, now + 20);  // its backlog drains as the hosts take it
   if (stacks_) until = std::min(until, stacks_deadline_ms_);
   if (suspension_ == Suspension::kStopping) until = std::min(until, suspend_deadline_ms_);
   // Wake up when a silent host becomes lost, not at the next heartbeat after.
@@ -518,7 +519,7 @@ int Runner::run() {
     if (now >= next_beat_ms_) beat();
     update_status(now);
     write_top(now);
-    watch_stdin_again_in_the_foreground();
+    watch_stdin_again();
     poll_for(timeout_ms(now));
     out_.flush();
   }

@@ -94,16 +94,26 @@ void Runner::read_signals() {
   while (int signo = next_signal(signal_fd_)) on_signal(signo);
 }
 
+namespace {
+// What a tailed rank may hold of stdin not sent yet before stdin is read again (stdin_held_).
+constexpr size_t kStdinBacklog = 1 << 20;
+}  // namespace
+
 void Runner::read_stdin() {
   char buf[65536];
   ssize_t n = ::read(stdin_fd_, buf, sizeof buf);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  // EIO from a terminal: the launcher runs in the background (run_job blocks SIGTTIN: the read
-  // fails instead of stopping the launcher). Its input is the shell's; the job goes on without it.
-  if (n < 0 && errno == EIO && ::isatty(stdin_fd_) && ::tcgetpgrp(stdin_fd_) != ::getpgrp()) {
-    t_.unwatch_fd(stdin_fd_);
-    stdin_in_background_ = true;
-    return;
+  const int error = errno;
+  if (n < 0 && (error == EINTR || error == EAGAIN)) return;
+  // EIO from a terminal whose foreground is another process group: the launcher runs in the
+  // background (run_job blocks SIGTTIN: the read fails instead of stopping the launcher). The
+  // input is the shell's; the job goes on without it. A terminal gone says EIO too: its end.
+  if (n < 0 && error == EIO && ::isatty(stdin_fd_)) {
+    pid_t foreground = ::tcgetpgrp(stdin_fd_);
+    if (foreground > 0 && foreground != ::getpgrp()) {
+      t_.unwatch_fd(stdin_fd_);
+      stdin_in_background_ = true;
+      return;
+    }
   }
   if (n <= 0) {
     t_.unwatch_fd(stdin_fd_);
@@ -112,11 +122,29 @@ void Runner::read_stdin() {
     return;
   }
   for (ChannelId c : stdin_targets_) t_.write(c, std::string_view(buf, static_cast<size_t>(n)));
+  if (stdin_backlogged()) {
+    t_.unwatch_fd(stdin_fd_);
+    stdin_held_ = true;
+  }
 }
 
-void Runner::watch_stdin_again_in_the_foreground() {
-  if (!stdin_in_background_ || stdin_fd_ < 0 || ::tcgetpgrp(stdin_fd_) != ::getpgrp()) return;
-  stdin_in_background_ = false;
+bool Runner::stdin_backlogged() const {
+  return std::any_of(stdin_targets_.begin(), stdin_targets_.end(),
+                     [this](ChannelId c) { return t_.unsent(c) > kStdinBacklog; });
+}
+
+// From the loop: stdin is read again once the launcher is in the foreground (or its terminal is
+// no longer its own), or once the tailed ranks' backlog has drained.
+void Runner::watch_stdin_again() {
+  if (stdin_fd_ < 0) return;
+  if (stdin_in_background_) {
+    pid_t foreground = ::tcgetpgrp(stdin_fd_);
+    if (foreground > 0 && foreground != ::getpgrp()) return;
+    stdin_in_background_ = false;
+  } else if (!stdin_held_ || stdin_backlogged()) {
+    return;
+  }
+  stdin_held_ = false;
   t_.watch_fd(stdin_fd_);
 }
 

@@ -244,6 +244,31 @@ def test_stdin_from_dev_null_or_a_file_reaches_its_end_on_the_tailed_rank():
     wait_clean(10)
 
 
+def test_stdin_from_dev_zero_is_read_no_faster_than_the_rank_takes_it():
+    # /dev/zero never ends: the launcher reads it only as fast as rank 1 takes it (at most 1 MiB
+    # waits for a rank), as ssh's channel window holds a writer back; the launcher once read it
+    # into memory as fast as it could for as long as the job ran.
+    with open("/dev/zero", "rb") as zero:
+        p, _ = launch([job("stdin_take.py"), str(50 << 20), "4"], stdin=zero,
+                      extra=["--tail_worker_log=1"])
+    peak_kb, deadline = 0, time.monotonic() + 90
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                rss = [l for l in f if l.startswith("VmRSS:")]
+            peak_kb = max(peak_kb, int(rss[0].split()[1]) if rss else 0)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    if p.poll() is None:
+        p.kill()
+    out, err = p.communicate(timeout=30)
+    check(p.returncode == 0, f"exit {p.returncode}: {err.decode()[-2000:]}")
+    check(re.search(rb"^\[1@[\d.]+\] rank 1 took 52428800 bytes$", out, re.M), out.decode()[-500:])
+    check(peak_kb < 400_000, f"the launcher grew to {peak_kb} kB reading /dev/zero")
+    wait_clean(10)
+
+
 def test_job_ends_when_processes_exit_despite_leftover_grandchildren():
     # sleeper.py leaves a `sleep` grandchild in its own session holding the output open: the job
     # still ends when the processes exit, and the final sweep ends and names the leftovers.

@@ -118,6 +118,9 @@ def test_a_launcher_in_the_background_is_not_stopped_by_the_terminal_it_reads():
         time.sleep(3)  # the watchdogs end the job after 2 s without their launcher
         check(state_of(pid) not in ("T", "t", "gone"),
               f"the launcher is {state_of(pid)}:\n{pane.drawn()[-2000:]!r}")
+        # Nor is the status row drawn over the shell's prompt from the background.
+        background = pane.drawn().decode(errors="replace")
+        check(not ROW.search(background), f"a status row in the background: {background[-2000:]!r}")
         pane.type("fg; echo EXIT=$?")
         time.sleep(1)
         pane.type("hello-rank-1")

@@ -189,6 +189,10 @@ class FakeTransport : public Transport, public FakeClock {
 
   void send_eof(ChannelId id) override { chan(id).eofs.push_back(now_); }
 
+  // What a test says the transport still holds of a channel's stdin (0 unless it says).
+  std::function<size_t(ChannelId)> unsent_bytes;
+  size_t unsent(ChannelId id) const override { return unsent_bytes ? unsent_bytes(id) : 0; }
+
   void watch_fd(int fd) override {
     watched.push_back(fd);
     fds_.push_back(fd);

@@ -1085,6 +1085,28 @@ TEST_F(Runner, StdinGoesOnlyToTheTailedRanksAndEofFollowsThePipe) {
   EXPECT_EQ(fake.unwatched, std::vector<int>{fds[0]});
 }
 
+// A file (or /dev/zero) is read no faster than the tailed ranks take it: while a rank's channel
+// holds more than 1 MiB of stdin not sent, stdin waits, as ssh's channel window holds a writer
+// back. Before, the launcher read it all at once into memory.
+TEST_F(Runner, StdinWaitsWhileATailedRankHoldsABacklog) {
+  plan_ = make_plan({2});
+  options_.tail_worker_log = {1};
+  std::string path = write("stdin.bin", std::string(256 * 1024, 'z'));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  FakeTransport fake({host({exits(5), exits(5)})});
+  fake.unsent_bytes = [&](ms::ChannelId) -> size_t { return fake.now_ms() < 3000 ? 2 << 20 : 0; };
+  EXPECT_EQ(run(fake, fd), 0);
+  ::close(fd);
+  ms::fake::FakeTransport::Channel rank1 = fake.channel(fake.process(0, 1));
+  EXPECT_EQ(fake.written(rank1.id), std::string(256 * 1024, 'z'));
+  ASSERT_EQ(rank1.writes.size(), 4u);  // 64 KiB each: one, then the backlog's wait
+  EXPECT_LT(rank1.writes[0].at_ms, 3000);
+  EXPECT_GE(rank1.writes[1].at_ms, 3000);
+  ASSERT_EQ(rank1.eofs.size(), 1u);
+  EXPECT_GE(rank1.eofs[0], 3000);
+}
+
 TEST_F(Runner, StdinIsNotReadWithoutTailWorkerLog) {
   plan_ = make_plan({2});
   int fds[2];
