@@ -115,6 +115,10 @@ int next_signal(int fd);
 // The exit status of the next signal waiting on `fd` (128+N, error.h), or 0 when none is.
 int signal_status(int fd);
 
+// Whether terminal `fd`'s foreground is another process group than this process's: it runs in
+// the background (`&`, `bg`). False when `fd` is no terminal or is no longer this one's.
+bool in_background_of(int fd);
+
 // ---- hashing and base64 (OpenSSL's libcrypto) ---------------------------------------------------
 
 std::string sha256_hex(std::string_view data);

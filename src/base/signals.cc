@@ -27,4 +27,9 @@ int signal_status(int fd) {
   return signo == 0 ? 0 : exit_status_of_signal(signo);
 }
 
+bool in_background_of(int fd) {
+  pid_t foreground = ::tcgetpgrp(fd);
+  return foreground > 0 && foreground != ::getpgrp();
+}
+
 }  // namespace msrun_ssh

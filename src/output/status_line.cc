@@ -42,8 +42,7 @@ StatusLine::~StatusLine() { hide(); }
 void StatusLine::show(std::string_view text) {
   if (!enabled_) return;
   // In the background (`&`, `bg`) the terminal's row is the shell's prompt: not drawn over.
-  if (pid_t foreground = ::tcgetpgrp(fd_); foreground > 0 && foreground != ::getpgrp())
-    return hide();
+  if (in_background_of(fd_)) return hide();
   if (text.empty()) return hide();
   std::string cut(text.substr(0, width_ > 1 ? width_ - 1 : 1));
   if (drawn_ && cut == text_) return;

@@ -107,13 +107,10 @@ void Runner::read_stdin() {
   // EIO from a terminal whose foreground is another process group: the launcher runs in the
   // background (run_job blocks SIGTTIN: the read fails instead of stopping the launcher). The
   // input is the shell's; the job goes on without it. A terminal gone says EIO too: its end.
-  if (n < 0 && error == EIO && ::isatty(stdin_fd_)) {
-    pid_t foreground = ::tcgetpgrp(stdin_fd_);
-    if (foreground > 0 && foreground != ::getpgrp()) {
-      t_.unwatch_fd(stdin_fd_);
-      stdin_in_background_ = true;
-      return;
-    }
+  if (n < 0 && error == EIO && ::isatty(stdin_fd_) && in_background_of(stdin_fd_)) {
+    t_.unwatch_fd(stdin_fd_);
+    stdin_in_background_ = true;
+    return;
   }
   if (n <= 0) {
     t_.unwatch_fd(stdin_fd_);
@@ -138,8 +135,7 @@ bool Runner::stdin_backlogged() const {
 void Runner::watch_stdin_again() {
   if (stdin_fd_ < 0) return;
   if (stdin_in_background_) {
-    pid_t foreground = ::tcgetpgrp(stdin_fd_);
-    if (foreground > 0 && foreground != ::getpgrp()) return;
+    if (in_background_of(stdin_fd_)) return;
     stdin_in_background_ = false;
   } else if (!stdin_held_ || stdin_backlogged()) {
     return;
