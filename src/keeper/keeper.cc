@@ -375,7 +375,15 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
     return;
   }
   std::fflush(nullptr);
+  // The keeper is forked with SIGTERM, SIGINT and SIGHUP blocked: one that comes before serve_mux
+  // made its signalfd waits for it (SIGHUP is then ignored) instead of killing it with its socket
+  // left behind. The command's own mask comes back in the command.
+  sigset_t ends, before;
+  sigemptyset(&ends);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&ends, s);
+  ::pthread_sigmask(SIG_BLOCK, &ends, &before);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     std::fprintf(stderr, "msrun-ssh: warning: --persist: fork: %s: connections not kept\n",
                  std::strerror(errno));

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -152,14 +153,21 @@ class Keeper : public ::testing::Test {
     }
   }
 
-  // A keeper of `hosts` local hosts in a child process; `blocked`: signals the child blocks first,
-  // as a launcher that reads its signals from a signalfd has them blocked when it forks the keeper.
+  // A keeper of `hosts` local hosts in a child process; `blocked`: signals the child blocks as well
+  // (a launcher that reads its signals from a signalfd has them blocked when it forks the keeper).
   void start(double persist_s, MuxAhead ahead = {}, size_t hosts = 2,
              std::initializer_list<int> blocked = {}) {
     path_ = tmp_.path() + "/k.sock";
     int fd = mux_listen(path_);
     ASSERT_GE(fd, 0);
+    // as keep_connections forks it: a SIGTERM or SIGINT before serve_mux's signalfd waits for it
+    sigset_t ends, before;
+    sigemptyset(&ends);
+    sigaddset(&ends, SIGTERM);
+    sigaddset(&ends, SIGINT);
+    sigprocmask(SIG_BLOCK, &ends, &before);
     pid_ = ::fork();
+    if (pid_ != 0) sigprocmask(SIG_SETMASK, &before, nullptr);
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
       sigset_t set;
@@ -322,6 +330,58 @@ TEST_F(Keeper, SigtermAndSigintEndItWhenTheLauncherThatForkedItHadThemBlocked) {
     ::kill(pid_, sig);
     EXPECT_TRUE(keeper_ends_within(5)) << strsignal(sig);
     EXPECT_FALSE(fs::exists(path_));
+  }
+}
+
+// keep_connections' own fork: a SIGTERM or SIGINT at the keeper as soon as the command names it
+// (before the keeper could have made its signalfd) ends it as one sent later does, the socket
+// removed and the keeper's exit 0. The command's process runs with neither signal blocked, as
+// `sync --persist` does. Each round runs in a subreaper of its own, which reaps the keeper.
+TEST(KeeperFork, ASignalAsSoonAsTheKeeperIsNamedEndsItCleanly) {
+  test::TempDir tmp;
+  for (int round = 0; round < 40; ++round) {
+    int sig = round % 2 ? SIGINT : SIGTERM;
+    std::string path = tmp.path() + "/k" + std::to_string(round) + ".sock";
+    pid_t harness = ::fork();
+    ASSERT_GE(harness, 0);
+    if (harness == 0) {
+      ::alarm(20);
+      ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+      int p[2];
+      if (::pipe(p) != 0) ::_exit(10);
+      pid_t launcher = ::fork();
+      if (launcher == 0) {
+        ::dup2(p[1], 2);
+        ::close(p[0]);
+        ::close(p[1]);
+        ProcessTransport t;
+        keep_connections(t, path, "key", 2, 30, {}, 0);
+        ::_exit(11);  // no keeper was made
+      }
+      ::close(p[1]);
+      std::string err;
+      char buf[256];
+      pid_t keeper = -1;
+      for (ssize_t n; keeper < 0 && (n = ::read(p[0], buf, sizeof buf)) > 0;) {
+        err.append(buf, static_cast<size_t>(n));
+        size_t at = err.find("by process ");
+        if (at != std::string::npos && err.find(' ', at + 11) != std::string::npos) {
+          keeper = static_cast<pid_t>(std::atoi(err.c_str() + at + 11));
+          ::kill(keeper, sig);
+        }
+      }
+      if (keeper <= 0) ::_exit(12);
+      int status = 0;
+      ::waitpid(launcher, nullptr, 0);  // then the keeper is this process's to reap
+      if (::waitpid(keeper, &status, 0) != keeper) ::_exit(13);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ::_exit(14);
+      ::_exit(fs::exists(path) ? 15 : 0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(harness, &status, 0), harness);
+    ASSERT_TRUE(WIFEXITED(status)) << "round " << round << ": " << strsignal(WTERMSIG(status));
+    // 14: the keeper died of the signal (or ended badly); 15: it left its socket
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "round " << round << " (" << strsignal(sig) << ")";
   }
 }
 
