@@ -105,7 +105,8 @@ struct SshQuery {
   std::string known_hosts;
 };
 
-// The `ssh` argument vector that asks for `q`'s settings: ssh -G [-F config_file] ... NAME.
+// The `ssh` argument vector that asks for `q`'s settings: ssh -G -o BatchMode=no [-F config_file]
+// ... NAME.
 std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file);
 
 // The answer for one query: the settings, or why there are none (ssh's own error message).

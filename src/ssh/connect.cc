@@ -2,8 +2,11 @@
 // its host key against known_hosts (narrowed to the host's lines), authenticate.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -17,6 +20,39 @@
 
 namespace msrun_ssh {
 namespace {
+
+// libssh forks a ProxyCommand (ProxyJump's `ssh -W` too) inside ssh_connect, and at the end sends
+// it SIGTERM and waits for it. The launcher has its ending signals blocked (it reads them from a
+// signalfd) and SIGPIPE ignored, which a fork and exec would hand on: a proxy that could not be
+// ended (a jump host cut off: `ssh -W` waits for ever) held the launcher in that wait. A fork made
+// during ssh_connect gives its child an empty mask and SIGPIPE's default, as a shell gives its
+// commands, and a session of its own: a Ctrl-C on the terminal goes to the launcher, which still
+// needs the proxy to end the job through it. A launcher killed outright (SIGKILL, a crash) takes
+// its proxies with it (PR_SET_PDEATHSIG).
+thread_local bool t_in_ssh_connect = false;
+pid_t g_launcher_pid = 0;
+
+void proxy_child_as_from_a_shell() {
+  if (!t_in_ssh_connect) return;
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != g_launcher_pid) ::_exit(1);  // it died before that
+  ::setsid();
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+}
+
+int ssh_connect_forking_proxies_cleanly(ssh_session session) {
+  static const bool registered =
+      ::pthread_atfork(nullptr, nullptr, proxy_child_as_from_a_shell) == 0;
+  (void)registered;
+  g_launcher_pid = ::getpid();
+  t_in_ssh_connect = true;
+  int rc = ssh_connect(session);
+  t_in_ssh_connect = false;
+  return rc;
+}
 
 // A launcher holds several descriptors per host: lift the soft limit to the hard one.
 void raise_fd_limit() {
@@ -446,7 +482,7 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshEndpoint& ep = hosts[c.host];
   if (c.state == ConnState::kConnecting) {
-    int rc = ssh_connect(c.session);
+    int rc = ssh_connect_forking_proxies_cleanly(c.session);
     if (rc == SSH_AGAIN) return update_epoll(ci), true;
     if (rc != SSH_OK) return error = libssh_failure(c.session), false;
     if (!verify_host_key(ci, error)) return false;

@@ -287,7 +287,10 @@ std::string proxy_jump_command(std::string_view hops, const std::string& config_
 }
 
 std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file) {
-  std::vector<std::string> argv{"ssh", "-G"};
+  // BatchMode=no: Debian's client defaults ServerAliveInterval to 300 under BatchMode yes, and a
+  // host's silence limit (interval x count: 15 min) is taken from what the config sets, not from
+  // that default. Nothing else read here depends on BatchMode (the launcher never prompts).
+  std::vector<std::string> argv{"ssh", "-G", "-o", "BatchMode=no"};
   if (!config_file.empty()) argv.insert(argv.end(), {"-F", config_file});
   if (!q.user.empty()) argv.insert(argv.end(), {"-l", q.user});
   if (q.port) argv.insert(argv.end(), {"-p", std::to_string(*q.port)});

@@ -532,3 +532,69 @@ def test_server_alive_in_the_config_gives_a_cut_host_up_as_ssh_would():
             p.kill()
             p.wait()
     wait_no_leftovers(10)
+
+
+def test_a_jump_host_cut_mid_job_loses_its_target_in_heartbeats_and_ends_the_launcher():
+    # target is reached through j0; the config says BatchMode yes (for which Debian's ssh -G
+    # answers ServerAliveInterval 300: 15 min of silence, which the config did not ask for) and
+    # j0 is cut while the job runs. The target is lost after 2 heartbeats (+2 s), the proxy
+    # (`ssh -W` through j0, which would wait for ever) is ended, the launcher exits 255, and the
+    # target's watchdog, cut off from the launcher, cleans the target by itself.
+    a = addresses()
+    cfg = _config("jumpcut", f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n"
+                  "  ProxyJump j0\n" + _common())
+    p, _ = launch([job("sleeper.py"), "--sleep", "120"],
+                  hostfile=_hostfile("jumpcut", "target", a[2]), extra=["--ssh_config", cfg])
+    try:
+        wait_for(lambda: running("sleeper.py") >= 3, 20, "the 3 processes")
+        check(_jump_ssh_left(), "no jump ssh runs for the target")
+        start = time.monotonic()
+        cluster("cut", 0)
+        try:
+            _, err = p.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the launcher still runs {time.monotonic() - start:.0f} s after "
+                                 "the jump host was cut (the target not lost, or its proxy "
+                                 "waited for)")
+        took = time.monotonic() - start
+        check(p.returncode == 255, f"exit {p.returncode}: {err.decode()[-1500:]}")
+        check(re.search(rb"host target lost: no answer to heartbeats for [2-6]\.", err),
+              f"the target not named as lost after 2 heartbeats: {err.decode()[-1500:]}")
+        check(took < 20, f"the launcher took {took:.1f} s")
+        check(not _jump_ssh_left(), "the jump ssh is left running")
+        wait_for(lambda: not [x for x in marked_processes() if x[0] == "msrs-node1"], 15,
+                 "the target to clean itself")
+    finally:
+        cluster("heal", 0)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    wait_no_leftovers(15)
+
+
+def test_a_launcher_killed_outright_leaves_no_jump_ssh_behind():
+    # SIGKILL (or a crash) gives the launcher no teardown: its proxies end with it, even one whose
+    # jump host is cut off (`ssh -W` would wait for it for ever), and the target's watchdog, its
+    # launcher silent, cleans the target.
+    a = addresses()
+    cfg = _config("jumpkill", f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n"
+                  "  ProxyJump j0\n" + _common())
+    p, _ = launch([job("sleeper.py"), "--sleep", "120"],
+                  hostfile=_hostfile("jumpkill", "target"), extra=["--ssh_config", cfg])
+    try:
+        wait_for(lambda: running("sleeper.py") >= 2, 20, "the 2 processes")
+        check(_jump_ssh_left(), "no jump ssh runs for the target")
+        cluster("cut", 0)
+        p.kill()
+        p.wait(timeout=10)
+        wait_for(lambda: not _jump_ssh_left(), 5, "the jump ssh to end with the launcher")
+        wait_for(lambda: not [x for x in marked_processes() if x[0] == "msrs-node1"], 15,
+                 "the target to clean itself")
+    finally:
+        cluster("heal", 0)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for line in _jump_ssh_left():
+            os.kill(int(line.split()[0]), 9)
+    wait_no_leftovers(15)

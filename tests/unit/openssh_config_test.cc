@@ -192,10 +192,11 @@ TEST(OpensshConfig, IdentityAgentAsSshFindsTheSocket) {
 
 TEST(OpensshConfig, TheQuestionGivesTheHostFilesValuesAsSshsOptions) {
   EXPECT_EQ(ssh_g_command({"node0", "", {}, "", ""}, ""),
-            (std::vector<std::string>{"ssh", "-G", "--", "node0"}));
-  EXPECT_EQ(ssh_g_command({"node0", "u", 2200, "/k", "/kh"}, "/cfg"),
-            (std::vector<std::string>{"ssh", "-G", "-F", "/cfg", "-l", "u", "-p", "2200", "-o",
-                                      "UserKnownHostsFile=/kh", "--", "node0"}));
+            (std::vector<std::string>{"ssh", "-G", "-o", "BatchMode=no", "--", "node0"}));
+  EXPECT_EQ(
+      ssh_g_command({"node0", "u", 2200, "/k", "/kh"}, "/cfg"),
+      (std::vector<std::string>{"ssh", "-G", "-o", "BatchMode=no", "-F", "/cfg", "-l", "u", "-p",
+                                "2200", "-o", "UserKnownHostsFile=/kh", "--", "node0"}));
 }
 
 TEST(OpensshConfig, KnownHostsNamesAsSshWritesThem) {
@@ -358,6 +359,26 @@ TEST_F(RealSshG, PercentCIsWhatSshMakesOfIt) {
     SshTokens t{"/home/me", "me", "1000", local, q.name, &*ssh};
     EXPECT_EQ(expand_ssh_tokens("/kh/%C", t), ssh->user_known_hosts_files[0]) << q.name;
   }
+}
+
+// A config's BatchMode yes (scripts' configs say it) gives no ServerAlive limit of its own, though
+// Debian's `ssh -G` then answers ServerAliveInterval 300 (3 x 300 s: a lost host found after a
+// quarter of an hour); one the config sets is kept, with BatchMode yes or not.
+TEST_F(RealSshG, ServerAliveIsWhatTheConfigSetsNotBatchModesDefault) {
+  std::string config = (dir_ / "batch").string();
+  std::ofstream(config) << "Host quiet\n  BatchMode yes\n"
+                           "Host set\n  BatchMode yes\n  ServerAliveInterval 300\n"
+                           "  ServerAliveCountMax 2\n"
+                           "Host plain\n  ServerAliveInterval 7\n";
+  auto answers = resolve_with_openssh(
+      {{"quiet", "", {}, "", ""}, {"set", "", {}, "", ""}, {"plain", "", {}, "", ""}}, config, 2,
+      10);
+  ASSERT_TRUE(answers) << "no ssh client on PATH";
+  for (const auto& a : *answers) ASSERT_TRUE(a.config) << a.error;
+  EXPECT_EQ((*answers)[0].config->server_alive_interval_s, 0);
+  EXPECT_EQ((*answers)[1].config->server_alive_interval_s, 300);
+  EXPECT_EQ((*answers)[1].config->server_alive_count_max, 2);
+  EXPECT_EQ((*answers)[2].config->server_alive_interval_s, 7);
 }
 
 TEST_F(RealSshG, AnUnreadableConfigIsAnErrorOfItsHost) {
