@@ -6,7 +6,6 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -27,15 +26,12 @@ namespace {
 // ended (a jump host cut off: `ssh -W` waits for ever) held the launcher in that wait. A fork made
 // during ssh_connect gives its child an empty mask and SIGPIPE's default, as a shell gives its
 // commands, and a session of its own: a Ctrl-C on the terminal goes to the launcher, which still
-// needs the proxy to end the job through it. A launcher killed outright (SIGKILL, a crash) takes
-// its proxies with it (PR_SET_PDEATHSIG).
+// needs the proxy to end the job through it. (No PR_SET_PDEATHSIG: `sync --persist` hands its
+// connections, proxies and all, to a keeper and ends.)
 thread_local bool t_in_ssh_connect = false;
-pid_t g_launcher_pid = 0;
 
 void proxy_child_as_from_a_shell() {
   if (!t_in_ssh_connect) return;
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() != g_launcher_pid) ::_exit(1);  // it died before that
   ::setsid();
   sigset_t none;
   sigemptyset(&none);
@@ -47,7 +43,6 @@ int ssh_connect_forking_proxies_cleanly(ssh_session session) {
   static const bool registered =
       ::pthread_atfork(nullptr, nullptr, proxy_child_as_from_a_shell) == 0;
   (void)registered;
-  g_launcher_pid = ::getpid();
   t_in_ssh_connect = true;
   int rc = ssh_connect(session);
   t_in_ssh_connect = false;

@@ -220,3 +220,38 @@ def test_a_slow_login_rc_is_paid_before_the_next_sync_not_during_it():
     finally:
         cluster("slowrc", 1, 0)
         stop_keeper(keeper)
+
+
+def test_connections_through_a_jump_host_are_kept_after_the_command_ends():
+    # node1 is reached through node0 (ProxyJump): its connection runs over an `ssh -W` that
+    # libssh forked in the sync command's process, which ends once the keeper is forked. The
+    # proxy outlives it, the next sync goes over the kept connections, and the keeper's end
+    # ends the proxy.
+    from test_ssh_config import _common, _config, _jump_ssh_left
+    a = addresses()
+    root = make_tree("p5")
+    hf, workdirs = hostfile("p5")
+    text = open(hf).read().replace(f'address = "{a[1]}"\n', 'address = "target"\n')
+    open(hf, "w").write(text)
+    cfg = _config("p5", f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n"
+                  "  ProxyJump j0\n" + _common())
+    keeper = None
+    try:
+        code, out, err = sync("p5", hf, ["--ssh_config", cfg, "--persist", "60", "p5/proj"])
+        check(code == 0, f"first sync: exit {code}: {out}{err}")
+        m = KEPT.search(err)
+        check(m, f"no keeper announced: {err}")
+        keeper = int(m.group(1))
+        time.sleep(1)
+        check(_jump_ssh_left(), "the jump ssh ended with the command that started it")
+        with open(os.path.join(root, "lib/util.py"), "w") as f:
+            f.write("VALUE = 43\n")
+        code, out, err = sync("p5", hf, ["--ssh_config", cfg, "--persist", "60", "p5/proj"])
+        check(code == 0, f"second sync: exit {code}: {out}{err}")
+        m = OVER.search(err)
+        check(m and int(m.group(1)) == keeper, f"not over keeper {keeper}: {err}")
+        r = results(out)
+        check(r.get("target", "").startswith("1 files, "), f"target: {r} (one changed file)")
+    finally:
+        stop_keeper(keeper)
+    wait_for(lambda: not _jump_ssh_left(), 10, "the jump ssh to end with the keeper")

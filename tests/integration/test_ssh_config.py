@@ -570,31 +570,3 @@ def test_a_jump_host_cut_mid_job_loses_its_target_in_heartbeats_and_ends_the_lau
             p.kill()
             p.wait()
     wait_no_leftovers(15)
-
-
-def test_a_launcher_killed_outright_leaves_no_jump_ssh_behind():
-    # SIGKILL (or a crash) gives the launcher no teardown: its proxies end with it, even one whose
-    # jump host is cut off (`ssh -W` would wait for it for ever), and the target's watchdog, its
-    # launcher silent, cleans the target.
-    a = addresses()
-    cfg = _config("jumpkill", f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n"
-                  "  ProxyJump j0\n" + _common())
-    p, _ = launch([job("sleeper.py"), "--sleep", "120"],
-                  hostfile=_hostfile("jumpkill", "target"), extra=["--ssh_config", cfg])
-    try:
-        wait_for(lambda: running("sleeper.py") >= 2, 20, "the 2 processes")
-        check(_jump_ssh_left(), "no jump ssh runs for the target")
-        cluster("cut", 0)
-        p.kill()
-        p.wait(timeout=10)
-        wait_for(lambda: not _jump_ssh_left(), 5, "the jump ssh to end with the launcher")
-        wait_for(lambda: not [x for x in marked_processes() if x[0] == "msrs-node1"], 15,
-                 "the target to clean itself")
-    finally:
-        cluster("heal", 0)
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        for line in _jump_ssh_left():
-            os.kill(int(line.split()[0]), 9)
-    wait_no_leftovers(15)
