@@ -1,7 +1,7 @@
 // A host's SSH settings exactly as OpenSSH's client would use them: its own answer,
-// `ssh -G [-F FILE] [-l USER] [-p PORT] [-o UserKnownHostsFile=FILE] NAME`, asked once
-// per host name (in parallel) and parsed here. Every corner of ssh_config(5) — Host patterns
-// (case-sensitive), Match with every criterion (exec, originalhost, ...), Include, tokens in
+// `ssh -G -o BatchMode=no [-F FILE] [-l USER] [-p PORT] [-o UserKnownHostsFile=FILE] NAME`,
+// asked once per host name (in parallel) and parsed here. Every corner of ssh_config(5) — Host
+// patterns (case-sensitive), Match with every criterion (exec, originalhost, ...), Include, tokens in
 // HostName, CanonicalizeHostname — is OpenSSH's own. Where no `ssh` client is installed, the pool
 // falls back to libssh's config parser (docs/ssh.md says what that one misses).
 #pragma once

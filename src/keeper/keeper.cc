@@ -383,6 +383,14 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&ends, s);
   ::pthread_sigmask(SIG_BLOCK, &ends, &before);
   pid_t pid = ::fork();
+  if (pid > 0) {
+    // One that came for the command meanwhile ends it when the mask comes back, before it could
+    // name the keeper: the keeper ends with it.
+    sigset_t pending;
+    sigpending(&pending);
+    for (int s : {SIGTERM, SIGINT, SIGHUP})
+      if (sigismember(&pending, s) == 1 && sigismember(&before, s) == 0) ::kill(pid, SIGTERM);
+  }
   if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     std::fprintf(stderr, "msrun-ssh: warning: --persist: fork: %s: connections not kept\n",

@@ -123,6 +123,7 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
     c.event = nullptr;
   }
   if (c.session) {
+    end_proxies({ci}, state == ConnState::kClosed ? kProxyGraceMs : 0);
     if (state == ConnState::kClosed) ssh_disconnect(c.session);
     ssh_free(c.session);  // and the agent filter's socket it held, if any
     c.session = nullptr;
@@ -136,8 +137,11 @@ void SshPool::Impl::close_all() {
   Stretch quiet(tearing_down);
   drop_held(std::nullopt);
   for (auto& [id, ch] : chans) free_channel(*ch);
+  std::vector<size_t> open;
   for (size_t i = 0; i < conns.size(); ++i)
-    if (conns[i].session) drop_conn(i, ConnState::kClosed);
+    if (conns[i].session) open.push_back(i);
+  end_proxies(open, kProxyGraceMs);  // all at once: one grace, not one per proxy
+  for (size_t i : open) drop_conn(i, ConnState::kClosed);
 }
 
 int SshPool::Impl::on_data(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr,

@@ -20,35 +20,6 @@
 namespace msrun_ssh {
 namespace {
 
-// libssh forks a ProxyCommand (ProxyJump's `ssh -W` too) inside ssh_connect, and at the end sends
-// it SIGTERM and waits for it. The launcher has its ending signals blocked (it reads them from a
-// signalfd) and SIGPIPE ignored, which a fork and exec would hand on: a proxy that could not be
-// ended (a jump host cut off: `ssh -W` waits for ever) held the launcher in that wait. A fork made
-// during ssh_connect gives its child an empty mask and SIGPIPE's default, as a shell gives its
-// commands, and a session of its own: a Ctrl-C on the terminal goes to the launcher, which still
-// needs the proxy to end the job through it. (No PR_SET_PDEATHSIG: `sync --persist` hands its
-// connections, proxies and all, to a keeper and ends.)
-thread_local bool t_in_ssh_connect = false;
-
-void proxy_child_as_from_a_shell() {
-  if (!t_in_ssh_connect) return;
-  ::setsid();
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::signal(SIGPIPE, SIG_DFL);
-}
-
-int ssh_connect_forking_proxies_cleanly(ssh_session session) {
-  static const bool registered =
-      ::pthread_atfork(nullptr, nullptr, proxy_child_as_from_a_shell) == 0;
-  (void)registered;
-  t_in_ssh_connect = true;
-  int rc = ssh_connect(session);
-  t_in_ssh_connect = false;
-  return rc;
-}
-
 // A launcher holds several descriptors per host: lift the soft limit to the hard one.
 void raise_fd_limit() {
   rlimit rl{};
@@ -160,6 +131,8 @@ SshPool::Impl::Impl(std::vector<SshEndpoint> h, SshSettings s)
 SshPool::Impl::~Impl() {
   close_all();
   if (epfd >= 0) close(epfd);
+  for (int fd : proxy_reports)
+    if (fd >= 0) close(fd);
 }
 
 ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) {
@@ -259,7 +232,12 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
                           ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
                                                      hosts[c.host].address)
                           : proxy_jump_command(h.proxy_jump, settings.ssh_config);
-  if (!proxy.empty()) ssh_options_set(c.session, SSH_OPTIONS_PROXYCOMMAND, proxy.c_str());
+  // libssh runs it as ssh does, `exec COMMAND` under $SHELL -c (no shell waits between the
+  // proxy and its signals); the proxy is a process group of its own (proxies.cc).
+  if (!proxy.empty()) {
+    ssh_options_set(c.session, SSH_OPTIONS_PROXYCOMMAND, proxy.c_str());
+    c.proxied = true;
+  }
   // As ssh -G gives it (its tokens, ${NAME} and "~" expanded); the older $NAME form read here.
   if (auto socket = identity_agent_socket(h.identity_agent); socket && !socket->empty())
     ssh_options_set(c.session, SSH_OPTIONS_IDENTITY_AGENT, socket->c_str());
@@ -477,7 +455,7 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshEndpoint& ep = hosts[c.host];
   if (c.state == ConnState::kConnecting) {
-    int rc = ssh_connect_forking_proxies_cleanly(c.session);
+    int rc = connect_forking_a_proxy(ci);
     if (rc == SSH_AGAIN) return update_epoll(ci), true;
     if (rc != SSH_OK) return error = libssh_failure(c.session), false;
     if (!verify_host_key(ci, error)) return false;

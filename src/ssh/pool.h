@@ -63,6 +63,10 @@ struct SshPool::Impl {
     bool agent_settled = false;        // the agent's socket was settled (filter_agent)
     int agent_fd = -1;  // the agent filter's socket libssh holds, until authenticated
     std::shared_ptr<AgentHeld> agent_held;  // the listed keys the agent holds (the filter's)
+    bool proxied = false;    // through a ProxyCommand / ProxyJump libssh forks (proxies.cc)
+    pid_t proxy = 0;         // its pid (and process group), once its child said so
+    pid_t proxy_parent = 0;  // the process that forked it (a keeper holds others' proxies)
+    int proxy_fd = -1;       // its pidfd
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -179,6 +183,16 @@ struct SshPool::Impl {
   static constexpr size_t kSmallPacket = 512;
   static constexpr size_t kSmallPacketsFor = 32768;
   static constexpr uint64_t kFdKey = 1ULL << 40;  // epoll keys from here on: watched descriptors
+
+  // --- proxies (proxies.cc) ---------------------------------------------------------------------
+  // libssh forks a connection's proxy in ssh_connect and, at its end, sends it SIGTERM and waits
+  // for it. The child says its pid over proxy_reports; end_proxies ends the proxies of `conns`
+  // (SIGTERM, at most `grace_ms`, then SIGKILL; at once with 0) before libssh waits for them.
+  int proxy_reports[2] = {-1, -1};
+  int connect_forking_a_proxy(size_t ci);
+  void learn_proxies();
+  void end_proxies(const std::vector<size_t>& conns, double grace_ms);
+  static constexpr double kProxyGraceMs = 2000;
 
   int wait(std::vector<epoll_event>& evs, int timeout_ms);
   void update_epoll(size_t ci);

@@ -79,10 +79,11 @@ def _unreachable_from_the_launcher(*addrs):
             subprocess.run(["ip", "route", "del", "blackhole", addr + "/32"], timeout=10)
 
 
-def _jump_ssh_left():
+def _jump_ssh_left(config=""):
+    """The jump ssh processes running (those reading `config` when given)."""
     return [l for l in subprocess.run(["pgrep", "-af", "ssh -o BatchMode=yes"],
                                       capture_output=True, text=True).stdout.splitlines()
-            if "-W" in l]
+            if "-W" in l and config in l]
 
 
 def test_proxyjump_two_hops_in_order_with_the_same_config():
@@ -534,20 +535,19 @@ def test_server_alive_in_the_config_gives_a_cut_host_up_as_ssh_would():
     wait_no_leftovers(10)
 
 
-def test_a_jump_host_cut_mid_job_loses_its_target_in_heartbeats_and_ends_the_launcher():
-    # target is reached through j0; the config says BatchMode yes (for which Debian's ssh -G
-    # answers ServerAliveInterval 300: 15 min of silence, which the config did not ask for) and
-    # j0 is cut while the job runs. The target is lost after 2 heartbeats (+2 s), the proxy
-    # (`ssh -W` through j0, which would wait for ever) is ended, the launcher exits 255, and the
-    # target's watchdog, cut off from the launcher, cleans the target by itself.
+def _cut_jump_ends_the_launcher(name, target_lines, env=None):
+    """Runs a job on `target` (reached through j0 as `target_lines` say) and a[2], cuts j0 while
+    it runs, and checks that the target is lost after 2 heartbeats (+2 s), the launcher exits
+    255 at once, no proxy is left, and the target's watchdog cleans the target."""
     a = addresses()
-    cfg = _config("jumpcut", f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n"
-                  "  ProxyJump j0\n" + _common())
+    cfg = _config(name, f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n" +
+                  target_lines.format(cfg=os.path.join(tmpdir(), name + ".ssh_config")) +
+                  _common())
     p, _ = launch([job("sleeper.py"), "--sleep", "120"],
-                  hostfile=_hostfile("jumpcut", "target", a[2]), extra=["--ssh_config", cfg])
+                  hostfile=_hostfile(name, "target", a[2]), extra=["--ssh_config", cfg], env=env)
     try:
         wait_for(lambda: running("sleeper.py") >= 3, 20, "the 3 processes")
-        check(_jump_ssh_left(), "no jump ssh runs for the target")
+        check(_jump_ssh_left(cfg), "no jump ssh runs for the target")
         start = time.monotonic()
         cluster("cut", 0)
         try:
@@ -561,7 +561,7 @@ def test_a_jump_host_cut_mid_job_loses_its_target_in_heartbeats_and_ends_the_lau
         check(re.search(rb"host target lost: no answer to heartbeats for [2-6]\.", err),
               f"the target not named as lost after 2 heartbeats: {err.decode()[-1500:]}")
         check(took < 20, f"the launcher took {took:.1f} s")
-        check(not _jump_ssh_left(), "the jump ssh is left running")
+        check(not _jump_ssh_left(cfg), f"a jump ssh is left running: {_jump_ssh_left(cfg)}")
         wait_for(lambda: not [x for x in marked_processes() if x[0] == "msrs-node1"], 15,
                  "the target to clean itself")
     finally:
@@ -569,4 +569,22 @@ def test_a_jump_host_cut_mid_job_loses_its_target_in_heartbeats_and_ends_the_lau
         if p.poll() is None:
             p.kill()
             p.wait()
+        for line in _jump_ssh_left(cfg):
+            os.kill(int(line.split()[0]), 9)
     wait_no_leftovers(15)
+
+
+def test_a_jump_host_cut_mid_job_loses_its_target_in_heartbeats_and_ends_the_launcher():
+    # The config says BatchMode yes (for which Debian's ssh -G answers ServerAliveInterval 300:
+    # 15 min of silence, which the config did not ask for). SHELL=/bin/sh: libssh runs the proxy
+    # with $SHELL -c (as `exec COMMAND`), here dash.
+    _cut_jump_ends_the_launcher("jumpcut", "  ProxyJump j0\n", env={"SHELL": "/bin/sh"})
+
+
+def test_a_proxy_command_that_ignores_sigterm_is_ended_when_its_jump_host_is_cut():
+    # A ProxyCommand that ignores SIGTERM (ssh keeps an ignored SIGTERM ignored): libssh's own
+    # SIGTERM and wait would hold the launcher as long as the cut jump host keeps `ssh -W` alive.
+    # It gets 2 s, then SIGKILL.
+    _cut_jump_ends_the_launcher(
+        "jumpterm", "  ProxyCommand sh -c \"trap '' TERM; exec ssh -o BatchMode=yes -F {cfg} "
+        "-W [%h]:%p j0\"\n")

@@ -1,0 +1,137 @@
+// The proxies libssh forks for ProxyCommand / ProxyJump hosts: how they start and how they end.
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "msrun_ssh/base.h"
+#include "pool.h"
+
+namespace msrun_ssh {
+namespace {
+
+// What a proxy's child writes to its pool's pipe first thing after the fork.
+struct ProxyBorn {
+  uint64_t conn;
+  int64_t pid;
+};
+
+// Set on the thread that runs ssh_connect, for the fork libssh makes inside it. The child sees
+// the forking thread's copy.
+struct ProxyFork {
+  bool active = false;
+  int report_fd = -1;
+  size_t conn = 0;
+};
+thread_local ProxyFork t_proxy_fork;
+
+// The launcher has its ending signals blocked (it reads them from a signalfd) and SIGPIPE
+// ignored, which a fork and exec would hand on: libssh's SIGTERM at the end would wait in the
+// proxy's mask, and libssh's waitpid with it, for ever if its jump host was cut off. The proxy
+// starts as a shell starts its commands (an empty mask, SIGPIPE's default), in a session of its
+// own (a Ctrl-C on the terminal goes to the launcher, which still needs the proxy to end the job
+// through it; the group is ended as one), with none of the launcher's descriptors (libssh makes
+// its sockets without close-on-exec: a proxy such as `nc` would hold other hosts' connections
+// open). (No PR_SET_PDEATHSIG: `sync --persist` hands its connections, proxies and all, to a
+// keeper and ends.)
+void proxy_child_as_from_a_shell() {
+  const ProxyFork& f = t_proxy_fork;
+  if (!f.active) return;
+  if (f.report_fd >= 0) {
+    ProxyBorn born{f.conn, ::getpid()};
+    (void)!::write(f.report_fd, &born, sizeof born);
+  }
+  ::setsid();
+  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // libssh's dup2 onto 0 and 1 keeps those
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+}
+
+bool has_ended(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+}  // namespace
+
+int SshPool::Impl::connect_forking_a_proxy(size_t ci) {
+  static const bool registered =
+      ::pthread_atfork(nullptr, nullptr, proxy_child_as_from_a_shell) == 0;
+  Conn& c = conns[ci];
+  if (!c.proxied || !registered) return ssh_connect(c.session);
+  if (proxy_reports[0] < 0 && ::pipe2(proxy_reports, O_CLOEXEC | O_NONBLOCK) != 0)
+    proxy_reports[0] = proxy_reports[1] = -1;
+  struct Scope {
+    ProxyFork saved = t_proxy_fork;
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    Scope() = default;
+    ~Scope() { t_proxy_fork = saved; }
+  } scope;
+  t_proxy_fork = {true, proxy_reports[1], ci};
+  int rc = ssh_connect(c.session);
+  learn_proxies();
+  return rc;
+}
+
+void SshPool::Impl::learn_proxies() {
+  if (proxy_reports[0] < 0) return;
+  ProxyBorn born{};
+  while (::read(proxy_reports[0], &born, sizeof born) == static_cast<ssize_t>(sizeof born)) {
+    if (born.conn >= conns.size() || born.pid <= 0) continue;
+    Conn& c = conns[born.conn];
+    if (c.proxy_fd >= 0) ::close(c.proxy_fd);
+    c.proxy = static_cast<pid_t>(born.pid);
+    c.proxy_parent = ::getpid();
+    // Unreaped (libssh reaps it): the pid is this very process. (Debian 12's <sys/pidfd.h>
+    // declares pidfd_open without C linkage.)
+    c.proxy_fd = static_cast<int>(::syscall(SYS_pidfd_open, c.proxy, 0));
+  }
+}
+
+void SshPool::Impl::end_proxies(const std::vector<size_t>& which, double grace_ms) {
+  learn_proxies();
+  std::vector<size_t> live;
+  for (size_t ci : which) {
+    Conn& c = conns[ci];
+    if (c.proxy <= 0) continue;
+    // Our child stays unreaped until libssh waits for it: its group id is its own until then.
+    // A proxy inherited from the command that forked this keeper is signalled while it lives.
+    bool ours = c.proxy_parent == ::getpid();
+    bool alive = c.proxy_fd >= 0 ? !has_ended(c.proxy_fd) : ours;
+    if (alive || ours) {
+      ::kill(-c.proxy, grace_ms > 0 ? SIGTERM : SIGKILL);
+      live.push_back(ci);
+    }
+  }
+  if (grace_ms > 0 && !live.empty()) {
+    double until = monotonic_ms() + grace_ms;
+    for (size_t ci : live) {
+      const Conn& c = conns[ci];
+      while (c.proxy_fd >= 0 && !has_ended(c.proxy_fd) && monotonic_ms() < until) {
+        pollfd p{c.proxy_fd, POLLIN, 0};
+        ::poll(&p, 1, static_cast<int>(std::max(1.0, until - monotonic_ms())));
+      }
+    }
+    for (size_t ci : live) {
+      const Conn& c = conns[ci];
+      bool ours = c.proxy_parent == ::getpid();
+      if (ours || (c.proxy_fd >= 0 && !has_ended(c.proxy_fd))) ::kill(-c.proxy, SIGKILL);
+    }
+  }
+  for (size_t ci : which) {
+    Conn& c = conns[ci];
+    if (c.proxy_fd >= 0) ::close(c.proxy_fd);
+    c.proxy_fd = -1;
+    c.proxy = 0;
+  }
+}
+
+}  // namespace msrun_ssh
