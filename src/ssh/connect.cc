@@ -450,6 +450,20 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
   return false;
 }
 
+// For a connection that failed before the server answered: libssh sends its proxy's stderr to
+// /dev/null, so what went wrong at the jump host (unreachable, refused, its key unknown) is not
+// in libssh's words. The command that shows it.
+std::string SshPool::Impl::proxy_hint(size_t ci) const {
+  const Conn& c = conns[ci];
+  if (!c.proxied || !has_openssh(c.host)) return "";
+  const SshHostConfig& h = *openssh[c.host].shared;
+  std::string config = settings.ssh_config.empty() ? "" : " -F " + shell_quote(settings.ssh_config);
+  return fmt::format(
+      " (through {}; the proxy's own errors are not seen here: `ssh{} {} true` shows them)",
+      h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump, config,
+      shell_quote(hosts[c.host].address));
+}
+
 // Moves one connection as far as it can go without blocking. False: failed, `error` says why.
 bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
@@ -457,7 +471,11 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   if (c.state == ConnState::kConnecting) {
     int rc = connect_forking_a_proxy(ci);
     if (rc == SSH_AGAIN) return update_epoll(ci), true;
-    if (rc != SSH_OK) return error = libssh_failure(c.session), false;
+    if (rc != SSH_OK) {
+      error = libssh_failure(c.session);
+      error.reason += proxy_hint(ci);
+      return false;
+    }
     if (!verify_host_key(ci, error)) return false;
     c.state = ConnState::kAuth;
   }
@@ -550,8 +568,9 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
       if (c.deadline <= now) {
         bool answered = c.state == ConnState::kAuth;
         fail(ci, {answered ? ConnectError::kAuthTimedOut : ConnectError::kTimedOut,
-                  fmt::format("timed out after {:g} s ({})", connect_timeout_s(c.host),
-                              answered ? "during authentication" : "no answer")});
+                  fmt::format("timed out after {:g} s ({}){}", connect_timeout_s(c.host),
+                              answered ? "during authentication" : "no answer",
+                              answered ? "" : proxy_hint(ci))});
       } else {
         soonest = std::min(soonest, c.deadline);
       }

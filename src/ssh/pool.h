@@ -190,6 +190,7 @@ struct SshPool::Impl {
   // (SIGTERM, at most `grace_ms`, then SIGKILL; at once with 0) before libssh waits for them.
   int proxy_reports[2] = {-1, -1};
   int connect_forking_a_proxy(size_t ci);
+  std::string proxy_hint(size_t ci) const;  // for a failure before the server answered
   void learn_proxies();
   void end_proxies(const std::vector<size_t>& conns, double grace_ms);
   static constexpr double kProxyGraceMs = 2000;

@@ -588,3 +588,24 @@ def test_a_proxy_command_that_ignores_sigterm_is_ended_when_its_jump_host_is_cut
     _cut_jump_ends_the_launcher(
         "jumpterm", "  ProxyCommand sh -c \"trap '' TERM; exec ssh -o BatchMode=yes -F {cfg} "
         "-W [%h]:%p j0\"\n")
+
+
+def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows_why():
+    # libssh sends the proxy's stderr to /dev/null: the failure names the jump and the ssh command
+    # that shows the proxy's own error, and that command does show it (the address of the jump).
+    a = addresses()
+    nowhere = a[0].rsplit(".", 1)[0] + ".99"  # on the cluster's network, no host there
+    cfg = _config("jumpnowhere", f"Host j9\n  HostName {nowhere}\n  ConnectTimeout 2\n"
+                  f"Host target\n  HostName {a[1]}\n  ProxyJump j9\n" + _common())
+    code, out, err, _ = run(["/bin/true"], hostfile=_hostfile("jumpnowhere", "target"),
+                            extra=["--ssh_config", cfg], timeout=60)
+    text = err.decode()
+    check(code == 255, f"exit {code}: {text[-1500:]}")
+    m = re.search(r"target: .*\(through ProxyJump j9; the proxy's own errors are not seen here: "
+                  r"`(ssh -F \S+ \S+ true)` shows them\)", text)
+    check(m, f"the jump and the command are not named: {text[-1500:]}")
+    r = subprocess.run(shlex.split(m.group(1)), capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, cwd=tmpdir())
+    check(r.returncode == 255 and nowhere in r.stderr,
+          f"{m.group(1)}: exit {r.returncode}, does not show the jump's error: {r.stderr}")
+    check(not _jump_ssh_left(cfg), "a jump ssh is left running")
