@@ -315,6 +315,23 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
                                             : "the ssh config says StrictHostKeyChecking no")});
         return true;
       }
+      if (c.proxied && h) {
+        // ssh-keyscan from here would not pass the jump host; ssh itself does, shows the key's
+        // fingerprint, asks, and records it where and as it keeps keys.
+        std::string config =
+            settings.ssh_config.empty() ? "" : " -F " + shell_quote(settings.ssh_config);
+        error = {
+            ConnectError::kHostKeyUnknown,
+            fmt::format(
+                "unknown host key (not in {}{}); it is reached through {}: ssh "
+                "shows its fingerprint and records it when you answer yes: ssh -o "
+                "BatchMode=no -o StrictHostKeyChecking=ask{} {} true",
+                known,
+                h->host_key_alias.empty() ? "" : fmt::format(" under HostKeyAlias {}", key_name),
+                h->proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h->proxy_jump, config,
+                shell_quote(ep.address))};
+        return false;
+      }
       error = {ConnectError::kHostKeyUnknown,
                h && !h->host_key_alias.empty()
                    ? fmt::format("unknown host key (not in {} under HostKeyAlias {}); after "

@@ -609,3 +609,31 @@ def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows
     check(r.returncode == 255 and nowhere in r.stderr,
           f"{m.group(1)}: exit {r.returncode}, does not show the jump's error: {r.stderr}")
     check(not _jump_ssh_left(cfg), "a jump ssh is left running")
+
+
+def test_an_unknown_key_behind_a_jump_host_names_a_remedy_that_passes_the_jump():
+    # ssh-keyscan from the launcher cannot reach a host behind a jump host: the remedy is ssh's
+    # own prompt, through the jump (run here in a terminal, answered yes), and the key it
+    # records lets msrun-ssh in.
+    a = addresses()
+    known = os.path.join(tmpdir(), "jump_remedy_known_hosts")
+    open(known, "w").close()
+    cfg = _config("jumpremedy", f"Host j0\n  HostName {a[0]}\n  UserKnownHostsFile "
+                  f"{os.path.join(cluster_dir(), 'known_hosts')}\nHost target\n"
+                  f"  HostName {a[1]}\n  ProxyJump j0\n" + _common(known))
+    _, err = _msrun_sees(cfg, _hostfile("jumpremedy", "target"), code_wanted=255)
+    m = re.search(r"reached through ProxyJump j0: ssh shows its fingerprint and records it when "
+                  r"you answer yes: (ssh -o BatchMode=no -o StrictHostKeyChecking=ask -F \S+ "
+                  r"\S+ true)", err)
+    check(m and "ssh-keyscan" not in err, f"remedy: {err[-1500:]}")
+    pane = Pane("jumpremedy")
+    try:
+        pane.type(m.group(1) + "; echo EXIT=$?")
+        wait_for(lambda: b"(yes/no" in pane.drawn(), 30, "ssh's question")
+        pane.type("yes")
+        check(pane.exit_status(30) == 0, f"the remedy failed: {pane.drawn()[-1500:]}")
+    finally:
+        pane.close()
+    check(open(known).read().strip(), f"nothing recorded in {known}")
+    seen, err = _msrun_sees(cfg, _hostfile("jumpremedy", "target"))
+    _same(next(iter(seen.values())), _ssh_sees(cfg, "target"), "after the remedy")
