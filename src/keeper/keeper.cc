@@ -377,22 +377,14 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
   std::fflush(nullptr);
   // The keeper is forked with SIGTERM, SIGINT and SIGHUP blocked: one that comes before serve_mux
   // made its signalfd waits for it (SIGHUP is then ignored) instead of killing it with its socket
-  // left behind. The command's own mask comes back in the command.
+  // left behind. The command keeps them blocked until it has named the keeper (below).
   sigset_t ends, before;
   sigemptyset(&ends);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&ends, s);
   ::pthread_sigmask(SIG_BLOCK, &ends, &before);
   pid_t pid = ::fork();
-  if (pid > 0) {
-    // One that came for the command meanwhile ends it when the mask comes back, before it could
-    // name the keeper: the keeper ends with it.
-    sigset_t pending;
-    sigpending(&pending);
-    for (int s : {SIGTERM, SIGINT, SIGHUP})
-      if (sigismember(&pending, s) == 1 && sigismember(&before, s) == 0) ::kill(pid, SIGTERM);
-  }
-  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     std::fprintf(stderr, "msrun-ssh: warning: --persist: fork: %s: connections not kept\n",
                  std::strerror(errno));
     ::close(fd);
@@ -418,6 +410,15 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
   std::fprintf(stderr, "msrun-ssh: connections kept for %g s by process %d (--persist)\n",
                persist_s, static_cast<int>(pid));
   std::fflush(nullptr);
+  // One that came for the command since the fork ends the keeper too, and then the command, as
+  // it would have; one that comes after this look finds the keeper named, and is not delivered.
+  sigset_t pending;
+  sigpending(&pending);
+  for (int s : {SIGTERM, SIGINT, SIGHUP})
+    if (sigismember(&pending, s) == 1 && sigismember(&before, s) == 0) {
+      ::kill(pid, SIGTERM);
+      ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    }
   ::_exit(exit_code);
 }
 

@@ -133,6 +133,8 @@ SshPool::Impl::~Impl() {
   if (epfd >= 0) close(epfd);
   for (int fd : proxy_reports)
     if (fd >= 0) close(fd);
+  for (const Conn& c : conns)
+    if (c.proxy_fd >= 0) close(c.proxy_fd);
 }
 
 ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) {
@@ -590,8 +592,11 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     }
   }
   // A host is ready only when every connection it needs is: the others of a failed host close.
+  std::vector<size_t> others;
   for (size_t ci = 0; ci < conns.size(); ++ci)
-    if (failed[conns[ci].host] && conns[ci].session) drop_conn(ci, ConnState::kClosed);
+    if (failed[conns[ci].host] && conns[ci].session) others.push_back(ci);
+  end_proxies(others, 0);  // a failed host's: no grace, and not one after another
+  for (size_t ci : others) drop_conn(ci, ConnState::kClosed);
   agent_filter.reset();  // every session is authenticated or failed: none asks the agent again
   return failed;
 }

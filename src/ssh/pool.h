@@ -63,10 +63,9 @@ struct SshPool::Impl {
     bool agent_settled = false;        // the agent's socket was settled (filter_agent)
     int agent_fd = -1;  // the agent filter's socket libssh holds, until authenticated
     std::shared_ptr<AgentHeld> agent_held;  // the listed keys the agent holds (the filter's)
-    bool proxied = false;    // through a ProxyCommand / ProxyJump libssh forks (proxies.cc)
-    pid_t proxy = 0;         // its pid (and process group), once its child said so
-    pid_t proxy_parent = 0;  // the process that forked it (a keeper holds others' proxies)
-    int proxy_fd = -1;       // its pidfd
+    bool proxied = false;  // through a ProxyCommand / ProxyJump libssh forks (proxies.cc)
+    pid_t proxy = 0;       // its pid (and process group), once its child said so
+    int proxy_fd = -1;     // its pidfd
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,7 +48,10 @@ void proxy_child_as_from_a_shell() {
     (void)!::write(f.report_fd, &born, sizeof born);
   }
   ::setsid();
-  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // libssh's dup2 onto 0 and 1 keeps those
+  // libssh's dup2 onto 0 and 1 keeps those. Before Linux 5.11, one by one (a bound: the launcher
+  // raised its descriptor limit).
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+    for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -57,6 +61,27 @@ void proxy_child_as_from_a_shell() {
 bool has_ended(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) == 1;
+}
+
+// Whether the proxy is this process's child, not reaped yet (running or a zombie): then its pid is
+// its process group's id, which no other group can take meanwhile. libssh reaps it at the end,
+// and also by itself when the connection ends on its own (the server's disconnect, the proxy's
+// output ended): a group id after that could be anyone's.
+bool unreaped_child(int pidfd) {
+  siginfo_t info{};
+  constexpr int kPidfd = 3;  // P_PIDFD (linux/wait.h; glibc 2.36 does not name it)
+  return ::waitid(static_cast<idtype_t>(kPidfd), static_cast<id_t>(pidfd), &info,
+                  WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+// `signo` to the proxy's process group while that is safe, else to the proxy itself by its
+// pidfd (a keeper's inherited proxies, reaped by init; a proxy libssh reaped: nothing to do).
+void signal_proxy(pid_t pid, int pidfd, int signo) {
+  if (pidfd < 0) return;
+  if (unreaped_child(pidfd))
+    ::kill(-pid, signo);
+  else
+    ::syscall(SYS_pidfd_send_signal, pidfd, signo, nullptr, 0);
 }
 
 }  // namespace
@@ -85,11 +110,10 @@ void SshPool::Impl::learn_proxies() {
   if (proxy_reports[0] < 0) return;
   ProxyBorn born{};
   while (::read(proxy_reports[0], &born, sizeof born) == static_cast<ssize_t>(sizeof born)) {
-    if (born.conn >= conns.size() || born.pid <= 0) continue;
+    if (born.conn >= conns.size() || born.pid <= 0 || !conns[born.conn].session) continue;
     Conn& c = conns[born.conn];
     if (c.proxy_fd >= 0) ::close(c.proxy_fd);
     c.proxy = static_cast<pid_t>(born.pid);
-    c.proxy_parent = ::getpid();
     // Unreaped (libssh reaps it): the pid is this very process. (Debian 12's <sys/pidfd.h>
     // declares pidfd_open without C linkage.)
     c.proxy_fd = static_cast<int>(::syscall(SYS_pidfd_open, c.proxy, 0));
@@ -100,31 +124,22 @@ void SshPool::Impl::end_proxies(const std::vector<size_t>& which, double grace_m
   learn_proxies();
   std::vector<size_t> live;
   for (size_t ci : which) {
-    Conn& c = conns[ci];
-    if (c.proxy <= 0) continue;
-    // Our child stays unreaped until libssh waits for it: its group id is its own until then.
-    // A proxy inherited from the command that forked this keeper is signalled while it lives.
-    bool ours = c.proxy_parent == ::getpid();
-    bool alive = c.proxy_fd >= 0 ? !has_ended(c.proxy_fd) : ours;
-    if (alive || ours) {
-      ::kill(-c.proxy, grace_ms > 0 ? SIGTERM : SIGKILL);
-      live.push_back(ci);
-    }
+    const Conn& c = conns[ci];
+    if (c.proxy <= 0 || c.proxy_fd < 0) continue;
+    signal_proxy(c.proxy, c.proxy_fd, grace_ms > 0 ? SIGTERM : SIGKILL);
+    live.push_back(ci);
   }
   if (grace_ms > 0 && !live.empty()) {
     double until = monotonic_ms() + grace_ms;
     for (size_t ci : live) {
       const Conn& c = conns[ci];
-      while (c.proxy_fd >= 0 && !has_ended(c.proxy_fd) && monotonic_ms() < until) {
+      while (!has_ended(c.proxy_fd) && monotonic_ms() < until) {
         pollfd p{c.proxy_fd, POLLIN, 0};
         ::poll(&p, 1, static_cast<int>(std::max(1.0, until - monotonic_ms())));
       }
     }
-    for (size_t ci : live) {
-      const Conn& c = conns[ci];
-      bool ours = c.proxy_parent == ::getpid();
-      if (ours || (c.proxy_fd >= 0 && !has_ended(c.proxy_fd))) ::kill(-c.proxy, SIGKILL);
-    }
+    // Also the group's other members (a multi-hop ProxyJump's inner ssh) when the proxy ended.
+    for (size_t ci : live) signal_proxy(conns[ci].proxy, conns[ci].proxy_fd, SIGKILL);
   }
   for (size_t ci : which) {
     Conn& c = conns[ci];
