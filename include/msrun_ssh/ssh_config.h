@@ -1,9 +1,9 @@
 // A host's SSH settings exactly as OpenSSH's client would use them: its own answer,
 // `ssh -G -o BatchMode=no [-F FILE] [-l USER] [-p PORT] [-o UserKnownHostsFile=FILE] NAME`,
 // asked once per host name (in parallel) and parsed here. Every corner of ssh_config(5) — Host
-// patterns (case-sensitive), Match with every criterion (exec, originalhost, ...), Include, tokens in
-// HostName, CanonicalizeHostname — is OpenSSH's own. Where no `ssh` client is installed, the pool
-// falls back to libssh's config parser (docs/ssh.md says what that one misses).
+// patterns (case-sensitive), Match with every criterion (exec, originalhost, ...), Include, tokens
+// in HostName, CanonicalizeHostname — is OpenSSH's own. Where no `ssh` client is installed, the
+// pool falls back to libssh's config parser (docs/ssh.md says what that one misses).
 #pragma once
 
 #include <functional>
@@ -104,6 +104,12 @@ struct SshQuery {
   std::string identity_file;
   std::string known_hosts;
 };
+
+// The shell command line that reaches `q` as the launcher does (the host file's user, port,
+// identity file and known_hosts as ssh's options): ssh OPTIONS [-F config_file] ... -- NAME
+// REMOTE, each word quoted where the shell needs it. For the remedies said to the user.
+std::string ssh_command_line(const SshQuery& q, const std::string& config_file,
+                             const std::vector<std::string>& options, const std::string& remote);
 
 // The `ssh` argument vector that asks for `q`'s settings: ssh -G -o BatchMode=no [-F config_file]
 // ... NAME.

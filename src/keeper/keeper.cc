@@ -407,18 +407,22 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
     ::_exit(0);
   }
   ::close(fd);
-  std::fprintf(stderr, "msrun-ssh: connections kept for %g s by process %d (--persist)\n",
-               persist_s, static_cast<int>(pid));
-  std::fflush(nullptr);
-  // One that came for the command since the fork ends the keeper too, and then the command, as
-  // it would have; one that comes after this look finds the keeper named, and is not delivered.
+  // One that came since the fork and would have ended the command (not blocked before, its
+  // default action) ends the keeper too, and then the command, unannounced, as it would have.
+  // One that comes after this look finds the keeper named, and is not delivered.
   sigset_t pending;
   sigpending(&pending);
-  for (int s : {SIGTERM, SIGINT, SIGHUP})
-    if (sigismember(&pending, s) == 1 && sigismember(&before, s) == 0) {
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) {
+    struct sigaction action {};
+    if (sigismember(&pending, s) == 1 && sigismember(&before, s) == 0 &&
+        ::sigaction(s, nullptr, &action) == 0 && action.sa_handler == SIG_DFL) {
       ::kill(pid, SIGTERM);
       ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     }
+  }
+  std::fprintf(stderr, "msrun-ssh: connections kept for %g s by process %d (--persist)\n",
+               persist_s, static_cast<int>(pid));
+  std::fflush(nullptr);
   ::_exit(exit_code);
 }
 

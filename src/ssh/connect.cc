@@ -248,8 +248,7 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
 void SshPool::Impl::resolve_hosts() {
   if (!settings.openssh_config) return;
   std::vector<SshQuery> queries;
-  for (const auto& h : hosts)
-    queries.push_back({h.address, h.user, h.port, h.identity_file, h.known_hosts});
+  for (size_t h = 0; h < hosts.size(); ++h) queries.push_back(query_of(h));
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   auto answers = resolve_with_openssh(queries, settings.ssh_config,
                                       static_cast<int>(std::clamp(cpus * 2, 2L, 32L)), 10);
@@ -459,11 +458,9 @@ std::string SshPool::Impl::proxy_hint(size_t ci) const {
   const Conn& c = conns[ci];
   if (!c.proxied || !has_openssh(c.host)) return "";
   const SshHostConfig& h = *openssh[c.host].shared;
-  std::string config = settings.ssh_config.empty() ? "" : " -F " + shell_quote(settings.ssh_config);
-  return fmt::format(
-      " (through {}; the proxy's own errors are not seen here: `ssh{} {} true` shows them)",
-      h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump, config,
-      shell_quote(hosts[c.host].address));
+  return fmt::format(" (through {}; the proxy's own errors are not seen here: `{}` shows them)",
+                     h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump,
+                     ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true"));
 }
 
 // Moves one connection as far as it can go without blocking. False: failed, `error` says why.
@@ -475,7 +472,7 @@ bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
     if (rc == SSH_AGAIN) return update_epoll(ci), true;
     if (rc != SSH_OK) {
       error = libssh_failure(c.session);
-      error.reason += proxy_hint(ci);
+      if (!ssh_get_serverbanner(c.session)) error.reason += proxy_hint(ci);
       return false;
     }
     if (!verify_host_key(ci, error)) return false;
@@ -572,7 +569,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
         fail(ci, {answered ? ConnectError::kAuthTimedOut : ConnectError::kTimedOut,
                   fmt::format("timed out after {:g} s ({}){}", connect_timeout_s(c.host),
                               answered ? "during authentication" : "no answer",
-                              answered ? "" : proxy_hint(ci))});
+                              answered || ssh_get_serverbanner(c.session) ? "" : proxy_hint(ci))});
       } else {
         soonest = std::min(soonest, c.deadline);
       }

@@ -317,19 +317,23 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
       }
       if (c.proxied && h) {
         // ssh-keyscan from here would not pass the jump host; ssh itself does, shows the key's
-        // fingerprint, asks, and records it where and as it keeps keys.
-        std::string config =
-            settings.ssh_config.empty() ? "" : " -F " + shell_quote(settings.ssh_config);
-        error = {
-            ConnectError::kHostKeyUnknown,
-            fmt::format(
-                "unknown host key (not in {}{}); it is reached through {}: ssh "
-                "shows its fingerprint and records it when you answer yes: ssh -o "
-                "BatchMode=no -o StrictHostKeyChecking=ask{} {} true",
-                known,
-                h->host_key_alias.empty() ? "" : fmt::format(" under HostKeyAlias {}", key_name),
-                h->proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h->proxy_jump, config,
-                shell_quote(ep.address))};
+        // fingerprint, asks, and records it where and as it keeps keys (the host file's values
+        // as its options: the same file and name the launcher looks up).
+        std::string via = h->proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h->proxy_jump;
+        std::string alias =
+            h->host_key_alias.empty() ? "" : fmt::format(" under HostKeyAlias {}", key_name);
+        error = {ConnectError::kHostKeyUnknown,
+                 c.known_hosts.empty()
+                     ? fmt::format("unknown host key (not in {}{}); it is reached through {}, and "
+                                   "there is no known_hosts file to record it in",
+                                   known, alias, via)
+                     : fmt::format(
+                           "unknown host key (not in {}{}); it is reached through {}: ssh "
+                           "shows its fingerprint and records it when you answer yes: {}",
+                           known, alias, via,
+                           ssh_command_line(
+                               query_of(c.host), settings.ssh_config,
+                               {"-o", "BatchMode=no", "-o", "StrictHostKeyChecking=ask"}, "true"))};
         return false;
       }
       error = {ConnectError::kHostKeyUnknown,

@@ -190,6 +190,10 @@ struct SshPool::Impl {
   int proxy_reports[2] = {-1, -1};
   int connect_forking_a_proxy(size_t ci);
   std::string proxy_hint(size_t ci) const;  // for a failure before the server answered
+  SshQuery query_of(size_t host) const {
+    const SshEndpoint& e = hosts[host];
+    return {e.address, e.user, e.port, e.identity_file, e.known_hosts};
+  }
   void learn_proxies();
   void end_proxies(const std::vector<size_t>& conns, double grace_ms);
   static constexpr double kProxyGraceMs = 2000;

@@ -74,11 +74,12 @@ bool unreaped_child(int pidfd) {
                   WEXITED | WNOHANG | WNOWAIT) == 0;
 }
 
-// `signo` to the proxy's process group while that is safe, else to the proxy itself by its
-// pidfd (a keeper's inherited proxies, reaped by init; a proxy libssh reaped: nothing to do).
+// `signo` to the proxy's process group while its id is the proxy's: our unreaped child, or a
+// proxy still running (a keeper's inherited ones, init's children). Else to the proxy by its
+// pidfd, which reaches no other process (one libssh reaped: nothing to do).
 void signal_proxy(pid_t pid, int pidfd, int signo) {
   if (pidfd < 0) return;
-  if (unreaped_child(pidfd))
+  if (unreaped_child(pidfd) || !has_ended(pidfd))
     ::kill(-pid, signo);
   else
     ::syscall(SYS_pidfd_send_signal, pidfd, signo, nullptr, 0);

@@ -286,6 +286,27 @@ std::string proxy_jump_command(std::string_view hops, const std::string& config_
   return cmd + " -W '[%h]:%p' " + shell_quote(last);
 }
 
+std::string ssh_command_line(const SshQuery& q, const std::string& config_file,
+                             const std::vector<std::string>& options, const std::string& remote) {
+  std::vector<std::string> argv{"ssh"};
+  argv.insert(argv.end(), options.begin(), options.end());
+  if (!config_file.empty()) argv.insert(argv.end(), {"-F", config_file});
+  if (!q.user.empty()) argv.insert(argv.end(), {"-l", q.user});
+  if (q.port) argv.insert(argv.end(), {"-p", std::to_string(*q.port)});
+  if (!q.identity_file.empty()) argv.insert(argv.end(), {"-i", q.identity_file});
+  if (!q.known_hosts.empty())
+    argv.insert(argv.end(), {"-o", "UserKnownHostsFile=" + q.known_hosts});
+  argv.insert(argv.end(), {"--", q.name, remote});
+  std::string line;
+  for (const auto& word : argv) {
+    bool plain = !word.empty() && word.find_first_not_of(
+                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                      "0123456789_@%+=:,./-") == std::string::npos;
+    line += (line.empty() ? "" : " ") + (plain ? word : shell_quote(word));
+  }
+  return line;
+}
+
 std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file) {
   // BatchMode=no: Debian's client defaults ServerAliveInterval to 300 under BatchMode yes, and a
   // host's silence limit (interval x count: 15 min) is taken from what the config sets, not from

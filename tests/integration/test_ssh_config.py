@@ -602,7 +602,7 @@ def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows
     text = err.decode()
     check(code == 255, f"exit {code}: {text[-1500:]}")
     m = re.search(r"target: .*\(through ProxyJump j9; the proxy's own errors are not seen here: "
-                  r"`(ssh -F \S+ \S+ true)` shows them\)", text)
+                  r"`(ssh -F \S+ -- \S+ true)` shows them\)", text)
     check(m, f"the jump and the command are not named: {text[-1500:]}")
     r = subprocess.run(shlex.split(m.group(1)), capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL, cwd=tmpdir())
@@ -613,19 +613,22 @@ def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows
 
 def test_an_unknown_key_behind_a_jump_host_names_a_remedy_that_passes_the_jump():
     # ssh-keyscan from the launcher cannot reach a host behind a jump host: the remedy is ssh's
-    # own prompt, through the jump (run here in a terminal, answered yes), and the key it
-    # records lets msrun-ssh in.
+    # own question, through the jump (run here in a terminal, answered yes), and the key it
+    # records lets msrun-ssh in. The host file names the known_hosts file (the config another):
+    # the remedy records the key where the launcher looks.
     a = addresses()
     known = os.path.join(tmpdir(), "jump_remedy_known_hosts")
     open(known, "w").close()
-    cfg = _config("jumpremedy", f"Host j0\n  HostName {a[0]}\n  UserKnownHostsFile "
-                  f"{os.path.join(cluster_dir(), 'known_hosts')}\nHost target\n"
-                  f"  HostName {a[1]}\n  ProxyJump j0\n" + _common(known))
-    _, err = _msrun_sees(cfg, _hostfile("jumpremedy", "target"), code_wanted=255)
+    cfg = _config("jumpremedy", f"Host j0\n  HostName {a[0]}\nHost target\n"
+                  f"  HostName {a[1]}\n  ProxyJump j0\n" + _common())
+    hostfile = os.path.join(tmpdir(), "jumpremedy.toml")
+    open(hostfile, "w").write('[defaults]\nworkdir = "/tmp"\nlocal_worker_num = 1\n'
+                              f'[[hosts]]\naddress = "target"\nknown_hosts = "{known}"\n')
+    _, err = _msrun_sees(cfg, hostfile, code_wanted=255)
     m = re.search(r"reached through ProxyJump j0: ssh shows its fingerprint and records it when "
                   r"you answer yes: (ssh -o BatchMode=no -o StrictHostKeyChecking=ask -F \S+ "
-                  r"\S+ true)", err)
-    check(m and "ssh-keyscan" not in err, f"remedy: {err[-1500:]}")
+                  r"-o UserKnownHostsFile=(\S+) -- \S+ true)", err)
+    check(m and m.group(2) == known and "ssh-keyscan" not in err, f"remedy: {err[-1500:]}")
     pane = Pane("jumpremedy")
     try:
         pane.type(m.group(1) + "; echo EXIT=$?")
@@ -635,5 +638,5 @@ def test_an_unknown_key_behind_a_jump_host_names_a_remedy_that_passes_the_jump()
     finally:
         pane.close()
     check(open(known).read().strip(), f"nothing recorded in {known}")
-    seen, err = _msrun_sees(cfg, _hostfile("jumpremedy", "target"))
+    seen, err = _msrun_sees(cfg, hostfile)
     _same(next(iter(seen.values())), _ssh_sees(cfg, "target"), "after the remedy")

@@ -190,6 +190,18 @@ TEST(OpensshConfig, IdentityAgentAsSshFindsTheSocket) {
   EXPECT_EQ(identity_agent_socket("", getenv_fn), std::nullopt);
 }
 
+// The command said to the user reaches what the launcher reaches: the host file's values as ssh's
+// options, words the shell would split or expand quoted, the name after `--`.
+TEST(OpensshConfig, TheCommandSaidToTheUserCarriesTheHostFilesValues) {
+  EXPECT_EQ(ssh_command_line({"node0", "", {}, "", ""}, "", {}, "true"), "ssh -- node0 true");
+  EXPECT_EQ(ssh_command_line({"node0", "u", 2200, "/k/id", "/my known"}, "/c/cfg",
+                             {"-o", "BatchMode=no"}, "true"),
+            "ssh -o BatchMode=no -F /c/cfg -l u -p 2200 -i /k/id -o "
+            "'UserKnownHostsFile=/my known' -- node0 true");
+  EXPECT_EQ(ssh_command_line({"n$x", "", {}, "", ""}, "it's", {}, "true"),
+            "ssh -F 'it'\\''s' -- 'n$x' true");
+}
+
 TEST(OpensshConfig, TheQuestionGivesTheHostFilesValuesAsSshsOptions) {
   EXPECT_EQ(ssh_g_command({"node0", "", {}, "", ""}, ""),
             (std::vector<std::string>{"ssh", "-G", "-o", "BatchMode=no", "--", "node0"}));
