@@ -114,10 +114,20 @@ void SshPool::Impl::learn_proxies() {
     if (born.conn >= conns.size() || born.pid <= 0 || !conns[born.conn].session) continue;
     Conn& c = conns[born.conn];
     if (c.proxy_fd >= 0) ::close(c.proxy_fd);
-    c.proxy = static_cast<pid_t>(born.pid);
-    // Unreaped (libssh reaps it): the pid is this very process. (Debian 12's <sys/pidfd.h>
-    // declares pidfd_open without C linkage.)
-    c.proxy_fd = static_cast<int>(::syscall(SYS_pidfd_open, c.proxy, 0));
+    c.proxy = 0;
+    c.proxy_fd = -1;
+    // (Debian 12's <sys/pidfd.h> declares pidfd_open without C linkage.)
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(born.pid), 0));
+    // Kept only while it is our unreaped child, so the pid is the proxy's own: one libssh
+    // already reaped (a connect that failed at once) could be another process by now.
+    if (fd >= 0 && !unreaped_child(fd)) {
+      ::close(fd);
+      fd = -1;
+    }
+    if (fd >= 0) {
+      c.proxy = static_cast<pid_t>(born.pid);
+      c.proxy_fd = fd;
+    }
   }
 }
 
