@@ -123,7 +123,7 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
     c.event = nullptr;
   }
   if (c.session) {
-    end_proxies({ci}, state == ConnState::kClosed ? kProxyGraceMs : 0);
+    if (c.proxied) end_proxies({ci}, state == ConnState::kClosed ? kProxyGraceMs : 0);
     if (state == ConnState::kClosed) ssh_disconnect(c.session);
     ssh_free(c.session);  // and the agent filter's socket it held, if any
     c.session = nullptr;

@@ -2,7 +2,6 @@
 // its host key against known_hosts (narrowed to the host's lines), authenticate.
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -459,7 +458,7 @@ std::string SshPool::Impl::proxy_hint(size_t ci) const {
   if (!c.proxied || !has_openssh(c.host)) return "";
   const SshHostConfig& h = *openssh[c.host].shared;
   return fmt::format(" (through {}; the proxy's own errors are not seen here: `{}` shows them)",
-                     h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump,
+                     proxy_named(h),
                      ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true"));
 }
 

@@ -319,7 +319,7 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
         // ssh-keyscan from here would not pass the jump host; ssh itself does, shows the key's
         // fingerprint, asks, and records it where and as it keeps keys (the host file's values
         // as its options: the same file and name the launcher looks up).
-        std::string via = h->proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h->proxy_jump;
+        std::string via = proxy_named(*h);
         std::string alias =
             h->host_key_alias.empty() ? "" : fmt::format(" under HostKeyAlias {}", key_name);
         error = {ConnectError::kHostKeyUnknown,

@@ -190,6 +190,10 @@ struct SshPool::Impl {
   int proxy_reports[2] = {-1, -1};
   int connect_forking_a_proxy(size_t ci);
   std::string proxy_hint(size_t ci) const;  // for a failure before the server answered
+  // How messages name a host's proxy: "ProxyJump HOPS" or "its ProxyCommand".
+  static std::string proxy_named(const SshHostConfig& h) {
+    return h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump;
+  }
   SshQuery query_of(size_t host) const {
     const SshEndpoint& e = hosts[host];
     return {e.address, e.user, e.port, e.identity_file, e.known_hosts};

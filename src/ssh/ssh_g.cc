@@ -286,17 +286,31 @@ std::string proxy_jump_command(std::string_view hops, const std::string& config_
   return cmd + " -W '[%h]:%p' " + shell_quote(last);
 }
 
-std::string ssh_command_line(const SshQuery& q, const std::string& config_file,
-                             const std::vector<std::string>& options, const std::string& remote) {
+namespace {
+
+// ssh OPTIONS [-F config_file] [-l USER] [-p PORT] [-i IDENTITY] [-o UserKnownHostsFile=FILE]
+// -- NAME: the host file's values as ssh's options (the identity file only when asked: ssh -G
+// does not take it, the resolver puts it first itself).
+std::vector<std::string> ssh_argv(const SshQuery& q, const std::string& config_file,
+                                  const std::vector<std::string>& options, bool identity) {
   std::vector<std::string> argv{"ssh"};
   argv.insert(argv.end(), options.begin(), options.end());
   if (!config_file.empty()) argv.insert(argv.end(), {"-F", config_file});
   if (!q.user.empty()) argv.insert(argv.end(), {"-l", q.user});
   if (q.port) argv.insert(argv.end(), {"-p", std::to_string(*q.port)});
-  if (!q.identity_file.empty()) argv.insert(argv.end(), {"-i", q.identity_file});
+  if (identity && !q.identity_file.empty()) argv.insert(argv.end(), {"-i", q.identity_file});
   if (!q.known_hosts.empty())
     argv.insert(argv.end(), {"-o", "UserKnownHostsFile=" + q.known_hosts});
-  argv.insert(argv.end(), {"--", q.name, remote});
+  argv.insert(argv.end(), {"--", q.name});
+  return argv;
+}
+
+}  // namespace
+
+std::string ssh_command_line(const SshQuery& q, const std::string& config_file,
+                             const std::vector<std::string>& options, const std::string& remote) {
+  std::vector<std::string> argv = ssh_argv(q, config_file, options, true);
+  argv.push_back(remote);
   std::string line;
   for (const auto& word : argv) {
     bool plain = !word.empty() && word.find_first_not_of(
@@ -311,14 +325,7 @@ std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& con
   // BatchMode=no: Debian's client defaults ServerAliveInterval to 300 under BatchMode yes, and a
   // host's silence limit (interval x count: 15 min) is taken from what the config sets, not from
   // that default. Nothing else read here depends on BatchMode (the launcher never prompts).
-  std::vector<std::string> argv{"ssh", "-G", "-o", "BatchMode=no"};
-  if (!config_file.empty()) argv.insert(argv.end(), {"-F", config_file});
-  if (!q.user.empty()) argv.insert(argv.end(), {"-l", q.user});
-  if (q.port) argv.insert(argv.end(), {"-p", std::to_string(*q.port)});
-  if (!q.known_hosts.empty())
-    argv.insert(argv.end(), {"-o", "UserKnownHostsFile=" + q.known_hosts});
-  argv.insert(argv.end(), {"--", q.name});
-  return argv;
+  return ssh_argv(q, config_file, {"-G", "-o", "BatchMode=no"}, false);
 }
 
 }  // namespace msrun_ssh
