@@ -48,6 +48,7 @@ struct JobSsh {
   std::optional<HostKeyPolicy> strict_host_key_checking;
   double connect_timeout = 10;
   int fanout = 64;
+  int jump_fanout = 8;
 };
 
 struct JobRecord {

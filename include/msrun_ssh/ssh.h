@@ -37,6 +37,9 @@ struct SshEndpoint {
 struct SshSettings {
   std::string ssh_config;  // "" : ~/.ssh/config when it exists
   int fanout = 64;
+  // Of those, at most this many through one jump host (the first hop of a ProxyJump, or one
+  // ProxyCommand), until the host behind it answers: its sshd's MaxStartups is 10 by default.
+  int jump_fanout = 8;
   double connect_timeout_s = 10;
   bool connect_timeout_given = false;            // false: a ConnectTimeout of the ssh config wins
   std::optional<HostKeyPolicy> host_key_policy;  // unset: ssh config, else yes

@@ -21,6 +21,7 @@ inline SshSettings ssh_settings(const ConnectionOptions& o) {
   SshSettings s;
   s.ssh_config = o.ssh_config;
   s.fanout = o.fanout;
+  s.jump_fanout = o.jump_fanout;
   s.connect_timeout_s = o.connect_timeout;
   s.connect_timeout_given = o.connect_timeout_given;
   s.host_key_policy = o.strict_host_key_checking;

@@ -158,7 +158,7 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
   r.launcher_start = process_start_ticks(r.launcher_pid);
   r.launcher_host = this_machine();
   r.ssh = {options.ssh_config, options.strict_host_key_checking, options.connect_timeout,
-           options.fanout};
+           options.fanout, options.jump_fanout};
   for (size_t h = 0; h < plan.hosts.size(); ++h) {
     const HostPlan& hp = plan.hosts[h];
     const Host& host = hp.host;
@@ -205,7 +205,8 @@ nlohmann::json record_json(const JobRecord& r) {
            {{"ssh_config", r.ssh.ssh_config},
             {"strict_host_key_checking", policy_word(r.ssh.strict_host_key_checking)},
             {"connect_timeout", r.ssh.connect_timeout},
-            {"fanout", r.ssh.fanout}}},
+            {"fanout", r.ssh.fanout},
+            {"jump_fanout", r.ssh.jump_fanout}}},
           {"hosts", hosts},
           {"spares", spares},
           {"processes", procs},
@@ -231,10 +232,12 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     r.launcher_host = j.value("launcher_host", "");
     const nlohmann::json& ssh = j.at("ssh");
     r.ssh = {ssh.value("ssh_config", ""), policy_of(ssh.value("strict_host_key_checking", "")),
-             ssh.value("connect_timeout", 10.0), 64};
+             ssh.value("connect_timeout", 10.0), 64, 8};
     // As the command line takes them (a fanout of 0 would never start a connection).
     if (ssh.contains("fanout"))
       r.ssh.fanout = static_cast<int>(whole(ssh["fanout"], "ssh.fanout", 1, 4096));
+    if (ssh.contains("jump_fanout"))  // since it was recorded
+      r.ssh.jump_fanout = static_cast<int>(whole(ssh["jump_fanout"], "ssh.jump_fanout", 1, 4096));
     if (!(r.ssh.connect_timeout >= 0.1 && r.ssh.connect_timeout <= 3600))
       throw InputError(
           fmt::format("ssh.connect_timeout {} is not 0.1..3600 s", ssh["connect_timeout"].dump()));

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 
 #include "msrun_ssh/base.h"
 #include "pool.h"
@@ -462,6 +463,15 @@ std::string SshPool::Impl::proxy_hint(size_t ci) const {
                      ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true"));
 }
 
+// What the handshakes to `host` pass through on their way: the first hop of its ProxyJump, or its
+// ProxyCommand as the config writes it (before its tokens are expanded); "" when reached directly.
+std::string SshPool::Impl::jump_of(size_t host) const {
+  if (!has_openssh(host)) return "";
+  const SshHostConfig& h = *openssh[host].shared;
+  if (!h.proxy_jump.empty()) return "ProxyJump " + h.proxy_jump.substr(0, h.proxy_jump.find(','));
+  return h.proxy_command.empty() ? "" : "ProxyCommand " + h.proxy_command;
+}
+
 // Moves one connection as far as it can go without blocking. False: failed, `error` says why.
 bool SshPool::Impl::advance(size_t ci, ConnectFailure& error) {
   Conn& c = conns[ci];
@@ -532,7 +542,43 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   auto report = [this](size_t host, bool ok) {
     if (settings.on_connect_progress) settings.on_connect_progress(host, ok);
   };
+  // Handshakes through one jump host in flight at once, at most settings.jump_fanout: its sshd
+  // drops the unauthenticated connections above its MaxStartups (10 by default), and each of
+  // ours is one until the host behind it answers (its banner came back through the jump).
+  struct JumpGate {
+    int active = 0;              // in flight through it, not answered yet
+    std::deque<size_t> waiting;  // held back while it was full, in the host file's order
+  };
+  std::vector<JumpGate> gates;
+  std::vector<int> gate_of(conns.size(), -1);
+  {
+    std::vector<std::string> jumps;
+    for (size_t ci = 0; ci < conns.size(); ++ci) {
+      std::string jump = jump_of(conns[ci].host);
+      if (jump.empty()) continue;
+      auto it = std::find(jumps.begin(), jumps.end(), jump);
+      gate_of[ci] = static_cast<int>(it - jumps.begin());
+      if (it == jumps.end()) jumps.push_back(std::move(jump)), gates.emplace_back();
+    }
+  }
+  std::vector<char> gated(conns.size(), 0);  // holds a place in its jump host's gate
+  auto leave_gate = [&](size_t ci) {
+    if (gated[ci]) gated[ci] = 0, --gates[gate_of[ci]].active;
+  };
   auto fail = [&](size_t ci, ConnectFailure why) {
+    // Before the answer, through a jump host busy with others of ours: maybe dropped there.
+    if (int others = gated[ci] ? gates[gate_of[ci]].active - 1 : 0;
+        others > 0 && !ssh_get_serverbanner(conns[ci].session)) {
+      std::string note = fmt::format(
+          "{} other handshake{} went through the same jump host then: its sshd drops those above "
+          "its MaxStartups, 10 by default, and --jump_fanout sets how many go at once",
+          others, others == 1 ? "" : "s");
+      if (why.reason.ends_with(')'))  // inside the proxy's hint
+        why.reason.insert(why.reason.size() - 1, "; " + note);
+      else
+        why.reason += " (" + note + ")";
+    }
+    leave_gate(ci);
     drop_conn(ci, ConnState::kFailed);
     size_t h = conns[ci].host;
     if (!failed[h]) {
@@ -542,22 +588,40 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     --in_flight;
   };
   auto ready = [&](size_t ci) {
+    leave_gate(ci);
     --in_flight;
     size_t h = conns[ci].host;
     if (--pending[h] == 0 && !failed[h]) report(h, true);
   };
+  auto start = [&](size_t ci) {
+    ++in_flight;
+    if (gate_of[ci] >= 0) gated[ci] = 1, ++gates[gate_of[ci]].active;
+    ConnectFailure error;
+    if (!start_connect(ci, error))
+      fail(ci, error);
+    else if (conns[ci].state == ConnState::kReady)
+      ready(ci);
+  };
+  auto room = [&] { return in_flight < std::max(1, settings.fanout); };
+  auto gate_room = [&](int g) { return gates[g].active < std::max(1, settings.jump_fanout); };
   std::vector<epoll_event> evs(256);
   while (true) {
-    while (next < conns.size() && in_flight < std::max(1, settings.fanout)) {
+    for (size_t g = 0; g < gates.size(); ++g)  // those a full gate held back come first
+      while (room() && !gates[g].waiting.empty() && gate_room(static_cast<int>(g))) {
+        size_t ci = gates[g].waiting.front();
+        gates[g].waiting.pop_front();
+        start(ci);
+      }
+    while (next < conns.size() && room()) {
       size_t ci = next++;
-      ++in_flight;
-      ConnectFailure error;
-      if (!start_connect(ci, error))
-        fail(ci, error);
-      else if (conns[ci].state == ConnState::kReady)
-        ready(ci);
+      if (gate_of[ci] >= 0 && !gate_room(gate_of[ci]))
+        gates[gate_of[ci]].waiting.push_back(ci);
+      else
+        start(ci);
     }
-    if (in_flight == 0 && next == conns.size()) break;
+    bool waiting = std::any_of(gates.begin(), gates.end(),
+                               [](const JumpGate& g) { return !g.waiting.empty(); });
+    if (in_flight == 0 && next == conns.size() && !waiting) break;
     double now = monotonic_ms();
     double soonest = now + 1000;
     for (size_t ci = 0; ci < conns.size(); ++ci) {
@@ -585,6 +649,8 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
         fail(ci, error);
       else if (c.state == ConnState::kReady)
         ready(ci);
+      else if (gated[ci] && (c.state != ConnState::kConnecting || ssh_get_serverbanner(c.session)))
+        leave_gate(ci);
     }
   }
   // A host is ready only when every connection it needs is: the others of a failed host close.

@@ -190,6 +190,7 @@ struct SshPool::Impl {
   int proxy_reports[2] = {-1, -1};
   int connect_forking_a_proxy(size_t ci);
   std::string proxy_hint(size_t ci) const;  // for a failure before the server answered
+  std::string jump_of(size_t host) const;   // what its handshakes share on the way (connect.cc)
   // How messages name a host's proxy: "ProxyJump HOPS" or "its ProxyCommand".
   static std::string proxy_named(const SshHostConfig& h) {
     return h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump;

@@ -86,6 +86,61 @@ def _jump_ssh_left(config=""):
             if "-W" in l and config in l]
 
 
+@contextlib.contextmanager
+def _max_startups(i, value):
+    """Host i's sshd with `MaxStartups value` (started again), and as it was afterwards."""
+    path = os.path.join(cluster_dir(), f"node{i}", "sshd_config")
+    before = open(path).read()
+    check(re.search(r"(?m)^MaxStartups ", before), f"{path} sets no MaxStartups")
+
+    def restart(text):
+        open(path, "w").write(text)
+        cluster("sshd-stop", i)
+        cluster("sshd-start", i)
+
+    restart(re.sub(r"(?m)^MaxStartups .*$", "MaxStartups " + value, before))
+    try:
+        yield
+    finally:
+        restart(before)
+
+
+def _farm():
+    env = open(os.path.join(cluster_dir(), "cluster.env")).read()
+    farm = re.search(r'FARM_ADDRS="([^"]*)"', env).group(1).split()
+    check(len(farm) >= 16, f"the test cluster has {len(farm)} farm hosts, not 16 (--farm 16)")
+    return farm[:16]
+
+
+def test_hosts_behind_a_jump_host_stay_within_its_sshds_max_startups():
+    """16 hosts behind one jump host: each handshake is an unauthenticated login at the jump host
+    until the host behind it answers, and its sshd drops those above MaxStartups."""
+    a, farm = addresses(), _farm()
+    cfg = _config("bastion", "Host 198.18.2.*\n  ProxyJump {}\n{}".format(a[0], _common()))
+    hostfile = _hostfile("bastion", *farm)
+
+    def start(*extra):
+        return run(["/bin/true"], hostfile=hostfile, extra=["--ssh_config", cfg, *extra],
+                   timeout=120)
+
+    # sshd's own default: 10 at once, then 30% of the others dropped, more as they grow.
+    with _max_startups(0, "10:30:100"):
+        code, _, err, _ = start()
+        check(code == 0, f"under sshd's default MaxStartups, exit {code}: {err.decode()[-2000:]}")
+    # A jump host that refuses every one above 4: 4 at a time pass, all 16 at once cannot, and
+    # what failed says why.
+    with _max_startups(0, "4"):
+        code, _, err, _ = start("--jump_fanout", "4")
+        check(code == 0, f"4 at a time under MaxStartups 4, exit {code}: {err.decode()[-2000:]}")
+        code, _, err, _ = start("--jump_fanout", "16")
+        text = err.decode()
+        check(code == 255, f"16 at once under MaxStartups 4, exit {code}: {text[-2000:]}")
+        check("other handshakes went through the same jump host then" in text
+              and "MaxStartups" in text and "--jump_fanout" in text, f"not said why: {text[-2000:]}")
+    wait_no_leftovers(15)
+    check(not _jump_ssh_left(cfg), "a jump ssh is left running")
+
+
 def test_proxyjump_two_hops_in_order_with_the_same_config():
     a = addresses()
     cfg = _config("jump2", f"Host j0\n  HostName {a[0]}\nHost j1\n  HostName {a[1]}\n"

@@ -129,6 +129,7 @@ std::vector<Case> value_options() {
       {"--ssh_config", "/etc/ssh/cfg",
        [](const Options& o) { EXPECT_EQ(o.ssh_config, "/etc/ssh/cfg"); }},
       {"--fanout", "16", [](const Options& o) { EXPECT_EQ(o.fanout, 16); }},
+      {"--jump_fanout", "3", [](const Options& o) { EXPECT_EQ(o.jump_fanout, 3); }},
       {"--contract", "torch", [](const Options& o) { EXPECT_EQ(o.contract, Contract::kTorch); }},
       {"--contract", "msrun", [](const Options& o) { EXPECT_EQ(o.contract, Contract::kMsrun); }},
       {"--max_restarts", "3", [](const Options& o) { EXPECT_EQ(o.max_restarts, 3); }},
@@ -345,6 +346,7 @@ TEST(Cli, NumericRanges) {
   EXPECT_EQ(run_error({"--sim_rank_id=-2"}), "--sim_rank_id=-2: must be -1..1048576");
   EXPECT_EQ(run_error({"--fanout", "0"}), "--fanout=0: must be 1..4096");
   EXPECT_EQ(run_error({"--fanout", "4097"}), "--fanout=4097: must be 1..4096");
+  EXPECT_EQ(run_error({"--jump_fanout", "0"}), "--jump_fanout=0: must be 1..4096");
   EXPECT_EQ(run_error({"--tail_worker_log", "0,-2"}),
             "--tail_worker_log=0,-2: rank \"-2\": must be 0..1048576");
   EXPECT_EQ(run_error({"--connect_timeout", "0.05"}),

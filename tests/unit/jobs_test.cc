@@ -44,7 +44,7 @@ JobRecord two_hosts(const std::string& log_dir = "/w/logs") {
   r.launcher_pid = 4242;
   r.launcher_start = 123456789012;
   r.launcher_host = "login1";
-  r.ssh = {"/home/u/.ssh/config", HostKeyPolicy::kAcceptNew, 7, 32};
+  r.ssh = {"/home/u/.ssh/config", HostKeyPolicy::kAcceptNew, 7, 32, 5};
   r.hosts = {{{"node0", "u", 2222, "/k", "/kh"}, 0, "/w"}, {{"node1", "", {}, "", ""}, 1, "/w"}};
   r.processes = {{-1, 0, 0, log_dir + "/scheduler.log"},
                  {0, 0, 0, log_dir + "/worker_0.log"},
@@ -84,6 +84,7 @@ TEST_F(JobRecords, WrittenAndReadBack) {
   EXPECT_EQ(back.hosts[0].endpoint.port, 2222);
   EXPECT_FALSE(back.hosts[1].endpoint.port.has_value());
   EXPECT_EQ(back.ssh.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
+  EXPECT_EQ(back.ssh.jump_fanout, 5);
   EXPECT_EQ(back.processes[2].host, 1u);
   EXPECT_EQ(back.processes[0].rank, -1);
   EXPECT_EQ(back.launcher_host, "login1");
@@ -159,6 +160,14 @@ TEST_F(JobRecords, ADamagedRecordSaysWhatIsWrong) {
   zero["ssh"]["fanout"] = 0;
   EXPECT_EQ(error_with(zero),
             path + ": not a job record: ssh.fanout 0 is not a whole number in 1..4096");
+  nlohmann::json jump = j;
+  jump["ssh"]["jump_fanout"] = 0;
+  EXPECT_EQ(error_with(jump),
+            path + ": not a job record: ssh.jump_fanout 0 is not a whole number in 1..4096");
+  nlohmann::json older = j;  // a record from before jump_fanout was recorded
+  older["ssh"].erase("jump_fanout");
+  write("jobs/" + r.id + ".json", older.dump());
+  EXPECT_EQ(load_job_record(dir, r.id).ssh.jump_fanout, 8);
   // A number a whole one is read from must be one: converting 1e300 or a fraction is undefined.
   nlohmann::json huge = j;
   huge["ssh"]["fanout"] = 1e300;
@@ -249,6 +258,7 @@ TEST_F(JobRecords, MadeFromThePlan) {
   EXPECT_EQ(merged.ssh_config, "/home/u/.ssh/config");
   EXPECT_EQ(merged.strict_host_key_checking, HostKeyPolicy::kAcceptNew);
   EXPECT_EQ(merged.connect_timeout, 7);
+  EXPECT_EQ(merged.jump_fanout, 5);  // stop reaches the hosts through a jump host as the job did
   EXPECT_EQ(merged.hostfile, "/etc/hosts.toml");
   // What the command line gives wins over the record.
   Options given;
