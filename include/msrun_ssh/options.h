@@ -34,6 +34,9 @@ struct ConnectionOptions {
   std::string ssh_config;  // empty: ~/.ssh/config when it exists
   int fanout = 64;
   int jump_fanout = 8;  // of those, through one jump host
+  // Given on the command line: else a job record's values decide (stop, stack --job).
+  bool fanout_given = false;
+  bool jump_fanout_given = false;
   double connect_timeout = 10;
   bool connect_timeout_given = false;  // else a ConnectTimeout in the ssh config decides
   int ssh_debug = -1;  // libssh's log verbosity 0..4 (-1: not given; see set_ssh_log in ssh.h)

@@ -184,12 +184,18 @@ const std::vector<OptionSpec>& option_table() {
       {"--ssh_config", "", "FILE", "OpenSSH client config (default ~/.ssh/config)", kReaching,
        S::kOwn, [](O& o, V, V v, G) { o.ssh_config = v; }},
       {"--fanout", "", "N", "SSH handshakes in flight at once (default 64)", kConnecting, S::kOwn,
-       [](O& o, V n, V v, G) { o.fanout = static_cast<int>(to_int(n, v, 1, 4096)); }},
+       [](O& o, V n, V v, G) {
+         o.fanout = static_cast<int>(to_int(n, v, 1, 4096));
+         o.fanout_given = true;
+       }},
       {"--jump_fanout", "", "N",
        "of those, through one jump host (ProxyJump's first hop, or one ProxyCommand) until the "
        "host behind it answers; its sshd drops those above MaxStartups, 10 by default (default 8)",
        kConnecting, S::kOwn,
-       [](O& o, V n, V v, G) { o.jump_fanout = static_cast<int>(to_int(n, v, 1, 4096)); }},
+       [](O& o, V n, V v, G) {
+         o.jump_fanout = static_cast<int>(to_int(n, v, 1, 4096));
+         o.jump_fanout_given = true;
+       }},
       {"--connect_timeout", "", "S",
        "per host: connect + authenticate (default: ssh config's ConnectTimeout, else 10)",
        kConnecting, S::kOwn,

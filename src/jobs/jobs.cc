@@ -100,8 +100,8 @@ Options options_from_record(Options options, const JobRecord& record) {
   if (!options.strict_host_key_checking)
     options.strict_host_key_checking = record.ssh.strict_host_key_checking;
   if (!options.connect_timeout_given) options.connect_timeout = record.ssh.connect_timeout;
-  options.fanout = record.ssh.fanout;
-  options.jump_fanout = record.ssh.jump_fanout;
+  if (!options.fanout_given) options.fanout = record.ssh.fanout;
+  if (!options.jump_fanout_given) options.jump_fanout = record.ssh.jump_fanout;
   if (options.hostfile.empty()) options.hostfile = record.hostfile;
   return options;
 }

@@ -547,6 +547,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   // ours is one until the host behind it answers (its banner came back through the jump).
   struct JumpGate {
     int active = 0;              // in flight through it, not answered yet
+    int answered = 0;            // connections whose host answered through it
     std::deque<size_t> waiting;  // held back while it was full, in the host file's order
   };
   std::vector<JumpGate> gates;
@@ -565,18 +566,25 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   auto leave_gate = [&](size_t ci) {
     if (gated[ci]) gated[ci] = 0, --gates[gate_of[ci]].active;
   };
+  auto answered = [&](size_t ci) {
+    if (gated[ci]) ++gates[gate_of[ci]].answered, leave_gate(ci);
+  };
+  struct MaybeDropped {
+    size_t host;
+    int gate;
+    int others;  // in flight through the same jump host then
+  };
+  std::vector<MaybeDropped> maybe_dropped;
   auto fail = [&](size_t ci, ConnectFailure why) {
-    // Before the answer, through a jump host busy with others of ours: maybe dropped there.
-    if (int others = gated[ci] ? gates[gate_of[ci]].active - 1 : 0;
-        others > 0 && !ssh_get_serverbanner(conns[ci].session)) {
-      std::string note = fmt::format(
-          "{} other handshake{} went through the same jump host then: its sshd drops those above "
-          "its MaxStartups, 10 by default, and --jump_fanout sets how many go at once",
-          others, others == 1 ? "" : "s");
-      if (why.reason.ends_with(')'))  // inside the proxy's hint
-        why.reason.insert(why.reason.size() - 1, "; " + note);
-      else
-        why.reason += " (" + note + ")";
+    if (gated[ci]) {
+      JumpGate& gate = gates[gate_of[ci]];
+      size_t h = conns[ci].host;
+      if (conns[ci].session && ssh_get_serverbanner(conns[ci].session))
+        ++gate.answered;  // its host answered through the jump, then failed
+      else if (gate.active > 1 && !failed[h])
+        // Before the answer, while others of ours went through the same jump host: maybe
+        // dropped there (said at the end, if the jump host let others through).
+        maybe_dropped.push_back({h, gate_of[ci], gate.active - 1});
     }
     leave_gate(ci);
     drop_conn(ci, ConnState::kFailed);
@@ -588,7 +596,7 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     --in_flight;
   };
   auto ready = [&](size_t ci) {
-    leave_gate(ci);
+    answered(ci);
     --in_flight;
     size_t h = conns[ci].host;
     if (--pending[h] == 0 && !failed[h]) report(h, true);
@@ -650,8 +658,21 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
       else if (c.state == ConnState::kReady)
         ready(ci);
       else if (gated[ci] && (c.state != ConnState::kConnecting || ssh_get_serverbanner(c.session)))
-        leave_gate(ci);
+        answered(ci);
     }
+  }
+  for (const MaybeDropped& d : maybe_dropped) {
+    if (gates[d.gate].answered == 0) continue;  // none got through: the jump host itself failed
+    std::string note = fmt::format(
+        "{} other handshake{} went through the same jump host then, which let others through: "
+        "its sshd drops those above its MaxStartups, 10 by default, and --jump_fanout sets how "
+        "many go at once",
+        d.others, d.others == 1 ? "" : "s");
+    std::string& reason = failed[d.host]->reason;
+    if (reason.ends_with(')'))  // inside the proxy's hint
+      reason.insert(reason.size() - 1, "; " + note);
+    else
+      reason += " (" + note + ")";
   }
   // A host is ready only when every connection it needs is: the others of a failed host close.
   std::vector<size_t> others;

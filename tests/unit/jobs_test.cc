@@ -265,6 +265,13 @@ TEST_F(JobRecords, MadeFromThePlan) {
   given.connect_timeout = 2;
   given.connect_timeout_given = true;
   EXPECT_EQ(options_from_record(given, two_hosts()).connect_timeout, 2);
+  given.fanout = 3;
+  given.fanout_given = true;
+  given.jump_fanout = 2;
+  given.jump_fanout_given = true;
+  EXPECT_EQ(options_from_record(given, two_hosts()).fanout, 3);
+  EXPECT_EQ(options_from_record(given, two_hosts()).jump_fanout, 2);
+  EXPECT_EQ(merged.fanout, 32);
 }
 
 // The spares a restart took in are in an attached job's record under their own key (older
