@@ -597,6 +597,10 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
   };
   auto ready = [&](size_t ci) {
     answered(ci);
+    // Not watched until every host is done: what it sends now (sshd's host keys after the login)
+    // waits for the event loop, and would otherwise wake this one each millisecond.
+    Conn& c = conns[ci];
+    if (c.fd >= 0 && c.mask != 0) epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr), c.mask = 0;
     --in_flight;
     size_t h = conns[ci].host;
     if (--pending[h] == 0 && !failed[h]) report(h, true);
@@ -680,6 +684,8 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     if (failed[conns[ci].host] && conns[ci].session) others.push_back(ci);
   end_proxies(others, 0);  // a failed host's: no grace, and not one after another
   for (size_t ci : others) drop_conn(ci, ConnState::kClosed);
+  for (size_t ci = 0; ci < conns.size(); ++ci)  // watched again, for the event loop
+    if (conns[ci].state == ConnState::kReady) update_epoll(ci);
   agent_filter.reset();  // every session is authenticated or failed: none asks the agent again
   return failed;
 }
