@@ -85,8 +85,10 @@ std::string proxy_command_for_libssh(std::string_view command, const std::string
 // The ProxyCommand OpenSSH itself makes of `ProxyJump HOPS` (HOPS not "none"): an `ssh` to the
 // last hop, through the ones before it (-J), forwarding stdio to the target (-W '[%h]:%p'), with
 // the same config file (-F) when one was named, and BatchMode (no prompt can be answered). Throws
-// std::runtime_error for a hop that is not [user@]host[:port].
-std::string proxy_jump_command(std::string_view hops, const std::string& config_file);
+// std::runtime_error for a hop that is not [user@]host[:port]. With `log_file`, its messages go
+// there (-E, at LogLevel INFO whatever the config says: a bounded few lines, never DEBUG's).
+std::string proxy_jump_command(std::string_view hops, const std::string& config_file,
+                               const std::string& log_file = "");
 
 // A Match line's arguments split as OpenSSH 9.2 splits them (blanks, and "..." around a word with
 // blanks: the quotes dropped); nullopt for what this reading does not follow (a backslash, a

@@ -128,6 +128,8 @@ void SshPool::Impl::drop_conn(size_t ci, ConnState state) {
     ssh_free(c.session);  // and the agent filter's socket it held, if any
     c.session = nullptr;
   }
+  if (c.proxy_log >= 0) ::close(c.proxy_log);
+  c.proxy_log = -1;
   c.agent_fd = -1;
   c.agent_held.reset();
   c.state = state;

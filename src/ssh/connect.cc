@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -133,8 +134,10 @@ SshPool::Impl::~Impl() {
   if (epfd >= 0) close(epfd);
   for (int fd : proxy_reports)
     if (fd >= 0) close(fd);
-  for (const Conn& c : conns)
+  for (const Conn& c : conns) {
     if (c.proxy_fd >= 0) close(c.proxy_fd);
+    if (c.proxy_log >= 0) close(c.proxy_log);
+  }
 }
 
 ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) {
@@ -220,6 +223,54 @@ bool SshPool::Impl::apply_libssh_config(Conn& c, const SshEndpoint& ep, ConnectF
   return true;
 }
 
+namespace {
+
+// A file for a ProxyJump's ssh to write its messages to (libssh sends the proxy's stderr to
+// /dev/null): a memfd of the launcher's, which the ssh opens by its /proc path (ssh closes the
+// descriptors it inherits before it opens its log file). -1, and no path, when this /proc cannot
+// reopen it (ssh would not start without its log file).
+int proxy_log_file(std::string& path) {
+  int fd = ::memfd_create("msrun-ssh-proxy-log", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  path = fmt::format("/proc/{}/fd/{}", ::getpid(), fd);
+  int again = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (again < 0) {
+    ::close(fd);
+    path.clear();
+    return -1;
+  }
+  ::close(again);
+  return fd;
+}
+
+}  // namespace
+
+// The last lines a ProxyJump's ssh wrote (its own words for what failed at the jump host), at
+// most three, on one line; "" when it wrote none.
+std::string SshPool::Impl::proxy_said(const Conn& c) const {
+  if (c.proxy_log < 0) return "";
+  constexpr off_t kTail = 4096;
+  struct stat st {};
+  if (::fstat(c.proxy_log, &st) != 0 || st.st_size == 0) return "";
+  off_t from = std::max<off_t>(0, st.st_size - kTail);
+  std::string text(static_cast<size_t>(st.st_size - from), '\0');
+  ssize_t n = ::pread(c.proxy_log, text.data(), text.size(), from);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    std::string line = name_damage(std::string(trim(std::string_view(text).substr(at, end - at))));
+    if (!line.empty()) lines.push_back(std::move(line));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  std::string out;
+  for (size_t i = lines.size() > 3 ? lines.size() - 3 : 0; i < lines.size(); ++i)
+    out += (out.empty() ? "" : " / ") + lines[i];
+  return out;
+}
+
 // With OpenSSH's answer: the session gets exactly its values, and reads no config of its own.
 void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
   ssh_options_set(c.session, SSH_OPTIONS_HOST, h.hostname.c_str());
@@ -230,10 +281,12 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
   ssh_options_set(c.session, SSH_OPTIONS_PORT, &port);
   if (!h.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, h.user.c_str());
   // Checked when it was resolved: the jump's command can be made, the command's tokens are ssh's.
+  std::string log_path;
+  if (!h.proxy_jump.empty() && c.proxy_log < 0) c.proxy_log = proxy_log_file(log_path);
   std::string proxy = h.proxy_jump.empty()
                           ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
                                                      hosts[c.host].address)
-                          : proxy_jump_command(h.proxy_jump, settings.ssh_config);
+                          : proxy_jump_command(h.proxy_jump, settings.ssh_config, log_path);
   // libssh runs it as ssh does, `exec COMMAND` under $SHELL -c (no shell waits between the
   // proxy and its signals); the proxy is a process group of its own (proxies.cc).
   if (!proxy.empty()) {
@@ -458,9 +511,12 @@ std::string SshPool::Impl::proxy_hint(size_t ci) const {
   const Conn& c = conns[ci];
   if (!c.proxied || !has_openssh(c.host)) return "";
   const SshHostConfig& h = *openssh[c.host].shared;
+  std::string command = ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true");
+  if (std::string said = proxy_said(c); !said.empty())
+    return fmt::format(" (through {}, whose ssh said: {}; `{}` shows more)", proxy_named(h), said,
+                       command);
   return fmt::format(" (through {}; the proxy's own errors are not seen here: `{}` shows them)",
-                     proxy_named(h),
-                     ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true"));
+                     proxy_named(h), command);
 }
 
 // What the handshakes to `host` pass through on their way: the first hop of its ProxyJump, or its

@@ -66,6 +66,7 @@ struct SshPool::Impl {
     bool proxied = false;  // through a ProxyCommand / ProxyJump libssh forks (proxies.cc)
     pid_t proxy = 0;       // its pid (and process group), once its child said so
     int proxy_fd = -1;     // its pidfd
+    int proxy_log = -1;    // a ProxyJump's ssh writes its messages here (-E; a memfd)
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {
@@ -189,8 +190,9 @@ struct SshPool::Impl {
   // (SIGTERM, at most `grace_ms`, then SIGKILL; at once with 0) before libssh waits for them.
   int proxy_reports[2] = {-1, -1};
   int connect_forking_a_proxy(size_t ci);
-  std::string proxy_hint(size_t ci) const;  // for a failure before the server answered
-  std::string jump_of(size_t host) const;   // what its handshakes share on the way (connect.cc)
+  std::string proxy_hint(size_t ci) const;      // for a failure before the server answered
+  std::string proxy_said(const Conn& c) const;  // the last lines of c.proxy_log ("" none)
+  std::string jump_of(size_t host) const;       // what its handshakes share on the way (connect.cc)
   // How messages name a host's proxy: "ProxyJump HOPS" or "its ProxyCommand".
   static std::string proxy_named(const SshHostConfig& h) {
     return h.proxy_jump.empty() ? "its ProxyCommand" : "ProxyJump " + h.proxy_jump;

@@ -236,7 +236,8 @@ std::string proxy_command_for_libssh(std::string_view command, const std::string
   return out;
 }
 
-std::string proxy_jump_command(std::string_view hops, const std::string& config_file) {
+std::string proxy_jump_command(std::string_view hops, const std::string& config_file,
+                               const std::string& log_file) {
   std::vector<std::string> list;
   size_t pos = 0;
   while (true) {
@@ -275,6 +276,7 @@ std::string proxy_jump_command(std::string_view hops, const std::string& config_
       port.find_first_not_of("0123456789") != std::string::npos)
     throw std::runtime_error(fmt::format("ProxyJump {}: not [user@]host[:port]", hops));
   std::string cmd = "ssh -o BatchMode=yes";
+  if (!log_file.empty()) cmd += " -E " + shell_quote(log_file) + " -o LogLevel=INFO";
   if (!user.empty()) cmd += " -l " + shell_quote(user);
   if (!port.empty()) cmd += " -p " + port;
   if (!list.empty()) {

@@ -137,6 +137,9 @@ def test_hosts_behind_a_jump_host_stay_within_its_sshds_max_startups():
         check(code == 255, f"16 at once under MaxStartups 4, exit {code}: {text[-2000:]}")
         check("other handshakes went through the same jump host then, which let others" in text
               and "MaxStartups" in text and "--jump_fanout" in text, f"not said why: {text[-2000:]}")
+        # In the jump's ssh's own words: the jump host closed the login before its banner.
+        check("whose ssh said: kex_exchange_identification: " in text,
+              f"the jump's ssh is not quoted: {text[-2000:]}")
     wait_no_leftovers(15)
     check(not _jump_ssh_left(cfg), "a jump ssh is left running")
 
@@ -646,8 +649,8 @@ def test_a_proxy_command_that_ignores_sigterm_is_ended_when_its_jump_host_is_cut
 
 
 def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows_why():
-    # libssh sends the proxy's stderr to /dev/null: the failure names the jump and the ssh command
-    # that shows the proxy's own error, and that command does show it (the address of the jump).
+    # libssh sends the proxy's stderr to /dev/null: the failure quotes what the jump's ssh wrote to
+    # a file of the launcher's, and names the ssh command that shows more, which does show it.
     a = addresses()
     nowhere = a[0].rsplit(".", 1)[0] + ".99"  # on the cluster's network, no host there
     cfg = _config("jumpnowhere", f"Host j9\n  HostName {nowhere}\n  ConnectTimeout 2\n"
@@ -659,10 +662,12 @@ def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows
     check(code == 255 and "2 of 2 hosts failed" in text, f"exit {code}: {text[-1500:]}")
     # Both went through the jump host at once, and none got through: not a MaxStartups drop.
     check("MaxStartups" not in text, f"an unreachable jump host taken for a busy one: {text}")
-    m = re.search(r"target: .*\(through ProxyJump j9; the proxy's own errors are not seen here: "
-                  r"`(ssh -F \S+ -- \S+ true)` shows them\)", text)
-    check(m, f"the jump and the command are not named: {text[-1500:]}")
-    r = subprocess.run(shlex.split(m.group(1)), capture_output=True, text=True, timeout=60,
+    # The jump's own ssh says why (libssh discards a proxy's stderr: it writes to a file of ours).
+    m = re.search(r"target: .*\(through ProxyJump j9, whose ssh said: (.*?); "
+                  r"`(ssh -F \S+ -- \S+ true)` shows more\)", text)
+    check(m, f"the jump, its words and the command are not named: {text[-1500:]}")
+    check(nowhere in m.group(1), f"the jump's ssh does not name where it failed: {m.group(1)}")
+    r = subprocess.run(shlex.split(m.group(2)), capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL, cwd=tmpdir())
     check(r.returncode == 255 and nowhere in r.stderr,
           f"{m.group(1)}: exit {r.returncode}, does not show the jump's error: {r.stderr}")

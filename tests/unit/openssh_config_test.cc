@@ -138,6 +138,8 @@ TEST(OpensshConfig, ProxyJumpAsOpensshRunsIt) {
             "ssh -o BatchMode=yes -l 'b' -p 2201 -J 'a@j1:2200' -F '/cfg' -W '[%h]:%p' 'j2'");
   EXPECT_EQ(proxy_jump_command("j1,j2,j3", "/c f"),
             "ssh -o BatchMode=yes -J 'j1,j2' -F '/c f' -W '[%h]:%p' 'j3'");
+  EXPECT_EQ(proxy_jump_command("j1", "/cfg", "/proc/7/fd/9"),
+            "ssh -o BatchMode=yes -E '/proc/7/fd/9' -o LogLevel=INFO -F '/cfg' -W '[%h]:%p' 'j1'");
   EXPECT_THROW(proxy_jump_command("j1,", ""), std::runtime_error);
   EXPECT_THROW(proxy_jump_command("a b", ""), std::runtime_error);
   EXPECT_THROW(proxy_jump_command("j1:port", ""), std::runtime_error);
