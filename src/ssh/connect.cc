@@ -5,6 +5,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -228,8 +229,10 @@ namespace {
 // A file for a ProxyJump's ssh to write its messages to (libssh sends the proxy's stderr to
 // /dev/null): a memfd of the launcher's, which the ssh opens by its /proc path (ssh closes the
 // descriptors it inherits before it opens its log file). -1, and no path, when this /proc cannot
-// reopen it (ssh would not start without its log file).
+// reopen it (ssh would not start without its log file). A launcher that is not dumpable (a
+// setuid or unreadable binary) has a /proc/PID/fd only it can enter, itself: ssh could not.
 int proxy_log_file(std::string& path) {
+  if (::prctl(PR_GET_DUMPABLE) != 1) return -1;
   int fd = ::memfd_create("msrun-ssh-proxy-log", MFD_CLOEXEC);
   if (fd < 0) return -1;
   path = fmt::format("/proc/{}/fd/{}", ::getpid(), fd);
@@ -260,7 +263,8 @@ std::string SshPool::Impl::proxy_said(const Conn& c) const {
   size_t at = 0;
   while (at < text.size()) {
     size_t end = text.find('\n', at);
-    std::string line = name_damage(std::string(trim(std::string_view(text).substr(at, end - at))));
+    std::string line =
+        name_damage(std::string(trim(std::string_view(text).substr(at, end - at), " \t\r")));
     if (!line.empty()) lines.push_back(std::move(line));
     if (end == std::string::npos) break;
     at = end + 1;
@@ -282,7 +286,10 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
   if (!h.user.empty()) ssh_options_set(c.session, SSH_OPTIONS_USER, h.user.c_str());
   // Checked when it was resolved: the jump's command can be made, the command's tokens are ssh's.
   std::string log_path;
-  if (!h.proxy_jump.empty() && c.proxy_log < 0) c.proxy_log = proxy_log_file(log_path);
+  // One hop only: the hops before the last are an ssh of that ssh's own, whose stderr is
+  // libssh's /dev/null, and the last one's words for their failure would name the wrong host.
+  if (!h.proxy_jump.empty() && h.proxy_jump.find(',') == std::string::npos && c.proxy_log < 0)
+    c.proxy_log = proxy_log_file(log_path);
   std::string proxy = h.proxy_jump.empty()
                           ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
                                                      hosts[c.host].address)
