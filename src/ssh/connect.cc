@@ -260,15 +260,8 @@ std::string SshPool::Impl::proxy_said(const Conn& c) const {
   ssize_t n = ::pread(c.proxy_log, text.data(), text.size(), from);
   text.resize(n > 0 ? static_cast<size_t>(n) : 0);
   std::vector<std::string> lines;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    std::string line =
-        name_damage(std::string(trim(std::string_view(text).substr(at, end - at), " \t\r")));
-    if (!line.empty()) lines.push_back(std::move(line));
-    if (end == std::string::npos) break;
-    at = end + 1;
-  }
+  for (std::string_view line : split_lines(text))
+    if (line = trim(line, " \t\r"); !line.empty()) lines.push_back(name_damage(std::string(line)));
   std::string out;
   for (size_t i = lines.size() > 3 ? lines.size() - 3 : 0; i < lines.size(); ++i)
     out += (out.empty() ? "" : " / ") + lines[i];
