@@ -81,6 +81,10 @@ class Batch {
   // up at least once a second. Then every command still open is marked kTimedOut and killed
   // (Transport::kill with "KILL", the requests sent at once); nothing more is recorded for it.
   void wait(double deadline_ms, const std::function<bool()>& keep_waiting = nullptr);
+  // The same wait without its end: true when every command has closed; the commands still open
+  // when the deadline passed or `keep_waiting` returned false stay open, for the caller to tell
+  // them more (a command's stdin) and wait again.
+  bool wait_open(double deadline_ms, const std::function<bool()>& keep_waiting = nullptr);
 
   // Records `event` when it concerns the batch: an event of one of its commands (then true), or a
   // lost host (recorded for its commands; false, so that the owner of the poll sees it too).
@@ -106,12 +110,15 @@ class Batch {
   size_t open_ = 0;
 };
 
-// Starts every command, then waits for them until `timeout_s` has passed (Batch::wait).
+// Starts every command, then waits for them until `timeout_s` has passed or `keep_waiting` returns
+// false (Batch::wait).
 std::vector<BatchResult> run_batch(Transport& transport, const std::vector<BatchCommand>& commands,
-                                   double timeout_s);
+                                   double timeout_s,
+                                   const std::function<bool()>& keep_waiting = nullptr);
 // The same command on each of `hosts`, in that order.
 std::vector<BatchResult> run_batch(Transport& transport, const std::vector<size_t>& hosts,
-                                   const std::string& command, double timeout_s);
+                                   const std::string& command, double timeout_s,
+                                   const std::function<bool()>& keep_waiting = nullptr);
 
 // The stdout of each command that reported an exit status (whatever the status); nullopt for
 // the others (not started, host lost before the end, timed out, closed without a status).

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -99,10 +100,11 @@ std::optional<PrepareFailure> prepare_hosts(
 
 // Runs `stop_command(job, grace, attempts)` on `hosts` (indexes into `t`) for at most `timeout_s`:
 // for each host, the processes it ended, as describe_swept says each, or nothing when it did not
-// finish (lost, or no answer in time).
+// finish (lost, or no answer in time). When `keep_waiting` returns false, each stop still running
+// ends its grace at once (SIGKILL) and gets kKillNowWaitMs more to say so.
 std::vector<std::optional<std::vector<std::string>>> stop_processes(
     Transport& t, const std::vector<size_t>& hosts, const std::string& job, double grace,
-    int attempts, double timeout_s);
+    int attempts, double timeout_s, const std::function<bool()>& keep_waiting = nullptr);
 
 // Waits up to `seconds` (0: only what is pending) on the signalfd `sfd`: 0, or the exit status of
 // SIGINT, SIGTERM or SIGHUP when one came. SIGTSTP stops the launcher there (between restart

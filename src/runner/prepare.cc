@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,15 +39,19 @@ bool needs_topology(const HostPlan& h) {
 // Binding from each host's real topology (decide_binding, plan.h): one probe per host, all hosts
 // at once, then the binding step; the same round trip tells whether the host has the taskset /
 // numactl the bound commands start with.
-// Returns false (after printing why) when a host could not be probed; bad binding input throws
+// Returns false (after printing why) when a host could not be probed, or silently when
+// `keep_waiting` ended the wait (a signal: the caller says so); bad binding input throws
 // InputError naming the host.
-bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options) {
+bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options,
+                          const std::function<bool()>& keep_waiting) {
   std::vector<size_t> hosts;
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     if (needs_topology(plan.hosts[h])) hosts.push_back(h);
   if (hosts.empty()) return true;
   double timeout = std::max(10.0, options.connect_timeout);
-  auto probes = exited_output(run_batch(pool, hosts, binding_probe_command(), timeout));
+  auto probes =
+      exited_output(run_batch(pool, hosts, binding_probe_command(), timeout, keep_waiting));
+  if (!keep_waiting()) return false;
   bool ok = true;
   for (size_t i = 0; i < hosts.size(); ++i) {
     HostPlan& hp = plan.hosts[hosts[i]];
@@ -78,7 +83,8 @@ bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options) {
 // starts: one read of the master's /proc/net/tcp and tcp6 (no program but awk needed).
 enum class PortCheck { kFree, kTaken, kNoAnswer };
 
-PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
+PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s,
+                           const std::function<bool()>& keep_waiting) {
   if (plan.contract != Contract::kTorch) return PortCheck::kFree;
   size_t master = 0;
   while (master < plan.hosts.size() && !plan.hosts[master].is_master) ++master;
@@ -86,7 +92,8 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
       "awk 'FNR > 1 && $4 == \"0A\" {{ n = split($2, a, \":\"); if (a[n] == \"{:04X}\") f = 1 }} "
       "END {{ print (f ? \"taken\" : \"free\") }}' /proc/net/tcp /proc/net/tcp6 2>/dev/null",
       plan.master_port);
-  auto got = exited_output(run_batch(t, {master}, cmd, timeout_s));
+  auto got = exited_output(run_batch(t, {master}, cmd, timeout_s, keep_waiting));
+  if (!keep_waiting()) return PortCheck::kNoAnswer;  // a signal: the caller says so
   std::string answer = got[0].value_or("");
   if (answer.rfind("free", 0) == 0) return PortCheck::kFree;
   const std::string& host = plan.hosts[master].host.address;
@@ -110,16 +117,24 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s) {
 // two heartbeats and the grace, and until then they may hold what the new attempt needs (the
 // devices, the torch master's port, the files). Ended first, over the new connections, as
 // `msrun-ssh stop` ends a job (SIGTERM, the grace, SIGKILL); each process ended is named. False
-// when a host did not answer.
+// when a host did not answer. A signal (`keep_waiting` false) ends the grace at once: SIGKILL, as
+// a second Ctrl-C does in a teardown; then false too, the caller saying why.
 bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts& earlier,
-                          const Options& options) {
+                          const Options& options, const std::function<bool()>& keep_waiting) {
   if (earlier.hosts.empty() || earlier.attempts < 1) return true;
   auto ended =
       stop_processes(t, earlier.hosts, earlier.job_id, options.kill_grace, earlier.attempts,
-                     options.kill_grace + std::max(10.0, options.connect_timeout));
-  bool ok = true;
+                     options.kill_grace + std::max(10.0, options.connect_timeout), keep_waiting);
+  bool ok = keep_waiting();
   for (size_t i = 0; i < earlier.hosts.size(); ++i) {
     const std::string& host = plan.hosts[earlier.hosts[i]].host.address;
+    if (!ended[i] && !ok) {
+      std::fprintf(stderr,
+                   "msrun-ssh: %s: interrupted before what an earlier attempt left there was "
+                   "ended (its watchdog ends it)\n",
+                   host.c_str());
+      continue;
+    }
     if (!ended[i]) {
       std::fprintf(stderr,
                    "msrun-ssh: %s: cannot end what an earlier attempt left there (lost with the "
@@ -139,10 +154,20 @@ bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts&
 
 std::vector<std::optional<std::vector<std::string>>> stop_processes(
     Transport& t, const std::vector<size_t>& hosts, const std::string& job, double grace,
-    int attempts, double timeout_s) {
+    int attempts, double timeout_s, const std::function<bool()>& keep_waiting) {
+  Batch batch(t);
+  const std::string command = stop_command(job, grace, attempts);
+  for (size_t h : hosts) batch.start(h, command);
+  double deadline = t.now_ms() + timeout_s * 1000;
+  if (!batch.wait_open(deadline, keep_waiting) && t.now_ms() < deadline) {
+    // Cut short: 'K' on its stdin ends each stop's grace at once (sweep.sh's teardown).
+    for (size_t i = 0; i < hosts.size(); ++i)
+      if (!batch.result(i).closed) batch.write(i, "K");
+    deadline = std::min(deadline, t.now_ms() + kKillNowWaitMs);
+  }
+  batch.wait(deadline);
   std::vector<std::optional<std::vector<std::string>>> ended;
-  for (const auto& answer :
-       exited_output(run_batch(t, hosts, stop_command(job, grace, attempts), timeout_s))) {
+  for (const auto& answer : exited_output(batch.results())) {
     ended.emplace_back();
     if (!answer) continue;
     ended.back().emplace();
@@ -265,7 +290,8 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
   if (!connect(pool, jh.hosts, jh.connections, status, unreachable))
     return failed(kExitHostFailure, "a host could not be reached");
   if (signalled()) return interrupted();
-  if (earlier && !end_earlier_attempts(commands, plan, *earlier, options))
+  auto not_signalled = [&] { return !signalled(); };
+  if (earlier && !end_earlier_attempts(commands, plan, *earlier, options, not_signalled))
     return failed(kExitHostFailure, "what an earlier attempt left could not be ended");
   if (signalled()) return interrupted();
   if (sync && !sync_and_report(commands, *sync, addresses, stderr, signalled)) {
@@ -274,10 +300,10 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
     return PrepareFailure{kExitHostFailure, "the sync failed"};
   }
   if (signalled()) return interrupted();
-  if (!bind_from_topologies(commands, plan, options))
+  if (!bind_from_topologies(commands, plan, options, not_signalled))
     return failed(kExitHostFailure, "a host's topology could not be read");
   if (signalled()) return interrupted();
-  switch (master_port_free(commands, plan, options.connect_timeout)) {
+  switch (master_port_free(commands, plan, options.connect_timeout, not_signalled)) {
     case PortCheck::kFree:
       break;
     case PortCheck::kTaken:

@@ -119,14 +119,18 @@ bool Batch::offer(const TransportEvent& e) {
   return true;
 }
 
-void Batch::wait(double deadline_ms, const std::function<bool()>& keep_waiting) {
+bool Batch::wait_open(double deadline_ms, const std::function<bool()>& keep_waiting) {
   EventHandler handler = [this](const TransportEvent& e) { offer(e); };
   while (open_ > 0 && t_.now_ms() < deadline_ms) {
     double left = std::ceil(deadline_ms - t_.now_ms());
     t_.poll(static_cast<int>(std::clamp(left, 1.0, kMaxWaitMs)), handler);
     if (keep_waiting && !keep_waiting()) break;
   }
-  if (open_ == 0) return;
+  return open_ == 0;
+}
+
+void Batch::wait(double deadline_ms, const std::function<bool()>& keep_waiting) {
+  if (wait_open(deadline_ms, keep_waiting)) return;
   abandon();
   // The transport sends what was asked of it when it next polls: now, without waiting.
   t_.poll(0, [](const TransportEvent&) {});
@@ -144,19 +148,20 @@ void Batch::abandon() {
 }
 
 std::vector<BatchResult> run_batch(Transport& transport, const std::vector<BatchCommand>& commands,
-                                   double timeout_s) {
+                                   double timeout_s, const std::function<bool()>& keep_waiting) {
   Batch batch(transport);
   for (const auto& c : commands) batch.start(c.host, c.command);
-  batch.wait(transport.now_ms() + timeout_s * 1000);
+  batch.wait(transport.now_ms() + timeout_s * 1000, keep_waiting);
   return batch.results();
 }
 
 std::vector<BatchResult> run_batch(Transport& transport, const std::vector<size_t>& hosts,
-                                   const std::string& command, double timeout_s) {
+                                   const std::string& command, double timeout_s,
+                                   const std::function<bool()>& keep_waiting) {
   std::vector<BatchCommand> commands;
   commands.reserve(hosts.size());
   for (size_t h : hosts) commands.push_back({h, command});
-  return run_batch(transport, commands, timeout_s);
+  return run_batch(transport, commands, timeout_s, keep_waiting);
 }
 
 std::vector<std::optional<std::string>> exited_output(const std::vector<BatchResult>& results) {

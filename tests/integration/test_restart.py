@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 from harness import (SOURCE_DIR, addresses, check, cluster, cluster_dir, host_processes,
                      interrupt, job, launch, marked_processes, read, run, running, tmpdir,
@@ -96,6 +97,61 @@ def test_a_restart_ends_what_the_attempt_before_left_on_a_host_it_lost():
         check(re.search(rf"attempt 2 MS_WORKER rank {rank} earlier-alive 0\b".encode(), out, re.M),
               f"rank {rank} found attempt 1's processes: {out.decode(errors='replace')[-2500:]}")
     wait_clean(5)
+
+
+def test_ctrl_c_while_an_earlier_attempt_is_ended_kills_what_it_left_at_once():
+    """Attempt 2 ends what attempt 1 left on a host lost during it: SIGTERM, the grace, SIGKILL.
+    Here those processes ignore SIGTERM and the grace is 60 s. A Ctrl-C meanwhile ends the grace
+    at once (SIGKILL, as a second Ctrl-C does in a teardown) and the launcher exits 130 with
+    nothing started; before, it waited out the whole grace."""
+    victim = 1
+    addrs = addresses()
+    ranks = f"{2 * victim},{2 * victim + 1}"
+    p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1", "--stubborn_ranks",
+                      ranks],
+                     extra=["--max_restarts", "1", "--restart_backoff", "0.5", "--kill_grace",
+                            "60"])
+    stopped = []
+    took = None
+    try:
+        wait_for(lambda: running("flaky.py") >= 1 + 2 * len(addrs), 20, "attempt 1's processes")
+        stopped = [pid for _, pid, cmd in host_processes(f"msrs-node{victim}")
+                   if cmd == "msrun-ssh-agent"]
+        check(len(stopped) == 1, f"node{victim}'s agents: {stopped}")
+        os.kill(int(stopped[0]), signal.SIGSTOP)  # so that attempt 1's processes outlive the cut
+        cluster("cut", victim)
+        try:
+            wait_for(lambda: f"host {addrs[victim]} lost".encode()
+                     in read(os.path.join(logs, "msrun-ssh.log")), 30, "the host lost")
+        finally:
+            cluster("heal", victim)
+        wait_for(lambda: any("msrun-ssh-stop" in cmd
+                             for _, _, cmd in host_processes(f"msrs-node{victim}")), 60,
+                 "attempt 2 ending attempt 1's processes on the victim")
+        start = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=90)
+        took = time.monotonic() - start
+        # Checked before the stopped agent goes on (it would end them too, after its own grace).
+        left = [cmd for _, _, cmd in marked_processes(f"msrs-node{victim}") if "flaky.py" in cmd]
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(int(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if p.poll() is None:
+            p.kill()
+    text = err.decode(errors="replace")
+    check(p.returncode == 130, f"exit {p.returncode}: {text[-2500:]}")
+    check(took < 15, f"the launcher ended {took:.1f} s after Ctrl-C: {text[-2500:]}")
+    check("interrupted while preparing the hosts; nothing was started" in text, text[-2500:])
+    check(len(re.findall(rf"msrun-ssh: {re.escape(addrs[victim])}: killed \d+ SIGKILL "
+                         r".*flaky\.py.*, left by an earlier attempt", text)) == 2,
+          f"the two stubborn workers' SIGKILL is not said: {text[-2500:]}")
+    check(not left, f"attempt 1's processes still run on the victim: {left}")
+    check(b"attempt 2 " not in out, f"attempt 2 started: {out.decode(errors='replace')[-1500:]}")
+    wait_clean(10)
 
 
 def test_ctrl_c_during_the_backoff_ends_at_once():

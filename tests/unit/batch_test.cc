@@ -153,6 +153,47 @@ TEST(Batch, TheCallerFeedsStdinStartsMoreAndStopsEarly) {
   EXPECT_EQ(b.open(), 0u);
 }
 
+// wait_open: a stop asked for (a signal to the launcher) leaves the commands open and unkilled,
+// so that the caller can tell them more (stop.sh's 'K') and give them a last, shorter wait.
+TEST(Batch, AWaitCutShortLeavesTheCommandsOpenForTheCaller) {
+  ReplyTransport t;
+  t.on("stop", says("done\n", 0.5), 1);
+  t.on("stop", says("", -1));
+  Batch b(t);
+  size_t slow = b.start(0, "stop");
+  size_t quick = b.start(1, "stop");
+  EXPECT_FALSE(b.wait_open(60000, [&] { return t.now_ms() < 2000; }));
+  double asked = t.now_ms();  // woken at least once a second: the stop came soon after 2 s
+  EXPECT_GE(asked, 2000);
+  EXPECT_LE(asked, 3000);
+  EXPECT_TRUE(t.kills.empty());
+  EXPECT_FALSE(b.result(slow).closed);
+  EXPECT_EQ(b.result(slow).failure, BatchFailure::kNone);
+  EXPECT_EQ(b.result(quick).out, "done\n");
+  b.write(slow, "K");
+  b.wait(asked + 3000);
+  EXPECT_EQ(t.channel(0).written, "K");
+  EXPECT_EQ(t.now_ms(), asked + 3000);
+  EXPECT_EQ(b.result(slow).failure, BatchFailure::kTimedOut);
+  ASSERT_EQ(t.kills.size(), 1u);
+  // Every command closed: true, without waiting.
+  Batch done(t);
+  done.start(1, "stop");
+  EXPECT_TRUE(done.wait_open(t.now_ms() + 60000));
+  EXPECT_EQ(t.now_ms(), asked + 3500);
+}
+
+// run_batch gives up when its caller's keep_waiting says so (a signal), not at the deadline.
+TEST(Batch, RunBatchStopsWhenTheCallerSaysSo) {
+  ReplyTransport t;
+  t.on("probe", says("", -1));
+  auto r = run_batch(t, {0, 1}, "probe", 60, [&] { return t.now_ms() < 1500; });
+  EXPECT_GE(t.now_ms(), 1500);
+  EXPECT_LT(t.now_ms(), 2100);
+  EXPECT_EQ(r[0].failure, BatchFailure::kTimedOut);
+  EXPECT_EQ(t.kills.size(), 2u);
+}
+
 TEST(Batch, ADroppedHostsCommandsAreLostAndClosedTheOthersGoOn) {
   ReplyTransport t;
   t.on("work", Reply{.exit_at = -1}, 1);  // host 1 never answers
