@@ -1,7 +1,7 @@
 // A batch: short commands run at once on a set of hosts through any Transport, each one's output
 // and end collected apart, until all have ended or a deadline passes — the start-up probes of a
 // run, a detached start, `stop`, and the checks of `msrun-ssh check`. (The job itself is the
-// Runner's: runner.h.) What is still open when the wait ends is killed.
+// Runner's: runner.h.) What is still open when the wait ends is killed (wait, wait_or_tell).
 //
 // While a batch waits, the transport's events of channels that are not its own are handed to
 // nobody: run a batch when no other command is open on the transport. A batch may instead ride
@@ -82,9 +82,13 @@ class Batch {
   // (Transport::kill with "KILL", the requests sent at once); nothing more is recorded for it.
   void wait(double deadline_ms, const std::function<bool()>& keep_waiting = nullptr);
   // The same wait without its end: true when every command has closed; the commands still open
-  // when the deadline passed or `keep_waiting` returned false stay open, for the caller to tell
-  // them more (a command's stdin) and wait again.
+  // when the deadline passed or `keep_waiting` returned false stay open.
   bool wait_open(double deadline_ms, const std::function<bool()>& keep_waiting = nullptr);
+  // wait(), except that when `keep_waiting` returns false before the deadline, each command still
+  // open is first written `word` (`stop`'s "K": end the grace at once) and waited for up to
+  // `last_ms` more (never past the deadline). True when the wait was cut short so.
+  bool wait_or_tell(double deadline_ms, const std::function<bool()>& keep_waiting,
+                    std::string_view word, double last_ms);
 
   // Records `event` when it concerns the batch: an event of one of its commands (then true), or a
   // lost host (recorded for its commands; false, so that the owner of the poll sees it too).

@@ -44,7 +44,15 @@ struct Host {
   std::string origin;  // "FILE:LINE" of the entry, for messages
   bool spare = false;  // `spare = true` (plain: `spare`): starts nothing until a restart needs it
   int identity_file_line = 0;  // the line of the identity_file key (in [defaults] or the entry)
+  // Another entry of the job (a host or a spare) has the same address (make_plan marks it).
+  bool shares_address = false;
 };
+
+// One entry of the job as the launcher tells entries apart (two may share an address, on
+// different ports: sshds of containers on one machine): the address, and its port when the entry
+// gives one and shares its address ("box:2222", "[fe80::1]:2222"). Keys the hosts lost,
+// unreachable or failed across restart attempts, and names them in the spares' messages.
+std::string host_key(const Host& host);
 
 struct Cluster {
   std::string path;

@@ -117,8 +117,8 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
 // A host that leaves the job at a restart, and the spare that takes its place.
 struct Replacement {
   int node_rank = 0;
-  std::string host;    // the address that leaves
-  std::string spare;   // the address that takes its node rank
+  std::string host;    // the host that leaves (host_key)
+  std::string spare;   // the spare that takes its node rank (host_key)
   std::string reason;  // why the host leaves: "lost: ...", "unreachable: ...", "failed 2 attempts"
   bool operator==(const Replacement&) const = default;
 };
@@ -129,7 +129,7 @@ struct SpareDecision {
 };
 
 // Which hosts of `plan` leave and which spares take their places. Pure. A host leaves when
-// `unusable` names it (address -> why: lost, unreachable) or when `failures` (address -> attempts
+// `unusable` names it (host_key -> why: lost, unreachable) or when `failures` (host_key -> attempts
 // it failed) reached `exclude_after` ("failed 2 attempts"); in node-rank order, each takes the
 // first spare of plan.spares not yet taken. Without a spare for one of them, `error` reads
 // "no spare host is left to replace node1 (node rank 1, lost: connection reset)".

@@ -111,10 +111,10 @@ class Runner {
   // run() for the processes that were started.
   std::vector<std::string> log_names() const;
 
-  // The hosts lost during the run (their addresses, in plan order).
+  // The hosts lost during the run (host_key each, in plan order).
   std::vector<std::string> lost_hosts() const;
 
-  // The address of the host whose process's failure started the teardown ("" when none did).
+  // The host (host_key) whose process's failure started the teardown ("" when none did).
   std::string root_cause_host() const;
 
   // The host's own name as its watchdog reported it ("" before that).
@@ -383,7 +383,7 @@ class HostRoster {
   // host is left to replace node1 (node rank 1, lost: ...)").
   std::string after_attempt(const AttemptResult& result);
 
-  // When the next attempt could not reach `unreachable` (address -> why): replaces those hosts.
+  // When the next attempt could not reach `unreachable` (host_key -> why): replaces those hosts.
   // Returns "" or why the attempt cannot run, as after_attempt.
   std::string replace_unreachable(const std::map<std::string, std::string>& unreachable);
 
@@ -391,7 +391,7 @@ class HostRoster {
   // attempt runs on it: the job's record lists it then (jobs.h).
   void on_spare_taken(std::function<void(const HostPlan&)> taken) { taken_ = std::move(taken); }
 
-  // The hosts (addresses) lost during an attempt so far: what that attempt started there may still
+  // The hosts (host_key) lost during an attempt so far: what that attempt started there may still
   // run, until its watchdog misses the launcher. The next attempts end it before they start.
   const std::set<std::string>& lost_before() const { return lost_before_; }
 
@@ -402,7 +402,7 @@ class HostRoster {
   const Options& options_;
   Say say_;
   bool has_spares_;
-  std::map<std::string, int> failures_;  // address -> attempts it failed
+  std::map<std::string, int> failures_;  // host_key -> attempts it failed
   std::set<std::string> lost_before_;
   std::function<void(const HostPlan&)> taken_;
 };

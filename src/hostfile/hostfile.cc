@@ -174,6 +174,17 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
   }
 }
 
+}  // namespace
+
+std::string host_key(const Host& host) {
+  if (!host.port || !host.shares_address) return host.address;
+  if (host.address.find(':') != std::string::npos)
+    return fmt::format("[{}]:{}", host.address, *host.port);
+  return fmt::format("{}:{}", host.address, *host.port);
+}
+
+namespace {
+
 // Where each host of a file came from: the place of the address that named it ("FILE:LINE:COL"
 // in TOML, "FILE:LINE" in the plain format) and that address as written (a node set).
 struct Origin {

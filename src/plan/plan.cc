@@ -403,6 +403,17 @@ void plan_processes(Plan& plan, const Options& options) {
   }
 }
 
+// Marks each host and spare whose address another entry of the job has too (host_key then names
+// it with its port); a mark once made stays (a plan remade at a restart keeps its spares apart).
+void mark_shared_addresses(Plan& plan) {
+  std::map<std::string, int> entries;
+  for (const auto* list : {&plan.hosts, &plan.spares})
+    for (const HostPlan& h : *list) ++entries[h.host.address];
+  for (auto* list : {&plan.hosts, &plan.spares})
+    for (HostPlan& h : *list)
+      if (entries[h.host.address] > 1) h.host.shares_address = true;
+}
+
 }  // namespace
 
 void check_ssh_answers(const Cluster& cluster, const std::vector<SshResolution>& answers) {
@@ -471,6 +482,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     resolved_ip(sp, resolve);
     plan.spares.push_back(std::move(sp));
   }
+  mark_shared_addresses(plan);
   const bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
   for (auto& hp : plan.hosts) {
     if (log_needs_ip) resolved_ip(hp, resolve);

@@ -10,12 +10,12 @@
 namespace msrun_ssh {
 namespace {
 
-// Why `address` must leave the job ("" when it may stay).
-std::string leaving_reason(const std::string& address,
+// Why the host `key` (host_key) must leave the job ("" when it may stay).
+std::string leaving_reason(const std::string& key,
                            const std::map<std::string, std::string>& unusable,
                            const std::map<std::string, int>& failures, int exclude_after) {
-  if (auto it = unusable.find(address); it != unusable.end()) return it->second;
-  auto it = failures.find(address);
+  if (auto it = unusable.find(key); it != unusable.end()) return it->second;
+  auto it = failures.find(key);
   if (it != failures.end() && it->second >= exclude_after)
     return fmt::format("failed {} attempts", it->second);
   return "";
@@ -28,16 +28,16 @@ SpareDecision replace_hosts(const Plan& plan, const std::map<std::string, std::s
   SpareDecision d;
   size_t next_spare = 0;
   for (const auto& h : plan.hosts) {
-    std::string why = leaving_reason(h.host.address, unusable, failures, exclude_after);
+    std::string key = host_key(h.host);
+    std::string why = leaving_reason(key, unusable, failures, exclude_after);
     if (why.empty()) continue;
     if (next_spare == plan.spares.size()) {
-      d.error = fmt::format("no spare host is left to replace {} (node rank {}, {})",
-                            h.host.address, h.node_rank, why);
+      d.error = fmt::format("no spare host is left to replace {} (node rank {}, {})", key,
+                            h.node_rank, why);
       d.replacements.clear();
       return d;
     }
-    d.replacements.push_back(
-        {h.node_rank, h.host.address, plan.spares[next_spare++].host.address, why});
+    d.replacements.push_back({h.node_rank, key, host_key(plan.spares[next_spare++].host), why});
   }
   return d;
 }
@@ -55,7 +55,7 @@ Plan apply_replacements(const Plan& plan, const std::vector<Replacement>& replac
   std::vector<HostPlan> spares = plan.spares;
   for (const Replacement& r : replacements) {
     auto spare = std::find_if(spares.begin(), spares.end(),
-                              [&r](const HostPlan& s) { return s.host.address == r.spare; });
+                              [&r](const HostPlan& s) { return host_key(s.host) == r.spare; });
     if (spare == spares.end()) throw InputError(fmt::format("{} is no free spare host", r.spare));
     Host& slot = cluster.hosts.at(static_cast<size_t>(r.node_rank));
     Host host = spare->host;

@@ -49,7 +49,7 @@ inline std::string describe_status(int status, const std::string& signal) {
 
 // Phase one. Prints every failed host and returns false when any failed: then every host is
 // disconnected (two-phase start: nothing runs anywhere unless every host is ready), and `failed`
-// (when given) maps each failed host's address to why.
+// (when given) maps each failed host (host_key) to why.
 bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
              const std::vector<int>& connections, StatusLine* status = nullptr,
              std::map<std::string, std::string>* failed_hosts = nullptr);
@@ -88,8 +88,9 @@ struct EarlierAttempts {
 // the bindings when asked. Returns nothing when ready, else the exit status and why (every step
 // prints its own details); `unreachable` (when given) gets the hosts that could not be connected,
 // with why. `interruptible`: SIGINT, SIGTERM and SIGHUP (which the caller blocks for its signalfd)
-// are read, on a signalfd of these three only, after each step and during the sync, and end the
-// preparation there, nothing started, with the signal's exit status. Any other signal (Ctrl-Z,
+// are read, on a signalfd of these three only, after each step and during the waits of the sync,
+// the stop of earlier attempts (whose grace then ends at once: SIGKILL), the topology probe and
+// the port check, and end the preparation there, nothing started, with the signal's exit status. Any other signal (Ctrl-Z,
 // Ctrl-\) stays queued for the Runner, which acts on it once the processes run (an agent waiting
 // out a stopped launcher would end itself).
 std::optional<PrepareFailure> prepare_hosts(

@@ -283,7 +283,7 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
     std::map<std::string, std::string> unreachable;
     EarlierAttempts earlier{roster.plan().job_id, attempt - 1, {}};
     for (size_t h = 0; h < ready.plan.hosts.size(); ++h)
-      if (roster.lost_before().count(ready.plan.hosts[h].host.address) != 0)
+      if (roster.lost_before().count(host_key(ready.plan.hosts[h].host)) != 0)
         earlier.hosts.push_back(h);
     auto failed =
         prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,

@@ -118,7 +118,8 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s,
 // devices, the torch master's port, the files). Ended first, over the new connections, as
 // `msrun-ssh stop` ends a job (SIGTERM, the grace, SIGKILL); each process ended is named. False
 // when a host did not answer. A signal (`keep_waiting` false) ends the grace at once: SIGKILL, as
-// a second Ctrl-C does in a teardown; then false too, the caller saying why.
+// a second Ctrl-C does in a teardown, kKillNowWaitMs for the hosts to confirm; then false too,
+// the caller saying why.
 bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts& earlier,
                           const Options& options, const std::function<bool()>& keep_waiting) {
   if (earlier.hosts.empty() || earlier.attempts < 1) return true;
@@ -130,8 +131,8 @@ bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts&
     const std::string& host = plan.hosts[earlier.hosts[i]].host.address;
     if (!ended[i] && !ok) {
       std::fprintf(stderr,
-                   "msrun-ssh: %s: interrupted before what an earlier attempt left there was "
-                   "ended (its watchdog ends it)\n",
+                   "msrun-ssh: %s: interrupted before the end of what an earlier attempt left "
+                   "there was confirmed; it may still run there\n",
                    host.c_str());
       continue;
     }
@@ -158,14 +159,8 @@ std::vector<std::optional<std::vector<std::string>>> stop_processes(
   Batch batch(t);
   const std::string command = stop_command(job, grace, attempts);
   for (size_t h : hosts) batch.start(h, command);
-  double deadline = t.now_ms() + timeout_s * 1000;
-  if (!batch.wait_open(deadline, keep_waiting) && t.now_ms() < deadline) {
-    // Cut short: 'K' on its stdin ends each stop's grace at once (sweep.sh's teardown).
-    for (size_t i = 0; i < hosts.size(); ++i)
-      if (!batch.result(i).closed) batch.write(i, "K");
-    deadline = std::min(deadline, t.now_ms() + kKillNowWaitMs);
-  }
-  batch.wait(deadline);
+  // Cut short: 'K' on its stdin ends each stop's grace at once (sweep.sh's teardown).
+  batch.wait_or_tell(t.now_ms() + timeout_s * 1000, keep_waiting, "K", kKillNowWaitMs);
   std::vector<std::optional<std::vector<std::string>>> ended;
   for (const auto& answer : exited_output(batch.results())) {
     ended.emplace_back();
@@ -191,7 +186,7 @@ bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
       ++failed;
       std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[h]->address.c_str(),
                    results[h]->reason.c_str());
-      if (failed_hosts) (*failed_hosts)[hosts[h]->address] = results[h]->reason;
+      if (failed_hosts) (*failed_hosts)[host_key(*hosts[h])] = results[h]->reason;
     }
   if (failed == 0) return true;
   std::fprintf(stderr, "msrun-ssh: %zu of %zu hosts failed; nothing was started\n", failed,

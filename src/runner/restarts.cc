@@ -94,7 +94,7 @@ std::string HostRoster::replace(const std::map<std::string, std::string>& unusab
   if (!d.error.empty()) return "cannot restart: " + d.error;
   std::string old_master;
   for (const auto& h : plan_.hosts)
-    if (h.is_master) old_master = h.host.address;
+    if (h.is_master) old_master = host_key(h.host);
   try {
     plan_ = apply_replacements(plan_, d.replacements, options_);
   } catch (const InputError& e) {

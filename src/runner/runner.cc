@@ -568,12 +568,14 @@ std::vector<std::string> Runner::log_names() const {
 std::vector<std::string> Runner::lost_hosts() const {
   std::vector<std::string> lost;
   for (size_t h = 0; h < hosts_.size(); ++h)
-    if (hosts_[h].lost) lost.push_back(host_name(h));
+    if (hosts_[h].lost) lost.push_back(host_key(plan_.hosts[h].host));
   return lost;
 }
 
 std::string Runner::root_cause_host() const {
-  return root_cause_ < 0 ? "" : host_name(procs_[static_cast<size_t>(root_cause_)].host);
+  return root_cause_ < 0
+             ? ""
+             : host_key(plan_.hosts[procs_[static_cast<size_t>(root_cause_)].host].host);
 }
 
 std::vector<SummaryRow> Runner::summary() const {

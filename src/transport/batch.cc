@@ -136,6 +136,19 @@ void Batch::wait(double deadline_ms, const std::function<bool()>& keep_waiting) 
   t_.poll(0, [](const TransportEvent&) {});
 }
 
+bool Batch::wait_or_tell(double deadline_ms, const std::function<bool()>& keep_waiting,
+                         std::string_view word, double last_ms) {
+  bool told = false;
+  if (!wait_open(deadline_ms, keep_waiting) && t_.now_ms() < deadline_ms) {
+    told = true;
+    for (size_t i = 0; i < results_.size(); ++i)
+      if (!results_[i].closed) write(i, word);
+    deadline_ms = std::min(deadline_ms, t_.now_ms() + last_ms);
+  }
+  wait(deadline_ms);
+  return told;
+}
+
 void Batch::abandon() {
   if (open_ == 0) return;
   for (size_t i = 0; i < results_.size(); ++i) {

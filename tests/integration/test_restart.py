@@ -99,25 +99,28 @@ def test_a_restart_ends_what_the_attempt_before_left_on_a_host_it_lost():
     wait_clean(5)
 
 
-def test_ctrl_c_while_an_earlier_attempt_is_ended_kills_what_it_left_at_once():
+def _ctrl_c_while_an_earlier_attempt_is_ended(agent):
     """Attempt 2 ends what attempt 1 left on a host lost during it: SIGTERM, the grace, SIGKILL.
     Here those processes ignore SIGTERM and the grace is 60 s. A Ctrl-C meanwhile ends the grace
     at once (SIGKILL, as a second Ctrl-C does in a teardown) and the launcher exits 130 with
-    nothing started; before, it waited out the whole grace."""
+    nothing started; before, it waited out the whole grace. `agent`: --agent's value; the
+    victim's launch agent (True), or its watchdog (False), is frozen so that attempt 1's processes
+    outlive the loss of their host."""
     victim = 1
     addrs = addresses()
     ranks = f"{2 * victim},{2 * victim + 1}"
     p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1", "--stubborn_ranks",
                       ranks],
                      extra=["--max_restarts", "1", "--restart_backoff", "0.5", "--kill_grace",
-                            "60"])
+                            "60", "--agent", agent])
     stopped = []
     took = None
     try:
         wait_for(lambda: running("flaky.py") >= 1 + 2 * len(addrs), 20, "attempt 1's processes")
+        keeper = "msrun-ssh-agent" if agent == "True" else "msrun-ssh-watchdog"
         stopped = [pid for _, pid, cmd in host_processes(f"msrs-node{victim}")
-                   if cmd == "msrun-ssh-agent"]
-        check(len(stopped) == 1, f"node{victim}'s agents: {stopped}")
+                   if cmd == keeper or (keeper != cmd and f" {keeper} " in cmd)]
+        check(len(stopped) == 1, f"node{victim}'s {keeper}: {stopped}")
         os.kill(int(stopped[0]), signal.SIGSTOP)  # so that attempt 1's processes outlive the cut
         cluster("cut", victim)
         try:
@@ -144,7 +147,7 @@ def test_ctrl_c_while_an_earlier_attempt_is_ended_kills_what_it_left_at_once():
             p.kill()
     text = err.decode(errors="replace")
     check(p.returncode == 130, f"exit {p.returncode}: {text[-2500:]}")
-    check(took < 15, f"the launcher ended {took:.1f} s after Ctrl-C: {text[-2500:]}")
+    check(took < 8, f"the launcher ended {took:.1f} s after Ctrl-C: {text[-2500:]}")
     check("interrupted while preparing the hosts; nothing was started" in text, text[-2500:])
     check(len(re.findall(rf"msrun-ssh: {re.escape(addrs[victim])}: killed \d+ SIGKILL "
                          r".*flaky\.py.*, left by an earlier attempt", text)) == 2,
@@ -152,6 +155,14 @@ def test_ctrl_c_while_an_earlier_attempt_is_ended_kills_what_it_left_at_once():
     check(not left, f"attempt 1's processes still run on the victim: {left}")
     check(b"attempt 2 " not in out, f"attempt 2 started: {out.decode(errors='replace')[-1500:]}")
     wait_clean(10)
+
+
+def test_ctrl_c_while_an_earlier_attempt_is_ended_kills_what_it_left_at_once():
+    _ctrl_c_while_an_earlier_attempt_is_ended("True")
+
+
+def test_ctrl_c_while_an_earlier_attempt_is_ended_without_the_agent():
+    _ctrl_c_while_an_earlier_attempt_is_ended("False")
 
 
 def test_ctrl_c_during_the_backoff_ends_at_once():

@@ -153,34 +153,54 @@ TEST(Batch, TheCallerFeedsStdinStartsMoreAndStopsEarly) {
   EXPECT_EQ(b.open(), 0u);
 }
 
-// wait_open: a stop asked for (a signal to the launcher) leaves the commands open and unkilled,
-// so that the caller can tell them more (stop.sh's 'K') and give them a last, shorter wait.
-TEST(Batch, AWaitCutShortLeavesTheCommandsOpenForTheCaller) {
+// wait_or_tell: a stop asked for (a signal to the launcher) tells each command still open a last
+// word on its stdin (stop.sh's 'K') and gives it a last, shorter wait; the others are not told.
+TEST(Batch, AWaitCutShortTellsTheOpenCommandsAndWaitsALittleMore) {
   ReplyTransport t;
   t.on("stop", says("done\n", 0.5), 1);
+  t.on("stop", Reply{.exit_at = -1, .after_line = {{0.2, "killed\n"}}}, 2);
   t.on("stop", says("", -1));
   Batch b(t);
   size_t slow = b.start(0, "stop");
   size_t quick = b.start(1, "stop");
-  EXPECT_FALSE(b.wait_open(60000, [&] { return t.now_ms() < 2000; }));
-  double asked = t.now_ms();  // woken at least once a second: the stop came soon after 2 s
-  EXPECT_GE(asked, 2000);
-  EXPECT_LE(asked, 3000);
-  EXPECT_TRUE(t.kills.empty());
-  EXPECT_FALSE(b.result(slow).closed);
-  EXPECT_EQ(b.result(slow).failure, BatchFailure::kNone);
+  size_t told = b.start(2, "stop");
+  EXPECT_TRUE(b.wait_or_tell(
+      60000, [&] { return t.now_ms() < 2000; }, "K\n", 3000));
+  double asked = 2500;  // woken at least once a second: after 1 and 500 ms, 1500 and 2500
+  EXPECT_EQ(t.channel(0).written, "K\n");
+  EXPECT_EQ(t.channel(1).written, "");  // closed already: not told
+  EXPECT_EQ(t.channel(2).written, "K\n");
   EXPECT_EQ(b.result(quick).out, "done\n");
-  b.write(slow, "K");
-  b.wait(asked + 3000);
-  EXPECT_EQ(t.channel(0).written, "K");
-  EXPECT_EQ(t.now_ms(), asked + 3000);
+  EXPECT_EQ(b.result(told).out, "killed\n");
   EXPECT_EQ(b.result(slow).failure, BatchFailure::kTimedOut);
-  ASSERT_EQ(t.kills.size(), 1u);
-  // Every command closed: true, without waiting.
-  Batch done(t);
-  done.start(1, "stop");
-  EXPECT_TRUE(done.wait_open(t.now_ms() + 60000));
-  EXPECT_EQ(t.now_ms(), asked + 3500);
+  EXPECT_EQ(t.now_ms(), asked + 3000);
+  ASSERT_EQ(t.kills.size(), 2u);  // the one told that ran on, and the one that never answered
+  EXPECT_EQ(t.kills[0].at_ms, asked + 3000);
+}
+
+// The last wait never goes past the deadline; a deadline that passed tells nobody; without a
+// keep_waiting the wait is wait()'s.
+TEST(Batch, TheLastWordKeepsTheDeadline) {
+  ReplyTransport t;
+  t.on("stop", says("", -1));
+  Batch b(t);
+  b.start(0, "stop");
+  EXPECT_TRUE(b.wait_or_tell(
+      2600, [&] { return t.now_ms() < 2000; }, "K", 3000));
+  EXPECT_EQ(t.now_ms(), 2600);
+  EXPECT_EQ(t.channel(0).written, "K");
+  Batch late(t);
+  late.start(0, "stop");
+  EXPECT_FALSE(late.wait_or_tell(
+      t.now_ms(), [] { return false; }, "K", 3000));
+  EXPECT_EQ(t.now_ms(), 2600);
+  EXPECT_EQ(t.channel(1).written, "");
+  Batch plain(t);
+  plain.start(0, "stop");
+  EXPECT_FALSE(plain.wait_or_tell(t.now_ms() + 5000, nullptr, "K", 3000));
+  EXPECT_EQ(t.now_ms(), 7600);
+  EXPECT_EQ(t.channel(2).written, "");
+  EXPECT_EQ(t.kills.size(), 3u);
 }
 
 // run_batch gives up when its caller's keep_waiting says so (a signal), not at the deadline.

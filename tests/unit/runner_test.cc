@@ -1368,6 +1368,33 @@ TEST_F(SpareRestart, ALostHostIsReplacedByTheSpareWithItsNodeRankAndRanks) {
   EXPECT_EQ(taken_, Strings{"spare0 node rank 1"});  // the job's record lists it
 }
 
+// Two entries on one address with ports of their own (the sshds of containers on one machine):
+// the one lost is the one replaced, named with its port; the other stays.
+TEST_F(SpareRestart, EntriesOnOneAddressAreLostAndReplacedApart) {
+  options_.max_restarts = 1;
+  options_.task_script = "train.py";
+  options_.launcher_cwd = "/w";
+  ms::Cluster cluster;
+  cluster.path = "h.toml";
+  for (int port : {2201, 2202, 2203}) {
+    ms::Host h = ms::test::host("box", 1);
+    h.port = port;
+    (port == 2203 ? cluster.spares : cluster.hosts).push_back(h);
+  }
+  plan_ = ms::make_plan(options_, cluster, [](const std::string&) { return "198.18.0.1"; });
+  ms::RestartHistory h = go([](int k) {
+    return k == 1 ? std::vector<HostScript>{host(), lost_at(0.5, {ProcScript{}})}
+                  : std::vector<HostScript>{host({exits(1), exits(1)}), host({exits(1)})};
+  });
+  ASSERT_EQ(h.attempts.size(), 2u);
+  EXPECT_EQ(h.attempts[0].lost_hosts, Strings{"box:2202"});
+  EXPECT_EQ(h.status, 0);
+  EXPECT_EQ(plan_.hosts[0].host.port, 2201);
+  EXPECT_EQ(plan_.hosts[1].host.port, 2203);
+  EXPECT_EQ(said_, Strings{"spare host box:2203 replaces box:2202 as node rank 1 (lost during the "
+                           "attempt)"});
+}
+
 TEST_F(SpareRestart, AHostIsExcludedAfterFailingKAttemptsAsTheRootCause) {
   options_.max_restarts = 3;
   plan_hosts({1, 1}, 1);

@@ -90,6 +90,44 @@ TEST_F(Spares, NoSpareLeftIsAnErrorNamingTheHost) {
             "no spare host is left to replace alpha (node rank 0, failed 2 attempts)");
 }
 
+// Entries on one address with ports of their own (the sshds of containers on one machine) are
+// told apart by host_key: losing one replaces that one only, and a spare on the same address
+// takes its place by its own port.
+TEST_F(Spares, EntriesOnOneAddressAreToldApartByTheirPorts) {
+  cluster.hosts = {host("alpha", 1), host("alpha", 1)};
+  cluster.hosts[0].port = 2201;
+  cluster.hosts[1].port = 2202;
+  cluster.spares = {host("alpha", 1), host("alpha", 1)};
+  cluster.spares[0].port = 2203;
+  cluster.spares[1].port = 2204;
+  Plan before = plan();
+  EXPECT_EQ(host_key(before.hosts[1].host), "alpha:2202");
+  SpareDecision d = replace_hosts(before, {{"alpha:2202", "lost: connection reset"}}, {}, 2);
+  EXPECT_EQ(d.error, "");
+  EXPECT_EQ(d.replacements,
+            (std::vector<Replacement>{{1, "alpha:2202", "alpha:2203", "lost: connection reset"}}));
+  // Attempts failed count per entry too.
+  EXPECT_TRUE(replace_hosts(before, {}, {{"alpha:2201", 1}}, 2).replacements.empty());
+  Plan p = apply_replacements(before, {{1, "alpha:2202", "alpha:2204", "lost"}}, options);
+  EXPECT_EQ(p.hosts[0].host.port, 2201);
+  EXPECT_EQ(p.hosts[1].host.port, 2204);
+  ASSERT_EQ(p.spares.size(), 1u);
+  EXPECT_EQ(p.spares[0].host.port, 2203);
+  // Without a port, or with an address of its own, the key is the address; an IPv6 address's
+  // port is set apart by brackets.
+  EXPECT_EQ(host_key(host("alpha", 1)), "alpha");
+  cluster.spares.pop_back();
+  cluster.spares[0].address = "beta";
+  Plan apart = plan();
+  EXPECT_EQ(host_key(apart.hosts[0].host), "alpha:2201");
+  EXPECT_EQ(host_key(apart.spares[0].host), "beta");
+  EXPECT_TRUE(p.spares[0].host.shares_address);  // kept by the plan remade at the restart
+  Host v6 = host("fe80::1", 1);
+  v6.port = 2222;
+  v6.shares_address = true;
+  EXPECT_EQ(host_key(v6), "[fe80::1]:2222");
+}
+
 TEST_F(Spares, TheSpareTakesTheNodeRankRanksAndDevicesWithItsOwnEnvironment) {
   Plan before = plan();
   Plan p = apply_replacements(before, {{1, "beta", "spare1", "lost"}}, options);
