@@ -111,10 +111,11 @@ class Runner {
   // run() for the processes that were started.
   std::vector<std::string> log_names() const;
 
-  // The hosts lost during the run (host_key each, in plan order).
+  // The hosts lost during the run (host_key each, as messages name them; in plan order).
   std::vector<std::string> lost_hosts() const;
 
-  // The host (host_key) whose process's failure started the teardown ("" when none did).
+  // The host (host_key, as messages name it) whose process's failure started the teardown ("" when
+  // none did).
   std::string root_cause_host() const;
 
   // The host's own name as its watchdog reported it ("" before that).
@@ -156,6 +157,7 @@ class Runner {
     std::string log_name;               // its log file, {hostname} resolved (empty: never started)
   };
   struct HostState {
+    std::string label;  // host_key: the address, with the port when another entry shares it
     ChannelId watchdog = -1;
     bool ready = false;
     bool lost = false;
@@ -217,7 +219,7 @@ class Runner {
   bool processes_ended() const;
   bool watchdogs_done() const;
   int timeout_ms(double now) const;
-  const std::string& host_name(size_t host) const;
+  const std::string& host_name(size_t host) const;  // HostState::label
 
   // t_.poll for `wait_ms`, then what the launcher itself stood still beyond it (stopped, a
   // debugger, starved of CPU) is taken out of every host's silence (excuse_stall).

@@ -71,10 +71,13 @@ void check_master_reachable(Plan& plan, size_t master, const Resolver& resolve) 
   }
 }
 
-// Index of the master host: --master_addr matched by address, then by resolved IP.
+// Index of the master host: --master_addr matched by host_key (the address, or "box:2202" for
+// one of several entries on one address), then by address, then by resolved IP.
 size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Cluster& cluster,
                    const Resolver& resolve) {
   if (options.master_addr.empty()) return 0;
+  for (size_t i = 0; i < hosts.size(); ++i)
+    if (host_key(hosts[i].host) == options.master_addr) return i;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (hosts[i].host.address == options.master_addr) return i;
   std::string ip = resolve(options.master_addr);
@@ -403,15 +406,15 @@ void plan_processes(Plan& plan, const Options& options) {
   }
 }
 
-// Marks each host and spare whose address another entry of the job has too (host_key then names
-// it with its port); a mark once made stays (a plan remade at a restart keeps its spares apart).
-void mark_shared_addresses(Plan& plan) {
-  std::map<std::string, int> entries;
-  for (const auto* list : {&plan.hosts, &plan.spares})
-    for (const HostPlan& h : *list) ++entries[h.host.address];
-  for (auto* list : {&plan.hosts, &plan.spares})
-    for (HostPlan& h : *list)
-      if (entries[h.host.address] > 1) h.host.shares_address = true;
+// Marks each of `entries` whose address another entry of the job (of `entries` or `others`: the
+// hosts and the spares) has too: host_key then names it with its port. A mark once made stays (a
+// plan remade at a restart keeps its hosts and spares apart as before).
+void mark_shared_addresses(std::vector<HostPlan>& entries, const std::vector<Host>& others) {
+  std::map<std::string, int> count;
+  for (const HostPlan& h : entries) ++count[h.host.address];
+  for (const Host& h : others) ++count[h.address];
+  for (HostPlan& h : entries)
+    if (count[h.host.address] > 1) h.host.shares_address = true;
 }
 
 }  // namespace
@@ -451,6 +454,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
   if (plan.contract == Contract::kTorch && options.sim_level >= 0)
     throw InputError("--sim_level is msrun's simulation; it does not go with --contract torch");
   plan_hosts(plan, options, cluster);
+  mark_shared_addresses(plan.hosts, cluster.spares);
   check_ranks(options.tail_worker_log, plan.worker_num, "--tail_worker_log");
   if (options.sim_rank_id >= 0) {
     if (options.sim_level < 0) throw InputError("--sim_rank_id needs --sim_level");
@@ -482,7 +486,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     resolved_ip(sp, resolve);
     plan.spares.push_back(std::move(sp));
   }
-  mark_shared_addresses(plan);
+  mark_shared_addresses(plan.spares, cluster.hosts);
   const bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
   for (auto& hp : plan.hosts) {
     if (log_needs_ip) resolved_ip(hp, resolve);

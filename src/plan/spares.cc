@@ -69,7 +69,7 @@ Plan apply_replacements(const Plan& plan, const std::vector<Replacement>& replac
   o.job_id = plan.job_id;
   o.contract = plan.contract;
   for (size_t h = 0; h < plan.hosts.size(); ++h)
-    if (plan.hosts[h].is_master) o.master_addr = cluster.hosts[h].address;
+    if (plan.hosts[h].is_master) o.master_addr = host_key(cluster.hosts[h]);  // the entry itself
   // Every address is resolved already (the hosts that needed it, and every spare).
   Plan next = make_plan(o, cluster, [&ips](const std::string& name) {
     auto it = ips.find(name);

@@ -90,9 +90,9 @@ struct EarlierAttempts {
 // with why. `interruptible`: SIGINT, SIGTERM and SIGHUP (which the caller blocks for its signalfd)
 // are read, on a signalfd of these three only, after each step and during the waits of the sync,
 // the stop of earlier attempts (whose grace then ends at once: SIGKILL), the topology probe and
-// the port check, and end the preparation there, nothing started, with the signal's exit status. Any other signal (Ctrl-Z,
-// Ctrl-\) stays queued for the Runner, which acts on it once the processes run (an agent waiting
-// out a stopped launcher would end itself).
+// the port check, and end the preparation there, nothing started, with the signal's exit
+// status. Any other signal (Ctrl-Z, Ctrl-\) stays queued for the Runner, which acts on it once
+// the processes run (an agent waiting out a stopped launcher would end itself).
 std::optional<PrepareFailure> prepare_hosts(
     HostTransport& pool, Transport& commands, Plan& plan, const JobHosts& jh,
     const Options& options, bool report_bindings, StatusLine* status = nullptr,

@@ -128,7 +128,7 @@ bool end_earlier_attempts(Transport& t, const Plan& plan, const EarlierAttempts&
                      options.kill_grace + std::max(10.0, options.connect_timeout), keep_waiting);
   bool ok = keep_waiting();
   for (size_t i = 0; i < earlier.hosts.size(); ++i) {
-    const std::string& host = plan.hosts[earlier.hosts[i]].host.address;
+    const std::string host = host_key(plan.hosts[earlier.hosts[i]].host);
     if (!ended[i] && !ok) {
       std::fprintf(stderr,
                    "msrun-ssh: %s: interrupted before the end of what an earlier attempt left "
@@ -178,13 +178,13 @@ bool connect(HostTransport& pool, const std::vector<const Host*>& hosts,
   auto results = pool.connect_all(connections);
   if (status) status->hide();
   for (const auto& w : pool.warnings())
-    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", hosts[w.host]->address.c_str(),
+    std::fprintf(stderr, "msrun-ssh: warning: %s: %s\n", host_key(*hosts[w.host]).c_str(),
                  w.message.c_str());
   size_t failed = 0;
   for (size_t h = 0; h < results.size(); ++h)
     if (results[h]) {
       ++failed;
-      std::fprintf(stderr, "msrun-ssh: %s: %s\n", hosts[h]->address.c_str(),
+      std::fprintf(stderr, "msrun-ssh: %s: %s\n", host_key(*hosts[h]).c_str(),
                    results[h]->reason.c_str());
       if (failed_hosts) (*failed_hosts)[host_key(*hosts[h])] = results[h]->reason;
     }

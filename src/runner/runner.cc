@@ -32,6 +32,7 @@ Runner::Runner(const Plan& plan, const Options& options, Transport& transport, O
       stdin_fd_(stdin_fd),
       heartbeat_ms_(options.heartbeat * 1000) {
   hosts_.resize(plan.hosts.size());
+  for (size_t h = 0; h < plan.hosts.size(); ++h) hosts_[h].label = host_key(plan.hosts[h].host);
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     for (const auto& p : plan.hosts[h].processes) procs_.push_back(Proc{.host = h, .spec = &p});
   // A host whose ssh config sets ServerAliveInterval I (and ServerAliveCountMax C) is given up as
@@ -48,7 +49,7 @@ Runner::Runner(const Plan& plan, const Options& options, Transport& transport, O
     if (s.silence_ms <= 0) s.silence_ms = 2 * options.heartbeat * 1000;
 }
 
-const std::string& Runner::host_name(size_t host) const { return plan_.hosts[host].host.address; }
+const std::string& Runner::host_name(size_t host) const { return hosts_[host].label; }
 
 void Runner::send_all(char byte) {
   for (auto& h : hosts_)
@@ -568,14 +569,12 @@ std::vector<std::string> Runner::log_names() const {
 std::vector<std::string> Runner::lost_hosts() const {
   std::vector<std::string> lost;
   for (size_t h = 0; h < hosts_.size(); ++h)
-    if (hosts_[h].lost) lost.push_back(host_key(plan_.hosts[h].host));
+    if (hosts_[h].lost) lost.push_back(host_name(h));
   return lost;
 }
 
 std::string Runner::root_cause_host() const {
-  return root_cause_ < 0
-             ? ""
-             : host_key(plan_.hosts[procs_[static_cast<size_t>(root_cause_)].host].host);
+  return root_cause_ < 0 ? "" : host_name(procs_[static_cast<size_t>(root_cause_)].host);
 }
 
 std::vector<SummaryRow> Runner::summary() const {

@@ -246,10 +246,26 @@ int proxy_log_file(std::string& path) {
   return fd;
 }
 
+// Whether libssh runs a ProxyCommand under a POSIX shell (`$SHELL -c 'exec COMMAND'`, /bin/sh
+// without $SHELL), where a redirection before the command is the shell's and not the command's
+// (`exec 2>>FILE COMMAND`). Under csh, fish and the like the proxy's stderr stays libssh's
+// /dev/null.
+bool posix_proxy_shell() {
+  const char* shell = std::getenv("SHELL");
+  if (!shell || !*shell) return true;
+  std::string_view name = shell;
+  if (size_t slash = name.rfind('/'); slash != std::string_view::npos)
+    name.remove_prefix(slash + 1);
+  for (std::string_view posix :
+       {"sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "ash", "yash", "posh"})
+    if (name == posix) return true;
+  return false;
+}
+
 }  // namespace
 
-// The last lines a ProxyJump's ssh wrote (its own words for what failed at the jump host), at
-// most three, on one line; "" when it wrote none.
+// The last lines a ProxyJump's ssh, or a ProxyCommand, wrote (its own words for what failed on the
+// way), at most three, on one line; "" when it wrote none.
 std::string SshPool::Impl::proxy_said(const Conn& c) const {
   if (c.proxy_log < 0) return "";
   constexpr off_t kTail = 4096;
@@ -281,12 +297,17 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
   std::string log_path;
   // One hop only: the hops before the last are an ssh of that ssh's own, whose stderr is
   // libssh's /dev/null, and the last one's words for their failure would name the wrong host.
-  if (!h.proxy_jump.empty() && h.proxy_jump.find(',') == std::string::npos && c.proxy_log < 0)
+  // A ProxyCommand's stderr goes to the same kind of file, by its shell's redirection.
+  bool command = h.proxy_jump.empty() && !h.proxy_command.empty() && posix_proxy_shell();
+  if ((command || (!h.proxy_jump.empty() && h.proxy_jump.find(',') == std::string::npos)) &&
+      c.proxy_log < 0)
     c.proxy_log = proxy_log_file(log_path);
   std::string proxy = h.proxy_jump.empty()
                           ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
                                                      hosts[c.host].address)
                           : proxy_jump_command(h.proxy_jump, settings.ssh_config, log_path);
+  if (command && !log_path.empty() && !proxy.empty())
+    proxy = "2>>" + shell_quote(log_path) + " " + proxy;  // libssh makes it `exec 2>>FILE ...`
   // libssh runs it as ssh does, `exec COMMAND` under $SHELL -c (no shell waits between the
   // proxy and its signals); the proxy is a process group of its own (proxies.cc).
   if (!proxy.empty()) {
@@ -506,15 +527,16 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
 
 // For a connection that failed before the server answered: libssh sends its proxy's stderr to
 // /dev/null, so what went wrong at the jump host (unreachable, refused, its key unknown) is not
-// in libssh's words. The command that shows it.
+// in libssh's words: the last words the proxy wrote to its file (proxy_log_file), when it has one,
+// and the command that shows more.
 std::string SshPool::Impl::proxy_hint(size_t ci) const {
   const Conn& c = conns[ci];
   if (!c.proxied || !has_openssh(c.host)) return "";
   const SshHostConfig& h = *openssh[c.host].shared;
   std::string command = ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true");
   if (std::string said = proxy_said(c); !said.empty())
-    return fmt::format(" (through {}, whose ssh said: {}; `{}` shows more)", proxy_named(h), said,
-                       command);
+    return fmt::format(" (through {}, {} said: {}; `{}` shows more)", proxy_named(h),
+                       h.proxy_jump.empty() ? "which" : "whose ssh", said, command);
   return fmt::format(" (through {}; the proxy's own errors are not seen here: `{}` shows them)",
                      proxy_named(h), command);
 }

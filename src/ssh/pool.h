@@ -66,7 +66,7 @@ struct SshPool::Impl {
     bool proxied = false;  // through a ProxyCommand / ProxyJump libssh forks (proxies.cc)
     pid_t proxy = 0;       // its pid (and process group), once its child said so
     int proxy_fd = -1;     // its pidfd
-    int proxy_log = -1;    // a ProxyJump's ssh writes its messages here (-E; a memfd)
+    int proxy_log = -1;    // its proxy writes its messages here (a memfd): -E, 2>>
   };
   enum class ChanState { kNew, kOpening, kExec, kRunning, kClosed };
   struct Chan {

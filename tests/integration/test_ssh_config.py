@@ -677,6 +677,23 @@ def test_a_jump_host_that_cannot_be_reached_is_named_with_the_command_that_shows
     check(not _jump_ssh_left(cfg), "a jump ssh is left running")
 
 
+def test_a_proxy_command_that_fails_is_quoted_in_its_own_words():
+    # libssh sends a ProxyCommand's stderr to /dev/null: under a POSIX $SHELL (dash, bash) the
+    # proxy runs as `exec 2>>FILE COMMAND`, FILE one of the launcher's, and the failure quotes its
+    # last words; its tokens expanded as ssh expands them.
+    a = addresses()
+    cfg = _config("proxysays", "Host gated\n  HostName " + a[1] + "\n  ProxyCommand sh -c "
+                  "'echo proxy-gate: no ticket for %h port %p >&2; exit 1'\n" + _common())
+    for shell in ("/bin/sh", "/bin/bash"):
+        code, out, err, _ = run(["/bin/true"], hostfile=_hostfile("proxysays", "gated"),
+                                extra=["--ssh_config", cfg], timeout=60, env={"SHELL": shell})
+        text = err.decode()
+        check(code == 255, f"SHELL={shell}: exit {code}: {text[-1500:]}")
+        check(f"(through its ProxyCommand, which said: proxy-gate: no ticket for {a[1]} port 22; "
+              f"`ssh -F {cfg} -- gated true` shows more)" in text,
+              f"SHELL={shell}: the proxy's words are not quoted: {text[-1500:]}")
+
+
 def test_an_unknown_key_behind_a_jump_host_names_a_remedy_that_passes_the_jump():
     # ssh-keyscan from the launcher cannot reach a host behind a jump host: the remedy is ssh's
     # own question, through the jump (run here in a terminal, answered yes), and the key it

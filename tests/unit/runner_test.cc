@@ -1388,6 +1388,7 @@ TEST_F(SpareRestart, EntriesOnOneAddressAreLostAndReplacedApart) {
   });
   ASSERT_EQ(h.attempts.size(), 2u);
   EXPECT_EQ(h.attempts[0].lost_hosts, Strings{"box:2202"});
+  EXPECT_EQ(h.attempts[0].cause.rfind("host box:2202 lost: ", 0), 0u) << h.attempts[0].cause;
   EXPECT_EQ(h.status, 0);
   EXPECT_EQ(plan_.hosts[0].host.port, 2201);
   EXPECT_EQ(plan_.hosts[1].host.port, 2203);

@@ -106,26 +106,58 @@ TEST_F(Spares, EntriesOnOneAddressAreToldApartByTheirPorts) {
   EXPECT_EQ(d.error, "");
   EXPECT_EQ(d.replacements,
             (std::vector<Replacement>{{1, "alpha:2202", "alpha:2203", "lost: connection reset"}}));
-  // Attempts failed count per entry too.
-  EXPECT_TRUE(replace_hosts(before, {}, {{"alpha:2201", 1}}, 2).replacements.empty());
+  // Attempts failed count per entry too: the one that failed K times leaves, not its neighbour.
+  d = replace_hosts(before, {}, {{"alpha:2201", 2}, {"alpha", 2}}, 2);
+  EXPECT_EQ(d.replacements,
+            (std::vector<Replacement>{{0, "alpha:2201", "alpha:2203", "failed 2 attempts"}}));
   Plan p = apply_replacements(before, {{1, "alpha:2202", "alpha:2204", "lost"}}, options);
   EXPECT_EQ(p.hosts[0].host.port, 2201);
   EXPECT_EQ(p.hosts[1].host.port, 2204);
   ASSERT_EQ(p.spares.size(), 1u);
   EXPECT_EQ(p.spares[0].host.port, 2203);
-  // Without a port, or with an address of its own, the key is the address; an IPv6 address's
-  // port is set apart by brackets.
+  // Without a port the key is the address; an IPv6 address's port is set apart by brackets.
   EXPECT_EQ(host_key(host("alpha", 1)), "alpha");
-  cluster.spares.pop_back();
-  cluster.spares[0].address = "beta";
-  Plan apart = plan();
-  EXPECT_EQ(host_key(apart.hosts[0].host), "alpha:2201");
-  EXPECT_EQ(host_key(apart.spares[0].host), "beta");
-  EXPECT_TRUE(p.spares[0].host.shares_address);  // kept by the plan remade at the restart
   Host v6 = host("fe80::1", 1);
   v6.port = 2222;
   v6.shares_address = true;
   EXPECT_EQ(host_key(v6), "[fe80::1]:2222");
+}
+
+// An entry whose address no other entry has is named by its address alone, and one that shared
+// its address keeps its port in the plan remade once its neighbour left (its lost and failed
+// attempts stay counted under one name).
+TEST_F(Spares, AnAddressOfItsOwnIsNamedWithoutItsPort) {
+  cluster.hosts = {host("alpha", 1), host("alpha", 1)};
+  cluster.hosts[0].port = 2201;
+  cluster.hosts[1].port = 2202;
+  cluster.spares = {host("beta", 1)};
+  cluster.spares[0].port = 2203;
+  Plan before = plan();
+  EXPECT_EQ(host_key(before.spares[0].host), "beta");
+  Plan p = apply_replacements(before, {{1, "alpha:2202", "beta", "lost"}}, options);
+  EXPECT_EQ(host_key(p.hosts[0].host), "alpha:2201");
+  EXPECT_EQ(host_key(p.hosts[1].host), "beta");
+}
+
+// The master is an entry, not an address: --master_addr may name one of several entries on one
+// address by its port, and a restart that replaces another host keeps the master where it was
+// (the first entry of its address would be a spare that took an earlier node rank).
+TEST_F(Spares, TheMasterStaysOnItsEntryWhenAnotherSharesItsAddress) {
+  cluster.hosts = {host("beta", 1), host("alpha", 1), host("alpha", 1)};
+  cluster.hosts[1].port = 2201;
+  cluster.hosts[2].port = 2202;
+  cluster.spares = {host("alpha", 1)};
+  cluster.spares[0].port = 2203;
+  options.master_addr = "alpha";
+  Plan before = plan();
+  ASSERT_TRUE(before.hosts[1].is_master);
+  Plan p = apply_replacements(before, {{0, "beta", "alpha:2203", "lost"}}, options);
+  EXPECT_EQ(p.hosts[0].host.port, 2203);
+  EXPECT_FALSE(p.hosts[0].is_master);
+  EXPECT_TRUE(p.hosts[1].is_master);
+  EXPECT_EQ(p.hosts[1].processes[0].role, Role::kScheduler);
+  options.master_addr = "alpha:2202";
+  EXPECT_TRUE(plan().hosts[2].is_master);
 }
 
 TEST_F(Spares, TheSpareTakesTheNodeRankRanksAndDevicesWithItsOwnEnvironment) {
