@@ -378,9 +378,10 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
   // The keeper is forked with SIGTERM, SIGINT and SIGHUP blocked: one that comes before serve_mux
   // made its signalfd waits for it (SIGHUP is then ignored) instead of killing it with its socket
   // left behind. The command keeps them blocked until it has named the keeper (below).
+  constexpr int kEnding[] = {SIGTERM, SIGINT, SIGHUP};
   sigset_t ends, before;
   sigemptyset(&ends);
-  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&ends, s);
+  for (int s : kEnding) sigaddset(&ends, s);
   ::pthread_sigmask(SIG_BLOCK, &ends, &before);
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -412,7 +413,7 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
   // One that comes after this look finds the keeper named, and is not delivered.
   sigset_t pending;
   sigpending(&pending);
-  for (int s : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int s : kEnding) {
     struct sigaction action {};
     if (sigismember(&pending, s) == 1 && sigismember(&before, s) == 0 &&
         ::sigaction(s, nullptr, &action) == 0 && action.sa_handler == SIG_DFL) {

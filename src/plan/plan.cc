@@ -71,13 +71,15 @@ void check_master_reachable(Plan& plan, size_t master, const Resolver& resolve) 
   }
 }
 
-// Index of the master host: --master_addr matched by host_key (the address, or "box:2202" for
-// one of several entries on one address), then by address, then by resolved IP.
+// Index of the master host: --master_addr matched as "box:2202" names one of several entries on
+// one address (host_key), then by address (the first entry of it), then by resolved IP.
 size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Cluster& cluster,
                    const Resolver& resolve) {
   if (options.master_addr.empty()) return 0;
   for (size_t i = 0; i < hosts.size(); ++i)
-    if (host_key(hosts[i].host) == options.master_addr) return i;
+    if (host_key(hosts[i].host) != hosts[i].host.address &&
+        host_key(hosts[i].host) == options.master_addr)
+      return i;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (hosts[i].host.address == options.master_addr) return i;
   std::string ip = resolve(options.master_addr);

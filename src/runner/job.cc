@@ -317,7 +317,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
   const Plan& plan = ready.plan;
   HostTransport& pool = *ready.pool;
   StartView& view = *ready.view;
-  for (const auto& h : plan.hosts) emit_event(events, "host_connected", {{"host", h.host.address}});
+  for (const auto& h : plan.hosts)
+    emit_event(events, "host_connected", {{"host", host_key(h.host)}});
   OutputConfig oc;
   oc.log_dir = options.log_dir;
   oc.color = isatty(1) && isatty(2);
@@ -448,7 +449,7 @@ int run_job(const Options& options, Plan& plan) {
   std::unique_ptr<EventLog> events;
   if (!options.events.empty()) events = std::make_unique<EventLog>(options.events);
   std::vector<std::string> hosts;
-  for (const auto& h : plan.hosts) hosts.push_back(h.host.address);
+  for (const auto& h : plan.hosts) hosts.push_back(host_key(h.host));
   emit_event(events.get(), "job",
              {{"job_id", plan.job_id},
               {"hosts", hosts},

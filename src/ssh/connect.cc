@@ -246,13 +246,24 @@ int proxy_log_file(std::string& path) {
   return fd;
 }
 
-// Whether libssh runs a ProxyCommand under a POSIX shell (`$SHELL -c 'exec COMMAND'`, /bin/sh
-// without $SHELL), where a redirection before the command is the shell's and not the command's
-// (`exec 2>>FILE COMMAND`). Under csh, fish and the like the proxy's stderr stays libssh's
-// /dev/null.
+// Once its host is through, what the proxy wrote is never read (its words matter only for a
+// failure before the server's banner): emptied, and closed (the proxy holds the file itself,
+// until it ends). Not sealed against growing: a proxy whose write to its stderr failed might
+// end, and its host with it.
+void forget_proxy_log(int& fd) {
+  if (fd < 0) return;
+  (void)!::ftruncate(fd, 0);
+  ::close(fd);
+  fd = -1;
+}
+
+// Whether libssh runs a ProxyCommand under a POSIX shell (`$SHELL -c 'exec COMMAND'`, /bin/bash or
+// /bin/sh without $SHELL), where a redirection before the command is the shell's and not the
+// command's (`exec 2>>FILE COMMAND`). Under csh, fish and the like the proxy's stderr stays
+// libssh's /dev/null.
 bool posix_proxy_shell() {
   const char* shell = std::getenv("SHELL");
-  if (!shell || !*shell) return true;
+  if (!shell || !*shell) return true;  // libssh takes /bin/bash, or /bin/sh
   std::string_view name = shell;
   if (size_t slash = name.rfind('/'); slash != std::string_view::npos)
     name.remove_prefix(slash + 1);
@@ -306,10 +317,13 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
                           ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
                                                      hosts[c.host].address)
                           : proxy_jump_command(h.proxy_jump, settings.ssh_config, log_path);
-  if (command && !log_path.empty() && !proxy.empty())
-    proxy = "2>>" + shell_quote(log_path) + " " + proxy;  // libssh makes it `exec 2>>FILE ...`
   // libssh runs it as ssh does, `exec COMMAND` under $SHELL -c (no shell waits between the
-  // proxy and its signals); the proxy is a process group of its own (proxies.cc).
+  // proxy and its signals; a COMMAND that begins with `exec ` as it is, from libssh 0.10.5); the
+  // proxy is a process group of its own (proxies.cc). The redirection goes after that `exec`.
+  if (command && !log_path.empty() && !proxy.empty()) {
+    std::string redirect = "2>>" + shell_quote(log_path) + " ";
+    proxy = proxy.starts_with("exec ") ? "exec " + redirect + proxy.substr(5) : redirect + proxy;
+  }
   if (!proxy.empty()) {
     ssh_options_set(c.session, SSH_OPTIONS_PROXYCOMMAND, proxy.c_str());
     c.proxied = true;
@@ -534,9 +548,13 @@ std::string SshPool::Impl::proxy_hint(size_t ci) const {
   if (!c.proxied || !has_openssh(c.host)) return "";
   const SshHostConfig& h = *openssh[c.host].shared;
   std::string command = ssh_command_line(query_of(c.host), settings.ssh_config, {}, "true");
+  const char* who = h.proxy_jump.empty() ? "which" : "whose ssh";
   if (std::string said = proxy_said(c); !said.empty())
-    return fmt::format(" (through {}, {} said: {}; `{}` shows more)", proxy_named(h),
-                       h.proxy_jump.empty() ? "which" : "whose ssh", said, command);
+    return fmt::format(" (through {}, {} said: {}; `{}` shows more)", proxy_named(h), who, said,
+                       command);
+  if (c.proxy_log >= 0)
+    return fmt::format(" (through {}, {} said nothing; `{}` shows more)", proxy_named(h), who,
+                       command);
   return fmt::format(" (through {}; the proxy's own errors are not seen here: `{}` shows them)",
                      proxy_named(h), command);
 }
@@ -679,12 +697,17 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     // waits for the event loop, and would otherwise wake this one each millisecond.
     Conn& c = conns[ci];
     if (c.fd >= 0 && c.mask != 0) epoll_ctl(epfd, EPOLL_CTL_DEL, c.fd, nullptr), c.mask = 0;
+    forget_proxy_log(c.proxy_log);
     --in_flight;
     size_t h = conns[ci].host;
     if (--pending[h] == 0 && !failed[h]) report(h, true);
   };
+  // Started and maybe not ended yet: what the timeout scan visits (at most --fanout of them once
+  // the ended are swept out, not every host each turn).
+  std::vector<size_t> flying;
   auto start = [&](size_t ci) {
     ++in_flight;
+    flying.push_back(ci);
     if (gate_of[ci] >= 0) gated[ci] = 1, ++gates[gate_of[ci]].active;
     ConnectFailure error;
     if (!start_connect(ci, error))
@@ -714,9 +737,11 @@ std::vector<std::optional<ConnectFailure>> SshPool::Impl::connect_all(
     if (in_flight == 0 && next == conns.size() && !waiting) break;
     double now = monotonic_ms();
     double soonest = now + 1000;
-    for (size_t ci = 0; ci < conns.size(); ++ci) {
+    std::erase_if(flying, [&](size_t ci) {
+      return conns[ci].state != ConnState::kConnecting && conns[ci].state != ConnState::kAuth;
+    });
+    for (size_t ci : flying) {
       Conn& c = conns[ci];
-      if (c.state != ConnState::kConnecting && c.state != ConnState::kAuth) continue;
       if (c.deadline <= now) {
         bool answered = c.state == ConnState::kAuth;
         fail(ci, {answered ? ConnectError::kAuthTimedOut : ConnectError::kTimedOut,

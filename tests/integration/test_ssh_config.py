@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import time
@@ -681,17 +682,60 @@ def test_a_proxy_command_that_fails_is_quoted_in_its_own_words():
     # libssh sends a ProxyCommand's stderr to /dev/null: under a POSIX $SHELL (dash, bash) the
     # proxy runs as `exec 2>>FILE COMMAND`, FILE one of the launcher's, and the failure quotes its
     # last words; its tokens expanded as ssh expands them.
+    # A command that begins with its own `exec` (libssh 0.10.5 and later add none) keeps it; one
+    # that writes nothing is said to have said nothing.
     a = addresses()
     cfg = _config("proxysays", "Host gated\n  HostName " + a[1] + "\n  ProxyCommand sh -c "
-                  "'echo proxy-gate: no ticket for %h port %p >&2; exit 1'\n" + _common())
+                  "'echo proxy-gate: no ticket for %h port %p >&2; exit 1'\n"
+                  "Host execd\n  HostName " + a[2] + "\n  ProxyCommand exec sh -c "
+                  "'echo proxy-gate: %h is closed >&2; exit 1'\n"
+                  "Host mute\n  HostName " + a[0] + "\n  ProxyCommand sh -c 'exit 1'\n" +
+                  _common())
     for shell in ("/bin/sh", "/bin/bash"):
-        code, out, err, _ = run(["/bin/true"], hostfile=_hostfile("proxysays", "gated"),
+        code, out, err, _ = run(["/bin/true"],
+                                hostfile=_hostfile("proxysays", "gated", "execd", "mute"),
                                 extra=["--ssh_config", cfg], timeout=60, env={"SHELL": shell})
         text = err.decode()
-        check(code == 255, f"SHELL={shell}: exit {code}: {text[-1500:]}")
+        check(code == 255 and "3 of 3 hosts failed" in text,
+              f"SHELL={shell}: exit {code}: {text[-1500:]}")
         check(f"(through its ProxyCommand, which said: proxy-gate: no ticket for {a[1]} port 22; "
               f"`ssh -F {cfg} -- gated true` shows more)" in text,
               f"SHELL={shell}: the proxy's words are not quoted: {text[-1500:]}")
+        check(f"(through its ProxyCommand, which said: proxy-gate: {a[2]} is closed; " in text,
+              f"SHELL={shell}: the exec'd proxy's words are not quoted: {text[-1500:]}")
+        check(f"(through its ProxyCommand, which said nothing; `ssh -F {cfg} -- mute true` "
+              "shows more)" in text, f"SHELL={shell}: the silent proxy: {text[-1500:]}")
+
+
+def test_a_proxy_commands_words_are_let_go_once_its_host_is_through():
+    # What a ProxyCommand wrote during the handshake is not kept while the job runs: the
+    # launcher's file of its words is emptied and closed once the host is through.
+    a = addresses()
+    name = "proxyquiet"
+    path = os.path.join(tmpdir(), name + ".ssh_config")
+    cfg = _config(name, f"Host j0\n  HostName {a[0]}\nHost target\n  HostName {a[1]}\n"
+                  "  ProxyCommand sh -c 'echo proxy-words-0123456789 >&2; exec ssh -o "
+                  f"BatchMode=yes -F {path} -W [%h]:%p j0'\n" + _common())
+    p, _ = launch([job("sleeper.py"), "--sleep", "120"], hostfile=_hostfile(name, "target"),
+                  extra=["--ssh_config", cfg], env={"SHELL": "/bin/sh"})
+    try:
+        wait_for(lambda: running("sleeper.py") >= 2, 20, "the processes")
+        mine = [os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")]
+        check(not [x for x in mine if "msrun-ssh-proxy-log" in x],
+              f"the launcher still holds the proxy's words: {mine}")
+        proxies = [line.split()[0] for line in _jump_ssh_left(cfg)]
+        check(len(proxies) == 1, f"the target's proxy: {_jump_ssh_left(cfg)}")
+        stderr = f"/proc/{proxies[0]}/fd/2"
+        check("msrun-ssh-proxy-log" in os.readlink(stderr) and os.stat(stderr).st_size == 0,
+              f"the proxy's stderr: {os.readlink(stderr)}, {os.stat(stderr).st_size} bytes")
+    finally:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    wait_no_leftovers(15)
 
 
 def test_an_unknown_key_behind_a_jump_host_names_a_remedy_that_passes_the_jump():

@@ -158,6 +158,10 @@ TEST_F(Spares, TheMasterStaysOnItsEntryWhenAnotherSharesItsAddress) {
   EXPECT_EQ(p.hosts[1].processes[0].role, Role::kScheduler);
   options.master_addr = "alpha:2202";
   EXPECT_TRUE(plan().hosts[2].is_master);
+  // The address alone is the first entry of it, also when a later one has no port of its own.
+  cluster.hosts[2].port.reset();
+  options.master_addr = "alpha";
+  EXPECT_TRUE(plan().hosts[1].is_master);
 }
 
 TEST_F(Spares, TheSpareTakesTheNodeRankRanksAndDevicesWithItsOwnEnvironment) {
