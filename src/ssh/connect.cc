@@ -552,8 +552,10 @@ std::string SshPool::Impl::proxy_hint(size_t ci) const {
   if (std::string said = proxy_said(c); !said.empty())
     return fmt::format(" (through {}, {} said: {}; `{}` shows more)", proxy_named(h), who, said,
                        command);
-  if (c.proxy_log >= 0)
-    return fmt::format(" (through {}, {} said nothing; `{}` shows more)", proxy_named(h), who,
+  // A ProxyCommand's stderr is its shell's too; a ProxyJump's ssh that could not start wrote
+  // nothing to its file, its shell's words went to /dev/null.
+  if (c.proxy_log >= 0 && h.proxy_jump.empty())
+    return fmt::format(" (through {}, which said nothing; `{}` shows more)", proxy_named(h),
                        command);
   return fmt::format(" (through {}; the proxy's own errors are not seen here: `{}` shows them)",
                      proxy_named(h), command);

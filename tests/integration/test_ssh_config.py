@@ -720,7 +720,12 @@ def test_a_proxy_commands_words_are_let_go_once_its_host_is_through():
                   extra=["--ssh_config", cfg], env={"SHELL": "/bin/sh"})
     try:
         wait_for(lambda: running("sleeper.py") >= 2, 20, "the processes")
-        mine = [os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")]
+        mine = []
+        for fd in os.listdir(f"/proc/{p.pid}/fd"):
+            try:
+                mine.append(os.readlink(f"/proc/{p.pid}/fd/{fd}"))
+            except FileNotFoundError:  # closed meanwhile
+                pass
         check(not [x for x in mine if "msrun-ssh-proxy-log" in x],
               f"the launcher still holds the proxy's words: {mine}")
         proxies = [line.split()[0] for line in _jump_ssh_left(cfg)]
