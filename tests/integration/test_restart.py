@@ -1,5 +1,6 @@
 """Whole-job restarts (--max_restarts): attempts, their logs, their processes, and signals; and
 in-place process recovery (--restart_policy process): a killed worker started again alone."""
+import contextlib
 import glob
 import json
 import os
@@ -55,6 +56,34 @@ def test_worker_failing_every_time_ends_with_its_status_after_every_attempt():
     wait_no_leftovers(2)
 
 
+@contextlib.contextmanager
+def _lost_with_its_processes(victim, keeper, logs):
+    """Host `victim` is lost with attempt 1's processes running: its `keeper` (the launch agent,
+    msrun-ssh-agent, or the watchdog, msrun-ssh-watchdog) is frozen, so that nothing there tears
+    the job down, and the host is cut, so that the launcher takes it for lost at once (a host
+    whose TCP still answers gets 60 s), then healed before attempt 2 connects. The keeper goes on
+    (SIGCONT) when the block ends, whatever happened in it."""
+    address = addresses()[victim]
+    stopped = [pid for _, pid, cmd in host_processes(f"msrs-node{victim}")
+               if cmd == keeper or (keeper != cmd and f" {keeper} " in cmd)]
+    try:
+        check(len(stopped) == 1, f"node{victim}'s {keeper}: {stopped}")
+        os.kill(int(stopped[0]), signal.SIGSTOP)
+        cluster("cut", victim)
+        try:
+            wait_for(lambda: f"host {address} lost".encode()
+                     in read(os.path.join(logs, "msrun-ssh.log")), 30, "the host lost")
+        finally:
+            cluster("heal", victim)
+        yield
+    finally:
+        for pid in stopped:  # if still there, it goes on: its launcher may be gone, it tears down
+            try:
+                os.kill(int(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
 def test_a_restart_ends_what_the_attempt_before_left_on_a_host_it_lost():
     """A host lost during attempt 1 with its processes running (its agent stopped: no heartbeat
     comes back, and nothing there tears the job down) is back for attempt 2: what attempt 1 left
@@ -64,28 +93,11 @@ def test_a_restart_ends_what_the_attempt_before_left_on_a_host_it_lost():
     addrs = addresses()
     p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"],
                      extra=["--max_restarts", "1", "--restart_backoff", "0.5"])
-    stopped = []
     try:
         wait_for(lambda: running("flaky.py") >= 1 + 2 * len(addrs), 20, "attempt 1's processes")
-        stopped = [pid for _, pid, cmd in host_processes(f"msrs-node{victim}")
-                   if cmd == "msrun-ssh-agent"]
-        check(len(stopped) == 1, f"node{victim}'s agents: {stopped}")
-        os.kill(int(stopped[0]), signal.SIGSTOP)
-        # Cut too, so that the launcher takes the host for lost at once (a host whose TCP still
-        # answers gets 60 s); back before attempt 2 connects.
-        cluster("cut", victim)
-        try:
-            wait_for(lambda: f"host {addrs[victim]} lost".encode()
-                     in read(os.path.join(logs, "msrun-ssh.log")), 30, "the host lost")
-        finally:
-            cluster("heal", victim)
-        out, err = p.communicate(timeout=90)
+        with _lost_with_its_processes(victim, "msrun-ssh-agent", logs):
+            out, err = p.communicate(timeout=90)
     finally:
-        for pid in stopped:  # if still there, it goes on: its launcher is gone, it tears down
-            try:
-                os.kill(int(pid), signal.SIGCONT)
-            except ProcessLookupError:
-                pass
         if p.poll() is None:
             p.kill()
     text = err.decode(errors="replace")
@@ -113,36 +125,22 @@ def _ctrl_c_while_an_earlier_attempt_is_ended(agent):
                       ranks],
                      extra=["--max_restarts", "1", "--restart_backoff", "0.5", "--kill_grace",
                             "60", "--agent", agent])
-    stopped = []
     took = None
     try:
         wait_for(lambda: running("flaky.py") >= 1 + 2 * len(addrs), 20, "attempt 1's processes")
         keeper = "msrun-ssh-agent" if agent == "True" else "msrun-ssh-watchdog"
-        stopped = [pid for _, pid, cmd in host_processes(f"msrs-node{victim}")
-                   if cmd == keeper or (keeper != cmd and f" {keeper} " in cmd)]
-        check(len(stopped) == 1, f"node{victim}'s {keeper}: {stopped}")
-        os.kill(int(stopped[0]), signal.SIGSTOP)  # so that attempt 1's processes outlive the cut
-        cluster("cut", victim)
-        try:
-            wait_for(lambda: f"host {addrs[victim]} lost".encode()
-                     in read(os.path.join(logs, "msrun-ssh.log")), 30, "the host lost")
-        finally:
-            cluster("heal", victim)
-        wait_for(lambda: any("msrun-ssh-stop" in cmd
-                             for _, _, cmd in host_processes(f"msrs-node{victim}")), 60,
-                 "attempt 2 ending attempt 1's processes on the victim")
-        start = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=90)
-        took = time.monotonic() - start
-        # Checked before the stopped agent goes on (it would end them too, after its own grace).
-        left = [cmd for _, _, cmd in marked_processes(f"msrs-node{victim}") if "flaky.py" in cmd]
+        with _lost_with_its_processes(victim, keeper, logs):
+            wait_for(lambda: any("msrun-ssh-stop" in cmd
+                                 for _, _, cmd in host_processes(f"msrs-node{victim}")), 60,
+                     "attempt 2 ending attempt 1's processes on the victim")
+            start = time.monotonic()
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=90)
+            took = time.monotonic() - start
+            # Checked before the frozen keeper goes on (it would end them too, after its grace).
+            left = [cmd for _, _, cmd in marked_processes(f"msrs-node{victim}")
+                    if "flaky.py" in cmd]
     finally:
-        for pid in stopped:
-            try:
-                os.kill(int(pid), signal.SIGCONT)
-            except ProcessLookupError:
-                pass
         if p.poll() is None:
             p.kill()
     text = err.decode(errors="replace")
