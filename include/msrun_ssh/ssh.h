@@ -140,6 +140,16 @@ class AgentHeld {
   std::vector<std::string> blobs_;
 };
 
+// What a session's agent is to show it (AgentFilter, filter_agent_identities): the public key
+// blobs of the listed identity files' offers (`listed`), whether the agent's other keys follow
+// them (`others_too`: no IdentitiesOnly), and the certificates of the config's CertificateFiles
+// the agent is to sign with the keys they certify (`certificates`, in the config's order).
+struct AgentView {
+  std::vector<std::string> listed;
+  bool others_too = false;
+  std::vector<std::string> certificates;
+};
+
 class AgentFilter {
  public:
   AgentFilter();
@@ -147,10 +157,12 @@ class AgentFilter {
   AgentFilter(const AgentFilter&) = delete;
   AgentFilter& operator=(const AgentFilter&) = delete;
   // A socket (close-on-exec) for libssh, which closes it: the agent listening at `agent_path`,
-  // its keys ordered by filter_agent_identities(listed, others_too), and those of `listed` it
-  // holds told to `held` (when given) before the session sees them. -1 with errno set when that
-  // agent cannot be reached.
-  int open(const std::string& agent_path, std::vector<std::string> listed, bool others_too,
+  // its keys ordered by filter_agent_identities(view), and those of `view.listed` it holds told
+  // to `held` (when given) before the session sees them; a signing request for one of the
+  // certificates shown goes to the agent as one for the key it certifies (ssh signs a
+  // CertificateFile's certificate with the agent's copy of its key, the agent need not hold the
+  // certificate). -1 with errno set when that agent cannot be reached.
+  int open(const std::string& agent_path, AgentView view,
            std::shared_ptr<AgentHeld> held = nullptr);
 
  private:
@@ -159,15 +171,17 @@ class AgentFilter {
 };
 
 // The body of an agent's answer to a request for its keys (SSH_AGENT_IDENTITIES_ANSWER, its type
-// byte first) with its keys put in ssh's order: first those whose public key blobs are in
-// `listed` (each blob once), then, when `others_too`, every other one; each part in the answer's
-// order, each key with the agent's comment; `held` (when given) gets the blobs of `listed` the
-// answer holds, each once. nullopt when `body` is not a well-formed answer of that type (it is
-// then passed on as it came, for libssh to judge).
-std::optional<std::string> filter_agent_identities(std::string_view body,
-                                                   const std::vector<std::string>& listed,
-                                                   bool others_too,
-                                                   std::vector<std::string>* held = nullptr);
+// byte first) with its keys put in ssh's order (its pubkey_prepare): first each of
+// `view.certificates` that certifies one of the keys shown after it (ssh's signer for it: the
+// first such key), then those whose public key blobs are in `view.listed` (each blob once), then,
+// when `view.others_too`, every other one; each part in the answer's order, each key with the
+// agent's comment. `held` (when given) gets the blobs of `listed` the answer holds, each once;
+// `signers` (when given) each certificate shown and the blob of the key it certifies. nullopt
+// when `body` is not a well-formed answer of that type (it is then passed on as it came, for
+// libssh to judge).
+std::optional<std::string> filter_agent_identities(
+    std::string_view body, const AgentView& view, std::vector<std::string>* held = nullptr,
+    std::vector<std::pair<std::string, std::string>>* signers = nullptr);
 
 // Whether the OpenSSH certificate blob `certificate` (its type, its nonce, then the certified
 // key's own fields) certifies the key whose public key blob is `key` (its type, then those fields),

@@ -26,7 +26,7 @@ struct SshHostConfig {
   std::vector<std::string> identity_files;  // in the order ssh tries them, tokens NOT expanded
   bool identities_only = false;
   std::string identity_agent;                       // "" (SSH_AUTH_SOCK), "none", or a socket path
-  std::vector<std::string> certificate_files;       // not honoured: refused (see the pool)
+  std::vector<std::string> certificate_files;       // in ssh's order, tokens NOT expanded
   std::string proxy_jump;                           // "[user@]host[:port],..." or ""
   std::string proxy_command;                        // tokens not expanded; "" when none
   std::vector<std::string> user_known_hosts_files;  // all of them, in order

@@ -3,7 +3,8 @@
 // first of them its type; a client asks one thing at a time and reads its answer. The filter
 // reads one whole request from libssh, passes it to the agent, reads the agent's whole answer and
 // passes it back, its list of keys ordered (and cut) as ssh orders it when the request was for
-// that list.
+// that list, and a request to sign with a CertificateFile's certificate made one to sign with the
+// key it certifies.
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -21,6 +22,7 @@
 #include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "msrun_ssh/base.h"
 #include "msrun_ssh/ssh.h"
@@ -30,6 +32,7 @@ namespace {
 
 constexpr uint8_t kRequestIdentities = 11;    // SSH_AGENTC_REQUEST_IDENTITIES
 constexpr uint8_t kIdentitiesAnswer = 12;     // SSH_AGENT_IDENTITIES_ANSWER
+constexpr uint8_t kSignRequest = 13;          // SSH_AGENTC_SIGN_REQUEST
 constexpr uint32_t kMaxMessage = 256 * 1024;  // ssh-agent's own bound on a message
 constexpr int kWriteWaitMs = 10000;           // a peer that takes nothing for that long is gone
 
@@ -89,10 +92,9 @@ bool AgentHeld::holds(std::string_view blob) const {
   return std::find(blobs_.begin(), blobs_.end(), blob) != blobs_.end();
 }
 
-std::optional<std::string> filter_agent_identities(std::string_view body,
-                                                   const std::vector<std::string>& listed,
-                                                   bool others_too,
-                                                   std::vector<std::string>* held) {
+std::optional<std::string> filter_agent_identities(
+    std::string_view body, const AgentView& view, std::vector<std::string>* held,
+    std::vector<std::pair<std::string, std::string>>* signers) {
   if (body.empty() || static_cast<uint8_t>(body[0]) != kIdentitiesAnswer) return std::nullopt;
   std::string_view in = body.substr(1);
   uint32_t count = 0;
@@ -104,31 +106,69 @@ std::optional<std::string> filter_agent_identities(std::string_view body,
     keys.emplace_back(blob, comment);
   }
   if (!in.empty()) return std::nullopt;
-  std::string kept;
-  uint32_t kept_count = 0;
+  std::vector<size_t> order;  // the agent's keys shown, in ssh's order
   std::vector<bool> taken(keys.size(), false);
-  auto keep = [&](size_t i) {
-    put_string(kept, keys[i].first);
-    put_string(kept, keys[i].second);
-    taken[i] = true;
-    ++kept_count;
-  };
   if (held) held->clear();
   for (size_t i = 0; i < keys.size(); ++i) {
+    const std::vector<std::string>& listed = view.listed;
     bool is_listed = std::find(listed.begin(), listed.end(), keys[i].first) != listed.end();
     bool first = std::none_of(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(i),
                               [&](const auto& k) { return k.first == keys[i].first; });
     if (!is_listed || !first) continue;
-    keep(i);
+    order.push_back(i);
+    taken[i] = true;
     if (held) held->emplace_back(keys[i].first);
   }
-  if (others_too)
+  if (view.others_too)
     for (size_t i = 0; i < keys.size(); ++i)
-      if (!taken[i]) keep(i);
+      if (!taken[i]) order.push_back(i);
+  std::string kept;
+  uint32_t kept_count = 0;
+  auto keep = [&](std::string_view blob, std::string_view comment) {
+    put_string(kept, blob);
+    put_string(kept, comment);
+    ++kept_count;
+  };
+  // ssh's preferred list begins with the CertificateFiles' certificates; each is signed by the
+  // first key after them it certifies (sign_and_send_pubkey), and is not offered without one.
+  if (signers) signers->clear();
+  for (const std::string& certificate : view.certificates) {
+    auto signer = std::find_if(order.begin(), order.end(), [&](size_t i) {
+      return certificate_is_of(certificate, keys[i].first);
+    });
+    if (signer == order.end()) continue;
+    keep(certificate, keys[*signer].second);
+    if (signers) signers->emplace_back(certificate, keys[*signer].first);
+  }
+  for (size_t i : order) keep(keys[i].first, keys[i].second);
   std::string out(1, static_cast<char>(kIdentitiesAnswer));
   put_u32(out, kept_count);
   return out + kept;
 }
+
+namespace {
+
+// `request` (a whole message, its length first) with the key of a signing request for one of
+// `signers`' certificates replaced by the key that certificate certifies; as it came otherwise.
+std::string sign_with_certified_key(
+    std::string request, const std::vector<std::pair<std::string, std::string>>& signers) {
+  std::string_view in = std::string_view(request).substr(4);
+  std::string_view key;
+  if (in.empty() || static_cast<uint8_t>(in[0]) != kSignRequest || signers.empty()) return request;
+  in.remove_prefix(1);
+  if (!take_string(in, key)) return request;
+  auto it =
+      std::find_if(signers.begin(), signers.end(), [&](const auto& s) { return s.first == key; });
+  if (it == signers.end()) return request;
+  std::string body(1, static_cast<char>(kSignRequest));
+  put_string(body, it->second);
+  body += in;  // the data to sign and the flags, as they came
+  std::string out;
+  put_string(out, body);
+  return out;
+}
+
+}  // namespace
 
 bool certificate_is_of(std::string_view certificate, std::string_view key) {
   std::string_view type, nonce, key_type;
@@ -143,12 +183,12 @@ struct AgentFilter::Impl {
   struct Link {
     int session = -1;  // the filter's end of the session's socket
     int agent = -1;    // the user's agent
-    std::vector<std::string> listed;
-    bool others_too = false;
+    AgentView view;
     std::shared_ptr<AgentHeld> held;  // told which listed keys the agent holds, when given
-    std::string request;              // from the session: the request being read
-    std::string answer;               // from the agent: its answer being read
-    bool asked = false;               // a request went to the agent: its answer is awaited
+    std::vector<std::pair<std::string, std::string>> signers;  // certificate shown -> its key
+    std::string request;  // from the session: the request being read
+    std::string answer;   // from the agent: its answer being read
+    bool asked = false;   // a request went to the agent: its answer is awaited
     bool asked_for_keys = false;
   };
 
@@ -194,14 +234,15 @@ struct AgentFilter::Impl {
       buf.erase(0, size);
       if (!l.asked) {
         l.asked_for_keys = static_cast<uint8_t>(message[4]) == kRequestIdentities;
-        if (!send_all(l.agent, std::move(message))) return false;
+        if (!send_all(l.agent, sign_with_certified_key(std::move(message), l.signers)))
+          return false;
         l.asked = true;
         continue;
       }
       if (l.asked_for_keys) {
         std::vector<std::string> held;
-        if (auto cut = filter_agent_identities(std::string_view(message).substr(4), l.listed,
-                                               l.others_too, &held)) {
+        if (auto cut = filter_agent_identities(std::string_view(message).substr(4), l.view, &held,
+                                               &l.signers)) {
           message.clear();
           put_string(message, *cut);
           if (l.held) l.held->set(std::move(held));
@@ -279,8 +320,8 @@ AgentFilter::AgentFilter() : impl_(std::make_unique<Impl>()) {}
 
 AgentFilter::~AgentFilter() = default;
 
-int AgentFilter::open(const std::string& agent_path, std::vector<std::string> listed,
-                      bool others_too, std::shared_ptr<AgentHeld> held) {
+int AgentFilter::open(const std::string& agent_path, AgentView view,
+                      std::shared_ptr<AgentHeld> held) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (agent_path.empty() || agent_path.size() >= sizeof addr.sun_path) {
@@ -289,8 +330,7 @@ int AgentFilter::open(const std::string& agent_path, std::vector<std::string> li
   }
   std::memcpy(addr.sun_path, agent_path.data(), agent_path.size());
   Impl::Link link;
-  link.listed = std::move(listed);
-  link.others_too = others_too;
+  link.view = std::move(view);
   link.held = std::move(held);
   link.agent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (link.agent < 0) return -1;

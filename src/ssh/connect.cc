@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <initializer_list>
+#include <tuple>
 
 #include "msrun_ssh/base.h"
 #include "pool.h"
@@ -152,20 +154,14 @@ ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) 
   return keys.emplace(path, KeyPtr(key)).first->second.get();
 }
 
-// `path`'s private key with the certificate beside it (PATH-cert, else PATH-cert.pub) in it, as
-// ssh offers it after the plain key; nullptr when there is no such certificate, it is not one of
-// that key, or the key cannot be loaded without a passphrase. Loaded once per file.
-ssh_key SshPool::Impl::certified_identity(const std::string& path) {
-  auto it = certified_keys.find(path);
-  if (it != certified_keys.end()) return it->second.get();
-  ssh_key cert = nullptr;
-  for (const std::string& file : {path + "-cert", path + "-cert.pub"})
-    if (!cert && access(file.c_str(), R_OK) == 0 &&
-        ssh_pki_import_cert_file(file.c_str(), &cert) != SSH_OK)
-      cert = nullptr;
-  // libssh copies any certificate into any key: ssh refuses one that is not of the key (a key
-  // renewed, its old certificate left beside it), and never offers it.
-  ssh_key key = cert ? load_private_key(path) : nullptr;
+namespace {
+
+// `key_path`'s private key with the certificate `cert` (freed here) in it; nullptr when `cert` is
+// null, not a certificate of that key (libssh copies any certificate into any key: ssh refuses one
+// that is not of the key, a key renewed with its old certificate left beside it, and never offers
+// it), or the key cannot be loaded without a passphrase.
+ssh_key certify(const std::string& key_path, ssh_key cert) {
+  ssh_key key = cert ? load_private_key(key_path) : nullptr;
   ssh_key pub = nullptr;
   if (key && ssh_pki_export_privkey_to_pubkey(key, &pub) != SSH_OK) pub = nullptr;
   std::optional<std::string> cert_blob = key_blob(cert), plain_blob = key_blob(pub);
@@ -177,7 +173,69 @@ ssh_key SshPool::Impl::certified_identity(const std::string& path) {
     ssh_key_free(key);
     key = nullptr;
   }
+  return key;
+}
+
+// The certificate in the first of `files` that holds one, or nullptr.
+ssh_key first_certificate(std::initializer_list<std::string> files) {
+  for (const std::string& file : files) {
+    ssh_key cert = nullptr;
+    if (access(file.c_str(), R_OK) == 0 && ssh_pki_import_cert_file(file.c_str(), &cert) == SSH_OK)
+      return cert;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// `path`'s private key with the certificate beside it (PATH-cert, else PATH-cert.pub) in it, as
+// ssh offers it after the plain key; nullptr when there is no such certificate, it is not one of
+// that key, or the key cannot be loaded without a passphrase. Loaded once per file.
+ssh_key SshPool::Impl::certified_identity(const std::string& path) {
+  auto it = certified_keys.find(path);
+  if (it != certified_keys.end()) return it->second.get();
+  ssh_key key = certify(path, first_certificate({path + "-cert", path + "-cert.pub"}));
   return certified_keys.emplace(path, KeyPtr(key)).first->second.get();
+}
+
+// `key_path`'s private key with the certificate of CertificateFile `cert_path` (or, as ssh reads
+// it, of `cert_path`.pub) in it, or nullptr as certify says. Loaded once per pair.
+ssh_key SshPool::Impl::certified_by_file(const std::string& key_path,
+                                         const std::string& cert_path) {
+  std::string both = key_path + '\0' + cert_path;  // no path holds a NUL: apart from the above's
+  auto it = certified_keys.find(both);
+  if (it != certified_keys.end()) return it->second.get();
+  ssh_key key = certify(key_path, first_certificate({cert_path, cert_path + ".pub"}));
+  return certified_keys.emplace(both, KeyPtr(key)).first->second.get();
+}
+
+// The identity file of `files` whose private key signs with CertificateFile `cert_path`, as ssh
+// picks it (sign_and_send_pubkey): the first whose public key the certificate certifies, else, of
+// those whose public key could not be read, one the certificate's name is that of, or of its .pub
+// or -cert.pub; "" when none. The agent's copy of the key comes before any file in ssh's order:
+// where a file's key signs, it is the same signature.
+std::string SshPool::Impl::certificate_signer(const std::string& cert_path,
+                                              const std::vector<std::string>& files) {
+  std::optional<std::string> cert = public_blob(cert_path);
+  if (!cert) return "";
+  for (const std::string& file : files)
+    if (std::optional<std::string> blob = public_blob(file);
+        blob && certificate_is_of(*cert, *blob))
+      return file;
+  for (const std::string& file : files)
+    if (!public_blob(file) &&
+        (cert_path == file || cert_path == file + ".pub" || cert_path == file + "-cert.pub"))
+      return file;
+  return "";
+}
+
+// CertificateFile `cert_path` in the private key of its signer among `files`, when that key loads
+// without a passphrase; else nullptr (the agent's copy of the key may sign it).
+ssh_key SshPool::Impl::file_certified(const std::string& cert_path,
+                                      const std::vector<std::string>& files) {
+  std::string signer = certificate_signer(cert_path, files);
+  if (signer.empty() || access(signer.c_str(), R_OK) != 0) return nullptr;
+  return certified_by_file(signer, cert_path);
 }
 
 bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
@@ -347,8 +405,6 @@ void SshPool::Impl::resolve_hosts() {
   for (size_t h = 0; h < hosts.size(); ++h) {
     SshResolution& r = (*answers)[h];
     std::string why = r.error;
-    if (r.config && !r.config->certificate_files.empty())
-      why = "the ssh config gives it a CertificateFile, which msrun-ssh does not support";
     if (r.config && why.empty()) {
       try {
         if (!r.config->proxy_jump.empty())
@@ -419,14 +475,19 @@ std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::stri
 // as it is (no listed file has a public key to look for, and others may be offered), and under
 // IdentitiesOnly when there is nothing to offer: no listed key, or no agent to reach.
 bool SshPool::Impl::filter_agent(Conn& c, const std::string& socket, bool identities_only,
-                                 const std::vector<std::string>& files) {
-  std::vector<std::string> listed = listed_blobs(files);
+                                 const std::vector<std::string>& files,
+                                 const std::vector<std::string>& certificates) {
+  AgentView view{listed_blobs(files), !identities_only, {}};
+  // The CertificateFiles no file's key signs: the agent's copy of the key may.
+  for (const std::string& cert : certificates)
+    if (!file_certified(cert, files))
+      if (std::optional<std::string> blob = public_blob(cert)) view.certificates.push_back(*blob);
   const char* env = socket.empty() ? std::getenv("SSH_AUTH_SOCK") : nullptr;
   std::string path = socket.empty() ? (env ? env : "") : socket;
-  if (listed.empty() || path.empty()) return false;
+  if ((view.listed.empty() && view.certificates.empty()) || path.empty()) return false;
   if (!agent_filter) agent_filter = std::make_unique<AgentFilter>();
   auto held = std::make_shared<AgentHeld>();
-  int fd = agent_filter->open(path, std::move(listed), !identities_only, held);
+  int fd = agent_filter->open(path, std::move(view), held);
   if (fd < 0) return false;
   if (ssh_set_agent_socket(c.session, fd) != SSH_OK) return close(fd), false;
   c.agent_fd = fd;
@@ -454,34 +515,52 @@ bool SshPool::Impl::held_by_agent(const Conn& c, const std::vector<std::string>&
   return true;
 }
 
-// Public-key authentication as ssh does it with these settings (pubkey_prepare): the agent's
-// keys first (none with IdentityAgent none), those of the listed files before the others and
-// under IdentitiesOnly only those (the filter); then each IdentityFile in order but the first
-// file of each key (or certificate) the agent held and so offered already; a file that does not
-// exist or cannot be loaded without a passphrase is passed over. `rc`:
-// SSH_AUTH_SUCCESS or SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
+// Public-key authentication as ssh does it with these settings (pubkey_prepare): each
+// CertificateFile's certificate first, signed by its key's file (certificate_signer); then the
+// agent's keys (none with IdentityAgent none): the certificates no file signed, with the agent's
+// copy of their key, those of the listed files before the others and under IdentitiesOnly only
+// those (the filter); then each IdentityFile in order but the first file of each key (or
+// certificate) the agent held and so offered already; a file that does not exist or cannot be
+// loaded without a passphrase is passed over. ssh offers every CertificateFile before the agent's
+// keys: here one its file's key signs comes before one the agent signs. `rc`: SSH_AUTH_SUCCESS or
+// SSH_AUTH_AGAIN; false with `error` when none was accepted or libssh failed.
 bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& error) {
   Conn& c = conns[ci];
   const SshHostConfig& h = *openssh[c.host].shared;  // its hostname is empty: t has the host's
   std::optional<std::string> socket = identity_agent_socket(h.identity_agent);
-  size_t files_from = socket ? 1 : 0;
   SshTokens t = openssh_tokens(c.host);
-  std::vector<std::string> files;
-  for (const auto& file : h.identity_files) {
-    try {
-      files.push_back(expand_ssh_tokens(file, t));
-    } catch (const std::runtime_error& e) {
-      return error = {ConnectError::kOther, fmt::format("ssh config: IdentityFile {}", e.what())},
-             false;
+  std::vector<std::string> files, certs;
+  for (auto [from, to, keyword] : {std::tuple(&h.identity_files, &files, "IdentityFile"),
+                                   std::tuple(&h.certificate_files, &certs, "CertificateFile")}) {
+    for (const auto& file : *from) {
+      try {
+        to->push_back(expand_ssh_tokens(file, t));
+      } catch (const std::runtime_error& e) {
+        return error = {ConnectError::kOther, fmt::format("ssh config: {} {}", keyword, e.what())},
+               false;
+      }
     }
   }
+  size_t agent_at = certs.size(), files_from = agent_at + (socket ? 1 : 0);
   // Each file is offered twice, as ssh lists it: its key, then its key with the certificate
   // beside it (FILE-cert), when there is one.
   while (c.auth_step < files_from + 2 * files.size()) {
-    if (c.auth_step < files_from) {
+    if (c.auth_step < agent_at) {
+      const std::string& cert = certs[c.auth_step];
+      ssh_key key = file_certified(cert, files);
+      if (!key) {  // the agent's to sign, or nobody's
+        ++c.auth_step;
+        continue;
+      }
+      std::string name =
+          fmt::format("{} with the key of {}", cert, certificate_signer(cert, files));
+      if (std::find(c.offered.begin(), c.offered.end(), name) == c.offered.end())
+        c.offered.push_back(name);
+      rc = ssh_userauth_publickey(c.session, nullptr, key);
+    } else if (c.auth_step < files_from) {
       if (!c.agent_settled) {
         c.agent_settled = true;
-        if (!filter_agent(c, *socket, h.identities_only, files) && h.identities_only) {
+        if (!filter_agent(c, *socket, h.identities_only, files, certs) && h.identities_only) {
           ++c.auth_step;
           continue;
         }

@@ -100,7 +100,9 @@ struct SshPool::Impl {
   bool busy = false;  // the last wake-up read a stream of output: do not pause
   std::set<size_t> lost_hosts;
   std::map<std::string, KeyPtr> keys;            // identity file -> key, loaded once
-  std::map<std::string, KeyPtr> certified_keys;  // identity file -> key with its FILE-cert, or null
+  // identity file -> key with its FILE-cert, or null; identity file NUL CertificateFile -> its key
+  // with that certificate, or null
+  std::map<std::string, KeyPtr> certified_keys;
   // identity file -> its public key blob, to put its key first among the agent's (public_blob)
   std::map<std::string, std::optional<std::string>> public_blobs;
   // The agent's keys in ssh's order (AgentFilter): made when first needed, ended once every
@@ -233,7 +235,8 @@ struct SshPool::Impl {
   std::vector<std::string> listed_blobs(const std::vector<std::string>& files);
   void release_agent(Conn& c);
   bool filter_agent(Conn& c, const std::string& socket, bool identities_only,
-                    const std::vector<std::string>& files);
+                    const std::vector<std::string>& files,
+                    const std::vector<std::string>& certificates);
   HostKeyPolicy host_key_policy(size_t host) const;
   double connect_timeout_s(size_t host) const;
   bool advance(size_t ci, ConnectFailure& error);
@@ -242,6 +245,10 @@ struct SshPool::Impl {
   std::string revoked_because(Conn& c, const SshHostConfig* h, const std::string& name);
   ssh_key identity(const std::string& path, ConnectFailure& error);
   ssh_key certified_identity(const std::string& path);
+  ssh_key certified_by_file(const std::string& key_path, const std::string& cert_path);
+  std::string certificate_signer(const std::string& cert_path,
+                                 const std::vector<std::string>& files);
+  ssh_key file_certified(const std::string& cert_path, const std::vector<std::string>& files);
   std::string expand_path(const std::string& value) const;
   const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port);
   const KnownHostsIndex& known_hosts_index(const std::string& path);

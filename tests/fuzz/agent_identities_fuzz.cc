@@ -9,7 +9,10 @@
 //    entry of each, in the body's order; then, with the others asked for, every other entry in
 //    the body's order, without them none;
 //  - with the others asked for, the answer holds as many entries as the body;
-//  - listing no key with the others asked for gives the body back.
+//  - listing no key with the others asked for gives the body back;
+//  - given certificates (one of the body's first key, made here, and one of no key), the answer
+//    begins with those of them that certify a key shown after them, each with that key's comment,
+//    the first such key its signer; the rest is as without them.
 // The listed keys: the body's keys picked by the selector's low 7 bits, last first, and one blob
 // the body never holds; the selector's high bit asks for the others.
 // Findings: any crash or sanitizer report, any exception, any property violation.
@@ -36,6 +39,13 @@ bool u32(std::string_view& in, uint32_t& v) {
       uint32_t{static_cast<uint8_t>(in[3])};
   in.remove_prefix(4);
   return true;
+}
+
+// `s` as the protocol writes a string: its 32-bit big-endian length, then its bytes.
+std::string str(std::string_view s) {
+  std::string out;
+  for (int shift = 24; shift >= 0; shift -= 8) out += static_cast<char>((s.size() >> shift) & 0xff);
+  return out += s;
 }
 
 // The keys of an identities answer's body, or nullopt when it is not one, whole.
@@ -72,7 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = keys->size(); i-- > 0;)
       if (selector & (1u << (i % 7))) listed.push_back((*keys)[i].first);
   }
-  std::optional<std::string> cut = msrun_ssh::filter_agent_identities(body, listed, others);
+  std::optional<std::string> cut = msrun_ssh::filter_agent_identities(body, {listed, others, {}});
   FUZZ_CHECK(cut.has_value() == keys.has_value(), "the filter %s a body the oracle %s",
              cut ? "answered" : "refused", keys ? "reads" : "cannot read");
   if (!keys) return 0;
@@ -98,7 +108,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(got->size() == keys->size(), "with the others, %zu of %zu entries", got->size(),
                keys->size());
   if (others)
-    FUZZ_CHECK(msrun_ssh::filter_agent_identities(body, {}, true) == std::string(body),
+    FUZZ_CHECK(msrun_ssh::filter_agent_identities(body, {{}, true, {}}) == std::string(body),
                "listing no key did not give the body back");
+  // A certificate of the body's first key (its type and the fields after it, as a certificate
+  // carries them after its own type and nonce), and one of no key.
+  std::vector<std::string> certificates;
+  if (!keys->empty()) {
+    std::string_view blob = (*keys)[0].first;
+    uint32_t n = 0;
+    if (u32(blob, n) && blob.size() >= n) {
+      std::string type(blob.substr(0, n));
+      certificates.push_back(str(type + "-cert-v01@openssh.com") + str("nonce") +
+                             std::string(blob.substr(n)) + "serial and the rest");
+    }
+  }
+  certificates.push_back(str("never-cert-v01@openssh.com") + str("nonce") + str("no key's"));
+  std::vector<std::pair<std::string, std::string>> signers;
+  std::optional<std::string> with =
+      msrun_ssh::filter_agent_identities(body, {listed, others, certificates}, nullptr, &signers);
+  std::optional<Keys> with_keys = with ? read_answer(*with) : std::nullopt;
+  FUZZ_CHECK(with_keys.has_value(), "the answer with certificates does not read back");
+  Keys front;
+  for (const std::string& cert : certificates) {
+    auto signer = std::find_if(expected.begin(), expected.end(), [&](const auto& key) {
+      return msrun_ssh::certificate_is_of(cert, key.first);
+    });
+    if (signer != expected.end()) front.emplace_back(cert, signer->second);
+  }
+  FUZZ_CHECK(signers.size() == front.size(), "%zu signers told, %zu certificates shown",
+             signers.size(), front.size());
+  front.insert(front.end(), expected.begin(), expected.end());
+  FUZZ_CHECK(*with_keys == front, "with certificates, %zu keys, %zu expected in that order",
+             with_keys->size(), front.size());
   return 0;
 }

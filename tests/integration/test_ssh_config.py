@@ -351,6 +351,39 @@ def _agent_holding(*keys):
         agent.wait(timeout=10)
 
 
+def _fresh_keys(prefix, names):
+    """New ed25519 keys in the scratch directory, one per (name, passphrase) of `names`, anything
+    left at their paths (a key, its .pub, its -cert.pub) removed first: {name: private key path}."""
+    keys = {}
+    for name, passphrase in names:
+        keys[name] = os.path.join(tmpdir(), f"{prefix}{name}")
+        for path in (keys[name], keys[name] + ".pub", keys[name] + "-cert.pub"):
+            if os.path.exists(path):
+                os.unlink(path)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", keys[name]],
+                       check=True, timeout=60)
+    return keys
+
+
+def _logs_in_where_ssh_does(case, name, keys_text, hf, allowed, denied_names=""):
+    """Case `case`: a config of `keys_text` (its key lines) for every host, root, the cluster's
+    known hosts, batch mode; ssh, the oracle, logs in to the host file's first host (`allowed`)
+    or is refused, and msrun-ssh logs in to all of `hf`'s hosts or is refused, naming
+    `denied_names`."""
+    cfg = _config(name + re.sub(r"[^a-z]+", "_", case),
+                  "Host *\n  User root\n" + keys_text +
+                  f"  UserKnownHostsFile {cluster_dir()}/known_hosts\n"
+                  "  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n  ConnectTimeout 5\n")
+    r = subprocess.run(["ssh", "-F", cfg, addresses()[0], "true"], capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    check((r.returncode == 0) == allowed, f"{case}: ssh exit {r.returncode}: {r.stderr[-600:]}")
+    code, _, err, _ = run([job("reached.py")], hostfile=hf, extra=["--ssh_config", cfg])
+    err = err.decode()
+    check(code == (0 if allowed else 255), f"{case}: exit {code}: {err[-1500:]}")
+    if not allowed:
+        check("authentication denied" in err and denied_names in err, f"{case}: {err[-1500:]}")
+
+
 def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the_listed_ones():
     """With an agent, ssh offers the agent's copies of the listed IdentityFiles' keys first, then
     (without IdentitiesOnly) the agent's other keys, then the files; msrun-ssh must log in and be
@@ -364,17 +397,9 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
     the agent and, not in the agent, from the files. 12 processes take two connections per host,
     each asking the agent."""
     a = addresses()
-    keys = {}
-    names = ([("locked", "pw"), ("stray", ""), ("certified", "pw"), ("certified_file", ""),
-              ("user_ca", "")] +
-             [(f"noise{i}", "") for i in range(7)])
-    for name, passphrase in names:
-        keys[name] = os.path.join(tmpdir(), f"agent_{name}")
-        for path in (keys[name], keys[name] + ".pub", keys[name] + "-cert.pub"):
-            if os.path.exists(path):
-                os.unlink(path)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", keys[name]],
-                       check=True, timeout=60)
+    keys = _fresh_keys("agent_", [("locked", "pw"), ("stray", ""), ("certified", "pw"),
+                                  ("certified_file", ""), ("user_ca", "")] +
+                       [(f"noise{i}", "") for i in range(7)])
     for name in ("certified", "certified_file"):
         subprocess.run(["ssh-keygen", "-q", "-s", keys["user_ca"], "-I", "msrun-ssh-test", "-n",
                         "root", keys[name] + ".pub"], check=True, timeout=60)
@@ -403,24 +428,10 @@ def test_the_agents_keys_are_offered_in_sshs_order_and_identities_only_keeps_the
             elif os.path.exists(keys["locked"] + ".pub"):
                 os.unlink(keys["locked"] + ".pub")
             with _agent_holding(*(keys[k] for k in held)) as sock:
-                cfg = _config("agent_" + re.sub(r"[^a-z]+", "_", case),
-                              f"Host *\n  User root\n  IdentityFile {keys[listed]}\n"
-                              f"  IdentitiesOnly {'yes' if only else 'no'}\n"
-                              f"  IdentityAgent {sock}\n"
-                              f"  UserKnownHostsFile {cluster_dir()}/known_hosts\n"
-                              "  GlobalKnownHostsFile /dev/null\n  BatchMode yes\n"
-                              "  ConnectTimeout 5\n")
-                r = subprocess.run(["ssh", "-F", cfg, a[0], "true"], capture_output=True,
-                                   text=True, timeout=60, stdin=subprocess.DEVNULL)
-                check((r.returncode == 0) == allowed,
-                      f"{case}: ssh exit {r.returncode}: {r.stderr[-600:]}")
-                code, _, err, _ = run([job("reached.py")], hostfile=hf,
-                                      extra=["--ssh_config", cfg])
-                err = err.decode()
-                check(code == (0 if allowed else 255), f"{case}: exit {code}: {err[-1500:]}")
-                if not allowed:
-                    check("authentication denied" in err and keys["locked"] in err,
-                          f"{case}: {err[-1500:]}")
+                _logs_in_where_ssh_does(case, "agent_",
+                                        f"  IdentityFile {keys[listed]}\n"
+                                        f"  IdentitiesOnly {'yes' if only else 'no'}\n"
+                                        f"  IdentityAgent {sock}\n", hf, allowed, keys["locked"])
     finally:
         open(authorized, "w").write(before)
         open(cas, "w").close()
@@ -434,14 +445,7 @@ def test_a_listed_key_the_agent_holds_is_offered_once_as_ssh_offers_it():
     turn. msrun-ssh must log in where ssh does."""
     a = addresses()
     names = ("held0", "held1", "held2", "known")
-    keys = {}
-    for name in names:
-        keys[name] = os.path.join(tmpdir(), f"once_{name}")
-        for path in (keys[name], keys[name] + ".pub"):
-            if os.path.exists(path):
-                os.unlink(path)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", keys[name]],
-                       check=True, timeout=60)
+    keys = _fresh_keys("once_", [(name, "") for name in names])
     authorized = os.path.join(cluster_dir(), "authorized_keys")
     before = open(authorized).read()
     hf = os.path.join(tmpdir(), "agent_once.toml")
@@ -464,6 +468,47 @@ def test_a_listed_key_the_agent_holds_is_offered_once_as_ssh_offers_it():
             check(code == 0, f"exit {code}: {err.decode()[-1500:]}")
     finally:
         open(authorized, "w").write(before)
+
+
+def test_a_certificate_file_logs_in_where_ssh_does():
+    """A CertificateFile (a certificate kept apart from its key, as a CA's signing service writes
+    it) to hosts whose sshd knows the user's keys only through the CA (TrustedUserCAKeys): ssh
+    offers it first and signs it with its key's file or the agent's copy of the key (the agent
+    holding the key, not the certificate), and so must msrun-ssh; where ssh finds no key allowed to
+    sign it (a key no IdentityFile lists under IdentitiesOnly, or none anywhere), both are
+    refused. Each case is run by ssh, the oracle, and by msrun-ssh."""
+    a = addresses()
+    keys = _fresh_keys("cf_", [("plain", ""), ("locked", "pw"), ("stray", ""), ("user_ca", "")])
+    certs = os.path.join(tmpdir(), "certs")
+    os.makedirs(certs, exist_ok=True)
+    cert = {}
+    for name in ("plain", "locked"):
+        subprocess.run(["ssh-keygen", "-q", "-s", keys["user_ca"], "-I", "msrun-ssh-test", "-n",
+                        "root", keys[name] + ".pub"], check=True, timeout=60)
+        cert[name] = os.path.join(certs, f"{name}.cert")
+        os.replace(keys[name] + "-cert.pub", cert[name])  # apart from its key, not FILE-cert.pub
+    cas = os.path.join(cluster_dir(), "user_ca_keys")
+    hf = _hostfile("certificate_file", *a[:2])
+    try:
+        open(cas, "w").write(open(keys["user_ca"] + ".pub").read())
+        for case, listed, certificate, held, only, allowed in (
+                ("its key's file", "plain", cert["plain"], (), True, True),
+                ("the agent's copy of its key", "locked", cert["locked"], ("locked",), True, True),
+                ("the agent's unlisted key", "stray", cert["locked"], ("locked",), False, True),
+                ("the agent's unlisted key, IdentitiesOnly", "stray", cert["locked"],
+                 ("locked",), True, False),
+                ("no key anywhere", "stray", cert["locked"], (), True, False),
+                ("a certificate file that is not there", "plain", cert["plain"] + ".gone", (),
+                 True, False)):
+            agent = _agent_holding(*(keys[k] for k in held)) if held else contextlib.nullcontext()
+            with agent as sock:
+                _logs_in_where_ssh_does(case, "cf_",
+                                        f"  IdentityFile {keys[listed]}\n"
+                                        f"  CertificateFile {certificate}\n"
+                                        f"  IdentitiesOnly {'yes' if only else 'no'}\n"
+                                        f"  IdentityAgent {sock or 'none'}\n", hf, allowed)
+    finally:
+        open(cas, "w").close()
 
 
 def test_too_many_keys_name_sshds_limit_at_once_as_ssh_does():

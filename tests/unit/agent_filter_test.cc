@@ -118,21 +118,21 @@ class StandInAgent {
 // unless IdentitiesOnly; each part in the agent's order.
 TEST(AgentFilter, TheListedKeysComeFirstInTheAgentsOrderAndTheOthersOnlyWhenAsked) {
   std::string body = answer({{"key-a", "a@x"}, {"key-b", "b@x"}, {"key-c", "c@x"}});
-  EXPECT_EQ(filter_agent_identities(body, {"key-c", "key-a"}, false),
+  EXPECT_EQ(filter_agent_identities(body, {{"key-c", "key-a"}, false}),
             answer({{"key-a", "a@x"}, {"key-c", "c@x"}}));
-  EXPECT_EQ(filter_agent_identities(body, {"key-c", "key-a"}, true),
+  EXPECT_EQ(filter_agent_identities(body, {{"key-c", "key-a"}, true}),
             answer({{"key-a", "a@x"}, {"key-c", "c@x"}, {"key-b", "b@x"}}));
-  EXPECT_EQ(filter_agent_identities(body, {"key-c"}, true),
+  EXPECT_EQ(filter_agent_identities(body, {{"key-c"}, true}),
             answer({{"key-c", "c@x"}, {"key-a", "a@x"}, {"key-b", "b@x"}}));
-  EXPECT_EQ(filter_agent_identities(body, {"key-z"}, false), answer({}));
-  EXPECT_EQ(filter_agent_identities(body, {"key-z"}, true), body);
-  EXPECT_EQ(filter_agent_identities(body, {}, false), answer({}));
+  EXPECT_EQ(filter_agent_identities(body, {{"key-z"}, false}), answer({}));
+  EXPECT_EQ(filter_agent_identities(body, {{"key-z"}, true}), body);
+  EXPECT_EQ(filter_agent_identities(body, {{}, false}), answer({}));
   // A blob listed twice (two IdentityFile lines of one key) is offered once.
-  EXPECT_EQ(filter_agent_identities(body, {"key-b", "key-a", "key-b"}, false),
+  EXPECT_EQ(filter_agent_identities(body, {{"key-b", "key-a", "key-b"}, false}),
             answer({{"key-a", "a@x"}, {"key-b", "b@x"}}));
   // A key the agent lists twice: a listed one once, first; the others as the agent lists them.
   std::string twice = answer({{"key-a", "1"}, {"key-b", "2"}, {"key-a", "3"}, {"key-b", "4"}});
-  EXPECT_EQ(filter_agent_identities(twice, {"key-b"}, true),
+  EXPECT_EQ(filter_agent_identities(twice, {{"key-b"}, true}),
             answer({{"key-b", "2"}, {"key-a", "1"}, {"key-a", "3"}, {"key-b", "4"}}));
 }
 
@@ -140,9 +140,9 @@ TEST(AgentFilter, TheListedKeysComeFirstInTheAgentsOrderAndTheOthersOnlyWhenAske
 TEST(AgentFilter, TheListedKeysTheAgentHoldsAreToldEachOnce) {
   std::string body = answer({{"key-a", "1"}, {"key-b", "2"}, {"key-a", "3"}});
   std::vector<std::string> held = {"left from before"};
-  ASSERT_TRUE(filter_agent_identities(body, {"key-b", "key-z", "key-a", "key-b"}, false, &held));
+  ASSERT_TRUE(filter_agent_identities(body, {{"key-b", "key-z", "key-a", "key-b"}, false}, &held));
   EXPECT_EQ(held, (std::vector<std::string>{"key-a", "key-b"}));
-  ASSERT_TRUE(filter_agent_identities(body, {"key-z"}, true, &held));
+  ASSERT_TRUE(filter_agent_identities(body, {{"key-z"}, true}, &held));
   EXPECT_TRUE(held.empty());
   AgentHeld h;
   EXPECT_FALSE(h.holds("key-a"));
@@ -151,17 +151,49 @@ TEST(AgentFilter, TheListedKeysTheAgentHoldsAreToldEachOnce) {
   EXPECT_FALSE(h.holds("key-b"));
 }
 
+// An ed25519 public key blob of the 32 bytes `pk`, and a certificate of it.
+std::string ed25519(const std::string& pk) { return str("ssh-ed25519") + str(pk); }
+std::string certificate_of(const std::string& pk, const std::string& nonce = "nonce") {
+  return str("ssh-ed25519-cert-v01@openssh.com") + str(nonce) + str(pk) + u32(1) + str("rest");
+}
+
+// ssh 9.2's pubkey_prepare puts the CertificateFiles' certificates before every agent key, and
+// signs each with the first key of its list that it certifies (sign_and_send_pubkey): under
+// IdentitiesOnly an agent key no IdentityFile lists is not in that list, and signs nothing.
+TEST(AgentFilter, ACertificateFileComesFirstWhereTheAgentHoldsItsKey) {
+  std::string a = ed25519(std::string(32, 'a')), b = ed25519(std::string(32, 'b'));
+  std::string cert_a = certificate_of(std::string(32, 'a')),
+              cert_b = certificate_of(std::string(32, 'b')),
+              cert_z = certificate_of(std::string(32, 'z'));
+  std::string body = answer({{a, "a@x"}, {b, "b@x"}});
+  std::vector<std::pair<std::string, std::string>> signers = {{"left", "from before"}};
+  EXPECT_EQ(filter_agent_identities(body, {{b}, true, {cert_z, cert_a, cert_b}}, nullptr, &signers),
+            answer({{cert_a, "a@x"}, {cert_b, "b@x"}, {b, "b@x"}, {a, "a@x"}}));
+  EXPECT_EQ(signers, (std::vector<std::pair<std::string, std::string>>{{cert_a, a}, {cert_b, b}}));
+  // IdentitiesOnly: `a` is not listed, so its certificate has no signer and is not shown.
+  std::vector<std::string> held;
+  EXPECT_EQ(filter_agent_identities(body, {{b}, false, {cert_a, cert_b}}, &held, &signers),
+            answer({{cert_b, "b@x"}, {b, "b@x"}}));
+  EXPECT_EQ(signers, (std::vector<std::pair<std::string, std::string>>{{cert_b, b}}));
+  EXPECT_EQ(held, std::vector<std::string>{b}) << "a certificate shown is no listed key held";
+  // A certificate the agent holds itself signs nothing: only its key does.
+  std::string with_cert = answer({{cert_a, "cert"}});
+  EXPECT_EQ(filter_agent_identities(
+                with_cert, {{}, true, {certificate_of(std::string(32, 'a'), "another nonce")}}),
+            with_cert);
+}
+
 TEST(AgentFilter, WhatIsNotAWellFormedAnswerIsLeftAsItCame) {
   std::string body = answer({{"key-a", "a@x"}});
-  EXPECT_EQ(filter_agent_identities("", {"key-a"}, true), std::nullopt);
-  EXPECT_EQ(filter_agent_identities("\x05", {"key-a"}, true), std::nullopt);  // SSH_AGENT_FAILURE
-  EXPECT_EQ(filter_agent_identities(body.substr(0, body.size() - 1), {"key-a"}, true),
+  EXPECT_EQ(filter_agent_identities("", {{"key-a"}, true}), std::nullopt);
+  EXPECT_EQ(filter_agent_identities("\x05", {{"key-a"}, true}), std::nullopt);  // SSH_AGENT_FAILURE
+  EXPECT_EQ(filter_agent_identities(body.substr(0, body.size() - 1), {{"key-a"}, true}),
             std::nullopt);
-  EXPECT_EQ(filter_agent_identities(body + "x", {"key-a"}, true), std::nullopt);
+  EXPECT_EQ(filter_agent_identities(body + "x", {{"key-a"}, true}), std::nullopt);
   // More keys announced than the answer holds.
   std::string lying = body;
   lying[4] = 9;
-  EXPECT_EQ(filter_agent_identities(lying, {"key-a"}, true), std::nullopt);
+  EXPECT_EQ(filter_agent_identities(lying, {{"key-a"}, true}), std::nullopt);
 }
 
 TEST(AgentFilter, ASessionSeesTheKeysInSshsOrderAndSignsThroughTheAgent) {
@@ -171,7 +203,7 @@ TEST(AgentFilter, ASessionSeesTheKeysInSshsOrderAndSignsThroughTheAgent) {
   std::string long_comment(100000, 'c');
   StandInAgent agent(path, {{"key-a", "a@x"}, {"key-b", long_comment}, {"key-c", "c@x"}});
   AgentFilter filter;
-  int fd = filter.open(path, {"key-b", "key-a"}, false);
+  int fd = filter.open(path, {{"key-b", "key-a"}, false});
   ASSERT_GE(fd, 0) << std::strerror(errno);
   std::string ask = frame("\x0b");
   ASSERT_EQ(::write(fd, ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
@@ -187,7 +219,7 @@ TEST(AgentFilter, ASessionSeesTheKeysInSshsOrderAndSignsThroughTheAgent) {
   EXPECT_EQ(read_message(fd), answer({{"key-a", "a@x"}, {"key-b", long_comment}}));
   // Which listed keys the agent holds is told before the session reads them.
   auto held = std::make_shared<AgentHeld>();
-  int other = filter.open(path, {"key-c", "key-z"}, true, held);
+  int other = filter.open(path, {{"key-c", "key-z"}, true}, held);
   ASSERT_GE(other, 0);
   ASSERT_EQ(::write(other, ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
   EXPECT_EQ(read_message(other),
@@ -200,7 +232,7 @@ TEST(AgentFilter, ASessionSeesTheKeysInSshsOrderAndSignsThroughTheAgent) {
   // The filter's end closes with it: the session reads the end.
   {
     AgentFilter gone;
-    int fd2 = gone.open(path, {"key-a"}, false);
+    int fd2 = gone.open(path, {{"key-a"}, false});
     ASSERT_GE(fd2, 0);
     ::close(fd);
     fd = fd2;
@@ -209,14 +241,42 @@ TEST(AgentFilter, ASessionSeesTheKeysInSshsOrderAndSignsThroughTheAgent) {
   ::close(fd);
 }
 
+// A signing request for a certificate the filter showed goes to the agent as one for the key it
+// certifies, its data and flags as they came (the agent need not hold the certificate, as ssh
+// signs it with the agent's copy of the key); any other passes as it came.
+TEST(AgentFilter, ACertificateShownIsSignedByTheAgentsKey) {
+  test::TempDir dir;
+  std::string path = dir.path() + "/agent.sock";
+  std::string a = ed25519(std::string(32, 'a')), cert_a = certificate_of(std::string(32, 'a'));
+  StandInAgent agent(path, {{a, "a@x"}});
+  AgentFilter filter;
+  int fd = filter.open(path, {{}, true, {cert_a}});
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string ask = frame("\x0b");
+  ASSERT_EQ(::write(fd, ask.data(), ask.size()), static_cast<ssize_t>(ask.size()));
+  EXPECT_EQ(read_message(fd), answer({{cert_a, "a@x"}, {a, "a@x"}}));
+  auto sign = [&](const std::string& key) {
+    std::string request(1, '\x0d');
+    request += str(key) + str("data to sign") + u32(2);
+    std::string out = frame(request);
+    EXPECT_EQ(::write(fd, out.data(), out.size()), static_cast<ssize_t>(out.size()));
+    return read_message(fd);  // the stand-in answers 14 and the request it got
+  };
+  EXPECT_EQ(sign(cert_a), std::string("\x0e\x0d") + str(a) + str("data to sign") + u32(2));
+  EXPECT_EQ(sign(a), std::string("\x0e\x0d") + str(a) + str("data to sign") + u32(2));
+  std::string stranger = certificate_of(std::string(32, 'z'));
+  EXPECT_EQ(sign(stranger), std::string("\x0e\x0d") + str(stranger) + str("data to sign") + u32(2));
+  ::close(fd);
+}
+
 TEST(AgentFilter, AnAgentThatIsNotThereIsSaidAtOnce) {
   test::TempDir dir;
   AgentFilter filter;
   errno = 0;
-  EXPECT_EQ(filter.open(dir.path() + "/no-agent.sock", {"key-a"}, true), -1);
+  EXPECT_EQ(filter.open(dir.path() + "/no-agent.sock", {{"key-a"}, true}), -1);
   EXPECT_EQ(errno, ENOENT);
-  EXPECT_EQ(filter.open("", {"key-a"}, true), -1);
-  EXPECT_EQ(filter.open(std::string(200, 'x'), {"key-a"}, true), -1);
+  EXPECT_EQ(filter.open("", {{"key-a"}, true}), -1);
+  EXPECT_EQ(filter.open(std::string(200, 'x'), {{"key-a"}, true}), -1);
   EXPECT_EQ(errno, ENAMETOOLONG);
 }
 
@@ -225,7 +285,7 @@ TEST(AgentFilter, AnOverlongRequestEndsTheSessionsSocket) {
   std::string path = dir.path() + "/agent.sock";
   StandInAgent agent(path, {{"key-a", "a@x"}});
   AgentFilter filter;
-  int fd = filter.open(path, {"key-a"}, true);
+  int fd = filter.open(path, {{"key-a"}, true});
   ASSERT_GE(fd, 0);
   std::string huge = u32(1u << 30) + "\x0b";
   ASSERT_EQ(::write(fd, huge.data(), huge.size()), static_cast<ssize_t>(huge.size()));
