@@ -188,6 +188,10 @@ std::optional<std::string> filter_agent_identities(
 // as ssh checks before it offers a certificate with a private key.
 bool certificate_is_of(std::string_view certificate, std::string_view key);
 
+// Whether the OpenSSH certificate blob `certificate` is a user's (not a host's) of a key type ssh
+// knows: ssh offers no other as a CertificateFile.
+bool user_certificate(std::string_view certificate);
+
 // One known_hosts file, read once per launch. libssh reads a session's known_hosts files whole,
 // twice per connection (to order the host key algorithms, then to verify the key), and decodes
 // and HMACs every hashed line ("|1|salt|hash", HashKnownHosts yes) on each read: for N hosts and

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -144,6 +145,29 @@ std::optional<std::string> filter_agent_identities(
   std::string out(1, static_cast<char>(kIdentitiesAnswer));
   put_u32(out, kept_count);
   return out + kept;
+}
+
+bool user_certificate(std::string_view certificate) {
+  // The certified key's fields after the nonce, by the certificate's type (PROTOCOL.certkeys).
+  static constexpr std::pair<std::string_view, int> kFields[] = {
+      {"ssh-ed25519-cert-v01@openssh.com", 1},
+      {"ssh-rsa-cert-v01@openssh.com", 2},
+      {"ecdsa-sha2-nistp256-cert-v01@openssh.com", 2},
+      {"ecdsa-sha2-nistp384-cert-v01@openssh.com", 2},
+      {"ecdsa-sha2-nistp521-cert-v01@openssh.com", 2},
+      {"sk-ssh-ed25519-cert-v01@openssh.com", 2},
+      {"sk-ecdsa-sha2-nistp256-cert-v01@openssh.com", 3},
+      {"ssh-dss-cert-v01@openssh.com", 4}};
+  std::string_view in = certificate, type, field;
+  if (!take_string(in, type) || !take_string(in, field)) return false;  // the nonce
+  const auto* known = std::find_if(std::begin(kFields), std::end(kFields),
+                                   [&](const auto& k) { return k.first == type; });
+  if (known == std::end(kFields)) return false;
+  for (int i = 0; i < known->second; ++i)
+    if (!take_string(in, field)) return false;
+  uint32_t serial_high = 0, serial_low = 0, kind = 0;
+  return take_u32(in, serial_high) && take_u32(in, serial_low) && take_u32(in, kind) &&
+         kind == 1;  // SSH2_CERT_TYPE_USER
 }
 
 namespace {

@@ -217,7 +217,7 @@ ssh_key SshPool::Impl::certified_by_file(const std::string& key_path,
 std::string SshPool::Impl::certificate_signer(const std::string& cert_path,
                                               const std::vector<std::string>& files) {
   std::optional<std::string> cert = public_blob(cert_path);
-  if (!cert) return "";
+  if (!cert || !user_certificate(*cert)) return "";  // ssh passes over a host's certificate
   for (const std::string& file : files)
     if (std::optional<std::string> blob = public_blob(file);
         blob && certificate_is_of(*cert, *blob))
@@ -462,10 +462,13 @@ std::optional<std::string> SshPool::Impl::public_blob(const std::string& path) {
   return public_blobs.emplace(path, std::move(blob)).first->second;
 }
 
-// The public key blobs of the listed files (`files`) as ssh lists them: each offer's key.
-std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::string>& files) {
+// The public key blobs of the listed files (`files`) as ssh lists them: each offer's key; with
+// `beside` the certificate beside each file (FILE-cert) too, which ssh reads only when the config
+// gives no CertificateFile.
+std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::string>& files,
+                                                     bool beside) {
   std::vector<std::string> listed;
-  for (size_t k = 0; k < 2 * files.size(); ++k)
+  for (size_t k = 0; k < 2 * files.size(); k += beside ? 1 : 2)
     if (auto blob = public_blob(offer_file(files, k))) listed.push_back(std::move(*blob));
   return listed;
 }
@@ -477,14 +480,17 @@ std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::stri
 bool SshPool::Impl::filter_agent(Conn& c, const std::string& socket, bool identities_only,
                                  const std::vector<std::string>& files,
                                  const std::vector<std::string>& certificates) {
-  AgentView view{listed_blobs(files), !identities_only, {}};
+  AgentView view{listed_blobs(files, certificates.empty()), !identities_only, {}};
   // The CertificateFiles no file's key signs: the agent's copy of the key may.
   for (const std::string& cert : certificates)
     if (!file_certified(cert, files))
-      if (std::optional<std::string> blob = public_blob(cert)) view.certificates.push_back(*blob);
+      if (std::optional<std::string> blob = public_blob(cert); blob && user_certificate(*blob))
+        view.certificates.push_back(*blob);
   const char* env = socket.empty() ? std::getenv("SSH_AUTH_SOCK") : nullptr;
   std::string path = socket.empty() ? (env ? env : "") : socket;
-  if ((view.listed.empty() && view.certificates.empty()) || path.empty()) return false;
+  // Under IdentitiesOnly with no listed key the agent shows nothing, a certificate's key neither.
+  if ((view.listed.empty() && (identities_only || view.certificates.empty())) || path.empty())
+    return false;
   if (!agent_filter) agent_filter = std::make_unique<AgentFilter>();
   auto held = std::make_shared<AgentHeld>();
   int fd = agent_filter->open(path, std::move(view), held);
@@ -543,7 +549,7 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
   }
   size_t agent_at = certs.size(), files_from = agent_at + (socket ? 1 : 0);
   // Each file is offered twice, as ssh lists it: its key, then its key with the certificate
-  // beside it (FILE-cert), when there is one.
+  // beside it (FILE-cert), when there is one and the config gives no CertificateFile.
   while (c.auth_step < files_from + 2 * files.size()) {
     if (c.auth_step < agent_at) {
       const std::string& cert = certs[c.auth_step];
@@ -570,6 +576,10 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
       size_t k = c.auth_step - files_from;
       const std::string& path = files[k / 2];
       bool with_certificate = k % 2 == 1;
+      if (with_certificate && !certs.empty()) {
+        ++c.auth_step;
+        continue;
+      }
       // A key the agent held was offered through it, and is not offered again from the first
       // file that holds it (ssh's pubkey_prepare: each of the agent's keys claims one file).
       if (c.agent_held && held_by_agent(c, files, k)) {

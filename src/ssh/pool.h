@@ -232,7 +232,7 @@ struct SshPool::Impl {
   bool authenticate_openssh(size_t ci, int& rc, ConnectFailure& error);
   std::optional<std::string> public_blob(const std::string& path);
   bool held_by_agent(const Conn& c, const std::vector<std::string>& files, size_t k);
-  std::vector<std::string> listed_blobs(const std::vector<std::string>& files);
+  std::vector<std::string> listed_blobs(const std::vector<std::string>& files, bool beside);
   void release_agent(Conn& c);
   bool filter_agent(Conn& c, const std::string& socket, bool identities_only,
                     const std::vector<std::string>& files,

@@ -1,6 +1,6 @@
 // Fuzzes filter_agent_identities (src/ssh/agent_filter.cc), which puts an ssh agent's list of
-// keys in ssh's order. Input: one selector byte, then the answer's body as an agent sends it (its
-// type byte first).
+// keys in ssh's order, and user_certificate, which reads a certificate's kind. Input: one selector
+// byte, then the answer's body as an agent sends it (its type byte first).
 //
 // Properties, against a reading of the body made here (the oracle):
 //  - a body the oracle cannot read whole as an identities answer gives nullopt, and one it can
@@ -82,6 +82,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = keys->size(); i-- > 0;)
       if (selector & (1u << (i % 7))) listed.push_back((*keys)[i].first);
   }
+  (void)msrun_ssh::user_certificate(body);  // reads any bytes without harm
   std::optional<std::string> cut = msrun_ssh::filter_agent_identities(body, {listed, others, {}});
   FUZZ_CHECK(cut.has_value() == keys.has_value(), "the filter %s a body the oracle %s",
              cut ? "answered" : "refused", keys ? "reads" : "cannot read");

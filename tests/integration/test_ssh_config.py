@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -487,12 +488,20 @@ def test_a_certificate_file_logs_in_where_ssh_does():
                         "root", keys[name] + ".pub"], check=True, timeout=60)
         cert[name] = os.path.join(certs, f"{name}.cert")
         os.replace(keys[name] + "-cert.pub", cert[name])  # apart from its key, not FILE-cert.pub
+    # A certificate file named without its .pub, which ssh reads as it reads a key's.
+    shutil.copy(cert["plain"], os.path.join(certs, "plain_pub.pub"))
     cas = os.path.join(cluster_dir(), "user_ca_keys")
     hf = _hostfile("certificate_file", *a[:2])
+    beside = keys["locked"] + "-cert.pub"
     try:
         open(cas, "w").write(open(keys["user_ca"] + ".pub").read())
         for case, listed, certificate, held, only, allowed in (
                 ("its key's file", "plain", cert["plain"], (), True, True),
+                ("its .pub", "plain", os.path.join(certs, "plain_pub"), (), True, True),
+                # With a CertificateFile given, ssh reads no certificate beside a key (FILE-cert):
+                # the agent's copy of that one is not listed, and under IdentitiesOnly not offered.
+                ("the agent's certificate beside a listed key", "locked", cert["plain"],
+                 ("locked",), True, False),
                 ("the agent's copy of its key", "locked", cert["locked"], ("locked",), True, True),
                 ("the agent's unlisted key", "stray", cert["locked"], ("locked",), False, True),
                 ("the agent's unlisted key, IdentitiesOnly", "stray", cert["locked"],
@@ -500,6 +509,10 @@ def test_a_certificate_file_logs_in_where_ssh_does():
                 ("no key anywhere", "stray", cert["locked"], (), True, False),
                 ("a certificate file that is not there", "plain", cert["plain"] + ".gone", (),
                  True, False)):
+            if "beside" in case:  # ssh-add loads it with the key
+                shutil.copy(cert[listed], beside)
+            elif os.path.exists(beside):
+                os.unlink(beside)
             agent = _agent_holding(*(keys[k] for k in held)) if held else contextlib.nullcontext()
             with agent as sock:
                 _logs_in_where_ssh_does(case, "cf_",

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -306,14 +307,16 @@ TEST(AgentFilter, ACertificateIsOfTheKeyWhoseFieldsItCarries) {
   EXPECT_FALSE(certificate_is_of(cert, str("ssh-ed25519")));
 }
 
+// The key blob of a public key (or certificate) file ssh-keygen wrote: "TYPE BASE64 COMMENT".
+std::string blob(const std::string& file) {
+  std::string text = test::slurp(file);
+  size_t a = text.find(' '), b = text.find(' ', a + 1);
+  return decode_base64(text.substr(a + 1, b - a - 1)).value_or("");
+}
+
 // The same on the files ssh-keygen writes: a key, its certificate, and another key.
 TEST(AgentFilter, ACertificateSshKeygenMadeIsOfItsKeyAndOfNoOther) {
   test::TempDir dir;
-  auto blob = [](const std::string& file) {
-    std::string text = test::slurp(file);
-    size_t a = text.find(' '), b = text.find(' ', a + 1);
-    return decode_base64(text.substr(a + 1, b - a - 1)).value_or("");
-  };
   const std::string& d = dir.path();
   for (const char* name : {"ca", "key", "other"})
     ASSERT_EQ(std::system(("ssh-keygen -q -t ed25519 -N '' -f " + d + "/" + name).c_str()), 0);
@@ -323,6 +326,33 @@ TEST(AgentFilter, ACertificateSshKeygenMadeIsOfItsKeyAndOfNoOther) {
   ASSERT_FALSE(cert.empty());
   EXPECT_TRUE(certificate_is_of(cert, blob(d + "/key.pub")));
   EXPECT_FALSE(certificate_is_of(cert, blob(d + "/other.pub")));
+  EXPECT_TRUE(user_certificate(cert));
+  EXPECT_FALSE(user_certificate(blob(d + "/key.pub"))) << "a key, not a certificate";
+  EXPECT_FALSE(user_certificate(cert.substr(0, 80))) << "cut in the certified key";
+}
+
+// ssh offers a user's certificate, never a host's (pubkey_prepare), of every key type: the
+// certified key's fields, as many as its type has, come before the serial and the kind.
+TEST(AgentFilter, AUsersCertificateIsToldFromAHostsOfEveryKeyType) {
+  test::TempDir dir;
+  const std::string& d = dir.path();
+  ASSERT_EQ(std::system(("ssh-keygen -q -t ed25519 -N '' -f " + d + "/ca").c_str()), 0);
+  for (const char* type : {"ed25519", "rsa -b 1024", "ecdsa -b 384", "ecdsa -b 521"}) {
+    std::string key = d + "/key";
+    std::remove(key.c_str());
+    std::remove((key + ".pub").c_str());
+    ASSERT_EQ(std::system(("ssh-keygen -q -t " + std::string(type) + " -N '' -f " + key).c_str()),
+              0);
+    for (bool host : {false, true}) {
+      std::string sign =
+          "ssh-keygen -q -s " + d + "/ca -I test -n root " + (host ? "-h " : "") + key + ".pub";
+      ASSERT_EQ(std::system(sign.c_str()), 0) << type;
+      std::string cert = blob(key + "-cert.pub");
+      ASSERT_FALSE(cert.empty()) << type;
+      EXPECT_EQ(user_certificate(cert), !host) << type << (host ? ", host" : ", user");
+      EXPECT_TRUE(certificate_is_of(cert, blob(key + ".pub"))) << type;
+    }
+  }
 }
 
 }  // namespace
