@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,7 +45,8 @@ struct Host {
   std::string origin;  // "FILE:LINE" of the entry, for messages
   bool spare = false;  // `spare = true` (plain: `spare`): starts nothing until a restart needs it
   int identity_file_line = 0;  // the line of the identity_file key (in [defaults] or the entry)
-  // Another entry of the job (a host or a spare) has the same address (make_plan marks it).
+  // Another entry of the job (a host or a spare) has the same address (mark_shared_addresses,
+  // make_plan).
   bool shares_address = false;
 };
 
@@ -69,6 +71,13 @@ struct Cluster {
 // Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
 // an unreadable file, an empty host list, the same address listed twice, or only spares). Hosts
 // marked spare go to Cluster::spares.
+// The addresses more than one entry of `cluster` (of its hosts and its spares) has.
+std::set<std::string> shared_addresses(const Cluster& cluster);
+
+// Marks each entry of `cluster` whose address another entry has (Host::shares_address): host_key
+// then names it with its port.
+void mark_shared_addresses(Cluster& cluster);
+
 Cluster load_hostfile(const std::string& path);
 
 // Parses TOML host-file text; `path` is used only in messages and to pick relative paths. A file

@@ -74,6 +74,7 @@ Cluster load_cluster(const Options& options) {
   Cluster cluster = load_hosts(
       options.hostfile, getenv,
       options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
+  mark_shared_addresses(cluster);
   if (options.transport == TransportKind::kSsh && !ssh_client_installed()) {
     std::vector<std::string> names;
     for (const auto* hosts : {&cluster.hosts, &cluster.spares})

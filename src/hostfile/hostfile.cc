@@ -176,6 +176,21 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
 
 }  // namespace
 
+std::set<std::string> shared_addresses(const Cluster& cluster) {
+  std::set<std::string> seen, shared;
+  for (const auto* entries : {&cluster.hosts, &cluster.spares})
+    for (const Host& h : *entries)
+      if (!seen.insert(h.address).second) shared.insert(h.address);
+  return shared;
+}
+
+void mark_shared_addresses(Cluster& cluster) {
+  std::set<std::string> shared = shared_addresses(cluster);
+  for (auto* entries : {&cluster.hosts, &cluster.spares})
+    for (Host& h : *entries)
+      if (shared.contains(h.address)) h.shares_address = true;
+}
+
 std::string host_key(const Host& host) {
   if (!host.port || !host.shares_address) return host.address;
   if (host.address.find(':') != std::string::npos)

@@ -92,6 +92,7 @@ Cluster cluster_of(const JobRecord& record) {
     host.workdir = h.workdir;
     c.hosts.push_back(std::move(host));
   }
+  mark_shared_addresses(c);
   return c;
 }
 

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <map>
 #include <numeric>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "msrun_ssh/base.h"
@@ -72,9 +74,10 @@ void check_master_reachable(Plan& plan, size_t master, const Resolver& resolve) 
 }
 
 // Index of the master host: --master_addr matched as "box:2202" names one of several entries on
-// one address (host_key), then by address (the first entry of it), then by resolved IP.
+// one address (host_key), then by address (the first entry of it), then by resolved IP. `shared`:
+// the addresses of several entries (shared_addresses), a spare named so too.
 size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const Cluster& cluster,
-                   const Resolver& resolve) {
+                   const Resolver& resolve, const std::set<std::string>& shared) {
   if (options.master_addr.empty()) return 0;
   for (size_t i = 0; i < hosts.size(); ++i)
     if (host_key(hosts[i].host) != hosts[i].host.address &&
@@ -91,8 +94,13 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const C
       cluster.spares.size() -
       std::min<size_t>(cluster.spares.size(), static_cast<size_t>(std::max(0, options.spares)));
   for (size_t i = 0; i < cluster.spares.size(); ++i) {
-    const Host& spare = cluster.spares[i];
-    if (spare.address != options.master_addr && resolve(spare.address) != ip) continue;
+    // A spare named as "box:2203" when another entry, host or spare, is on its address too.
+    Host spare = cluster.spares[i];
+    spare.shares_address |= shared.contains(spare.address);
+    std::string key = host_key(spare);
+    if (key != options.master_addr && spare.address != options.master_addr &&
+        resolve(spare.address) != ip)
+      continue;
     std::string why = "marked spare";
     if (i >= marked)
       why = fmt::format("one of the last {} hosts, which --spares={} keeps aside", options.spares,
@@ -102,7 +110,7 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const C
     throw InputError(fmt::format(
         "--master_addr={}: {} is a spare host ({}), which starts nothing until it replaces a "
         "lost one; the master must be one of the hosts that run the job",
-        options.master_addr, spare.address, why));
+        options.master_addr, key, why));
   }
   throw InputError(
       fmt::format("--master_addr={}: no host of the host file has this address, name or IP ({})",
@@ -408,15 +416,12 @@ void plan_processes(Plan& plan, const Options& options) {
   }
 }
 
-// Marks each of `entries` whose address another entry of the job (of `entries` or `others`: the
-// hosts and the spares) has too: host_key then names it with its port. A mark once made stays (a
+// Marks each of `entries` whose address is one of `shared` (shared_addresses: of several entries
+// of the job, hosts and spares): host_key then names it with its port. A mark once made stays (a
 // plan remade at a restart keeps its hosts and spares apart as before).
-void mark_shared_addresses(std::vector<HostPlan>& entries, const std::vector<Host>& others) {
-  std::map<std::string, int> count;
-  for (const HostPlan& h : entries) ++count[h.host.address];
-  for (const Host& h : others) ++count[h.address];
+void mark_shared(std::vector<HostPlan>& entries, const std::set<std::string>& shared) {
   for (HostPlan& h : entries)
-    if (count[h.host.address] > 1) h.host.shares_address = true;
+    if (shared.contains(h.host.address)) h.host.shares_address = true;
 }
 
 }  // namespace
@@ -456,13 +461,14 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
   if (plan.contract == Contract::kTorch && options.sim_level >= 0)
     throw InputError("--sim_level is msrun's simulation; it does not go with --contract torch");
   plan_hosts(plan, options, cluster);
-  mark_shared_addresses(plan.hosts, cluster.spares);
+  const std::set<std::string> shared = shared_addresses(cluster);
+  mark_shared(plan.hosts, shared);
   check_ranks(options.tail_worker_log, plan.worker_num, "--tail_worker_log");
   if (options.sim_rank_id >= 0) {
     if (options.sim_level < 0) throw InputError("--sim_rank_id needs --sim_level");
     check_ranks({options.sim_rank_id}, plan.worker_num, "--sim_rank_id");
   }
-  size_t master = find_master(options, plan.hosts, cluster, resolve);
+  size_t master = find_master(options, plan.hosts, cluster, resolve, shared);
   if (plan.contract == Contract::kTorch) {
     // RANK 0's process hosts the rendezvous store (env://), so MASTER_ADDR must be its host:
     // the first host with workers, as torchrun's node rank 0 is.
@@ -488,7 +494,7 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     resolved_ip(sp, resolve);
     plan.spares.push_back(std::move(sp));
   }
-  mark_shared_addresses(plan.spares, cluster.hosts);
+  mark_shared(plan.spares, shared);
   const bool log_needs_ip = options.worker_log_name.find("{ip}") != std::string::npos;
   for (auto& hp : plan.hosts) {
     if (log_needs_ip) resolved_ip(hp, resolve);

@@ -132,7 +132,7 @@ int stop_job(const Options& options, const Cluster& cluster) {
   for (const auto& h : cluster.hosts) {
     hosts.push_back(&h);
     endpoints.push_back(endpoint_of(h));
-    addresses.push_back(h.address);
+    addresses.push_back(host_key(h));
   }
   auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
   // Every host it reaches is stopped: a host that died (often why a job is stopped) keeps the
@@ -151,7 +151,7 @@ int sync_job(const Options& options, const Cluster& cluster) {
   for (const auto& h : cluster.hosts) {
     hosts.push_back(&h);
     endpoints.push_back(endpoint_of(h));
-    addresses.push_back(h.address);
+    addresses.push_back(host_key(h));
     workdirs.push_back(h.workdir.empty() ? options.launcher_cwd : h.workdir);
   }
   SyncSource source = make_sync_source(options, workdirs);

@@ -230,7 +230,7 @@ StartView start_view(StatusLine& row, const Plan& plan) {
   std::vector<std::string> hosts;
   size_t processes = 0;
   for (const auto& h : plan.hosts) {
-    hosts.push_back(h.host.address);
+    hosts.push_back(host_key(h.host));
     processes += h.processes.size();
   }
   return StartView(row, std::move(hosts), processes, monotonic_seconds);

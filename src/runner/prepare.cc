@@ -57,7 +57,7 @@ bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options,
     HostPlan& hp = plan.hosts[hosts[i]];
     if (!probes[i]) {
       std::fprintf(stderr, "msrun-ssh: %s: cannot read the host's topology\n",
-                   hp.host.address.c_str());
+                   host_key(hp.host).c_str());
       ok = false;
       continue;
     }
@@ -65,14 +65,14 @@ bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options,
       Topology topo = parse_probe_output(*probes[i]);
       apply_binding(hp, decide_binding(hp, options, &topo), options);
     } catch (const InputError& e) {
-      throw InputError(fmt::format("host {}: {}", hp.host.address, e.what()));
+      throw InputError(fmt::format("host {}: {}", host_key(hp.host), e.what()));
     }
     for (const auto& p : hp.processes) {
       if (p.argv.empty()) continue;
       const std::string& tool = p.argv[0];
       if ((tool == "taskset" || tool == "numactl") && !probe_found_tool(*probes[i], tool))
         throw InputError(fmt::format("host {}: binding needs {}, which is not installed there",
-                                     hp.host.address, tool));
+                                     host_key(hp.host), tool));
     }
   }
   return ok;
@@ -96,7 +96,7 @@ PortCheck master_port_free(Transport& t, const Plan& plan, double timeout_s,
   if (!keep_waiting()) return PortCheck::kNoAnswer;  // a signal: the caller says so
   std::string answer = got[0].value_or("");
   if (answer.rfind("free", 0) == 0) return PortCheck::kFree;
-  const std::string& host = plan.hosts[master].host.address;
+  const std::string host = host_key(plan.hosts[master].host);
   if (answer.rfind("taken", 0) == 0) {
     std::fprintf(stderr,
                  "msrun-ssh: error: --master_port=%d is taken on the master %s (a process "
@@ -257,7 +257,7 @@ std::optional<PrepareFailure> prepare_hosts(HostTransport& pool, Transport& comm
   std::optional<SyncSource> sync;
   std::vector<std::string> addresses, workdirs;
   for (const auto& h : plan.hosts) {
-    addresses.push_back(h.host.address);
+    addresses.push_back(host_key(h.host));
     workdirs.push_back(h.host.workdir);
   }
   if (options.sync) sync = make_sync_source(options, workdirs);

@@ -1,13 +1,16 @@
 """Spare hosts at a restart (issue #16): a host cut during attempt 1 is replaced by the spare of
 the host file, which runs the lost host's node rank and ranks in attempt 2; without a spare the
 restart fails with 255, naming the host."""
+import contextlib
 import glob
 import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
 
-from harness import (addresses, check, cluster, copy_hosts_file, job, launch,
+from harness import (addresses, check, cluster, cluster_dir, copy_hosts_file, job, launch,
                      read, tmpdir, wait_clean, wait_for, running)
 
 VICTIM = 1  # node rank 1 (ranks 2 and 3 with the cluster's 2 workers per host)
@@ -115,3 +118,88 @@ def test_no_spare_left_names_the_host():
           f"unreachable: ".encode() in err, f"no clear reason: {err.decode()[-2500:]}")
     _check_the_end_is_attempt_2s(logs, state, "no spare host is left")
     wait_clean(5)
+
+
+@contextlib.contextmanager
+def _containers(host, ports):
+    """Hosts that share host `host`'s address, as containers with the host's network do: each in
+    its own pid, mount and uts namespaces (its processes see none of the others'), in `host`'s
+    network namespace, its own sshd on one of `ports` (host `host`'s config, host key and clean
+    login rc otherwise). Yields ({port: the container's init process}, a known_hosts file of
+    theirs); each ends with its whole pid namespace when the block ends."""
+    addr = addresses()[host]
+    node = os.path.join(cluster_dir(), f"node{host}")
+    base = open(os.path.join(node, "sshd_config")).read()
+    known = os.path.join(tmpdir(), f"containers{host}.known_hosts")
+    key = open(os.path.join(node, "ssh_host_ed25519_key.pub")).read().split()[:2]
+    open(known, "w").write("".join(f"[{addr}]:{port} {' '.join(key)}\n" for port in ports))
+    inits = {}
+    try:
+        for port in ports:
+            d = os.path.join(tmpdir(), f"container{host}-{port}")
+            os.makedirs(d, exist_ok=True)
+            shutil.copy(os.path.join(node, "bashrc"), os.path.join(d, "bashrc"))
+            config = re.sub(r"^ListenAddress .*$", f"ListenAddress 0.0.0.0:{port}", base,
+                            flags=re.M)
+            config = re.sub(r"^PidFile .*$", f"PidFile {d}/sshd.pid", config, flags=re.M)
+            open(os.path.join(d, "sshd_config"), "w").write(config)
+            inits[port] = subprocess.Popen(
+                ["ip", "netns", "exec", f"msrs-node{host}", "unshare", "--pid", "--fork",
+                 "--mount-proc", "--uts", "--mount", "--kill-child=SIGKILL", "bash",
+                 os.path.join(cluster_dir(), "hostinit.sh"), f"node{host}-{port}",
+                 os.path.join(d, "sshd_config")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+        for port in ports:
+            wait_for(lambda: subprocess.run(
+                ["ssh", "-p", str(port), "-i", os.path.join(cluster_dir(), "id_ed25519"), "-o",
+                 f"UserKnownHostsFile={known}", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2",
+                 f"root@{addr}", "true"], capture_output=True, stdin=subprocess.DEVNULL,
+                timeout=10).returncode == 0, 15, f"the sshd of {addr}:{port}")
+        yield inits, known
+    finally:
+        for p in inits.values():  # unshare (which ignores SIGTERM) SIGKILLs the container's
+            p.kill()              # init as it ends: the container's pid namespace ends with it
+            p.wait(timeout=10)
+
+
+def test_an_entry_that_shares_its_address_is_lost_and_replaced_alone():
+    """Three entries on one address, ports of their own (the sshds of containers on one machine):
+    the job runs on the host's own sshd and on a container's, the spare is a third container.
+    The container is lost (its pid namespace killed, its sshd with it): the spare replaces that
+    entry alone, and is named with its port; the host's own entry keeps its node rank. Before,
+    the entries of one address were one host to the restart: losing one replaced both, and with
+    one spare the restart failed."""
+    addrs = addresses()
+    host = 1
+    addr = addrs[host]
+    with _containers(host, (2222, 2223)) as (inits, known):
+        hf = copy_hosts_file()
+        with open(hf, "a") as f:
+            for port, spare in ((2222, False), (2223, True)):
+                f.write(f'\n[[hosts]]\naddress = "{addr}"\nport = {port}\n'
+                        f'known_hosts = "{known}"\n' + ("spare = true\n" if spare else ""))
+        nodes = len(addrs) + 1
+        lost_rank = nodes - 1  # the container's entry is the host file's last host
+        p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"], hostfile=hf,
+                         extra=["--max_restarts", "1", "--restart_backoff", "0.5"])
+        try:
+            wait_for(lambda: running("flaky.py") >= 1 + 2 * nodes, 30, "attempt 1's processes")
+            inits[2222].kill()  # the container ends, every process of it at once
+            inits[2222].wait(timeout=10)
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    text = err.decode(errors="replace")
+    check(p.returncode == 0, f"exit {p.returncode}: {text[-2500:]}")
+    check(f"host {addr}:2222 lost".encode() in err, f"the lost entry is not named: {text[-2500:]}")
+    check(f"spare host {addr}:2223 replaces {addr}:2222 as node rank {lost_rank}".encode() in err,
+          f"the replacement is not said: {text[-2500:]}")
+    check(f"replaces {addr}:22 ".encode() not in err, f"the host's own entry was replaced: "
+          f"{text[-2500:]}")
+    for rank, where in ((2 * host, f"{addr}:22"), (2 * lost_rank, f"{addr}:2223")):
+        check(re.search(rf"^\[{rank}@{re.escape(where)} a2\] attempt 2 MS_WORKER rank {rank} "
+                        .encode(), out, re.M),
+              f"rank {rank} not on {where}: {out.decode(errors='replace')[-2000:]}")
+    wait_clean(10)

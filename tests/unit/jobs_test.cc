@@ -298,6 +298,14 @@ TEST_F(JobRecords, TheSparesARestartTookInAreReachedFromTheRecord) {
   EXPECT_EQ(c.hosts[2].address, "s0");
   EXPECT_EQ(c.hosts[2].port, 2222);
   EXPECT_EQ(c.hosts[2].workdir, "/sw");
+  EXPECT_EQ(host_key(c.hosts[2]), "s0") << "alone on its address: named without its port";
+  // Entries on one address are told apart by their ports, as the job told them apart.
+  Host twin = spare;
+  twin.port = 2223;
+  back.spares.push_back(job_host(twin, 2, "/sw"));
+  Cluster twins = cluster_of(back);
+  EXPECT_EQ(host_key(twins.hosts[2]), "s0:2222");
+  EXPECT_EQ(host_key(twins.hosts[3]), "s0:2223");
   EXPECT_NE(format_job_list({{back, "running"}}).find("      2          3  running"),
             std::string::npos)
       << format_job_list({{back, "running"}});

@@ -189,6 +189,32 @@ TEST_F(MakePlan, UnknownMasterAddr) {
             "master must be one of the hosts that run the job");
 }
 
+// Entries on one address told apart by their ports (host_key): a spare named with its port is
+// said to be a spare, and named so.
+TEST_F(MakePlan, AMasterAddrNamingASpareByItsPortSaysItIsASpare) {
+  cluster.hosts = {host("box", 1), host("alpha", 1)};
+  cluster.hosts[0].port = 2202;
+  Host spare = host("box", 1);
+  spare.port = 2203;
+  spare.spare = true;
+  spare.origin = "h.toml:9";
+  cluster.spares = {spare};
+  options.master_addr = "box:2203";
+  EXPECT_EQ(error(),
+            "--master_addr=box:2203: box:2203 is a spare host (marked spare at h.toml:9), which "
+            "starts nothing until it replaces a lost one; the master must be one of the hosts "
+            "that run the job");
+  options.master_addr = "box:2202";
+  EXPECT_TRUE(plan().hosts[0].is_master);
+  // Alone on its address, a spare is named by its address.
+  cluster.hosts[0].address = "beta";
+  options.master_addr = "box";
+  EXPECT_EQ(error(),
+            "--master_addr=box: box is a spare host (marked spare at h.toml:9), which starts "
+            "nothing until it replaces a lost one; the master must be one of the hosts that run "
+            "the job");
+}
+
 TEST_F(MakePlan, SchedulerEnvironment) {
   options.master_addr = "beta";
   Plan p = plan();

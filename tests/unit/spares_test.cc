@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,27 @@ TEST_F(Spares, EntriesOnOneAddressAreToldApartByTheirPorts) {
   v6.port = 2222;
   v6.shares_address = true;
   EXPECT_EQ(host_key(v6), "[fe80::1]:2222");
+}
+
+// The host file's entries are marked as they are loaded (load_cluster), so that the commands
+// that make no plan (stop, sync) name them as a run does: each entry that shares its address
+// with another, host or spare, with its port.
+TEST(SharedAddresses, EachEntryOfASharedAddressIsMarkedHostOrSpare) {
+  Cluster c;
+  c.hosts = {host("alpha", 1), host("box", 1), host("gamma", 1)};
+  c.hosts[1].port = 2202;
+  c.spares = {host("box", 1), host("delta", 1)};
+  c.spares[0].port = 2203;
+  c.spares[1].port = 2204;
+  EXPECT_EQ(shared_addresses(c), (std::set<std::string>{"box"}));
+  mark_shared_addresses(c);
+  std::vector<std::string> keys;
+  for (const auto* entries : {&c.hosts, &c.spares})
+    for (const Host& h : *entries) keys.push_back(host_key(h));
+  EXPECT_EQ(keys, (std::vector<std::string>{"alpha", "box:2202", "gamma", "box:2203", "delta"}));
+  c.spares.clear();  // a mark once made stays
+  mark_shared_addresses(c);
+  EXPECT_EQ(host_key(c.hosts[1]), "box:2202");
 }
 
 // An entry whose address no other entry has is named by its address alone, and one that shared
