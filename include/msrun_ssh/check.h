@@ -103,7 +103,7 @@ struct CheckResult {
 };
 
 struct HostReport {
-  std::string address;
+  std::string address;  // host_key: with its port when another entry shares the address
   int node_rank = 0;
   bool is_master = false;
   std::vector<CheckResult> checks;  // in check_names() order

@@ -55,6 +55,7 @@ struct Host {
 // gives one and shares its address ("box:2222", "[fe80::1]:2222"). Keys the hosts lost,
 // unreachable or failed across restart attempts, and names them in the spares' messages.
 std::string host_key(const Host& host);
+std::string host_key(const std::string& address, std::optional<int> port, bool shares_address);
 
 struct Cluster {
   std::string path;

@@ -31,7 +31,14 @@ struct JobHost {
   SshEndpoint endpoint;
   int node_rank = 0;
   std::string workdir;
+  // Another entry of the job (host or spare, recorded or not) has its address: the host is
+  // named with its port (host_key), as the run named it.
+  bool shares_address = false;
 };
+
+// The name of a recorded host as the run gave it: its address, and its port when it shared the
+// address with another entry of the job.
+std::string host_key(const JobHost& host);
 
 // A process of a job. `log`: for a detached job the path on its host (the workdir-relative
 // --log_dir resolved), for an attached one the path on the launcher's machine.

@@ -396,7 +396,7 @@ CheckResult stacks_check(const HostExpectation& e, const ProbeFacts& f) {
 HostExpectation expectation_for(const Plan& plan, size_t h, const Options& o) {
   const HostPlan& hp = plan.hosts.at(h);
   HostExpectation e;
-  e.address = hp.host.address;
+  e.address = host_key(hp.host);
   e.is_master = hp.is_master;
   e.processes = static_cast<int>(hp.processes.size());
   for (const auto& p : hp.processes) {

@@ -122,7 +122,7 @@ CheckReport empty_report(const Plan& plan, const std::vector<std::string>& impor
   report.master = fmt::format("{}:{}", plan.master_ip, plan.master_port);
   for (const auto& hp : plan.hosts) {
     HostReport h;
-    h.address = hp.host.address;
+    h.address = host_key(hp.host);  // box:2202 when another entry is on box too
     h.node_rank = hp.node_rank;
     h.is_master = hp.is_master;
     for (const auto& n : check_names(imports))

@@ -191,11 +191,14 @@ void mark_shared_addresses(Cluster& cluster) {
       if (shared.contains(h.address)) h.shares_address = true;
 }
 
+std::string host_key(const std::string& address, std::optional<int> port, bool shares_address) {
+  if (!port || !shares_address) return address;
+  if (address.find(':') != std::string::npos) return fmt::format("[{}]:{}", address, *port);
+  return fmt::format("{}:{}", address, *port);
+}
+
 std::string host_key(const Host& host) {
-  if (!host.port || !host.shares_address) return host.address;
-  if (host.address.find(':') != std::string::npos)
-    return fmt::format("[{}]:{}", host.address, *host.port);
-  return fmt::format("{}:{}", host.address, *host.port);
+  return host_key(host.address, host.port, host.shares_address);
 }
 
 namespace {

@@ -33,7 +33,7 @@ Reached reach(const JobRecord& record, const Options& options) {
   }
   std::vector<std::string> addresses;
   addresses.reserve(endpoints.size());
-  for (const auto& e : endpoints) addresses.push_back(e.address);
+  for (const auto& h : record.hosts) addresses.push_back(host_key(h));
   Reached r{host_transport(o, std::move(endpoints), ssh_settings(o)), {}};
   r.unreachable = connect_reaching(*r.pool, connections, addresses);
   return r;
@@ -90,9 +90,9 @@ Cluster cluster_of(const JobRecord& record) {
     host.identity_file = h.endpoint.identity_file;
     host.known_hosts = h.endpoint.known_hosts;
     host.workdir = h.workdir;
+    host.shares_address = h.shares_address;
     c.hosts.push_back(std::move(host));
   }
-  mark_shared_addresses(c);
   return c;
 }
 
@@ -151,7 +151,7 @@ int logs_on_hosts(Transport& transport, const JobRecord& record,
   for (size_t i = 0; i < record.processes.size(); ++i) {
     const JobProcess& p = record.processes[i];
     if (rank && p.rank != *rank) continue;
-    const std::string& address = record.hosts[p.host].endpoint.address;
+    const std::string address = host_key(record.hosts[p.host]);
     if (!unreachable.at(p.host).empty()) {
       std::fprintf(err, "msrun-ssh: %s: unreachable (%s): no log of %s\n", address.c_str(),
                    unreachable[p.host].c_str(), process_prefix(p.rank, address).c_str());
@@ -175,7 +175,7 @@ int logs_on_hosts(Transport& transport, const JobRecord& record,
   for (const auto& r : batch.results())
     if (r.status != 0) {
       std::fprintf(err, "msrun-ssh: %s: a log could not be read%s%s\n",
-                   record.hosts[r.host].endpoint.address.c_str(), r.why.empty() ? "" : ": ",
+                   host_key(record.hosts[r.host]).c_str(), r.why.empty() ? "" : ": ",
                    r.why.c_str());
       code = kExitHostFailure;
     }

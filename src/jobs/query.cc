@@ -85,7 +85,7 @@ void host_statuses(const JobRecord& r, size_t h, const std::optional<RemoteState
   for (size_t i = 0; i < r.processes.size(); ++i) {
     const JobProcess& p = r.processes[i];
     if (p.host != h) continue;
-    const std::string& address = r.hosts[h].endpoint.address;
+    const std::string address = host_key(r.hosts[h]);
     if (!state) {
       rows[i] = {p.rank,       address, std::nullopt, "unreachable", std::nullopt, "",
                  std::nullopt, "",      why};

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -64,7 +65,8 @@ nlohmann::json host_json(const JobHost& h) {
           {"identity_file", e.identity_file},
           {"known_hosts", e.known_hosts},
           {"node_rank", h.node_rank},
-          {"workdir", h.workdir}};
+          {"workdir", h.workdir},
+          {"shares_address", h.shares_address}};
 }
 
 JobHost host_of(const nlohmann::json& j) {
@@ -77,6 +79,7 @@ JobHost host_of(const nlohmann::json& j) {
   h.endpoint.known_hosts = j.value("known_hosts", "");
   h.node_rank = static_cast<int>(whole(j.at("node_rank"), "node_rank", 0, kIntMax));
   h.workdir = j.value("workdir", "");
+  h.shares_address = j.value("shares_address", false);  // since it was recorded
   return h;
 }
 
@@ -176,7 +179,12 @@ JobRecord make_job_record(const Options& options, const Plan& plan,
 JobHost job_host(const Host& host, int node_rank, const std::string& workdir) {
   return {{host.address, host.user, host.port, host.identity_file, host.known_hosts},
           node_rank,
-          workdir};
+          workdir,
+          host.shares_address};
+}
+
+std::string host_key(const JobHost& host) {
+  return host_key(host.endpoint.address, host.endpoint.port, host.shares_address);
 }
 
 nlohmann::json record_json(const JobRecord& r) {
@@ -244,6 +252,12 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     for (const auto& h : j.at("hosts")) r.hosts.push_back(host_of(h));
     if (j.contains("spares"))  // since spares were recorded
       for (const auto& h : j.at("spares")) r.spares.push_back(host_of(h));
+    // A record written before the mark was: entries of one address among those it holds.
+    std::map<std::string, int> on_address;
+    for (const auto* entries : {&r.hosts, &r.spares})
+      for (const JobHost& h : *entries) ++on_address[h.endpoint.address];
+    for (auto* entries : {&r.hosts, &r.spares})
+      for (JobHost& h : *entries) h.shares_address |= on_address[h.endpoint.address] > 1;
     for (const auto& p : j.at("processes")) {
       std::string host = p.at("host").get<std::string>();
       // By its index: one address may be two hosts on two ports. A record written before the

@@ -157,9 +157,10 @@ ssh_key SshPool::Impl::identity(const std::string& path, ConnectFailure& error) 
 namespace {
 
 // `key_path`'s private key with the certificate `cert` (freed here) in it; nullptr when `cert` is
-// null, not a certificate of that key (libssh copies any certificate into any key: ssh refuses one
-// that is not of the key, a key renewed with its old certificate left beside it, and never offers
-// it), or the key cannot be loaded without a passphrase.
+// null, a host's (ssh offers a user's only), not a certificate of that key (libssh copies any
+// certificate into any key: ssh refuses one that is not of the key, a key renewed with its old
+// certificate left beside it, and never offers it), or the key cannot be loaded without a
+// passphrase.
 ssh_key certify(const std::string& key_path, ssh_key cert) {
   ssh_key key = cert ? load_private_key(key_path) : nullptr;
   ssh_key pub = nullptr;
@@ -167,7 +168,7 @@ ssh_key certify(const std::string& key_path, ssh_key cert) {
   std::optional<std::string> cert_blob = key_blob(cert), plain_blob = key_blob(pub);
   if (pub) ssh_key_free(pub);
   bool ok = cert_blob && plain_blob && certificate_is_of(*cert_blob, *plain_blob) &&
-            ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK;
+            user_certificate(*cert_blob) && ssh_pki_copy_cert_to_privkey(cert, key) == SSH_OK;
   if (cert) ssh_key_free(cert);
   if (!ok && key) {
     ssh_key_free(key);
@@ -469,7 +470,9 @@ std::vector<std::string> SshPool::Impl::listed_blobs(const std::vector<std::stri
                                                      bool beside) {
   std::vector<std::string> listed;
   for (size_t k = 0; k < 2 * files.size(); k += beside ? 1 : 2)
-    if (auto blob = public_blob(offer_file(files, k))) listed.push_back(std::move(*blob));
+    if (auto blob = public_blob(offer_file(files, k));
+        blob && (k % 2 == 0 || user_certificate(*blob)))
+      listed.push_back(std::move(*blob));
   return listed;
 }
 

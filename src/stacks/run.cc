@@ -58,7 +58,7 @@ int stack_job(const Options& options, const Cluster& cluster) {
   std::vector<std::string> addresses;
   for (const auto& h : cluster.hosts) {
     endpoints.push_back(endpoint_of(h));
-    addresses.push_back(h.address);
+    addresses.push_back(host_key(h));
   }
   auto pool = host_transport(options, std::move(endpoints), ssh_settings(options));
   std::vector<std::string> unreachable =

@@ -10,8 +10,8 @@ import shutil
 import subprocess
 import tempfile
 
-from harness import (addresses, check, cluster, cluster_dir, copy_hosts_file, job, launch,
-                     read, tmpdir, wait_clean, wait_for, running)
+from harness import (addresses, binary, check, cluster, cluster_dir, copy_hosts_file, job,
+                     launch, read, tmpdir, wait_clean, wait_for, running)
 
 VICTIM = 1  # node rank 1 (ranks 2 and 3 with the cluster's 2 workers per host)
 
@@ -133,7 +133,18 @@ def _containers(host, ports):
     known = os.path.join(tmpdir(), f"containers{host}.known_hosts")
     key = open(os.path.join(node, "ssh_host_ed25519_key.pub")).read().split()[:2]
     open(known, "w").write("".join(f"[{addr}]:{port} {' '.join(key)}\n" for port in ports))
-    inits = {}
+    inits, logs = {}, {}
+
+    def answers(port):
+        """Whether this container's own sshd answers on `port` (its hostname says it is this
+        one, not a listener some earlier run left there)."""
+        r = subprocess.run(
+            ["ssh", "-p", str(port), "-i", os.path.join(cluster_dir(), "id_ed25519"), "-o",
+             f"UserKnownHostsFile={known}", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2",
+             f"root@{addr}", "hostname"], capture_output=True, text=True,
+            stdin=subprocess.DEVNULL, timeout=10)
+        return r.returncode == 0 and r.stdout.strip() == f"node{host}-{port}"
+
     try:
         for port in ports:
             d = os.path.join(tmpdir(), f"container{host}-{port}")
@@ -143,24 +154,27 @@ def _containers(host, ports):
                             flags=re.M)
             config = re.sub(r"^PidFile .*$", f"PidFile {d}/sshd.pid", config, flags=re.M)
             open(os.path.join(d, "sshd_config"), "w").write(config)
-            inits[port] = subprocess.Popen(
-                ["ip", "netns", "exec", f"msrs-node{host}", "unshare", "--pid", "--fork",
-                 "--mount-proc", "--uts", "--mount", "--kill-child=SIGKILL", "bash",
-                 os.path.join(cluster_dir(), "hostinit.sh"), f"node{host}-{port}",
-                 os.path.join(d, "sshd_config")],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True)
+            logs[port] = os.path.join(d, "sshd.log")
+            with open(logs[port], "w") as log:
+                inits[port] = subprocess.Popen(
+                    ["ip", "netns", "exec", f"msrs-node{host}", "unshare", "--pid", "--fork",
+                     "--mount-proc", "--uts", "--mount", "--kill-child=SIGKILL", "bash",
+                     os.path.join(cluster_dir(), "hostinit.sh"), f"node{host}-{port}",
+                     os.path.join(d, "sshd_config")],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         for port in ports:
-            wait_for(lambda: subprocess.run(
-                ["ssh", "-p", str(port), "-i", os.path.join(cluster_dir(), "id_ed25519"), "-o",
-                 f"UserKnownHostsFile={known}", "-o", "BatchMode=yes", "-o", "ConnectTimeout=2",
-                 f"root@{addr}", "true"], capture_output=True, stdin=subprocess.DEVNULL,
-                timeout=10).returncode == 0, 15, f"the sshd of {addr}:{port}")
+            try:
+                wait_for(lambda: answers(port), 15, f"the sshd of {addr}:{port}")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; its log: {read(logs[port])[-1500:]}") from None
         yield inits, known
     finally:
         for p in inits.values():  # unshare (which ignores SIGTERM) SIGKILLs the container's
-            p.kill()              # init as it ends: the container's pid namespace ends with it
-            p.wait(timeout=10)
+            try:                  # init as it ends: the container's pid namespace ends with it
+                p.kill()
+                p.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
 
 
 def test_an_entry_that_shares_its_address_is_lost_and_replaced_alone():
@@ -169,7 +183,8 @@ def test_an_entry_that_shares_its_address_is_lost_and_replaced_alone():
     The container is lost (its pid namespace killed, its sshd with it): the spare replaces that
     entry alone, and is named with its port; the host's own entry keeps its node rank. Before,
     the entries of one address were one host to the restart: losing one replaced both, and with
-    one spare the restart failed."""
+    one spare the restart failed. `msrun-ssh sync` names each such entry with its port too, as
+    the host file is loaded."""
     addrs = addresses()
     host = 1
     addr = addrs[host]
@@ -179,6 +194,17 @@ def test_an_entry_that_shares_its_address_is_lost_and_replaced_alone():
             for port, spare in ((2222, False), (2223, True)):
                 f.write(f'\n[[hosts]]\naddress = "{addr}"\nport = {port}\n'
                         f'known_hosts = "{known}"\n' + ("spare = true\n" if spare else ""))
+        src = os.path.join(tmpdir(), "shared_address_src")
+        os.makedirs(src, exist_ok=True)
+        open(os.path.join(src, "f.txt"), "w").write("x\n")
+        r = subprocess.run([binary(), "sync", "--hostfile", hf, "--connect_timeout", "5",
+                            "shared_address_src", "/srv/msrs-private/shared_address"],
+                           cwd=tmpdir(), capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"sync: exit {r.returncode}: {r.stderr[-1500:]}")
+        named = re.findall(r"^sync: (\S+): ", r.stdout, re.M)
+        check(sorted(named) == sorted([a for a in addrs if a != addr] +
+                                      [f"{addr}:22", f"{addr}:2222"]),
+              f"sync's hosts: {named}: {r.stdout[-1500:]}")
         nodes = len(addrs) + 1
         lost_rank = nodes - 1  # the container's entry is the host file's last host
         p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"], hostfile=hf,
@@ -191,6 +217,7 @@ def test_an_entry_that_shares_its_address_is_lost_and_replaced_alone():
         finally:
             if p.poll() is None:
                 p.kill()
+        wait_clean(10)  # before the spare's container ends, with whatever the job left there
     text = err.decode(errors="replace")
     check(p.returncode == 0, f"exit {p.returncode}: {text[-2500:]}")
     check(f"host {addr}:2222 lost".encode() in err, f"the lost entry is not named: {text[-2500:]}")
@@ -202,4 +229,3 @@ def test_an_entry_that_shares_its_address_is_lost_and_replaced_alone():
         check(re.search(rf"^\[{rank}@{re.escape(where)} a2\] attempt 2 MS_WORKER rank {rank} "
                         .encode(), out, re.M),
               f"rank {rank} not on {where}: {out.decode(errors='replace')[-2000:]}")
-    wait_clean(10)

@@ -857,6 +857,35 @@ TEST(Check, EmptyReportHasEveryCheckSkipped) {
   EXPECT_EQ(r.hosts[1].find("import:numpy")->status, CheckStatus::kSkip);
 }
 
+// Two entries on one address are two hosts of the report, each named with its port as the run
+// names them: the collective check's failed hosts (the run's names) find theirs, and the JSON
+// keeps both.
+TEST(Check, EntriesOnOneAddressAreReportedApart) {
+  Options o;
+  o.command = Command::kCheck;
+  Host first = plain_host("a", 1), second = plain_host("a", 1);
+  first.port = 2202;
+  second.port = 2203;
+  Plan p = small_plan(o, {first, second, plain_host("b", 1)});
+  CheckReport r = empty_report(p, {}, "not connected");
+  ASSERT_EQ(r.hosts.size(), 3u);
+  EXPECT_EQ(r.hosts[0].address, "a:2202");
+  EXPECT_EQ(r.hosts[1].address, "a:2203");
+  EXPECT_EQ(r.hosts[2].address, "b");
+  EXPECT_EQ(expectation_for(p, 1, o).address, "a:2203");
+  nlohmann::json j = nlohmann::json::parse(format_json(r));
+  EXPECT_TRUE(j["hosts"].contains("a:2202") && j["hosts"].contains("a:2203")) << j.dump();
+  CollectiveResult failed;
+  failed.ran = true;
+  failed.status = 1;
+  failed.cause = "rank 1 on a:2203 failed: exit 1";
+  failed.failed_hosts = {"a:2203"};
+  evaluate_collective(failed, r);
+  EXPECT_EQ(r.hosts[1].find("allreduce")->status, CheckStatus::kFail);
+  EXPECT_EQ(r.hosts[0].find("allreduce")->status, CheckStatus::kSkip);
+  EXPECT_EQ(check_exit_code(r), 1);
+}
+
 // ---- the session on connected hosts (ReplyTransport: scripted replies, a fake clock) --------
 
 struct RemoteChecks {

@@ -117,12 +117,37 @@ TEST_F(JobRecords, OneAddressOnTwoPortsIsTwoHosts) {
   for (auto& p : old["processes"]) p.erase("host_index");
   write("jobs/" + r.id + ".json", old.dump());
   EXPECT_EQ(load_job_record(dir, r.id).processes[2].host, 0u);
+  // The two are named with their ports, as the run named them (a record without the mark: the
+  // entries of one address among those it holds).
+  EXPECT_EQ(host_key(back.hosts[0]), "node0:2222");
+  EXPECT_EQ(host_key(back.hosts[1]), "node0:2223");
+  EXPECT_EQ(host_key(cluster_of(back).hosts[1]), "node0:2223");
   nlohmann::json wrong = record_json(r);
   wrong["processes"][2]["host_index"] = 2;
   write("jobs/" + r.id + ".json", wrong.dump());
   EXPECT_EQ(
       test::error_of([&] { load_job_record(dir, r.id); }),
       dir + "/" + r.id + ".json: not a job record: host_index 2 is not a whole number in 0..1");
+}
+
+// The run's mark is recorded: a host that shared its address only with a spare the job never took
+// (so not in the record) is still named with its port by stop, stack, status and logs.
+TEST_F(JobRecords, AHostNamedWithItsPortByTheRunIsSoByTheRecord) {
+  std::string dir = dir_ + "/jobs";
+  JobRecord r = two_hosts();
+  Host shared;
+  shared.address = "node0";
+  shared.port = 2222;
+  shared.shares_address = true;  // make_plan's mark: a spare box:2223 was in the host file
+  r.hosts[0] = job_host(shared, 0, "/w");
+  ASSERT_TRUE(write_job_record(dir, r, stderr));
+  JobRecord back = load_job_record(dir, r.id);
+  EXPECT_EQ(host_key(back.hosts[0]), "node0:2222");
+  EXPECT_EQ(host_key(back.hosts[1]), "node1");
+  EXPECT_EQ(host_key(cluster_of(back).hosts[0]), "node0:2222");
+  r.hosts[0].shares_address = false;
+  ASSERT_TRUE(write_job_record(dir, r, stderr));
+  EXPECT_EQ(host_key(load_job_record(dir, r.id).hosts[0]), "node0");
 }
 
 TEST_F(JobRecords, NewestFirstBrokenOnesSkipped) {
@@ -299,13 +324,6 @@ TEST_F(JobRecords, TheSparesARestartTookInAreReachedFromTheRecord) {
   EXPECT_EQ(c.hosts[2].port, 2222);
   EXPECT_EQ(c.hosts[2].workdir, "/sw");
   EXPECT_EQ(host_key(c.hosts[2]), "s0") << "alone on its address: named without its port";
-  // Entries on one address are told apart by their ports, as the job told them apart.
-  Host twin = spare;
-  twin.port = 2223;
-  back.spares.push_back(job_host(twin, 2, "/sw"));
-  Cluster twins = cluster_of(back);
-  EXPECT_EQ(host_key(twins.hosts[2]), "s0:2222");
-  EXPECT_EQ(host_key(twins.hosts[3]), "s0:2223");
   EXPECT_NE(format_job_list({{back, "running"}}).find("      2          3  running"),
             std::string::npos)
       << format_job_list({{back, "running"}});
