@@ -174,6 +174,12 @@ CollectiveResult collective_result(int status, double seconds, const std::string
 }
 
 void evaluate_collective(const CollectiveResult& r, CheckReport& report) {
+  // A failure on hosts the report does not name (it names them as the run does: never, unless
+  // those two drift apart) fails every host rather than none.
+  bool named = std::any_of(report.hosts.begin(), report.hosts.end(), [&](const HostReport& h) {
+    return std::find(r.failed_hosts.begin(), r.failed_hosts.end(), h.address) !=
+           r.failed_hosts.end();
+  });
   for (auto& h : report.hosts) {
     if (!r.ran) {
       h.set("allreduce", CheckStatus::kSkip, r.cause);
@@ -182,8 +188,8 @@ void evaluate_collective(const CollectiveResult& r, CheckReport& report) {
             fmt::format("{} ranks summed 4 floats through the job's launch path in {:.1f} s",
                         r.rank_seconds.size(), r.seconds),
             fmt::format("{:.1f} s", r.seconds));
-    } else if (r.failed_hosts.empty() || std::find(r.failed_hosts.begin(), r.failed_hosts.end(),
-                                                   h.address) != r.failed_hosts.end()) {
+    } else if (!named || std::find(r.failed_hosts.begin(), r.failed_hosts.end(), h.address) !=
+                             r.failed_hosts.end()) {
       h.set("allreduce", CheckStatus::kFail, failure_detail(r));
     } else {
       h.set("allreduce", CheckStatus::kSkip,

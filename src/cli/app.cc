@@ -195,7 +195,7 @@ int print_check_dry_run(const Options& options, const Plan& plan) {
     }
     size_t workers = 0;
     for (const auto& p : hp.processes) workers += p.role == Role::kWorker ? 1 : 0;
-    fmt::print("host {} (node rank {}): {}, workdir {}, {} workers planned\n", hp.host.address, i,
+    fmt::print("host {} (node rank {}): {}, workdir {}, {} workers planned\n", host_key(hp.host), i,
                where, hp.processes.empty() ? hp.host.workdir : hp.processes.front().workdir,
                workers);
   }

@@ -98,7 +98,7 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
                        kHostnameToken);
   for (const auto& h : plan.hosts) {
     size_t i = static_cast<size_t>(&h - plan.hosts.data());
-    out += fmt::format("\nhost {} (node rank {}){}: {}\n", h.host.address, h.node_rank,
+    out += fmt::format("\nhost {} (node rank {}){}: {}\n", host_key(h.host), h.node_rank,
                        h.is_master ? " [master]" : "",
                        ssh && i < ssh->size() ? reach_of(h, (*ssh)[i]) : reach_of(h));
     for (const auto& p : h.processes) {
@@ -120,7 +120,7 @@ std::string describe_plan(const Plan& plan, const Options& options, std::string_
     out += fmt::format(
         "\nspare host {}: {}\n  starts nothing; at a restart it replaces a host lost, unreachable "
         "or failed --host_failures_to_exclude={} times\n",
-        s.host.address, reach_of(s), options.host_failures_to_exclude);
+        host_key(s.host), reach_of(s), options.host_failures_to_exclude);
   if (ssh) {
     std::vector<std::string> names;
     for (const auto& h : plan.hosts) names.push_back(h.host.address);

@@ -68,7 +68,7 @@ int top_of_detached(const JobRecord& record, const Options& options, int sfd) {
   std::vector<size_t> connected;
   std::vector<std::string> hosts, ranks(record.hosts.size());
   for (size_t h = 0; h < record.hosts.size(); ++h) {
-    hosts.push_back(record.hosts[h].endpoint.address);
+    hosts.push_back(host_key(record.hosts[h]));
     if (r.unreachable.at(h).empty())
       connected.push_back(h);
     else

@@ -294,6 +294,18 @@ TEST(CheckCollective, VerdictsNameTheHostsOfTheFailedRanks) {
   EXPECT_EQ(check_exit_code(report), 1);
 }
 
+// A failure on a host the report does not name fails every host: a failed all-reduce never
+// leaves check's exit status 0.
+TEST(CheckCollective, AFailureOnAHostTheReportDoesNotNameFailsEveryHost) {
+  CheckReport report = report_of({"a", "b"});
+  CollectiveResult r = collective_result(1, 2.5, events_of(kFailedSummary), no_log);
+  r.failed_hosts = {"a:2202"};
+  evaluate_collective(r, report);
+  EXPECT_EQ(status_of(report, 0), CheckStatus::kFail);
+  EXPECT_EQ(status_of(report, 1), CheckStatus::kFail);
+  EXPECT_EQ(check_exit_code(report), 1);
+}
+
 TEST(CheckCollective, VerdictsOfAPassAJobThatDidNotStartAndASkip) {
   CheckReport pass = report_of({"a", "b"});
   CollectiveResult ok = collective_result(0, 1.23, kStarted, [](const std::string& log) {

@@ -145,6 +145,18 @@ TEST_F(JobRecords, AHostNamedWithItsPortByTheRunIsSoByTheRecord) {
   EXPECT_EQ(host_key(back.hosts[0]), "node0:2222");
   EXPECT_EQ(host_key(back.hosts[1]), "node1");
   EXPECT_EQ(host_key(cluster_of(back).hosts[0]), "node0:2222");
+  // A record written before the mark: a host and a spare a restart took on one address.
+  nlohmann::json old = record_json(r);
+  old["spares"] = nlohmann::json::array({old["hosts"][0]});
+  old["spares"][0]["port"] = 2223;
+  for (auto* entries : {&old["hosts"], &old["spares"]})
+    for (auto& h : *entries) h.erase("shares_address");
+  write("jobs/" + r.id + ".json", old.dump());
+  JobRecord older = load_job_record(dir, r.id);
+  EXPECT_EQ(host_key(older.hosts[0]), "node0:2222");
+  EXPECT_EQ(host_key(older.spares[0]), "node0:2223");
+  EXPECT_EQ(host_key(older.hosts[1]), "node1");
+  EXPECT_EQ(host_key(cluster_of(older).hosts[2]), "node0:2223");
   r.hosts[0].shares_address = false;
   ASSERT_TRUE(write_job_record(dir, r, stderr));
   EXPECT_EQ(host_key(load_job_record(dir, r.id).hosts[0]), "node0");
@@ -534,6 +546,32 @@ TEST(JobLogs, OneRankAndAnUnreachableHost) {
                   t2, r, {"", ""}, 9, false, *c2.output, [] { return 0; }, c2.err);
             }),
             "logs: job " + r.id + " has no rank 9");
+}
+
+// Two hosts on one address, ports of their own: their logs, their status rows and an unreachable
+// one are named with their ports, as the run named them.
+TEST(JobLogs, HostsOnOneAddressAreNamedWithTheirPorts) {
+  JobRecord r = two_hosts();
+  r.hosts[1].endpoint = {"node0", "", 2223, "", ""};
+  r.hosts[0].shares_address = r.hosts[1].shares_address = true;
+  ReplyTransport t;
+  t.on("scheduler.log", Reply{.output = {{0.001, "s\n"}}});
+  t.on("worker_0.log", Reply{.output = {{0.001, "a\n"}}});
+  Console c;
+  EXPECT_EQ(logs_on_hosts(
+                t, r, {"", "timed out"}, std::nullopt, false, *c.output, [] { return 0; }, c.err),
+            kExitHostFailure);
+  EXPECT_NE(c.text(c.out).find("[0@node0:2222] a\n"), std::string::npos) << c.text(c.out);
+  EXPECT_EQ(c.text(c.err),
+            "msrun-ssh: node0:2223: unreachable (timed out): no log of 1@node0:2223\n");
+  ReplyTransport s;
+  s.on("msrun-ssh-state", Reply{.output = {{0.001, "hz 100\nalive 1\nproc 0 12 alive - 1 x\n"}}},
+       0);
+  auto rows = query_processes(s, r, {"", "Connection refused"}, 5);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].host, "node0:2222");
+  EXPECT_EQ(rows[2].host, "node0:2223");
+  EXPECT_EQ(job_state(r, rows, false), "unknown (host node0:2223 unreachable)");
 }
 
 TEST(JobLogs, ASignalEndsTheFollowAndKillsEveryTail) {
