@@ -230,11 +230,14 @@ std::string SshPool::Impl::certificate_signer(const std::string& cert_path,
   return "";
 }
 
-// CertificateFile `cert_path` in the private key of its signer among `files`, when that key loads
-// without a passphrase; else nullptr (the agent's copy of the key may sign it).
+// CertificateFile `cert_path` in the private key of its signer among `files` (told to `signer`
+// when given), when that key loads without a passphrase; else nullptr (the agent's copy of the key
+// may sign it).
 ssh_key SshPool::Impl::file_certified(const std::string& cert_path,
-                                      const std::vector<std::string>& files) {
+                                      const std::vector<std::string>& files,
+                                      std::string* signer_out) {
   std::string signer = certificate_signer(cert_path, files);
+  if (signer_out) *signer_out = signer;
   if (signer.empty() || access(signer.c_str(), R_OK) != 0) return nullptr;
   return certified_by_file(signer, cert_path);
 }
@@ -556,13 +559,13 @@ bool SshPool::Impl::authenticate_openssh(size_t ci, int& rc, ConnectFailure& err
   while (c.auth_step < files_from + 2 * files.size()) {
     if (c.auth_step < agent_at) {
       const std::string& cert = certs[c.auth_step];
-      ssh_key key = file_certified(cert, files);
+      std::string signer;
+      ssh_key key = file_certified(cert, files, &signer);
       if (!key) {  // the agent's to sign, or nobody's
         ++c.auth_step;
         continue;
       }
-      std::string name =
-          fmt::format("{} with the key of {}", cert, certificate_signer(cert, files));
+      std::string name = fmt::format("{} with the key of {}", cert, signer);
       if (std::find(c.offered.begin(), c.offered.end(), name) == c.offered.end())
         c.offered.push_back(name);
       rc = ssh_userauth_publickey(c.session, nullptr, key);

@@ -248,7 +248,8 @@ struct SshPool::Impl {
   ssh_key certified_by_file(const std::string& key_path, const std::string& cert_path);
   std::string certificate_signer(const std::string& cert_path,
                                  const std::vector<std::string>& files);
-  ssh_key file_certified(const std::string& cert_path, const std::vector<std::string>& files);
+  ssh_key file_certified(const std::string& cert_path, const std::vector<std::string>& files,
+                         std::string* signer = nullptr);
   std::string expand_path(const std::string& value) const;
   const std::string& known_hosts_lines(const std::string& path, const std::string& host, int port);
   const KnownHostsIndex& known_hosts_index(const std::string& path);
