@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -69,9 +70,18 @@ struct Cluster {
   std::string hosts_from;  // for --dry_run: where a source's hosts came from; "" for a file's own
 };
 
-// Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
-// an unreadable file, an empty host list, the same address listed twice, or only spares). Hosts
-// marked spare go to Cluster::spares.
+// The addresses more than one entry of `lists` has, `address` giving an entry's: of a job's hosts
+// and spares (a cluster's, a job record's).
+template <typename Entry, typename AddressOf>
+std::set<std::string> shared_addresses(std::initializer_list<const std::vector<Entry>*> lists,
+                                       AddressOf address) {
+  std::set<std::string> seen, shared;
+  for (const auto* entries : lists)
+    for (const Entry& e : *entries)
+      if (!seen.insert(address(e)).second) shared.insert(address(e));
+  return shared;
+}
+
 // The addresses more than one entry of `cluster` (of its hosts and its spares) has.
 std::set<std::string> shared_addresses(const Cluster& cluster);
 
@@ -79,6 +89,9 @@ std::set<std::string> shared_addresses(const Cluster& cluster);
 // then names it with its port.
 void mark_shared_addresses(Cluster& cluster);
 
+// Reads and parses `path`, choosing the format by its extension. Throws InputError (including for
+// an unreadable file, an empty host list, the same address listed twice, or only spares). Hosts
+// marked spare go to Cluster::spares.
 Cluster load_hostfile(const std::string& path);
 
 // Parses TOML host-file text; `path` is used only in messages and to pick relative paths. A file

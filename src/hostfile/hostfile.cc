@@ -177,11 +177,8 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
 }  // namespace
 
 std::set<std::string> shared_addresses(const Cluster& cluster) {
-  std::set<std::string> seen, shared;
-  for (const auto* entries : {&cluster.hosts, &cluster.spares})
-    for (const Host& h : *entries)
-      if (!seen.insert(h.address).second) shared.insert(h.address);
-  return shared;
+  return shared_addresses<Host>({&cluster.hosts, &cluster.spares},
+                                [](const Host& h) -> const std::string& { return h.address; });
 }
 
 void mark_shared_addresses(Cluster& cluster) {

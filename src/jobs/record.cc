@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -253,11 +253,11 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     if (j.contains("spares"))  // since spares were recorded
       for (const auto& h : j.at("spares")) r.spares.push_back(host_of(h));
     // A record written before the mark was: entries of one address among those it holds.
-    std::map<std::string, int> on_address;
-    for (const auto* entries : {&r.hosts, &r.spares})
-      for (const JobHost& h : *entries) ++on_address[h.endpoint.address];
+    const std::set<std::string> shared = shared_addresses<JobHost>(
+        {&r.hosts, &r.spares},
+        [](const JobHost& h) -> const std::string& { return h.endpoint.address; });
     for (auto* entries : {&r.hosts, &r.spares})
-      for (JobHost& h : *entries) h.shares_address |= on_address[h.endpoint.address] > 1;
+      for (JobHost& h : *entries) h.shares_address |= shared.contains(h.endpoint.address);
     for (const auto& p : j.at("processes")) {
       std::string host = p.at("host").get<std::string>();
       // By its index: one address may be two hosts on two ports. A record written before the
