@@ -117,6 +117,10 @@ std::string ssh_command_line(const SshQuery& q, const std::string& config_file,
 // ... NAME.
 std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file);
 
+// Whether the host file's identity file is there as ssh's -i sees it (stat: ssh -i takes a file
+// only then, and ssh -G lists it in place of ssh's default files).
+bool identity_file_exists(const std::string& path);
+
 // The answer for one query: the settings, or why there are none (ssh's own error message).
 struct SshResolution {
   std::optional<SshHostConfig> config;

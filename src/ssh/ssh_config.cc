@@ -3,8 +3,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -259,7 +262,9 @@ bool read_match_line(std::string_view args, bool hostname_seen, HostLine& out) {
 bool read_host_lines(const std::string& path, const std::string& base, bool must_exist,
                      std::vector<HostLine>& out, bool& hostname_seen) {
   auto visit = [&](const ConfigLine& l) {
-    if (l.keyword != "match" && l.value.find('"') != std::string_view::npos) return false;
+    // ssh strips either quote (a Host 'gpu*' line is the pattern gpu*): not followed here.
+    if (l.keyword != "match" && l.value.find_first_of("\"'") != std::string_view::npos)
+      return false;
     if (l.keyword == "hostname") hostname_seen = true;
     if (l.keyword == "host") {
       out.push_back({owned_words(l.value)});
@@ -289,6 +294,24 @@ std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) 
           : read_host_lines(config_file, home + "/.ssh", true, lines, hostname_seen);
   if (!ok) return std::nullopt;
   return lines;
+}
+
+// Whether `name` is a numeric address that ssh writes otherwise (getaddrinfo and getnameinfo,
+// as its resolve_addr: 10.0.0.010 is 10.0.0.8, 10.1 is 10.0.0.1, FE80::0001 is fe80::1): its host
+// name is not the name itself, so no other name's answer stands for it.
+bool address_ssh_rewrites(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(name.c_str(), "22", &hints, &res) != 0 || !res) return false;
+  char written[NI_MAXHOST] = {};
+  bool rewritten = getnameinfo(res->ai_addr, res->ai_addrlen, written, sizeof written, nullptr, 0,
+                               NI_NUMERICHOST) != 0 ||
+                   strcasecmp(written, name.c_str()) != 0;
+  freeaddrinfo(res);
+  return rewritten;
 }
 
 // Whether the answer for `name` can stand for another name of the same Host lines: it holds the
@@ -372,8 +395,10 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
   for (size_t i = 0; i < queries.size(); ++i) {
     if (known[i]) continue;
     const SshQuery& q = queries[i];
-    std::string key = lines ? matched_lines(*lines, q.name) : "name " + q.name;
-    key += fmt::format("\n{}\n{}\n{}\n", q.user, q.port.value_or(0), q.known_hosts);
+    std::string key =
+        lines && !address_ssh_rewrites(q.name) ? matched_lines(*lines, q.name) : "name " + q.name;
+    key += fmt::format("\n{}\n{}\n{}\n{}\n", q.user, q.port.value_or(0), q.known_hosts,
+                       q.identity_file);
     groups[key].push_back(i);
   }
   // Each group's first name is asked, and a second name of it too: its answer must be the first
@@ -426,9 +451,12 @@ std::optional<std::vector<SshResolution>> resolve_with_openssh(const std::vector
       cache.emplace(cache_key(queries[i]), Cached{sharer.share(*out[i].config), out[i].error});
     std::string().swap(out[i].text);  // read only while grouping the names above
   }
-  // The host file's identity comes first, as ssh's -i does (ssh -G leaves a missing one out).
+  // ssh -G was given the host file's identity as -i when it exists, and then lists it first and
+  // leaves ssh's default files out, as ssh -i does. A missing one ssh -G leaves out (with its
+  // defaults): it comes first all the same, so that the login names it.
   for (size_t i = 0; i < queries.size(); ++i)
-    if (out[i].config && !queries[i].identity_file.empty()) {
+    if (out[i].config && !queries[i].identity_file.empty() &&
+        !identity_file_exists(queries[i].identity_file)) {
       auto& files = out[i].config->identity_files;
       files.insert(files.begin(), queries[i].identity_file);
     }

@@ -2,6 +2,7 @@
 // ssh and reach a ProxyJump's hops.
 #include <fmt/format.h>
 #include <pwd.h>
+#include <sys/stat.h>
 
 #include <charconv>
 #include <cstdlib>
@@ -291,8 +292,7 @@ std::string proxy_jump_command(std::string_view hops, const std::string& config_
 namespace {
 
 // ssh OPTIONS [-F config_file] [-l USER] [-p PORT] [-i IDENTITY] [-o UserKnownHostsFile=FILE]
-// -- NAME: the host file's values as ssh's options (the identity file only when asked: ssh -G
-// does not take it, the resolver puts it first itself).
+// -- NAME: the host file's values as ssh's options (the identity file only when asked).
 std::vector<std::string> ssh_argv(const SshQuery& q, const std::string& config_file,
                                   const std::vector<std::string>& options, bool identity) {
   std::vector<std::string> argv{"ssh"};
@@ -323,11 +323,19 @@ std::string ssh_command_line(const SshQuery& q, const std::string& config_file,
   return line;
 }
 
+bool identity_file_exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
 std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& config_file) {
   // BatchMode=no: Debian's client defaults ServerAliveInterval to 300 under BatchMode yes, and a
   // host's silence limit (interval x count: 15 min) is taken from what the config sets, not from
   // that default. Nothing else read here depends on BatchMode (the launcher never prompts).
-  return ssh_argv(q, config_file, {"-G", "-o", "BatchMode=no"}, false);
+  // The identity file as -i when it exists (ssh -i takes it only then, as its stat says): ssh's
+  // own files then stand in place of its defaults.
+  return ssh_argv(q, config_file, {"-G", "-o", "BatchMode=no"},
+                  !q.identity_file.empty() && identity_file_exists(q.identity_file));
 }
 
 }  // namespace msrun_ssh

@@ -420,6 +420,29 @@ std::optional<SshHostConfig> ask_ssh_alone(const SshQuery& q, const std::string&
 
 // The shortcut (names of the same Host lines asked once) against ssh itself asked for every name:
 // a corpus of configs and names, and not one field may differ.
+// The host file's identity file is ssh's -i: with it, ssh's default files are not offered (ssh
+// -G -i lists the file and the config's own, no default); a missing one leaves them, as ssh does.
+TEST_F(RealSshG, TheHostFilesIdentityFileStandsInPlaceOfSshsDefaults) {
+  const std::string config = (dir_ / "identity").string();
+  std::ofstream(config) << "Host withfile\n  IdentityFile /k/cfg\n";
+  const std::string key = (dir_ / "key").string();
+  std::ofstream(key) << "not read\n";
+  auto answers = resolve_with_openssh({{"plain", "", {}, key, ""},
+                                       {"withfile", "", {}, key, ""},
+                                       {"plain2", "", {}, "", ""},
+                                       {"missing", "", {}, "/no/such/key", ""}},
+                                      config, 2, 10);
+  ASSERT_TRUE(answers) << "no ssh client on PATH";
+  for (const auto& a : *answers) ASSERT_TRUE(a.config) << a.error;
+  EXPECT_EQ((*answers)[0].config->identity_files, std::vector<std::string>{key});
+  EXPECT_EQ((*answers)[1].config->identity_files, (std::vector<std::string>{key, "/k/cfg"}));
+  const auto& defaults = (*answers)[2].config->identity_files;
+  EXPECT_GT(defaults.size(), 1u) << "ssh's default files without an identity file";
+  std::vector<std::string> missing{"/no/such/key"};
+  missing.insert(missing.end(), defaults.begin(), defaults.end());
+  EXPECT_EQ((*answers)[3].config->identity_files, missing);
+}
+
 TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
   std::ofstream(dir_ / "included") << "Host inc*\n  Port 2300\n  User inc\n";
   const std::vector<std::string> configs{
@@ -457,9 +480,16 @@ TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
       "Include ~" + user_name() + "/" + from_home(dir_ / "included") + "\nHost *\n  Port 2315\n",
       "Host *\n  UserKnownHostsFile none\n  GlobalKnownHostsFile none\n",
       "Host node1\n  UserKnownHostsFile /tmp/kh%%h\n",
+      // Single quotes, which ssh strips as it strips double ones; numeric addresses that ssh
+      // writes otherwise (review of 2026-12-07).
+      "Host 'node*'\n  User q\nHost *\n  User alice\n",
+      "Include '" + (dir_ / "included").string() + "'\nHost *\n  User w\n",
+      "Host 198.18.*\n  User n\n",
   };
-  const std::vector<std::string> names{"node1", "node2", "node10", "Node1", "a",    "b",
-                                       "c",     "cx",    "xay",    "inc1",  "inc2", "198.18.1.10"};
+  const std::vector<std::string> names{
+      "node1", "node2",       "node10",       "Node1",      "a",          "b",
+      "c",     "cx",          "xay",          "inc1",       "inc2",       "198.18.1.10",
+      "10.1",  "198.18.1.10", "198.18.1.010", "198.18.0.1", "FE80::0001", "fe80::1"};
   for (size_t i = 0; i < configs.size(); ++i) {
     std::string config = (dir_ / ("corpus" + std::to_string(i))).string();
     std::ofstream(config) << configs[i];
