@@ -52,8 +52,9 @@ std::string shell_quote(std::string_view word);
 
 // ---- files ------------------------------------------------------------------------------------
 
-// Writes all of `data` to `fd`, again after EINTR; gives up silently on any other error or on a
-// write of nothing (a closed console must not stop the job).
+// Writes all of `data` to `fd`, again after EINTR, and once it takes more when it is non-blocking
+// and full; gives up silently on any other error or on a write of nothing (a closed console must
+// not stop the job).
 void write_fully(int fd, std::string_view data);
 
 // ---- sockets ----------------------------------------------------------------------------------
@@ -106,8 +107,10 @@ Int saturate(double v) {
 // ---- signals ----------------------------------------------------------------------------------
 
 // Blocks `signals` (their default actions no longer run; they wait to be read) and returns a
-// non-blocking, close-on-exec signalfd that reads them, or -1. SIGPIPE is ignored as well: a reader
-// gone is a write error, never the launcher's death.
+// non-blocking, close-on-exec signalfd that reads them; -1 with the signals unblocked again when
+// no signalfd can be made (no descriptor left), so that a Ctrl-C still ends the launcher rather
+// than waiting unread. SIGPIPE is ignored as well: a reader gone is a write error, never the
+// launcher's death.
 int signal_fd(std::initializer_list<int> signals);
 
 // The next signal waiting on the signalfd `fd`, or 0 when none is.

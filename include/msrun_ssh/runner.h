@@ -104,6 +104,8 @@ class Runner {
 
   // Whether a signal to the launcher (SIGINT, SIGTERM, SIGHUP) started the teardown.
   bool interrupted() const { return interrupted_; }
+  // The hosts did not confirm the end of every process (kExitUnconfirmed): some may still run.
+  bool unconfirmed() const { return unconfirmed_; }
   // Nothing was started because the logs could not be made: no restart would do better.
   bool logs_failed() const { return logs_failed_; }
 
@@ -278,6 +280,10 @@ class Runner {
   bool channels_killed_ = false;  // the open process channels got an SSH "signal" KILL
   bool interrupted_ = false;
   bool late_signal_ = false;  // a signal came once every process had ended (on_signal)
+  // Every process ended by itself (kQuitting was entered): the job's outcome stands, also once
+  // the hosts, too slow to confirm the sweep, are killed now (kKillingNow).
+  bool outcome_stands_ = false;
+  bool unconfirmed_ = false;  // give_up named processes that may still run
   bool logs_failed_ = false;  // make_logs failed: nothing started, and a restart would fail alike
   int attempt_ = 1;
   std::optional<std::pair<int, std::string>> pending_fail_;  // fail_soon's, not yet failed

@@ -13,7 +13,9 @@ int signal_fd(std::initializer_list<int> signals) {
   for (int s : signals) sigaddset(&set, s);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0) sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  return fd;
 }
 
 int next_signal(int fd) {

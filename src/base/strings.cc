@@ -1,6 +1,7 @@
 // The ground floor's strings, the shell's quoting, writes, non-blocking sockets and paths (base.h).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -152,6 +153,14 @@ void write_fully(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // A descriptor left non-blocking by whoever shares it (a parent shell, a pipe's other
+      // user): wait until it takes more, as a blocking write would.
+      pollfd p{fd, POLLOUT, 0};
+      while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
+      continue;
+    }
     if (n <= 0) return;
     data.remove_prefix(static_cast<size_t>(n));
   }

@@ -359,7 +359,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.interrupted = runner.interrupted();
     result.cause = runner.cause();
     result.lost_hosts = runner.lost_hosts();
-    result.final = runner.logs_failed();
+    // Processes that may still run (their ends not confirmed) must not meet a new attempt's.
+    result.final = runner.logs_failed() || runner.unconfirmed();
     result.root_cause_host = runner.root_cause_host();
     result.process_restarts = runner.process_restarts();
     result.stragglers = runner.stragglers();

@@ -23,8 +23,7 @@ namespace msrun_ssh {
 using namespace runner_detail;  // NOLINT(google-build-using-namespace)
 
 bool should_restart(const AttemptResult& r, int attempt, int max_restarts) {
-  return r.status != kExitOk && !r.interrupted && !r.final && r.status != kExitUnconfirmed &&
-         attempt <= max_restarts;
+  return r.status != kExitOk && !r.interrupted && !r.final && attempt <= max_restarts;
 }
 
 double restart_backoff(double backoff_s, int attempt) {

@@ -126,6 +126,7 @@ void Runner::give_up() {
     out_.message(fmt::format("{}: could not confirm the end of: {}; they may still run there",
                              host_name(host), fmt::join(labels, ", ")));
   exit_code_ = kExitUnconfirmed;
+  unconfirmed_ = true;
 }
 
 void Runner::lose_host(size_t host, const std::string& why) {
@@ -134,7 +135,7 @@ void Runner::lose_host(size_t host, const std::string& why) {
   h.lost = true;
   t_.drop_host(host);
   emit_event(events_, "host_lost", {{"host", host_name(host)}, {"reason", why}});
-  if (phase_ == Phase::kQuitting) {
+  if (outcome_stands_) {
     // Every process had already reported how it ended: the job's outcome stands.
     for (auto& p : procs_)
       if (p.host == host && !p.done) finish_process(p, "");
@@ -500,6 +501,7 @@ int Runner::run() {
     if (processes_ended() && !ending()) {
       // Every process ended: let each watchdog sweep what the job left behind, then finish.
       enter(Phase::kQuitting);
+      outcome_stands_ = true;
       if (watch_) watch_->stop();
       promise_no_more_channels();
       send_all(kQuit);

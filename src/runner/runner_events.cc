@@ -28,10 +28,14 @@ void Runner::on_signal(int signo) {
   if (signo == SIGTSTP) return suspend_job();
   if (signo == SIGCONT) return;  // a stop is seen by the time it took (poll_for)
   int code = exit_status_of_signal(signo);
-  if (phase_ == Phase::kQuitting) {
+  if (outcome_stands_) {
     // Every process had ended well: the job's outcome stands (as a host lost now leaves it). The
-    // watchdogs' sweep of what the job left goes on, bounded; a second interrupt ends it at once.
-    if (std::exchange(late_signal_, true) && signo == SIGINT) return teardown(kKillNow);
+    // watchdogs' sweep of what the job left goes on, bounded; a second interrupt ends it at once,
+    // and any signal after that changes nothing.
+    if (std::exchange(late_signal_, true) && signo == SIGINT) {
+      if (phase_ != Phase::kKillingNow) teardown(kKillNow);
+      return;
+    }
     out_.message(
         fmt::format("received SIG{} after every process had ended; the job's outcome "
                     "stands",

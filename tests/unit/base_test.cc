@@ -1,23 +1,70 @@
 // The ground floor's string helpers (include/msrun_ssh/base.h).
 #include "msrun_ssh/base.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace msrun_ssh {
 namespace {
 
 using Views = std::vector<std::string_view>;
+
+// A console descriptor left non-blocking by whoever shares it: every byte still arrives, written
+// as the reader takes them (the rest of a chunk was dropped at EAGAIN; review of 2026-12-07).
+TEST(Base, WriteFullyWaitsForANonBlockingDescriptorInsteadOfDroppingBytes) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_EQ(::fcntl(fds[1], F_SETFL, ::fcntl(fds[1], F_GETFL) | O_NONBLOCK), 0);
+  const std::string data(1 << 20, 'x');  // far more than a pipe holds
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof buf)) > 0) {
+      got.append(buf, static_cast<size_t>(n));
+      if (got.size() < (1u << 16)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  write_fully(fds[1], data);
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  EXPECT_EQ(got.size(), data.size());
+}
+
+// No descriptor left for the signalfd: the signals are not left blocked with nobody to read them
+// (a Ctrl-C did nothing at all; review of 2026-12-07).
+TEST(Base, ASignalFdThatCannotBeMadeLeavesItsSignalsUnblocked) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit none{0, 0};
+    ::setrlimit(RLIMIT_NOFILE, &none);
+    int fd = signal_fd({SIGINT, SIGTERM});
+    sigset_t now;
+    sigprocmask(SIG_BLOCK, nullptr, &now);
+    ::_exit(fd == -1 && !sigismember(&now, SIGINT) && !sigismember(&now, SIGTERM) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
 
 TEST(Base, TrimDropsBlanksAtBothEnds) {
   EXPECT_EQ(trim("  a b\t"), "a b");

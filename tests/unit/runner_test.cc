@@ -824,6 +824,38 @@ TEST_F(Runner, ASignalAfterEveryProcessEndedKeepsTheJobsStatus) {
             "stands\n");
 }
 
+// The same once the hosts, too slow to confirm their sweep, are killed now (the quit's deadline,
+// --kill_grace + 10 s): a host lost then, or a third signal, leaves the job's success (it was 255
+// and 130; review of 2026-12-07).
+TEST_F(Runner, AHostLostOnceTheSlowSweepIsKilledNowKeepsTheJobsStatus) {
+  plan_ = make_plan({1, 1});
+  HostScript late = host({exits(1)});
+  late.obeys = false;  // its watchdog never confirms the end
+  late.lost_at = 17;   // after the quit's deadline: 1 + 5 + 10 s
+  FakeTransport fake({host({exits(1)}), late});
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));
+  EXPECT_NE(console_err().find("warning: host node1 lost after every process had ended"),
+            std::string::npos)
+      << console_err();
+  EXPECT_EQ(console_err().find("stopping the job"), std::string::npos) << console_err();
+}
+
+TEST_F(Runner, SignalsAfterASecondLateInterruptKeepTheJobsStatus) {
+  plan_ = make_plan({1, 1});
+  HostScript slow = host({exits(1)});
+  slow.obeys = false;
+  FakeTransport fake({host({exits(1)}), slow});
+  fake.at(2, [&] { runner().on_signal(SIGINT); });
+  fake.at(3, [&] { runner().on_signal(SIGINT); });  // kills now
+  fake.at(4, [&] { runner().on_signal(SIGINT); });
+  fake.at(5, [&] { runner().on_signal(SIGTERM); });
+  EXPECT_EQ(run(fake), 0);
+  EXPECT_EQ(statuses(), (Strings{"exit 0", "exit 0"}));
+  EXPECT_FALSE(runner().interrupted());
+  EXPECT_EQ(fake.control_times(1, 'K'), Times{3000});
+}
+
 TEST_F(Runner, AStarvedHostWhoseTcpStillAcknowledgesIsNotLost) {
   // The watchdog answers each heartbeat 20 s late (its host has no CPU to spare), but the host's
   // kernel acknowledges everything: slower, not lost (#15).
@@ -942,6 +974,14 @@ TEST_F(Runner, HostsThatNeverConfirmTheTeardownAreKilledThroughTheirChannels) {
             "msrun-ssh: hosts did not confirm the end of the job in time; killing what is left\n");
 }
 
+// A process's own 254 is a failure like any other, not the launcher's unconfirmed end.
+TEST_F(Runner, AProcessThatExits254IsNotAnUnconfirmedEnd) {
+  plan_ = make_plan({1, 1});
+  FakeTransport fake({host({exits(1, 254)}), host()});
+  EXPECT_EQ(run(fake), ms::kExitUnconfirmed);
+  EXPECT_FALSE(runner().unconfirmed());
+}
+
 TEST_F(Runner, UnconfirmedTeardownNamesHostAndProcessesAndExits254) {
   plan_ = make_plan({2, 2});
   HostScript stuck = host();
@@ -949,6 +989,7 @@ TEST_F(Runner, UnconfirmedTeardownNamesHostAndProcessesAndExits254) {
   stuck.honours_signals = false;  // an sshd without "signal" requests: nothing ends them
   FakeTransport fake({host({exits(1, 7)}), stuck});
   EXPECT_EQ(run(fake), ms::kExitUnconfirmed);
+  EXPECT_TRUE(runner().unconfirmed());  // the attempt is final: no restart meets its processes
   double k = 1010;
   EXPECT_EQ(ended_ms_, k + 5000 + 10000 + 3000);  // K, then 3 s more
   const std::string unconfirmed = "not confirmed ended: may still run";
@@ -1172,7 +1213,10 @@ TEST(Restart, OnlyFailuresAreRestartedAndOnlyWhileRestartsAreLeft) {
   EXPECT_FALSE(ms::should_restart({0, false, false, ""}, 1, 2));
   EXPECT_FALSE(ms::should_restart({130, true, false, "SIGINT"}, 1, 2));  // Ctrl-C never restarts
   EXPECT_FALSE(ms::should_restart({255, false, true, "unreachable"}, 1, 2));
-  EXPECT_FALSE(ms::should_restart({ms::kExitUnconfirmed, false, false, "?"}, 1, 2));
+  // A process's own exit status 254 (sys.exit(-2)) restarts like any other failure; the
+  // launcher's unconfirmed end is a final attempt (review of 2026-12-07).
+  EXPECT_TRUE(ms::should_restart({ms::kExitUnconfirmed, false, false, "exit 254"}, 1, 2));
+  EXPECT_FALSE(ms::should_restart({ms::kExitUnconfirmed, false, true, "?"}, 1, 2));
 }
 
 TEST(Restart, BackoffDoublesAndIsCapped) {
