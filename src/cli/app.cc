@@ -214,6 +214,7 @@ int print_check_dry_run(const Options& options, const Plan& plan) {
 int drive_check(const Options& options) {
   Cluster cluster = load_cluster(options);
   Plan plan = plan_of(options, cluster);
+  validate_imports(options.imports);  // the dry run refuses what the check refuses
   if (options.dry_run) return print_check_dry_run(options, plan);
   return check_cluster(options, cluster, plan, run_job_quietly);
 }

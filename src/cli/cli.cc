@@ -120,7 +120,8 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     // word after it, as msrun's booleans take theirs).
     bool flag = spec->metavar.empty() || spec->metavar == "[True|False]";
     bool optional_value =
-        after && ((name == "--net" && *after == "collective") || (flag && is_bool_word(*after)));
+        after && ((name == "--net" && (*after == "collective" || is_bool_word(*after))) ||
+                  (flag && is_bool_word(*after)));
     if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
     } else if (optional_value) {

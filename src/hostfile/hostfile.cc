@@ -392,7 +392,12 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
     };
     std::string address(words[0]);
     size_t next = 1;
-    while (next < words.size() && (unfinished(address) || words[next][0] == ',')) {
+    // The word spare and a key=value word end it ("node1, spare" is node1 marked spare).
+    auto a_word = [](std::string_view w) {
+      return w == "spare" || w.find('=') != std::string_view::npos;
+    };
+    while (next < words.size() && !a_word(words[next]) &&
+           (unfinished(address) || words[next][0] == ',')) {
       address += ' ';
       address += words[next++];
     }
@@ -412,6 +417,12 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
       if (key != "slots" && key != "max_slots")
         throw InputError(
             fmt::format("{}: unknown word \"{}\" (expected slots=N or spare)", where, word));
+      if (key == "max_slots") {  // accepted and ignored, as any count mpirun takes
+        if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
+          throw InputError(
+              fmt::format("{}: max_slots must be a non-negative integer: \"{}\"", where, word));
+        continue;
+      }
       int n = -1;
       try {
         if (value.empty() || value[0] < '0' || value[0] > '9') throw std::invalid_argument(value);
@@ -427,7 +438,7 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
       if (key == "slots" && host.local_worker_num && *host.local_worker_num != n)
         throw InputError(
             fmt::format("{}: slots given twice ({} and {})", where, *host.local_worker_num, n));
-      if (key == "slots") host.local_worker_num = n;  // max_slots is accepted and ignored
+      host.local_worker_num = n;
     }
     add_expanded(cluster, origins, host, where);
   }

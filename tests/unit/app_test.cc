@@ -132,6 +132,15 @@ TEST_F(App, CheckDryRunConnectsToNothing) {
       << c.out;
 }
 
+// check --dry_run refuses an --import the check refuses, with the same message and exit 2 (it
+// said "would check" and exited 0; review of 2026-12-07).
+TEST_F(App, CheckDryRunRefusesAnImportTheCheckRefuses) {
+  Captured c = run({"check", "--dry_run", "--hostfile", hostfile_, "--import", "os;x"});
+  EXPECT_EQ(c.status, 2) << c.out << c.err;
+  EXPECT_NE(c.err.find("not a Python module name"), std::string::npos) << c.err;
+  EXPECT_EQ(c.out, "");
+}
+
 // A host file's identity_file that cannot be read is said, as ssh says it of an -i file, once.
 TEST_F(App, AnIdentityFileThatCannotBeReadIsSaidOnce) {
   std::string hf =

@@ -134,6 +134,12 @@ TEST(CheckCollective, CommandLine) {
   EXPECT_FALSE(plain.net_collective);
   EXPECT_EQ(plain.task_script, "train.py");
   EXPECT_FALSE(parse_check({"--net=collective", "--net=False"}).net);
+  // A boolean word after it, as after every flag: `--net False` is off, not TASK_SCRIPT "False"
+  // (review of 2026-12-07).
+  Options off = parse_check({"--net", "False", "train.py"});
+  EXPECT_FALSE(off.net);
+  EXPECT_EQ(off.task_script, "train.py");
+  EXPECT_TRUE(parse_check({"--net", "true"}).net);
   EXPECT_FALSE(parse_check({"--net=collective", "--net"}).net_collective);
   EXPECT_EQ(test::error_of([] { parse_check({"--net=all"}); }),
             "--net=all: expects True, False or collective");

@@ -505,12 +505,23 @@ TEST(HostfilePlain, NodeSetWithBlanksAfterCommas) {
   EXPECT_EQ(before.hosts[3].local_worker_num, 1);
   EXPECT_EQ(before.hosts[5].address, "b");
   EXPECT_EQ(plain_error("n[1-2, x slots=1\n"),
-            "hosts:1: address \"n[1-2, x slots=1\": unmatched \"[\" in node set");
+            "hosts:1: address \"n[1-2, x\": unmatched \"[\" in node set");
+  // The word spare and key=value words end a node set: "a, spare" was the two hosts a and
+  // spare (review of 2026-12-07); its comma now ends the set with nothing after it.
+  EXPECT_EQ(plain_error("b\na, spare\n"),
+            "hosts:2: address \"a,\": empty item in a comma-separated node set");
+  Cluster marked = parse_plain_hostfile("a,c spare\nb slots=1\n", "hosts");
+  ASSERT_EQ(marked.hosts.size(), 1u);
+  ASSERT_EQ(marked.spares.size(), 2u);
+  EXPECT_EQ(marked.spares[1].address, "c");
 }
 
 TEST(HostfilePlain, MaxSlotsAloneIsIgnored) {
   Cluster c = parse_plain_hostfile("a max_slots=16\n", "hosts");
   EXPECT_FALSE(c.hosts[0].local_worker_num.has_value());
+  // Ignored whatever its count, as an mpirun host file's (it was held to slots' 0..1024).
+  Cluster big = parse_plain_hostfile("a slots=2 max_slots=2048\n", "hosts");
+  EXPECT_EQ(big.hosts[0].local_worker_num, 2);
 }
 
 TEST(HostfilePlain, CrLfLineEndingsAndZeroSlots) {
@@ -540,7 +551,7 @@ TEST(HostfilePlain, BadSlots) {
     EXPECT_EQ(plain_error("a " + word + "\n"),
               "hosts:1: slots must be an integer 0..1024: \"" + word + "\"");
   EXPECT_EQ(plain_error("a\nb max_slots=z\n"),
-            "hosts:2: max_slots must be an integer 0..1024: \"max_slots=z\"");
+            "hosts:2: max_slots must be a non-negative integer: \"max_slots=z\"");
 }
 
 TEST(HostfilePlain, NodeSetErrorsNameTheLine) {
