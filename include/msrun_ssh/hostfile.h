@@ -109,7 +109,8 @@ void take_spares(Cluster& cluster, int n);
 // bracket groups multiply, in Slurm's order: the last fastest, then the first, the second, ...
 // ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). A pattern without brackets is returned as is. Throws
 // InputError (message without location) on malformed sets, reversed ranges, forms neither
-// ClusterShell nor Slurm reads (docs/host-file.md), or more than 16384 names.
+// ClusterShell nor Slurm reads (docs/host-file.md), more than 16384 names, or (with brackets) a
+// name longer than a host name may be (253 characters).
 std::vector<std::string> expand_nodeset(std::string_view pattern);
 
 // `value` split at the commas outside brackets: "n[1-2,5], m" -> "n[1-2,5]", " m" (blanks kept).

@@ -319,7 +319,56 @@ std::string expand_home(std::string_view path) {
   return std::string(path);
 }
 
+namespace {
+
+// toml++ parses each part of a dotted key (a.b.c = 1, [a.b.c]) one level deeper on the stack, with
+// no limit of its own: 50,000 parts overflowed it. Refuses, naming the line, a run of more than
+// kMaxKeyParts dotted parts between two of = , { } [ ] or a line's end, outside strings and
+// comments (a value has one dot at most: 1.5, 12:00:00.5).
+constexpr int kMaxKeyParts = 256;
+
+void check_key_depth(std::string_view text, const std::string& path) {
+  int line = 1, dots = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '"' || c == '\'') {  // a string: skipped to its end, its newlines counted
+      const std::string triple(3, c);
+      bool multi = text.substr(i, 3) == triple;
+      size_t at = i + (multi ? 3 : 1);
+      while (at < text.size()) {
+        if (c == '"' && text[at] == '\\') {
+          at += 2;
+          continue;
+        }
+        if (multi ? text.substr(at, 3) == triple : text[at] == c) break;
+        if (text[at] == '\n') {
+          if (!multi) break;  // toml++ says what is wrong with it
+          ++line;
+        }
+        ++at;
+      }
+      i = multi ? std::min(at + 2, text.size()) : at;
+      if (i < text.size() && text[i] == '\n') --i;  // counted below
+      continue;
+    }
+    if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '.') {
+      if (++dots >= kMaxKeyParts)
+        throw InputError(fmt::format(
+            "{}:{}: a dotted key of more than {} parts (a table nested that deep is refused)", path,
+            line, kMaxKeyParts));
+    } else if (std::string_view("=,{}[]\n").find(c) != std::string_view::npos) {
+      dots = 0;
+      if (c == '\n') ++line;
+    }
+  }
+}
+
+}  // namespace
+
 Cluster parse_toml_hostfile(std::string_view text, const std::string& path) {
+  check_key_depth(text, path);
   toml::table root;
   try {
     root = toml::parse(text, path);

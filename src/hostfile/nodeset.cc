@@ -17,6 +17,9 @@ namespace {
 
 // Far above any real cluster, low enough that a typo cannot make the launcher plan for millions.
 constexpr size_t kMaxNames = 16384;
+// A host name's length at most (not_a_host): a set whose longest name is longer is refused before
+// its names are made (16,384 names of a 100 KB pattern each took gigabytes).
+constexpr size_t kMaxNameLength = 253;
 // Digits of a range's bound: 19 fit in 64 bits. A single number may be any length.
 constexpr size_t kMaxDigits = 19;
 // What ClusterShell strips around a node set's parts (Python's blanks, ASCII ones): a node list
@@ -219,6 +222,21 @@ std::vector<std::string> expand_one(std::string_view pattern) {
   // second, ... up to the one before the last: "a[1-2]b[1-2]" is a1b1, a1b2, a2b1, a2b2, and
   // "a[1-2]b[1-2]c[1-2]" is a1b1c1, a1b1c2, a2b1c1, a2b1c2, a1b2c1, ...
   size_t groups = segments.size() - 1;
+  if (groups > 0) {
+    std::string longest;
+    for (const Segment& seg : segments) {
+      longest += seg.literal;
+      if (!seg.words.empty())
+        longest += *std::max_element(
+            seg.words.begin(), seg.words.end(),
+            [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+    }
+    if (longest.size() > kMaxNameLength)
+      throw InputError(
+          fmt::format("the name {} is longer than a host name may be ({} characters, at most {})",
+                      in_quotes(longest.size() > 64 ? longest.substr(0, 64) + "..." : longest),
+                      longest.size(), kMaxNameLength));
+  }
   std::vector<size_t> turn;  // the groups, fastest first
   if (groups > 0) turn.push_back(groups - 1);
   for (size_t g = 0; g + 1 < groups; ++g) turn.push_back(g);

@@ -95,7 +95,10 @@ SshResolution finish(Asking& a, bool timed_out, double timeout_s) {
   int status = 0;
   ::waitpid(a.pid, &status, 0);
   SshResolution r;
-  std::string err(trim(a.stderr_text, " \t\r\n"));
+  // ssh ends its messages' lines with \r\n (they would show as \x0d in ours).
+  std::string err;
+  for (std::string_view line : split_lines(trim(a.stderr_text, " \t\r\n")))
+    err += (err.empty() ? "" : "\n") + std::string(trim(line, "\r"));
   if (timed_out) {
     r.error = fmt::format("ssh -G did not answer within {} s", timeout_s);
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -62,6 +62,28 @@ bind_core = { device0 = ["0-3"], scheduler = ["4", "6-7"] }
 bind_numa = { device0 = 0, device1 = [1, 0] }
 )";
 
+// A dotted key of tens of thousands of parts overflowed toml++'s stack (a crash, no message): it
+// is refused naming its line, exit 2 (review of 2026-12-07). Dots in strings and comments, and a
+// key of fewer parts, are not.
+TEST(Hostfile, ADottedKeyTooDeepIsRefusedNamingItsLine) {
+  std::string deep = "a";
+  for (int i = 0; i < 50000; ++i) deep += ".a";
+  const std::string refused =
+      "h.toml:2: a dotted key of more than 256 parts (a table nested that deep is refused)";
+  EXPECT_EQ(toml_error("# x\n" + deep + " = 1\n"), refused);
+  EXPECT_EQ(toml_error("# x\n[" + deep + "]\n"), refused);
+  EXPECT_EQ(toml_error("x = \"\"\"\n\"\"\"\n[" + deep + "]\n").substr(0, 9), "h.toml:3:");
+  std::string dots(5000, '.');
+  Cluster c = parse_toml_hostfile("[[hosts]] # " + dots + "\naddress = \"198.18.0.1\"\n" +
+                                      "env = { A = \"" + dots + "\", B = '" + dots + "' }\n" +
+                                      "python = \"\"\"\n" + dots + "\"\"\"\n",
+                                  "hosts.toml");
+  ASSERT_EQ(c.hosts.size(), 1u);
+  std::string shallow = "a";
+  for (int i = 0; i < 100; ++i) shallow += ".a";
+  EXPECT_NE(toml_error(shallow + " = 1\n").find("unknown key \"a\""), std::string::npos);
+}
+
 TEST(Hostfile, DefaultsApplyToEveryKey) {
   Cluster c = parse_toml_hostfile(kFull, "h.toml");
   EXPECT_EQ(c.path, "h.toml");
@@ -586,6 +608,17 @@ TEST(HostfilePlain, ColonsOnlyInIpv6AndNamesOfDnsLength) {
                         long_name));
   long_name.pop_back();
   EXPECT_EQ(parse_plain_hostfile(long_name, "hosts").hosts.size(), 1u);
+  // A node set whose names are too long is refused before they are made (a 100 KB pattern of
+  // 16,383 names took 2.5 GB and 18 s; review of 2026-12-07), naming its longest name.
+  std::string huge(100000, 'a');
+  EXPECT_EQ(plain_error(huge + "[1-16383]"),
+            fmt::format("hosts:1: address \"{}[1-16383]\": the name \"{}...\" is longer than a "
+                        "host name may be (100005 characters, at most 253)",
+                        huge, std::string(64, 'a')));
+  std::string edge(248, 'a');  // 248 + "[1-10]" gives names of 249 and 250 characters
+  EXPECT_EQ(parse_plain_hostfile(edge + "[1-10]z", "hosts").hosts.size(), 10u);
+  EXPECT_NE(plain_error(edge + "[1-10]zzzz").find("(254 characters, at most 253)"),
+            std::string::npos);
 }
 
 TEST(HostfilePlain, SlotsTwiceDisagreeing) {

@@ -402,8 +402,19 @@ TEST_F(RealSshG, AnUnreadableConfigIsAnErrorOfItsHost) {
   EXPECT_NE(answers->front().error.find(".missing"), std::string::npos) << answers->front().error;
 }
 
+// ssh's own message, in its words and without the \r of its line ends (they showed as \x0d).
+TEST_F(RealSshG, SshsMessageAboutABadConfigLineIsItsOwnWords) {
+  const std::string config = (dir_ / "bogus").string();
+  std::ofstream(config) << "BogusOption yes\n";
+  auto answers = resolve_with_openssh({{"node0", "", {}, "", ""}}, config, 1, 10);
+  ASSERT_TRUE(answers);
+  EXPECT_FALSE(answers->front().config);
+  EXPECT_EQ(answers->front().error, config + ": line 1: Bad configuration option: bogusoption\n" +
+                                        config + ": terminating, 1 bad configuration options");
+}
+
 // ssh itself asked for one query, past resolve_with_openssh (and its answers kept for the run):
-// the host file's identity first, as resolve_with_openssh puts it.
+// a missing host file's identity first, as resolve_with_openssh puts it.
 std::optional<SshHostConfig> ask_ssh_alone(const SshQuery& q, const std::string& config) {
   std::string command;
   for (const auto& word : ssh_g_command(q, config)) command += shell_quote(word) + " ";
@@ -414,7 +425,8 @@ std::optional<SshHostConfig> ask_ssh_alone(const SshQuery& q, const std::string&
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
   if (::pclose(p) != 0) return std::nullopt;
   SshHostConfig c = parse_ssh_g(text);
-  if (!q.identity_file.empty()) c.identity_files.insert(c.identity_files.begin(), q.identity_file);
+  if (!q.identity_file.empty() && !identity_file_exists(q.identity_file))
+    c.identity_files.insert(c.identity_files.begin(), q.identity_file);
   return c;
 }
 
