@@ -75,12 +75,13 @@ struct SshTokens {
 // unknown user.
 std::string expand_ssh_tokens(std::string_view value, const SshTokens& tokens);
 
-// ssh -G's ProxyCommand (its tokens left as they are) as libssh must be given it: %h, %n, %p, %r
-// and %% expanded as ssh expands them, every '%' of the result doubled. Throws std::runtime_error
-// for a token ssh refuses there.
+// ssh -G's ProxyCommand (its tokens left as they are) as libssh must be given it: %h, %k (the
+// HostKeyAlias, else the name as given), %n, %p, %r and %% expanded as ssh expands them, every
+// '%' of the result doubled. Throws std::runtime_error for a token ssh refuses there.
 std::string proxy_command_for_libssh(std::string_view command, const std::string& hostname,
                                      int port, const std::string& user,
-                                     const std::string& original_host);
+                                     const std::string& original_host,
+                                     const std::string& host_key_alias = "");
 
 // The ProxyCommand OpenSSH itself makes of `ProxyJump HOPS` (HOPS not "none"): an `ssh` to the
 // last hop, through the ones before it (-J), forwarding stdio to the target (-W '[%h]:%p'), with

@@ -478,8 +478,11 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
       throw InputError(fmt::format(
           "--master_addr={}: under --contract torch the master is the host of RANK 0, whose "
           "process serves the rendezvous (MASTER_ADDR): here {}, the first host of {} with "
-          "workers; put {} first in the host file, or leave --master_addr out",
-          options.master_addr, plan.hosts[first].host.address, cluster.path, options.master_addr));
+          "workers; {}, or leave --master_addr out",
+          options.master_addr, plan.hosts[first].host.address, cluster.path,
+          workers_of(plan.hosts[master].host, options) == 0
+              ? fmt::format("{} runs no worker: give it workers", options.master_addr)
+              : fmt::format("put {} first in the host file", options.master_addr)));
     master = first;
   }
   plan.hosts[master].is_master = true;

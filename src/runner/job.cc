@@ -51,11 +51,23 @@ using runner_detail::wait_for_signal;
 
 namespace {
 
+// The launcher log's first write error (a full --log_dir), or "". spdlog's own handler would print
+// each to stderr from the event loop, past the console thread: lines torn into the console's,
+// and a stopped console would stall the heartbeats. The job's end says it once (run_job).
+std::string& launcher_log_error() {
+  static std::string first;
+  return first;
+}
+
 std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
   try {
     auto log = spdlog::basic_logger_st("msrun-ssh", log_dir + "/msrun-ssh.log", true);
     log->set_pattern("%Y-%m-%d %H:%M:%S.%e %v");
     log->flush_on(spdlog::level::info);
+    launcher_log_error().clear();
+    log->set_error_handler([](const std::string& why) {
+      if (launcher_log_error().empty()) launcher_log_error() = why.empty() ? "write error" : why;
+    });
     return log;
   } catch (const spdlog::spdlog_ex& e) {
     throw InputError(
@@ -507,6 +519,10 @@ int run_job(const Options& options, Plan& plan) {
   }
   close(sfd);
   set_ssh_log(SSH_LOG_NOLOG, nullptr);  // the sink holds the log file
+  log->flush();
+  if (!launcher_log_error().empty())
+    std::fprintf(stderr, "msrun-ssh: warning: %s/msrun-ssh.log misses messages: %s\n",
+                 options.log_dir.c_str(), launcher_log_error().c_str());
   return history.status;
 }
 

@@ -377,7 +377,7 @@ void SshPool::Impl::apply_openssh(Conn& c, const SshHostConfig& h) {
     c.proxy_log = proxy_log_file(log_path);
   std::string proxy = h.proxy_jump.empty()
                           ? proxy_command_for_libssh(h.proxy_command, h.hostname, h.port, h.user,
-                                                     hosts[c.host].address)
+                                                     hosts[c.host].address, h.host_key_alias)
                           : proxy_jump_command(h.proxy_jump, settings.ssh_config, log_path);
   // libssh runs it as ssh does, `exec COMMAND` under $SHELL -c (no shell waits between the
   // proxy and its signals; a COMMAND that begins with `exec ` as it is, from libssh 0.10.5); the
@@ -415,7 +415,7 @@ void SshPool::Impl::resolve_hosts() {
           proxy_jump_command(r.config->proxy_jump, settings.ssh_config);
         else
           proxy_command_for_libssh(r.config->proxy_command, r.config->hostname, r.config->port,
-                                   r.config->user, hosts[h].address);
+                                   r.config->user, hosts[h].address, r.config->host_key_alias);
       } catch (const std::runtime_error& e) {
         why = e.what();
       }

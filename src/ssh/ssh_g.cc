@@ -195,10 +195,12 @@ std::string expand_ssh_tokens(std::string_view value, const SshTokens& t) {
 
 std::string proxy_command_for_libssh(std::string_view command, const std::string& hostname,
                                      int port, const std::string& user,
-                                     const std::string& original_host) {
+                                     const std::string& original_host,
+                                     const std::string& host_key_alias) {
   // libssh expands the tokens of its ProxyCommand itself, but not %n and with other meanings for
-  // some: every token is expanded here as ssh does (ProxyCommand takes %%, %h, %n, %p and %r) and
-  // each '%' of the result doubled, for libssh to read back as it is.
+  // some: every token is expanded here as ssh does (ProxyCommand takes %%, %h, %k, %n, %p and %r:
+  // its expand_proxy_command) and each '%' of the result doubled, for libssh to read back as it
+  // is.
   auto escaped = [](std::string_view v) {
     std::string out;
     for (char ch : v) out += ch == '%' ? std::string("%%") : std::string(1, ch);
@@ -219,6 +221,9 @@ std::string proxy_command_for_libssh(std::string_view command, const std::string
       case 'h':
         out += escaped(hostname);
         break;
+      case 'k':
+        out += escaped(host_key_alias.empty() ? original_host : host_key_alias);
+        break;
       case 'n':
         out += escaped(original_host);
         break;
@@ -230,7 +235,7 @@ std::string proxy_command_for_libssh(std::string_view command, const std::string
         break;
       default:
         throw std::runtime_error(fmt::format(
-            "ProxyCommand \"{}\": unknown token %{} (ssh takes %%, %h, %n, %p and %r there)",
+            "ProxyCommand \"{}\": unknown token %{} (ssh takes %%, %h, %k, %n, %p and %r there)",
             command, command[i]));
     }
   }

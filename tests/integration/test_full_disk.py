@@ -54,6 +54,25 @@ def test_a_full_log_disk_is_said_at_once_and_in_the_summary_and_the_job_goes_on(
     wait_no_leftovers(5)
 
 
+def test_the_launcher_logs_own_write_errors_are_said_once_at_the_end():
+    # msrun-ssh.log on a device that takes nothing (/dev/full: every flush fails). Its log
+    # library printed each error itself, from the event loop straight to stderr, past the
+    # console thread ("[*** LOG ERROR #0001 ***] ..."); now the end says it once.
+    logs = os.path.join(tmpdir(), "full-launcher-log")
+    os.makedirs(logs)
+    os.symlink("/dev/full", os.path.join(logs, "msrun-ssh.log"))
+    code, out, err, _ = run([job("lines.py"), "100", "0"], log_dir=logs, timeout=300)
+    text = err.decode(errors="replace")
+    check(code == 0, f"exit {code}: {text[-3000:]}")
+    check("LOG ERROR" not in text, f"the log library wrote to stderr: {text[-3000:]}")
+    said = re.findall(r"^msrun-ssh: warning: \S*msrun-ssh\.log misses messages: .*No space left "
+                      r"on device$", text, re.M)
+    check(len(said) == 1, f"said {len(said)} times: {text[-3000:]}")
+    n = len(re.findall(rb"^\[[^]]*\] rank \d+ line \d+$", out, re.M))
+    check(n == 7 * 100, f"{n} of {7 * 100} lines on the console")
+    wait_no_leftovers(5)
+
+
 def test_a_log_goes_on_with_a_marker_when_space_comes_back():
     with _small_disk() as disk:
         filler = os.path.join(disk, "filler")

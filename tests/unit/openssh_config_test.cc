@@ -162,6 +162,9 @@ TEST(OpensshConfig, ProxyCommandTokensAsSshExpandsThem) {
             "nc fe80::1%%eth0 22");
   EXPECT_EQ(proxy_command_for_libssh("", "h", 22, "u", "x"), "");
   EXPECT_THROW(proxy_command_for_libssh("pc %d", "h", 22, "u", "x"), std::runtime_error);
+  // %k: the HostKeyAlias, else the name as given, as ssh 9.2 expands it (it was refused).
+  EXPECT_EQ(proxy_command_for_libssh("pc %k", "10.0.0.1", 22, "u", "node1"), "pc node1");
+  EXPECT_EQ(proxy_command_for_libssh("pc %k", "10.0.0.1", 22, "u", "node1", "a%b"), "pc a%%b");
   EXPECT_THROW(proxy_command_for_libssh("pc %", "h", 22, "u", "x"), std::runtime_error);
 }
 

@@ -838,6 +838,13 @@ TEST_F(MakePlan, TorchContractMasterIsRankZerosHostAndNodesRunWorkers) {
             "0, whose process serves the rendezvous (MASTER_ADDR): here beta, the first host of "
             "h.toml with workers; put gamma.example first in the host file, or leave "
             "--master_addr out");
+  // The master named has no worker: putting it first would not help (review of 2026-12-07).
+  options.master_addr = "alpha";
+  EXPECT_EQ(error(),
+            "--master_addr=alpha: under --contract torch the master is the host of RANK 0, whose "
+            "process serves the rendezvous (MASTER_ADDR): here beta, the first host of h.toml "
+            "with workers; alpha runs no worker: give it workers, or leave --master_addr out");
+  options.master_addr = "gamma.example";
   // msrun's contract keeps its scheduler where --master_addr says.
   options.contract = Contract::kMsrun;
   EXPECT_TRUE(plan().hosts[3].is_master);
