@@ -107,10 +107,10 @@ Int saturate(double v) {
 // ---- signals ----------------------------------------------------------------------------------
 
 // Blocks `signals` (their default actions no longer run; they wait to be read) and returns a
-// non-blocking, close-on-exec signalfd that reads them; -1 with the signals unblocked again when
-// no signalfd can be made (no descriptor left), so that a Ctrl-C still ends the launcher rather
-// than waiting unread. SIGPIPE is ignored as well: a reader gone is a write error, never the
-// launcher's death.
+// non-blocking, close-on-exec signalfd that reads them; -1 with the signal mask as it was when no
+// signalfd can be made (no descriptor left): a Ctrl-C then ends the launcher, or reaches the
+// signalfd made before this one, rather than waiting unread. SIGPIPE is ignored as well: a reader
+// gone is a write error, never the launcher's death.
 int signal_fd(std::initializer_list<int> signals);
 
 // The next signal waiting on the signalfd `fd`, or 0 when none is.

@@ -11,10 +11,12 @@ int signal_fd(std::initializer_list<int> signals) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : signals) sigaddset(&set, s);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
+  sigset_t before;
+  sigprocmask(SIG_BLOCK, &set, &before);
   signal(SIGPIPE, SIG_IGN);
   int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (fd < 0) sigprocmask(SIG_UNBLOCK, &set, nullptr);
+  // As they were: a signalfd made before (an attempt's, inside the job's) still reads them.
+  if (fd < 0) sigprocmask(SIG_SETMASK, &before, nullptr);
   return fd;
 }
 

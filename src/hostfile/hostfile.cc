@@ -333,22 +333,32 @@ void check_key_depth(std::string_view text, const std::string& path) {
     char c = text[i];
     if (c == '"' || c == '\'') {  // a string: skipped to its end, its newlines counted
       const std::string triple(3, c);
-      bool multi = text.substr(i, 3) == triple;
+      const bool multi = text.substr(i, 3) == triple;
       size_t at = i + (multi ? 3 : 1);
       while (at < text.size()) {
+        if (text[at] == '\n' ||
+            (c == '"' && text[at] == '\\' && at + 1 < text.size() && text[at + 1] == '\n')) {
+          if (!multi) break;  // toml++ says what is wrong with it
+          ++line;
+          at += text[at] == '\n' ? 1 : 2;
+          continue;
+        }
         if (c == '"' && text[at] == '\\') {
           at += 2;
           continue;
         }
         if (multi ? text.substr(at, 3) == triple : text[at] == c) break;
-        if (text[at] == '\n') {
-          if (!multi) break;  // toml++ says what is wrong with it
-          ++line;
-        }
         ++at;
       }
-      i = multi ? std::min(at + 2, text.size()) : at;
-      if (i < text.size() && text[i] == '\n') --i;  // counted below
+      if (multi && at < text.size()) {
+        // Its closing delimiter takes up to two quotes more before it: """x"""" is x".
+        size_t run = 3;
+        while (run < 5 && at + run < text.size() && text[at + run] == c) ++run;
+        i = at + run - 1;
+      } else {
+        i = std::min(at, text.size());  // its closing quote, a newline (counted below), the end
+        if (i < text.size() && text[i] != c) --i;
+      }
       continue;
     }
     if (c == '#') {

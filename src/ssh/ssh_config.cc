@@ -6,7 +6,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -300,8 +299,9 @@ std::optional<std::vector<HostLine>> host_lines(const std::string& config_file) 
 }
 
 // Whether `name` is a numeric address that ssh writes otherwise (getaddrinfo and getnameinfo,
-// as its resolve_addr: 10.0.0.010 is 10.0.0.8, 10.1 is 10.0.0.1, FE80::0001 is fe80::1): its host
-// name is not the name itself, so no other name's answer stands for it.
+// as its resolve_addr: 10.0.0.010 is 10.0.0.8, 10.1 is 10.0.0.1, FE80::0001 is fe80::1), or
+// that ssh keeps in capitals (FE80::1: an address is not lower-cased): its host name is not the
+// lower-cased name an answer shared with it would give it, so it is asked on its own.
 bool address_ssh_rewrites(const std::string& name) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -312,7 +312,7 @@ bool address_ssh_rewrites(const std::string& name) {
   char written[NI_MAXHOST] = {};
   bool rewritten = getnameinfo(res->ai_addr, res->ai_addrlen, written, sizeof written, nullptr, 0,
                                NI_NUMERICHOST) != 0 ||
-                   strcasecmp(written, name.c_str()) != 0;
+                   std::strcmp(written, name.c_str()) != 0;
   freeaddrinfo(res);
   return rewritten;
 }

@@ -54,12 +54,17 @@ TEST(Base, ASignalFdThatCannotBeMadeLeavesItsSignalsUnblocked) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    // A signalfd made before (the job's) reads SIGHUP: it stays blocked for it.
+    int outer = signal_fd({SIGHUP});
     rlimit none{0, 0};
     ::setrlimit(RLIMIT_NOFILE, &none);
-    int fd = signal_fd({SIGINT, SIGTERM});
+    int fd = signal_fd({SIGINT, SIGTERM, SIGHUP});
     sigset_t now;
     sigprocmask(SIG_BLOCK, nullptr, &now);
-    ::_exit(fd == -1 && !sigismember(&now, SIGINT) && !sigismember(&now, SIGTERM) ? 0 : 1);
+    ::_exit(outer >= 0 && fd == -1 && !sigismember(&now, SIGINT) && !sigismember(&now, SIGTERM) &&
+                    sigismember(&now, SIGHUP)
+                ? 0
+                : 1);
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);

@@ -79,6 +79,19 @@ TEST(Hostfile, ADottedKeyTooDeepIsRefusedNamingItsLine) {
                                       "python = \"\"\"\n" + dots + "\"\"\"\n",
                                   "hosts.toml");
   ASSERT_EQ(c.hosts.size(), 1u);
+  // A multi-line string's closing delimiter with one or two quotes more before it, and a
+  // backslash at a line's end, keep the scan in step (a review found both).
+  const std::string many(300, '.');
+  for (const std::string& tail : {"python = \"\"\"/usr/bin/python3\"\"\"\" # \"" + many + "\n",
+                                  "python = \"\"\"x\"\"\"\"\" # \"" + many + "\n",
+                                  "env = { A = \"\"\"x\"\"\"\", B = \"" + many + "\" }\n",
+                                  "python = '''x'''' # it's" + many + "\n"}) {
+    Cluster ok = parse_toml_hostfile("[[hosts]]\naddress = \"198.18.0.1\"\n" + tail, "h.toml");
+    EXPECT_EQ(ok.hosts.size(), 1u) << tail;
+  }
+  EXPECT_EQ(toml_error("[[hosts]]\naddress = \"198.18.0.1\"\npython = \"\"\"a\\\nb\\\nc\"\"\"\n" +
+                       deep + " = 1\n"),
+            "h.toml:6: a dotted key of more than 256 parts (a table nested that deep is refused)");
   std::string shallow = "a";
   for (int i = 0; i < 100; ++i) shallow += ".a";
   EXPECT_NE(toml_error(shallow + " = 1\n").find("unknown key \"a\""), std::string::npos);

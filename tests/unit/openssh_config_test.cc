@@ -502,9 +502,9 @@ TEST_F(RealSshG, NamesAskedOnceForTheirHostLinesGetWhatSshGivesEachOfThem) {
       "Host 198.18.*\n  User n\n",
   };
   const std::vector<std::string> names{
-      "node1", "node2",       "node10",       "Node1",      "a",          "b",
-      "c",     "cx",          "xay",          "inc1",       "inc2",       "198.18.1.10",
-      "10.1",  "198.18.1.10", "198.18.1.010", "198.18.0.1", "FE80::0001", "fe80::1"};
+      "node1",        "node2",      "node10",     "Node1",   "a",           "b",    "c",
+      "cx",           "xay",        "inc1",       "inc2",    "198.18.1.10", "10.1", "198.18.1.10",
+      "198.18.1.010", "198.18.0.1", "FE80::0001", "fe80::1", "FE80::1"};
   for (size_t i = 0; i < configs.size(); ++i) {
     std::string config = (dir_ / ("corpus" + std::to_string(i))).string();
     std::ofstream(config) << configs[i];
