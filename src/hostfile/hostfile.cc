@@ -451,7 +451,7 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
     };
     std::string address(words[0]);
     size_t next = 1;
-    // The word spare and a key=value word end it ("node1, spare" is node1 marked spare).
+    // The word spare and a key=value word end it ("node1, spare" ends in a comma: refused).
     auto a_word = [](std::string_view w) {
       return w == "spare" || w.find('=') != std::string_view::npos;
     };
