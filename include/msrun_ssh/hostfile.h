@@ -72,14 +72,23 @@ struct Cluster {
 
 // The addresses more than one entry of `lists` has, `address` giving an entry's: of a job's hosts
 // and spares (a cluster's, a job record's).
-template <typename Entry, typename AddressOf>
-std::set<std::string> shared_addresses(std::initializer_list<const std::vector<Entry>*> lists,
-                                       AddressOf address) {
+template <typename EntriesPtr, typename AddressOf>
+std::set<std::string> shared_addresses(std::initializer_list<EntriesPtr> lists, AddressOf address) {
   std::set<std::string> seen, shared;
   for (const auto* entries : lists)
-    for (const Entry& e : *entries)
+    for (const auto& e : *entries)
       if (!seen.insert(address(e)).second) shared.insert(address(e));
   return shared;
+}
+
+// Marks each entry of `lists` whose address another entry of them has (its shares_address; a mark
+// once made stays): host_key then names it with its port.
+template <typename Entry, typename AddressOf>
+void mark_shared_addresses(std::initializer_list<std::vector<Entry>*> lists, AddressOf address) {
+  const std::set<std::string> shared = shared_addresses(lists, address);
+  for (auto* entries : lists)
+    for (Entry& e : *entries)
+      if (shared.contains(address(e))) e.shares_address = true;
 }
 
 // The addresses more than one entry of `cluster` (of its hosts and its spares) has.

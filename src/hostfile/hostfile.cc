@@ -176,16 +176,18 @@ void apply_keys(const std::string& path, const toml::table& table, bool is_host,
 
 }  // namespace
 
+namespace {
+
+const std::string& address_of(const Host& h) { return h.address; }
+
+}  // namespace
+
 std::set<std::string> shared_addresses(const Cluster& cluster) {
-  return shared_addresses<Host>({&cluster.hosts, &cluster.spares},
-                                [](const Host& h) -> const std::string& { return h.address; });
+  return shared_addresses({&cluster.hosts, &cluster.spares}, address_of);
 }
 
 void mark_shared_addresses(Cluster& cluster) {
-  std::set<std::string> shared = shared_addresses(cluster);
-  for (auto* entries : {&cluster.hosts, &cluster.spares})
-    for (Host& h : *entries)
-      if (shared.contains(h.address)) h.shares_address = true;
+  mark_shared_addresses({&cluster.hosts, &cluster.spares}, address_of);
 }
 
 std::string host_key(const std::string& address, std::optional<int> port, bool shares_address) {
@@ -494,7 +496,7 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
       if (n < 0 || n > kMaxWorkersPerHost)
         throw InputError(fmt::format("{}: {} must be an integer 0..{}: \"{}\"", where, key,
                                      kMaxWorkersPerHost, word));
-      if (key == "slots" && host.local_worker_num && *host.local_worker_num != n)
+      if (host.local_worker_num && *host.local_worker_num != n)
         throw InputError(
             fmt::format("{}: slots given twice ({} and {})", where, *host.local_worker_num, n));
       host.local_worker_num = n;

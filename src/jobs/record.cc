@@ -13,7 +13,6 @@
 #include <fstream>
 #include <limits>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -253,11 +252,9 @@ JobRecord record_from_json(const nlohmann::json& j, const std::string& origin) {
     if (j.contains("spares"))  // since spares were recorded
       for (const auto& h : j.at("spares")) r.spares.push_back(host_of(h));
     // A record written before the mark was: entries of one address among those it holds.
-    const std::set<std::string> shared = shared_addresses<JobHost>(
-        {&r.hosts, &r.spares},
-        [](const JobHost& h) -> const std::string& { return h.endpoint.address; });
-    for (auto* entries : {&r.hosts, &r.spares})
-      for (JobHost& h : *entries) h.shares_address |= shared.contains(h.endpoint.address);
+    mark_shared_addresses({&r.hosts, &r.spares}, [](const JobHost& h) -> const std::string& {
+      return h.endpoint.address;
+    });
     for (const auto& p : j.at("processes")) {
       std::string host = p.at("host").get<std::string>();
       // By its index: one address may be two hosts on two ports. A record written before the

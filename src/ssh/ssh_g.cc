@@ -340,7 +340,7 @@ std::vector<std::string> ssh_g_command(const SshQuery& q, const std::string& con
   // The identity file as -i when it exists (ssh -i takes it only then, as its stat says): ssh's
   // own files then stand in place of its defaults.
   return ssh_argv(q, config_file, {"-G", "-o", "BatchMode=no"},
-                  !q.identity_file.empty() && identity_file_exists(q.identity_file));
+                  identity_file_exists(q.identity_file));
 }
 
 }  // namespace msrun_ssh
