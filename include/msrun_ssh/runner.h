@@ -426,6 +426,15 @@ int run_job(const Options& options, Plan& plan);
 // InputError when the file cannot be created.
 int run_job_quietly(const Options& options, Plan& plan, const std::string& console);
 
+// A detached start (--join=False) on hosts connected through `t` (their agents): the job's record
+// first (marked as starting: a launcher killed half-way leaves a job that `stop --job ID` finds),
+// then every process at once; prints the job id on stdout and returns 0. A failed start, or
+// SIGINT, SIGTERM or SIGHUP (read on the signalfd `sfd`) before it is over, stops what did start
+// on every host (a signal during that stop ends its grace at once) and names each host whose stop
+// did not finish: its processes may still run. Returns then kExitUnconfirmed when a stop did not
+// finish, else the signal's status, else kExitHostFailure.
+int start_detached(const Options& options, const Plan& plan, Transport& t, int sfd);
+
 // `msrun-ssh stop`: on every host of `cluster`, signals the processes of the detached job
 // options.job (stop_command of command.h) and prints each one signalled. Returns 0, or
 // kExitHostFailure when a host could not be reached or did not finish.

@@ -164,6 +164,12 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     throw InputError("sync: DIR is required: msrun-ssh sync --hostfile FILE DIR [DEST]");
   if (o.command == Command::kCheck && o.sync && o.sync_dir.empty() && o.task_script.empty())
     throw InputError("check --sync: give TASK_SCRIPT (its directory is synced) or --sync=DIR");
+  // Slurm ends what a step started once the step's command ends: a detached process would go with
+  // the start's step (or the agent's, at the launcher's exit).
+  if (!o.join && o.transport == TransportKind::kSrun)
+    throw InputError(
+        "--join=False needs --transport ssh: under --transport srun, Slurm ends a detached "
+        "process with the job step that started it");
   if (o.transport == TransportKind::kSrun)
     if (std::string why = srun_unavailable(getenv); !why.empty()) throw InputError(why);
   // A detached job has no launcher left to restart it or to watch its clock.

@@ -24,15 +24,18 @@ rc=$?
 # "ended" leaves nothing running. Zombies have an empty environ and count as gone.
 # (Past what one exec carries, some 30,000 processes, xargs hands the paths to several greps, as
 # in sweep.sh's find_pids.)
-left() {
-  hits=$(grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" /proc/[0-9]*/environ 2>/dev/null)
+# The environ files of the processes whose environment holds the line $1 (a grep pattern).
+holding() {
+  hits=$(grep -lz "$1" /proc/[0-9]*/environ 2>/dev/null)
   grc=$?
   if [ $grc -eq 126 ] || { [ $grc -eq 2 ] && [ -z "$hits" ]; }; then
-    hits=$(printf '%s\n' /proc/[0-9]*/environ |
-      xargs grep -lz "^MSRUN_SSH_KEEPER[=]$$\$" 2>/dev/null)
+    hits=$(printf '%s\n' /proc/[0-9]*/environ | xargs grep -lz "$1" 2>/dev/null)
   fi
-  # shellcheck disable=SC2086 # the words are paths
-  printf '%s\n' $hits | sed 's,^/proc/,,;s,/.*,,'
+  printf '%s' "$hits"
+}
+left() {
+  # shellcheck disable=SC2046 # the words are paths
+  printf '%s\n' $(holding "^MSRUN_SSH_KEEPER[=]$$\$") | sed 's,^/proc/,,;s,/.*,,'
 }
 sig=TERM i=0
 while [ -n "$(left)" ] && [ "$i" -le 10 ]; do
@@ -46,7 +49,7 @@ done
 # last finds no process of the job here any more.
 J=${_ms_s%/*}
 J=${J##*/}
-if ! grep -qz "^MSRUN_SSH_JOB[=]$J\$" /proc/[0-9]*/environ 2>/dev/null; then
+if [ -z "$(holding "^MSRUN_SSH_JOB[=]$J\$")" ]; then
   d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
   if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
 fi

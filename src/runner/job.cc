@@ -75,10 +75,9 @@ std::shared_ptr<spdlog::logger> launcher_log(const std::string& log_dir) {
   }
 }
 
-// Whether a process of a detached start did not start: its starter failed or did not end in time.
-bool start_failed(const BatchResult& r) {
-  return (r.status && *r.status != 0) || r.failure == BatchFailure::kOpenFailed || !r.closed;
-}
+// Whether a process of a detached start did not start: its starter failed, did not end in time,
+// or ended with no exit status (its host lost: whether it started there is not known).
+bool start_failed(const BatchResult& r) { return !r.status || *r.status != 0; }
 
 // Each process's log as `log_dir` + its log name ({hostname} resolved from `names`, per host).
 std::vector<std::string> log_paths(const Plan& plan, const std::string& log_dir,
@@ -100,10 +99,9 @@ JobRecord detached_record(const Options& options, const Plan& plan,
   return make_job_record(options, plan, absolute, true);
 }
 
-// A detached start: the record first (marked as starting: a launcher killed half-way leaves a job
-// that `stop --job ID` finds), then every process at once. A failed start, or SIGINT, SIGTERM or
-// SIGHUP (on `sfd`) before it is over, stops what did start on every host.
-int run_detached(const Options& options, const Plan& plan, Transport& t, int sfd) {
+}  // namespace
+
+int start_detached(const Options& options, const Plan& plan, Transport& t, int sfd) {
   std::vector<std::string> names = host_names(t, plan, options.connect_timeout);
   std::vector<std::string> logs = log_paths(plan, options.log_dir, names);
   JobRecord record = detached_record(options, plan, logs);
@@ -111,10 +109,10 @@ int run_detached(const Options& options, const Plan& plan, Transport& t, int sfd
   const std::string dir = jobs_dir(std::getenv);
   write_job_record(dir, record, stderr);
   record.starting = false;
-  Batch start(t, [](size_t, const TransportEvent& e) {
-    if (e.kind == TransportEvent::Kind::kData && e.is_stderr)
-      std::fprintf(stderr, "msrun-ssh: host %zu: %.*s", e.host, static_cast<int>(e.data.size()),
-                   e.data.data());
+  Batch start(t, [&plan](size_t, const TransportEvent& e) {
+    if (e.kind == TransportEvent::Kind::kData && e.is_stderr && e.host < plan.hosts.size())
+      std::fprintf(stderr, "msrun-ssh: %s: %.*s", host_key(plan.hosts[e.host].host).c_str(),
+                   static_cast<int>(e.data.size()), e.data.data());
   });
   size_t i = 0;
   for (size_t h = 0; h < plan.hosts.size(); ++h)
@@ -139,9 +137,27 @@ int run_detached(const Options& options, const Plan& plan, Transport& t, int sfd
                    static_cast<int>(failures), plan.job_id.c_str());
     std::vector<size_t> all;
     for (size_t h = 0; h < plan.hosts.size(); ++h) all.push_back(h);
-    run_batch(t, all, stop_command(plan.job_id, options.kill_grace),
-              options.kill_grace + options.connect_timeout);
+    // A signal during the stop ends its grace at once (SIGKILL), as a second Ctrl-C does.
+    t.watch_fd(sfd);
+    auto ended = runner_detail::stop_processes(
+        t, all, plan.job_id, options.kill_grace, 1,
+        options.kill_grace + options.connect_timeout + 5,
+        // A signal after a failure keeps the failure's status; it only cuts the grace short.
+        [sfd] { return signal_status(sfd) == 0; });
+    t.unwatch_fd(sfd);
     write_job_record(dir, record, stderr);
+    bool unconfirmed = false;
+    for (size_t h = 0; h < ended.size(); ++h)
+      if (!ended[h]) {
+        unconfirmed = true;
+        std::fprintf(stderr,
+                     "msrun-ssh: %s: the stop of job %s did not finish there; its processes may "
+                     "still run (msrun-ssh stop --job %s)\n",
+                     host_key(plan.hosts[h].host).c_str(), plan.job_id.c_str(),
+                     plan.job_id.c_str());
+      }
+    // As in an attached job, 254 wins: something may still run.
+    if (unconfirmed) return kExitUnconfirmed;
     return interrupted != 0 ? interrupted : kExitHostFailure;
   }
   write_job_record(dir, record, stderr);
@@ -156,6 +172,8 @@ int run_detached(const Options& options, const Plan& plan, Transport& t, int sfd
   std::printf("%s\n", plan.job_id.c_str());
   return kExitOk;
 }
+
+namespace {
 
 // Before attempt k+1 starts, attempt k's per-rank logs move aside ("worker_3.log" ->
 // "worker_3.attempt1.log"), so that the last attempt's keep msrun's names and none is truncated.
@@ -448,7 +466,7 @@ int run_job(const Options& options, Plan& plan) {
       std::fprintf(stderr, "msrun-ssh: interrupted before job %s started: nothing was started\n",
                    plan.job_id.c_str());
     else
-      status = run_detached(options, plan, *agents, sfd);
+      status = start_detached(options, plan, *agents, sfd);
     ::close(sfd);
     return status;
   }

@@ -297,6 +297,9 @@ TEST(Cli, RestartPolicyAndRecoveryPath) {
   EXPECT_EQ(run_error({"--recovery_path="}), "--recovery_path=: expects a directory");
   EXPECT_EQ(run_error({"--join=False", "--restart_policy", "process"}),
             "--restart_policy process needs an attached run (--join=True)");
+  EXPECT_EQ(run_error({"--join=False", "--transport", "srun"}),
+            "--join=False needs --transport ssh: under --transport srun, Slurm ends a detached "
+            "process with the job step that started it");
 }
 
 TEST(Cli, RemainderBelongsToTheTask) {

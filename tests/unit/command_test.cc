@@ -1346,6 +1346,56 @@ TEST_F(CommandRoundTrip, DetachedProcessTakesWhatItStartedAlong) {
   fs::remove_all(stacks);
 }
 
+// On a host of some 30,000 processes one grep cannot take the paths of their environ files
+// (E2BIG): the keeper of a process that ended took that for "no process of the job left here" and
+// removed the job's stack-dump directory while another rank still ran. Here with fewer processes:
+// the keeper runs with a stack limit of 1 MiB (ARG_MAX 256 KiB) and an environment that leaves
+// 4 KiB of it beside the start command, less than the paths of this machine's processes' environ
+// files (made at least 400).
+TEST_F(CommandRoundTrip, ADetachedProcessKeepsTheStackDirWhenTheProcessesPathsAreMoreThanOneExec) {
+  std::string stacks = "/tmp/msrun-ssh-stacks-" + job_;  // the shell has no TMPDIR
+  ASSERT_TRUE(fs::create_directory(stacks));
+  pid_t other = start_marked(job_, {"sleep", "30"}, "sleep");  // another rank of the job
+  auto processes = [] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator("/proc"))
+      n += std::isdigit(static_cast<unsigned char>(e.path().filename().string()[0])) ? 1 : 0;
+    return n;
+  };
+  std::vector<pid_t> crowd;
+  for (size_t n = processes(); n < 400 && crowd.size() < 400; ++n)
+    crowd.push_back(spawn({"/bin/sleep", "30"}, kShellEnv, dir_, false).pid);
+  process_.argv = {"true"};
+  std::string command = detached_command(process_, job_, "w0.log");
+  constexpr size_t kArgMax = 256 * 1024, kLeft = 4 * 1024, kPiece = 100 * 1024;
+  Words env = kShellEnv;
+  size_t used = command.size() + 200;
+  for (const auto& e : env) used += e.size() + 1 + sizeof(char*);
+  for (int i = 0; used + kLeft < kArgMax; ++i) {
+    size_t n = std::min(kPiece, kArgMax - kLeft - used);
+    env.push_back(fmt::format("FILL{}={}", i, std::string(n, 'x')));
+    used += env.back().size() + 1 + sizeof(char*);
+  }
+  Child c = spawn({"/bin/sh", "-c", "ulimit -s 1024 && exec /bin/sh -c \"$0\"", command}, env, dir_,
+                  false);
+  std::string output;
+  EXPECT_TRUE(read_to_eof(c.out, output, 20));
+  EXPECT_EQ(wait_for(c.pid, 20), 0) << output;
+  std::string stem = state_stem(workdir_, "w0.log", job_, process_);
+  auto t0 = Clock::now();
+  while (since(t0) < 15 && slurp(stem + ".exit").empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (pid_t p : crowd) {
+    ::kill(p, SIGKILL);
+    wait_for(p, 5);
+  }
+  ::kill(other, SIGKILL);
+  wait_for(other, 5);
+  EXPECT_EQ(slurp(stem + ".exit"), "0\n");
+  EXPECT_TRUE(fs::exists(stacks)) << "removed while another process of the job runs";
+  fs::remove_all(stacks);
+}
+
 // ---- stop
 // -----------------------------------------------------------------------------------------
 

@@ -70,6 +70,9 @@ class ReplyTransport : public Transport, public FakeClock {
     schedule(ms(seconds), [this, host, why = std::move(why)] { host_lost(host, why); });
   }
 
+  // At `seconds` on the fake clock, `fn` runs (a signal to the caller, say).
+  void at(double seconds, std::function<void()> fn) { schedule(ms(seconds), std::move(fn)); }
+
   // --- Transport ---------------------------------------------------------------------------------
 
   ChannelId exec(size_t host, const std::string& command) override {
