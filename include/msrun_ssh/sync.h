@@ -115,7 +115,8 @@ struct RemoteManifest {
 // Parses step 1's JSON lines, up to its first end line ({"t","m","s","n","p","l"} per entry,
 // {"marker"}, {"error"}, {"end"}); lines that are not JSON objects are ignored (a login script
 // may print), entries with a path that is not relative and inside DEST are dropped, and so is
-// what `rules` exclude. The usual entry line (plain_entry_line) is read without the JSON parser,
+// what `rules` exclude, and so is an {"error", "p"} line naming a directory they exclude (one the
+// host could not list). The usual entry line (plain_entry_line) is read without the JSON parser,
 // to the same result (plain_lines = false: with it, for tests and the fuzz target).
 RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules,
                                      bool plain_lines = true);

@@ -139,6 +139,9 @@ CollectiveJob collective_job(const Options& options, const Plan& plan,
   o.max_restarts = 0;
   o.timeout = limit + 15;
   o.hang_timeout = 0;
+  // check --sync compares the trees and writes nothing: the all-reduce must not sync them (its
+  // task script, the interpreter, would make the launcher's cwd every workdir's tree).
+  o.sync = false;
   o.output_gather = o.timestamps = o.log_timestamps = o.report_bindings = false;
   for (auto& hp : job.plan.hosts)
     for (auto& p : hp.processes) p.argv = process_argv(p, o, hp);

@@ -48,7 +48,9 @@ my $OPEN_NEW = $CALLS ? 1 | 0100 | 0200 | $CALLS->[3] : do {
   require Fcntl;
   Fcntl::O_WRONLY() | Fcntl::O_CREAT() | Fcntl::O_EXCL() | Fcntl::O_NOFOLLOW();
 };
-require Time::HiRes unless $CALLS;
+# Without Time::HiRes (not in perl-base either) mtimes are whole seconds: files whose mtime then
+# differs from the launcher's are compared by their hash.
+my $HIRES = $CALLS || eval { require Time::HiRes; 1 };
 
 my ($IN, $OUT) = ('', '');
 my %state = (tmp => undef, files => 0, bytes => 0, deleted => 0);
@@ -76,6 +78,10 @@ sub lst {
     my ($mode, $size, $sec, $nsec) = unpack $CALLS->[2], $STAT;
     return ($mode, $size, $sec * 1_000_000_000 + $nsec);
   }
+  if (!$HIRES) {
+    my @st = CORE::lstat($path) or return ();
+    return ($st[2], $st[7], $st[9] * 1_000_000_000);
+  }
   my @st = Time::HiRes::lstat($path) or return ();
   my $whole = (CORE::lstat($path))[9] // int($st[9]);
   return ($st[2], $st[7], $whole * 1_000_000_000 + int(($st[9] - $whole) * 1e9 + 0.5));
@@ -92,7 +98,7 @@ sub set_mtime {
   if ($CALLS) {
     my $times = pack 'q4', $sec, $nsec, $sec, $nsec;
     syscall($CALLS->[1], $AT_FDCWD, "$path", $times, 0) == 0 or die "$path: $!\n";
-  } elsif ($sec < 0) {  # Time::HiRes refuses times before 1970
+  } elsif ($sec < 0 || !$HIRES) {  # Time::HiRes refuses times before 1970
     utime $sec, $sec, $path or die "$path: $!\n";
   } else {
     Time::HiRes::utime($sec + $nsec / 1e9, $sec + $nsec / 1e9, $path) or die "$path: $!\n";
@@ -157,12 +163,16 @@ sub random_name { return $TMP . random_hex() }
 
 # Lists the directory TOP (REL from DEST): its entries, then its subdirectories'. Each entry is
 # looked up relative to the open directory (newfstatat on its descriptor: no walk of the whole path
-# again) where the calls are known and perl gives directory handles a descriptor.
+# again) where the calls are known and perl gives directory handles a descriptor. An entry gone
+# since the directory was read (a file renamed over, a neighbour's marker on a shared DEST) is
+# left out; a subdirectory that cannot be listed is an error that names it (p), which the
+# launcher passes over when it excludes that directory.
 sub walk {
   my ($top, $rel) = @_;
   my $dh;
   if (!opendir $dh, $top) {
-    emit(error => "cannot list $top: $!");
+    return if $! == $ENOENT && length $rel;
+    emit(error => "cannot list $top: $!", length $rel ? (p => $rel) : ());
     return;
   }
   my @names = readdir $dh;
@@ -177,14 +187,19 @@ sub walk {
       unlink $path;
       next;
     }
+    next if !length $rel && index($name, "$MARK.tmp.") == 0;  # a host's marker on its way
     my ($mode, $size, $mtime);
     if (defined $fd) {
-      syscall($CALLS->[0], $fd, "$name", $STAT, $AT_SYMLINK_NOFOLLOW) == 0 or die "$path: $!\n";
+      if (syscall($CALLS->[0], $fd, "$name", $STAT, $AT_SYMLINK_NOFOLLOW) != 0) {
+        next if $! == $ENOENT;
+        die "$path: $!\n";
+      }
       my ($sec, $nsec);
       ($mode, $size, $sec, $nsec) = unpack $CALLS->[2], $STAT;
       $mtime = $sec * 1_000_000_000 + $nsec;
-    } else {
-      ($mode, $size, $mtime) = lst($path) or die "$path: $!\n";
+    } elsif (!(($mode, $size, $mtime) = lst($path))) {
+      next if $! == $ENOENT;
+      die "$path: $!\n";
     }
     my $type = $mode & $S_IFMT;
     my $t = $type == $S_IFREG ? 'f' : $type == $S_IFDIR ? 'd' : $type == $S_IFLNK ? 'l' : next;
@@ -193,6 +208,7 @@ sub walk {
     my $link = '';
     if ($t eq 'l') {
       my $target = readlink $path;
+      next if !defined $target && $! == $ENOENT;
       die "$path: $!\n" unless defined $target;
       $link = ', ' . name(l => $target);
     }
@@ -248,13 +264,23 @@ sub manifest {
   flush_out();
 }
 
+# The SHA-256 of DEST/PATH in hex, "" when it cannot be read. Digest::SHA is not in perl-base
+# (Debian's and Ubuntu's essential perl, all a minimal host may have): coreutils' sha256sum then.
+my $DIGEST;
 sub sha256 {
   my ($path) = @_;
   open my $f, '<:raw', "$DEST/$path" or return '';
-  require Digest::SHA;
-  my $h = Digest::SHA->new(256);
-  eval { $h->addfile($f); 1 } or return '';
-  return $h->hexdigest;
+  $DIGEST //= eval { require Digest::SHA; 1 } ? 1 : 0;
+  if ($DIGEST) {
+    my $h = Digest::SHA->new(256);
+    eval { $h->addfile($f); 1 } or return '';
+    return $h->hexdigest;
+  }
+  close $f;
+  open my $sum, '-|', 'sha256sum', '-b', '--', "$DEST/$path" or return '';
+  my $line = <$sum> // '';
+  close $sum or return '';
+  return $line =~ /\A\\?([0-9a-f]{64}) / ? $1 : '';  # \ first: sha256sum escaped the name
 }
 
 sub answer {

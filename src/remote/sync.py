@@ -59,11 +59,18 @@ def named(obj, key, raw):
     return obj
 
 
+# As sync.pl's walk: an entry gone since its directory was read is left out, a subdirectory that
+# cannot be listed is an error naming it (p).
 def walk(top, rel):
     try:
         entries = list(os.scandir(top))
+    except FileNotFoundError:
+        if rel:
+            return
+        raise
     except OSError as e:
-        emit({"error": "cannot list %s: %s" % (os.fsdecode(top), e.strerror)})
+        error = {"error": "cannot list %s: %s" % (os.fsdecode(top), e.strerror)}
+        emit(named(error, "p", rel) if rel else error)
         return
     for d in entries:
         r = rel + b"/" + d.name if rel else d.name
@@ -73,7 +80,12 @@ def walk(top, rel):
             except OSError:
                 pass
             continue
-        st = d.stat(follow_symlinks=False)
+        if not rel and d.name.startswith(MARK + b".tmp."):
+            continue  # a host's marker on its way
+        try:
+            st = d.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
         if stat.S_ISDIR(st.st_mode):
             t = "d"
         elif stat.S_ISLNK(st.st_mode):
@@ -84,7 +96,10 @@ def walk(top, rel):
             continue
         e = named({"t": t, "m": st.st_mode & 0o7777, "s": st.st_size, "n": st.st_mtime_ns}, "p", r)
         if t == "l":
-            named(e, "l", os.readlink(d.path))
+            try:
+                named(e, "l", os.readlink(d.path))
+            except FileNotFoundError:
+                continue
         emit(e)
         if t == "d":
             walk(d.path, r)

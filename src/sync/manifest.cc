@@ -202,9 +202,13 @@ RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules&
       [&](const nlohmann::json& j) {
         if (r.complete) return;  // what follows answers the second request
         if (j.contains("end")) r.complete = true;
-        if (j.contains("error") && j["error"].is_string()) r.error = j["error"];
-        if (j.contains("marker") && j["marker"].is_string()) r.marker = j["marker"];
         auto path = name_of(j, "p");
+        // A directory the host cannot list is no error where it is excluded (nothing there is
+        // sent or deleted).
+        if (j.contains("error") && j["error"].is_string() &&
+            !(path && safe_relative(*path) && rules.excluded(*path, true)))
+          r.error = j["error"];
+        if (j.contains("marker") && j["marker"].is_string()) r.marker = j["marker"];
         if (!path) return;
         if (auto e = remote_entry(j)) add(*path, *e);
       });

@@ -173,9 +173,12 @@ TEST(CheckCollective, JobIsTheRunsPlanRunningTheProgramQuietly) {
   o.events = "ev.jsonl";
   o.max_restarts = 3;
   o.net_collective = o.net = true;
+  o.sync = true;  // check --sync: compared, never written
+  o.sync_dir = "src";
   Plan plan = two_hosts(o);
   CollectiveJob job = collective_job(o, plan, expectations_of(plan, o), "/tmp/x");
   EXPECT_EQ(job.skip, "");
+  EXPECT_FALSE(job.options.sync);
   EXPECT_EQ(job.options.log_dir, "/tmp/x");
   EXPECT_TRUE(job.options.tail_worker_log.empty());
   EXPECT_EQ(job.options.events, "/tmp/x/events.jsonl");  // its own, read for the result

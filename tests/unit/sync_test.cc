@@ -370,6 +370,55 @@ TEST_P(SyncProgramTest, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   EXPECT_EQ(a.hashes.at("train.py"), sha256_hex("print('hi')\n"));
 }
 
+// A host that cannot list a directory names it; the launcher passes over it where the rules
+// exclude that directory (nothing there is sent or deleted), and fails the host elsewhere.
+TEST(SyncManifest, AnUnlistableDirectoryIsAnErrorOnlyWhereItIsNotExcluded) {
+  IgnoreRules rules = sync_rules("/nonexistent", {"data/"});
+  auto error_of = [&](const std::string& path) {
+    return parse_remote_manifest("{\"error\": \"cannot list /w/" + path +
+                                     ": Permission denied\", \"p\": \"" + path +
+                                     "\"}\n"
+                                     "{\"end\": true}\n",
+                                 rules)
+        .error;
+  };
+  EXPECT_EQ(error_of("data"), "");
+  EXPECT_EQ(error_of("sub/__pycache__"), "");  // excluded by default
+  EXPECT_EQ(error_of("src"), "cannot list /w/src: Permission denied");
+  EXPECT_EQ(error_of("../data"), "cannot list /w/../data: Permission denied");
+  EXPECT_EQ(
+      parse_remote_manifest("{\"error\": \"cannot list /w: Permission denied\"}\n", rules).error,
+      "cannot list /w: Permission denied");
+}
+
+// Hosts that share DEST (an NFS home) list it at once, each writing its marker by rename through
+// a temporary file of its own: one saw another's temporary file, which was gone when it looked
+// at it, and failed ("No such file or directory"). Sixteen of them list one directory,
+// ten times (twice with python3, whose start is slow).
+TEST_P(SyncProgramTest, HostsListingASharedDirectoryAtOnceDoNotFail) {
+  fs::create_directories(dest_ + "/__pycache__");
+  for (int i = 0; i < 20; ++i) std::ofstream(dest_ + fmt::format("/f{}.py", i)) << i;
+  std::string in = dir_ + "/request";
+  std::ofstream(in, std::ios::binary) << manifest_request({});
+  std::string script;
+  for (int i = 0; i < 16; ++i)
+    script += fmt::format("({}) < '{}' > '{}/out{}' 2>&1 &\n",
+                          sync_command(dest_, fmt::format("tok{}", i), program_), in, dir_, i);
+  script += "wait\n";
+  std::ofstream(dir_ + "/hosts.sh") << script;  // more than one exec's arguments may carry
+  const int rounds = program_ == SyncProgram::kPerl ? 10 : 2;  // python3 starts slowly
+  for (int round = 0; round < rounds; ++round) {
+    test::shell_output(fmt::format("sh '{}/hosts.sh'", dir_));
+    for (int i = 0; i < 16; ++i) {
+      std::string out = test::slurp(fmt::format("{}/out{}", dir_, i));
+      RemoteManifest r = parse_remote_manifest(out, IgnoreRules());
+      ASSERT_TRUE(r.complete) << out;
+      ASSERT_EQ(r.error, "") << "round " << round << ", host " << i;
+      ASSERT_EQ(r.entries.size(), 21u) << out;  // the files and __pycache__
+    }
+  }
+}
+
 TEST_P(SyncProgramTest, ApplyDeletesButKeepsWhatIsExcluded) {
   fs::create_directories(dest_ + "/old/ckpt");
   std::ofstream(dest_ + "/old/ckpt/w.pt") << "w";
@@ -545,6 +594,40 @@ TEST_F(SyncTree, PerlWithoutTheSystemCallsCopiesRightAndKeepsMtimesToAMicrosecon
     }
   }
   EXPECT_EQ(r.entries.at("early").mtime_ns, -2000000000);
+}
+
+// perl-base (Debian's and Ubuntu's essential perl, all a minimal host may have) has neither
+// Digest::SHA nor Time::HiRes: a host asked for a hash hashes with coreutils' sha256sum (it died
+// with no answer), and one without the system call table keeps whole-second mtimes (it died at
+// its start). Here the modules' names are changed to ones that do not exist.
+TEST_F(SyncTree, PerlWithoutItsNonEssentialModulesStillSyncsAndHashes) {
+  const std::vector<std::pair<std::string, std::string>> no_sha = {
+      {"require Digest::SHA", "require Digest::NoSuchModule"}};
+  fs::create_directories(dest_);
+  std::ofstream(dest_ + "/back\\slash.py", std::ios::binary) << "print('hi')\n";
+  int status = -1;
+  std::string out = run_edited_perl(dir_, dest_, no_sha,
+                                    manifest_request({"back\\slash.py", "missing"}), &status);
+  EXPECT_EQ(status, 0) << out;
+  RemoteAnswer a = parse_remote_answer(out.substr(out.find(kEnd) + kEnd.size()));
+  EXPECT_TRUE(a.complete) << out;
+  EXPECT_EQ(a.hashes["back\\slash.py"], sha256_hex("print('hi')\n")) << out;
+  EXPECT_EQ(a.hashes["missing"], "") << out;
+
+  const std::vector<std::pair<std::string, std::string>> no_hires = {
+      {"$^O eq 'linux'", "0"}, {"require Time::HiRes", "require Time::NoSuchModule"}};
+  Manifest l = local();
+  out = run_edited_perl(dir_, dest_, no_hires, stream_for(l, {}), &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("msrun-sync: done 5 300024 0"), std::string::npos) << out;
+  EXPECT_EQ(test::slurp(dest_ + "/sub dir/ünï/data.bin"), std::string(300000, 'x'));
+  RemoteManifest r = parse_remote_manifest(run_edited_perl(dir_, dest_, no_hires, "", &status),
+                                           sync_rules(src_, {"*.pt"}));
+  ASSERT_TRUE(r.complete);
+  for (const auto& [path, e] : l)
+    if (e.type == EntryType::kFile) {
+      EXPECT_EQ(r.entries.at(path).mtime_ns, e.mtime_ns / 1000000000 * 1000000000) << path;
+    }
 }
 
 // Where the kernel does not name the architecture (before Linux 6.1), sync.pl asks perl's Config:
