@@ -17,7 +17,8 @@ namespace msrun_ssh {
 struct BindCore {
   enum class Mode { kUnset, kOff, kAuto, kManual };
   Mode mode = Mode::kUnset;
-  // Manual mode: key -> CPU ranges as written ("0-11", "24"), each validated by parse_cpu_list.
+  // Manual mode: key -> CPU ranges as written ("0-11", "24"), each validated by parse_cpu_list;
+  // none: that process is not bound (msrun's empty list).
   std::map<std::string, std::vector<std::string>> ranges;
   bool operator==(const BindCore&) const = default;
 };

@@ -166,9 +166,9 @@ const std::vector<OptionSpec>& option_table() {
        "log name T_<rank>.log; {ip} and {hostname} are replaced (default worker)", kRunCheck,
        S::kMsrun,
        [](O& o, V n, V v, G) {
-         if (v.empty() || v.find('/') != std::string::npos || v.find('\0') != std::string::npos)
-           bad(n, v, "must be a non-empty file name without \"/\"");
-         o.worker_log_name = v;
+         if (v.find('/') != std::string::npos || v.find('\0') != std::string::npos)
+           bad(n, v, "must be a file name without \"/\"");
+         o.worker_log_name = v.empty() ? "worker" : v;  // as msrun: empty is the default
        }},
       {"--tail_worker_log", "", "R",
        "ranks shown on the console, e.g. 0,3; -1 all (default -1); logs keep all; what you type "

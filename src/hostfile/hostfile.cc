@@ -86,8 +86,8 @@ BindCore get_bind_core(const std::string& path, const toml::node& node) {
     std::string where = fmt::format("{}: bind_core", at(path, v));
     validate_bind_key(key, where);
     const auto* arr = v.as_array();
-    if (!arr || arr->empty())
-      fail(path, v, fmt::format("bind_core.{} must be a non-empty list of CPU ranges", key));
+    if (!arr) fail(path, v, fmt::format("bind_core.{} must be a list of CPU ranges", key));
+    spec.ranges[key];  // an empty list: that process is not bound (msrun skips it)
     for (const auto& r : *arr) {
       const auto* s = r.as_string();
       if (!s) fail(path, r, fmt::format("bind_core.{}: CPU ranges are strings like \"0-3\"", key));

@@ -35,9 +35,10 @@ Binding planned_binding(const BindRequest& request, const HostPlan& host, const 
   if (request.core.mode == BindCore::Mode::kManual) {
     std::string what = fmt::format("bind_core for host {}", host.host.address);
     auto it = request.core.ranges.find(p.bind_key);
-    if (it != request.core.ranges.end())
-      b.cpus = parse_cpu_list(fmt::format("{}", fmt::join(it->second, ",")), what);
-    else if (p.role == Role::kWorker)
+    if (it != request.core.ranges.end()) {
+      if (!it->second.empty())
+        b.cpus = parse_cpu_list(fmt::format("{}", fmt::join(it->second, ",")), what);
+    } else if (p.role == Role::kWorker)
       throw InputError(fmt::format(
           "{}: no entry \"{}\" for {} (keys are \"scheduler\" and \"device<physical id>\")", what,
           p.bind_key, p.label()));

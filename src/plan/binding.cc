@@ -161,8 +161,9 @@ BindCore parse_bind_core(std::string_view text, std::string_view what) {
   for (auto& [key, value] : j.items()) {
     validate_bind_key(key, what);
     std::string where = fmt::format("{} key \"{}\"", what, key);
-    if (!value.is_array() || value.empty())
-      throw InputError(fmt::format("{}: expected a non-empty list of CPU ranges", where));
+    if (!value.is_array())
+      throw InputError(fmt::format("{}: expected a list of CPU ranges", where));
+    spec.ranges[key];  // an empty list: that process is not bound (msrun skips it)
     for (const auto& range : value) {
       if (!range.is_string())
         throw InputError(fmt::format("{}: expected CPU ranges as strings like \"0-3\"", where));

@@ -410,7 +410,9 @@ void plan_processes(Plan& plan, const Options& options) {
       // As msrun: --sim_rank_id's one process is device 0 of its host (its log is still
       // worker_<rank>.log: the log's number is the rank's, whatever runs; docs/remote.md).
       w.device_id = options.sim_rank_id >= 0 ? "0" : std::to_string(i);
-      w.bind_key = "device" + devices[i];
+      // msrun's simulation binds by the logical id, the visible devices left aside (its
+      // _get_physical_device_id): device0 for --sim_rank_id's one process.
+      w.bind_key = "device" + (sim ? w.device_id : devices[i]);
       hp.processes.push_back(std::move(w));
     }
   }

@@ -65,6 +65,11 @@ TEST(Binding, BindCoreDict) {
             (Ranges{{"device0", {"4-9", "20-25"}}, {"device12", {"30"}}, {"scheduler", {"0-3"}}}));
 }
 
+TEST(Binding, BindCoreEmptyListIsAKeyWithNoRanges) {
+  BindCore b = parse_bind_core(R"({"scheduler":[],"device0":["1"]})", "--bind_core");
+  EXPECT_EQ(b.ranges, (Ranges{{"device0", {"1"}}, {"scheduler", {}}}));
+}
+
 TEST(Binding, BindCoreEmptyDictIsManualWithNoKeys) {
   BindCore b = parse_bind_core("{}", "--bind_core");
   EXPECT_EQ(b.mode, BindCore::Mode::kManual);
@@ -100,9 +105,7 @@ TEST(Binding, BindCoreErrors) {
       core_error("{\"gpu0\":[\"0\"]}"),
       "--bind_core: unknown key \"gpu0\" (expected \"scheduler\" or \"device<N>\", as msrun)");
   EXPECT_EQ(core_error("{\"device0\":\"0-3\"}"),
-            "--bind_core key \"device0\": expected a non-empty list of CPU ranges");
-  EXPECT_EQ(core_error("{\"device0\":[]}"),
-            "--bind_core key \"device0\": expected a non-empty list of CPU ranges");
+            "--bind_core key \"device0\": expected a list of CPU ranges");
   EXPECT_EQ(core_error("{\"device0\":[0]}"),
             "--bind_core key \"device0\": expected CPU ranges as strings like \"0-3\"");
   EXPECT_EQ(core_error("{\"device0\":[\"3-0\"]}"),

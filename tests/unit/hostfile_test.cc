@@ -62,6 +62,18 @@ bind_core = { device0 = ["0-3"], scheduler = ["4", "6-7"] }
 bind_numa = { device0 = 0, device1 = [1, 0] }
 )";
 
+// An empty list of CPU ranges leaves that process unbound, as msrun's --bind_core does (it was
+// refused).
+TEST(Hostfile, BindCoreEmptyListIsAKeyWithNoRanges) {
+  Cluster c = parse_toml_hostfile(
+      "[[hosts]]\naddress = \"198.18.0.1\"\nbind_core = { device0 = [], scheduler = [\"1\"] }\n",
+      "h.toml");
+  ASSERT_EQ(c.hosts.size(), 1u);
+  EXPECT_EQ(c.hosts[0].bind_core.mode, BindCore::Mode::kManual);
+  EXPECT_EQ(c.hosts[0].bind_core.ranges, (std::map<std::string, std::vector<std::string>>{
+                                             {"device0", {}}, {"scheduler", {"1"}}}));
+}
+
 // A dotted key of tens of thousands of parts overflowed toml++'s stack (a crash, no message): it
 // is refused naming its line, exit 2 (review of 2026-12-07). Dots in strings and comments, and a
 // key of fewer parts, are not.
@@ -372,10 +384,8 @@ TEST(Hostfile, TomlErrorsNameTheFileLineAndColumn) {
        "h.toml:3:33: bind_core.device0: bad CPU range \"x\""},
       {kHead + "bind_core = { device0 = [0] }\n",
        "h.toml:3:26: bind_core.device0: CPU ranges are strings like \"0-3\""},
-      {kHead + "bind_core = { device0 = [] }\n",
-       "h.toml:3:25: bind_core.device0 must be a non-empty list of CPU ranges"},
       {kHead + "bind_core = { device0 = \"0-3\" }\n",
-       "h.toml:3:25: bind_core.device0 must be a non-empty list of CPU ranges"},
+       "h.toml:3:25: bind_core.device0 must be a list of CPU ranges"},
       // bad bind_numa values
       {kHead + "bind_numa = { device0 = -1 }\n",
        "h.toml:3:25: key \"bind_numa.device0\" = -1 is out of range 0..4095"},

@@ -408,6 +408,24 @@ TEST_F(MakePlan, SimRankIdRunsExactlyOneProcessOnItsHost) {
   }
 }
 
+// In msrun's simulation the bind keys are the logical ids (visible devices left aside):
+// --sim_rank_id's one process is device0, as its DEVICE_ID says. It asked for the key of its
+// rank's index on its host, or of a physical id.
+TEST_F(MakePlan, SimulationBindsByTheLogicalDeviceId) {
+  options.sim_level = 1;
+  options.sim_rank_id = 5;
+  options.bind_core = parse_bind_core(R"({"device0":["0-3"]})", "x");
+  Plan p = plan();
+  ASSERT_EQ(p.hosts[2].processes.size(), 1u);
+  EXPECT_EQ(p.hosts[2].processes[0].cpus, (std::vector<int>{0, 1, 2, 3}));
+  options.sim_rank_id = -1;
+  cluster.hosts = {host("alpha", 2, {{"ASCEND_RT_VISIBLE_DEVICES", "4,5"}})};
+  options.bind_core = parse_bind_core(R"({"device0":["0-3"],"device1":["4-7"]})", "x");
+  p = plan();
+  ASSERT_EQ(p.hosts[0].processes.size(), 2u);
+  EXPECT_EQ(p.hosts[0].processes[1].cpus, (std::vector<int>{4, 5, 6, 7}));
+}
+
 TEST_F(MakePlan, SimRankIdOutOfRange) {
   options.sim_level = 1;
   options.sim_rank_id = 8;
@@ -660,6 +678,27 @@ TEST_F(MakePlan, ManualBindCoreWithoutSchedulerKeyLeavesItUnbound) {
   EXPECT_EQ(env_of(p.hosts[0].processes[0], "MSRUN_CPU_LIST"), nullptr);
   EXPECT_EQ(p.hosts[0].processes[0].argv[0], "python3");
   EXPECT_EQ(p.hosts[0].processes[1].argv[2], "2-3");
+}
+
+// msrun's guide: an empty list skips that process's binding ("若 CPU
+// 范围段列表为空，则跳过对该进程的 亲和性设置"), and its example lists every process, [] for those
+// not to bind. It was refused.
+TEST_F(MakePlan, ManualBindCoreEmptyListLeavesThatProcessUnbound) {
+  cluster.hosts = {host("alpha", 2)};
+  options.bind_core =
+      parse_bind_core(R"({"scheduler":[], "device0":[], "device1":["20-21", "40"]})", "x");
+  Plan p = plan();
+  const auto& procs = p.hosts[0].processes;
+  for (size_t i : {0, 1}) {
+    EXPECT_TRUE(procs[i].cpus.empty()) << i;
+    EXPECT_EQ(procs[i].argv[0], "python3") << i;
+    EXPECT_EQ(env_of(procs[i], "MSRUN_CPU_LIST"), nullptr) << i;
+  }
+  EXPECT_EQ(procs[2].cpus, (std::vector<int>{20, 21, 40}));
+  cluster.hosts[0].bind_core = parse_bind_core(R"({"device0":[],"device1":[]})", "x");
+  options.bind_core = {};
+  p = plan();
+  EXPECT_EQ(p.hosts[0].processes[2].argv[0], "python3");
 }
 
 TEST_F(MakePlan, ManualBindCoreUsesPhysicalDeviceKeys) {
