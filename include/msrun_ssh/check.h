@@ -414,11 +414,13 @@ void check_connected_hosts(Transport& transport, const std::vector<size_t>& conn
 // The rounds for n hosts (indexes 0..n-1): each a list of pairs (server, client).
 std::vector<std::vector<std::pair<size_t, size_t>>> net_rounds(size_t n, NetPairs pairs);
 
-// The interface named by the host's GLOO/HCCL/NCCL_SOCKET_IFNAME ("" if none or not a plain name).
+// The interface named by the host's GLOO/HCCL/NCCL_SOCKET_IFNAME ("" if none or not a plain name):
+// its name, or NAME* for NCCL's and HCCL's prefix of names (a value without '=': the first
+// interface whose name begins so).
 std::string net_interface(const EnvList& env);
 
-// The server side's BIND argument for net.py ("if:NAME" or "addr:IP"), from the host's env and
-// its probe's route to the master; "" when neither tells an address.
+// The server side's BIND argument for net.py ("if:NAME", "if:PREFIX*" or "addr:IP"), from the
+// host's env and its probe's route to the master; "" when neither tells an address.
 std::string net_bind(const HostExpectation& expectation, const ProbeFacts& facts);
 
 // The two sides of one pair (python.sh + net.py).

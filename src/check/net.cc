@@ -280,12 +280,18 @@ std::string net_interface(const EnvList& env) {
         std::find_if(env.begin(), env.end(), [name](const auto& e) { return e.first == name; });
     if (it == env.end()) continue;
     std::string v = it->second.substr(0, it->second.find(','));
-    if (!v.empty() && v[0] == '=') v.erase(0, 1);
+    // Gloo takes an interface's name; NCCL and HCCL a prefix of names ("ib": ib0, ib1, ...), or
+    // one name after '='.
+    bool prefix = std::string_view(name) != "GLOO_SOCKET_IFNAME";
+    if (!v.empty() && v[0] == '=') {
+      v.erase(0, 1);
+      prefix = false;
+    }
     bool plain = !v.empty() && v.size() < 16 &&
                  v.find_first_not_of(
                      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                      "0123456789._-@") == std::string::npos;
-    return plain ? v : "";
+    return plain ? v + (prefix ? "*" : "") : "";
   }
   return "";
 }

@@ -1,5 +1,6 @@
 # The link test of `msrun-ssh check --net` (run by python.sh), one side of one pair:
-#   serve BIND SECONDS   BIND is "addr:IP" or "if:NAME" (the address of that interface). Listens
+#   serve BIND SECONDS   BIND is "addr:IP", "if:NAME" (the address of that interface) or
+#       "if:PREFIX*" (of the first interface, by index, whose name begins so and has one). Listens
 #       on a free port of that address, prints "port=P addr=A", serves one client: echoes its
 #       pings, counts its bytes until it half-closes (prints "fwd_bytes=N fwd_s=T"), sends them
 #       back as a line, then sends for SECONDS itself and closes. Ends on EOF of stdin (the
@@ -18,6 +19,14 @@ def say(text):
 
 
 def ifaddr(name):
+    if name.endswith("*"):
+        for _, n in socket.if_nameindex():
+            if n.startswith(name[:-1]):
+                try:
+                    return ifaddr(n)
+                except OSError:
+                    pass
+        raise OSError("no interface whose name begins with %s has an IPv4 address" % name[:-1])
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     req = struct.pack("256s", name.encode()[:15])
     return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])

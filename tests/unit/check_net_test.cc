@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/check.h"
 #include "msrun_ssh/cli.h"
 #include "msrun_ssh/error.h"
+#include "remote/programs.h"
 #include "reply_transport.h"
 #include "test_util.h"
 
@@ -158,10 +160,27 @@ TEST(CheckNet, ASlowRoundTripWarns) {
 
 TEST(CheckNet, InterfaceFromTheSocketIfnameVariables) {
   EXPECT_EQ(net_interface({{"NCCL_SOCKET_IFNAME", "=eth1,eth2"}}), "eth1");
+  // NCCL and HCCL take a prefix of names without '=' (every host failed as "No such device").
+  EXPECT_EQ(net_interface({{"NCCL_SOCKET_IFNAME", "ib,eth"}}), "ib*");
+  EXPECT_EQ(net_interface({{"HCCL_SOCKET_IFNAME", "enp"}}), "enp*");
   EXPECT_EQ(net_interface({{"NCCL_SOCKET_IFNAME", "^docker,lo"}}), "");
   EXPECT_EQ(net_interface({{"HCCL_SOCKET_IFNAME", "ib0"}, {"GLOO_SOCKET_IFNAME", "eth3"}}), "eth3");
   EXPECT_EQ(net_interface({{"GLOO_SOCKET_IFNAME", "a;rm -rf"}}), "");
   EXPECT_EQ(net_interface({{"PATH", "/bin"}}), "");
+}
+
+// net.py's server binds to the first interface whose name begins with a prefix: here "l", lo.
+TEST(CheckNet, TheServerTakesTheFirstInterfaceOfAPrefix) {
+  if (!test::have_python3()) GTEST_SKIP() << "no python3";
+  for (const auto& [bind, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"if:l*", "addr=127.0.0.1"},
+           {"if:lo", "addr=127.0.0.1"},
+           {"if:nosuchif*", "error=no interface whose name begins with nosuchif has an IPv4"}}) {
+    std::string out = test::shell_output(
+        fmt::format("python3 -I -S -c {} serve {} 0.01 < /dev/null",
+                    shell_quote(std::string(remote::kNetPy)), shell_quote(bind)));
+    EXPECT_NE(out.find(expected), std::string::npos) << bind << ": " << out;
+  }
 }
 
 TEST(CheckNet, BindFromTheEnvElseTheRouteToTheMaster) {
