@@ -355,6 +355,7 @@ sub delete_entry {
     return if $! == $ENOENT;
     die "$full: $!\n";
   }
+  writable_dir($full);
   if (is_dir($mode)) {
     rmdir $full or return;  # a directory that still holds excluded files stays
   } else {
@@ -362,6 +363,10 @@ sub delete_entry {
   }
   $state{deleted}++;
 }
+
+# Directories whose mode would keep their owner from writing in them (0555) get it at the
+# stream's end (finish), as do those such a mode already kept closed: DIR -> mode.
+my %LATE;
 
 sub directory {
   my ($full, $mode) = @_;
@@ -372,13 +377,28 @@ sub directory {
     die "$full: $!\n" unless $! == $ENOENT;
     mkdir $full, 0700 or die "$full: $!\n";
   }
-  chmod $mode, $full or die "$full: $!\n";
+  delete $LATE{$full};
+  $LATE{$full} = $mode if !($mode & 0200);
+  chmod exists $LATE{$full} ? $mode | 0700 : $mode, $full or die "$full: $!\n";
 }
 
 sub dir_of { (my $d = $_[0]) =~ s{/[^/]*\z}{}; return $d }
 
+# Opens the directory of FULL for a change in it when its mode keeps its owner (us) out.
+sub writable_dir {
+  my $dir = dir_of($_[0]);
+  return if exists $LATE{$dir} || -w $dir && -x _;
+  my @st = lstat $dir or return;
+  return unless $st[4] == $> && is_dir($st[2]);
+  $LATE{$dir} = $st[2] & 07777;
+  chmod(($st[2] & 07777) | 0700, $dir) or die "$dir: $!\n";
+}
+
+sub finish { chmod $LATE{$_}, $_ for keys %LATE }
+
 sub write_file {
   my ($full, $mode, $mtime, $size) = @_;
+  writable_dir($full);
   my $tmp = dir_of($full) . '/' . random_name();
   $state{tmp} = $tmp;
   sysopen my $fh, $tmp, $OPEN_NEW, 0600 or die "$tmp: $!\n";
@@ -427,6 +447,7 @@ sub symlink_entry {
   my ($path, $full, $target) = @_;
   refuse("refused symlink '$path' -> '$target': it leads out of the directory")
     if leaves($path, $target);
+  writable_dir($full);
   my $tmp = dir_of($full) . '/' . random_name();
   $state{tmp} = $tmp;
   symlink $target, $tmp or die "$tmp: $!\n";
@@ -471,6 +492,7 @@ sub apply {
     1 while record();
     1;
   };
+  finish();
   if ($ok) {
     $OUT .= "msrun-sync: done $state{files} $state{bytes} $state{deleted}\n";
     flush_out();

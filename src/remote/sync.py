@@ -197,7 +197,9 @@ def safe(path):
 def delete(full):
     checked.clear()
     try:
-        if stat.S_ISDIR(os.lstat(full).st_mode):
+        is_dir = stat.S_ISDIR(os.lstat(full).st_mode)
+        writable_dir(full)
+        if is_dir:
             os.rmdir(full)
         else:
             os.unlink(full)
@@ -210,16 +212,42 @@ def delete(full):
         # A directory that still holds excluded files stays.
 
 
+# As sync.pl: directories whose mode keeps their owner from writing in them get it at the end.
+late = {}
+
+
 def directory(full, mode):
     try:
         if not stat.S_ISDIR(os.lstat(full).st_mode):
             raise Refused("cannot make directory %r: something else is there" % os.fsdecode(full))
     except FileNotFoundError:
         os.mkdir(full, 0o700)
-    os.chmod(full, mode)
+    late.pop(full, None)
+    if not mode & 0o200:
+        late[full] = mode
+    os.chmod(full, mode | 0o700 if full in late else mode)
+
+
+def writable_dir(full):
+    d = os.path.dirname(full)
+    if d in late or os.access(d, os.W_OK | os.X_OK):
+        return
+    st = os.lstat(d)
+    if st.st_uid == os.geteuid() and stat.S_ISDIR(st.st_mode):
+        late[d] = st.st_mode & 0o7777
+        os.chmod(d, late[d] | 0o700)
+
+
+def finish():
+    for d, mode in late.items():
+        try:
+            os.chmod(d, mode)
+        except OSError:
+            pass
 
 
 def write_file(full, mode, mtime, size):
+    writable_dir(full)
     tmp = os.path.join(os.path.dirname(full), TMP + os.urandom(6).hex().encode())
     state["tmp"] = tmp
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -246,6 +274,7 @@ def symlink(path, full, target):
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if target.startswith(b"/") or resolved == b".." or resolved.startswith(b"../"):
         raise Refused("refused symlink %r -> %r: it leads out of the directory" % (os.fsdecode(path), os.fsdecode(target)))
+    writable_dir(full)
     tmp = os.path.join(os.path.dirname(full), TMP + os.urandom(6).hex().encode())
     state["tmp"] = tmp
     os.symlink(target, tmp)
@@ -292,9 +321,12 @@ def drop_tmp():
 
 def apply():
     try:
-        os.makedirs(dest, exist_ok=True)
-        while record():
-            pass
+        try:
+            os.makedirs(dest, exist_ok=True)
+            while record():
+                pass
+        finally:
+            finish()
         print("msrun-sync: done %d %d %d" % (state["files"], state["bytes"], state["deleted"]), flush=True)
         return 0
     except EOFError:

@@ -187,8 +187,11 @@ std::optional<std::pair<std::string, Entry>> plain_entry_line(std::string_view l
 RemoteManifest parse_remote_manifest(std::string_view output, const IgnoreRules& rules,
                                      bool plain_lines) {
   RemoteManifest r;
+  // A host's symlink counts as the directory it may stand for: `data/` excluded keeps a host's
+  // `data -> /scratch/data` (node-local data), which was deleted as not the launcher's.
   auto add = [&](const std::string& path, const Entry& e) {
-    if (safe_relative(path) && !own_file(path) && !rules.excluded(path, e.type == EntryType::kDir))
+    if (safe_relative(path) && !own_file(path) &&
+        !rules.excluded(path, e.type == EntryType::kDir || e.type == EntryType::kSymlink))
       r.entries[path] = e;
   };
   json_lines(

@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "local_transport.h"
 #include "msrun_ssh/base.h"
@@ -370,6 +371,25 @@ TEST_P(SyncProgramTest, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   EXPECT_EQ(a.hashes.at("train.py"), sha256_hex("print('hi')\n"));
 }
 
+// `--sync_exclude data/` on a launcher whose data is a directory, and hosts where `data` is a
+// symlink to node-local storage: the hosts' link is excluded too, so it is neither deleted nor
+// compared (the dir-only pattern missed it, and the sync deleted it).
+TEST(SyncManifest, AHostsSymlinkIsExcludedByADirectoryPattern) {
+  IgnoreRules rules = sync_rules("/nonexistent", {"data/", "*.log"});
+  RemoteManifest r = parse_remote_manifest(
+      "{\"t\": \"l\", \"m\": 511, \"s\": 13, \"n\": 1, \"p\": \"data\", \"l\": "
+      "\"/scratch/data\"}\n"
+      "{\"t\": \"f\", \"m\": 420, \"s\": 3, \"n\": 1, \"p\": \"datafile\"}\n"
+      "{\"t\": \"l\", \"m\": 511, \"s\": 1, \"n\": 1, \"p\": \"link\", \"l\": \"x\"}\n"
+      "{\"end\": true}\n",
+      rules);
+  EXPECT_EQ(r.entries.count("data"), 0u);
+  EXPECT_EQ(r.entries.count("datafile"), 1u);
+  EXPECT_EQ(r.entries.count("link"), 1u);
+  SyncPlan d = diff_manifests({}, r.entries);
+  for (const auto& a : d.actions) EXPECT_NE(a.path, "data");
+}
+
 // A host that cannot list a directory names it; the launcher passes over it where the rules
 // exclude that directory (nothing there is sent or deleted), and fails the host elsewhere.
 TEST(SyncManifest, AnUnlistableDirectoryIsAnErrorOnlyWhereItIsNotExcluded) {
@@ -417,6 +437,54 @@ TEST_P(SyncProgramTest, HostsListingASharedDirectoryAtOnceDoNotFail) {
       ASSERT_EQ(r.entries.size(), 21u) << out;  // the files and __pycache__
     }
   }
+}
+
+// A directory whose mode keeps its owner out (0555) gets that mode once the stream has filled it:
+// a user (not root, whom modes do not stop) could not sync a tree holding one, the file after
+// its directory refused, and no later sync could either. Run as nobody when the tests are root.
+TEST_P(SyncProgramTest, AReadOnlyDirectoryIsFilledAndKeepsItsMode) {
+  fs::create_directories(dest_);
+  std::string as_user;
+  if (::geteuid() == 0) {
+    if (test::shell_output("command -v setpriv").empty()) GTEST_SKIP() << "no setpriv";
+    ASSERT_EQ(::chmod(dir_.c_str(), 0711), 0);
+    ASSERT_EQ(::chown(dest_.c_str(), 65534, 65534), 0);
+    as_user = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  }
+  auto sync = [&](const std::string& stream) {
+    std::ofstream(dir_ + "/stdin", std::ios::binary) << stream;
+    int status = -1;
+    std::string out =
+        test::shell_output(fmt::format("{}/bin/sh -c {} < '{}/stdin'", as_user,
+                                       shell_quote(sync_command(dest_, "", program_)), dir_),
+                           &status);
+    return std::pair{status, out.substr(out.find(kEnd) + kEnd.size())};
+  };
+  auto mode_of = [](const std::string& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 01000000u;
+  };
+  const std::string end = encode_record_header(RecordType::kEnd, 0, 0, 0, "");
+  auto [status, out] =
+      sync(encode_record_header(RecordType::kDir, 0555, 0, 0, "ro") +
+           encode_record_header(RecordType::kDir, 0555, 0, 0, "ro/sub") +
+           encode_record_header(RecordType::kFile, 0444, 0, 2, "ro/sub/a.py") + "a\n" + end);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(out, "msrun-sync: done 1 2 0\n");
+  EXPECT_EQ(test::slurp(dest_ + "/ro/sub/a.py"), "a\n");
+  EXPECT_EQ(mode_of(dest_ + "/ro"), 0555u);
+  EXPECT_EQ(mode_of(dest_ + "/ro/sub"), 0555u);
+  // A later sync writes and deletes in it, its mode as it was (no D record comes again).
+  std::tie(status, out) =
+      sync(encode_record_header(RecordType::kFile, 0444, 0, 2, "ro/sub/b.py") + "b\n" +
+           encode_record_header(RecordType::kDelete, 0, 0, 0, "ro/sub/a.py") + end);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(out, "msrun-sync: done 1 2 1\n");
+  EXPECT_TRUE(fs::exists(dest_ + "/ro/sub/b.py"));
+  EXPECT_FALSE(fs::exists(dest_ + "/ro/sub/a.py"));
+  EXPECT_EQ(mode_of(dest_ + "/ro/sub"), 0555u);
+  // The temporary directory goes with the test.
+  for (const char* d : {"/ro/sub", "/ro"}) ::chmod((dest_ + d).c_str(), 0755);
 }
 
 TEST_P(SyncProgramTest, ApplyDeletesButKeepsWhatIsExcluded) {
