@@ -44,6 +44,50 @@ bool target_inside(const std::string& path, const std::string& target) {
   return !resolved.empty() && *resolved.begin() != "..";
 }
 
+// The '/'-separated parts of `path`, in `parts` after those there (empty ones and "." left
+// out).
+void append_parts(std::vector<std::string>& parts, std::string_view path) {
+  for (std::string_view part : split_words(path, "/"))
+    if (part != ".") parts.emplace_back(part);
+}
+
+// Whether the symlink `path` of `m` resolves inside the tree, following on the way the tree's own
+// symlinks (those `m` holds, which the hosts get too): `sub/e -> d/../x` with `sub/d -> ..` leaves
+// it, though each text stays inside alone. A part `m` does not have (excluded: a host's own, or
+// missing) is taken as it is written. More than 40 links followed (a loop: it leads nowhere, on the
+// hosts as here) ends the look there.
+bool resolves_inside(const Manifest& m, const std::string& path) {
+  std::vector<std::string> at;  // the parts resolved so far, from the top of the tree
+  append_parts(at, path);
+  at.pop_back();
+  std::vector<std::string> todo;  // the parts left, last first
+  auto push_target = [&todo](const std::string& target) {
+    std::vector<std::string> parts;
+    append_parts(parts, target);
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  push_target(m.at(path).target);
+  for (int links = 0; !todo.empty();) {
+    std::string part = std::move(todo.back());
+    todo.pop_back();
+    if (part == "..") {
+      if (at.empty()) return false;
+      at.pop_back();
+      continue;
+    }
+    at.push_back(std::move(part));
+    std::string joined;
+    for (const auto& a : at) joined += (joined.empty() ? "" : "/") + a;
+    auto it = m.find(joined);
+    if (it == m.end() || it->second.type != EntryType::kSymlink) continue;
+    if (++links > 40) return true;
+    if (it->second.target.starts_with('/')) return false;
+    at.pop_back();
+    push_target(it->second.target);
+  }
+  return true;
+}
+
 Entry entry_of(const struct stat& st, const std::string& full) {
   Entry e;
   e.mode = st.st_mode & 07777;
@@ -91,6 +135,12 @@ Manifest local_manifest(const std::string& dir, const IgnoreRules& rules,
           dir, rel, e.target, e.target.starts_with('/') ? "an absolute path" : "outside the tree"));
     m.emplace(std::move(rel), std::move(e));
   }
+  for (const auto& [rel, e] : m)
+    if (e.type == EntryType::kSymlink && !resolves_inside(m, rel))
+      throw InputError(fmt::format(
+          "sync: {}/{} is a symlink to {}, which leads outside the tree through the tree's own "
+          "symlinks: the hosts cannot have it; exclude it or point it inside",
+          dir, rel, e.target));
   return m;
 }
 

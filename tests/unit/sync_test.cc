@@ -7,6 +7,7 @@
 #include "msrun_ssh/sync.h"
 
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -158,6 +159,28 @@ INSTANTIATE_TEST_SUITE_P(Both, SyncProgramTest,
                          [](const testing::TestParamInfo<SyncProgram>& info) {
                            return info.param == SyncProgram::kPerl ? "Perl" : "Python";
                          });
+
+// A symlink whose text stays inside alone, but leads out through another symlink of the tree
+// (`sub/e -> d/../secret` with `sub/d -> ..`): the hosts would read outside DEST. It was synced.
+TEST_F(SyncTree, ASymlinkLeadingOutThroughAnotherIsRefused) {
+  fs::create_directories(src_ + "/sub");
+  fs::create_symlink("..", src_ + "/sub/d");
+  fs::create_symlink("d/train.py", src_ + "/sub/in.py");  // d is the top: inside
+  fs::create_symlink("loop2", src_ + "/loop1");           // leads nowhere, here as on the hosts
+  fs::create_symlink("loop1", src_ + "/loop2");
+  fs::create_symlink("/scratch/data", src_ + "/data");      // excluded: the hosts have their own
+  fs::create_symlink("data/ckpt", src_ + "/through_data");  // the hosts' own data
+  IgnoreRules rules = sync_rules(src_, {"data"});
+  EXPECT_NO_THROW(local_manifest(src_, rules));
+  fs::create_symlink("d/../secret", src_ + "/sub/e");
+  EXPECT_EQ(test::error_of([&] { local_manifest(src_, rules); }),
+            "sync: " + src_ +
+                "/sub/e is a symlink to d/../secret, which leads outside the tree through the "
+                "tree's own symlinks: the hosts cannot have it; exclude it or point it inside");
+  fs::remove(src_ + "/sub/e");
+  fs::create_symlink("sub/d/sub/d/..", src_ + "/up");
+  EXPECT_THAT(test::error_of([&] { local_manifest(src_, rules); }), testing::HasSubstr("/up is"));
+}
 
 TEST_F(SyncTree, LocalManifestKeepsSymlinksAndLeavesOutExcludes) {
   Manifest m = local();
