@@ -31,6 +31,10 @@ use strict;
 my ($DEST, $TOKEN) = (@ARGV, '', '');
 my ($MARK, $TMP) = ('.msrun-sync-id', '.msrun-sync.tmp.');
 my ($WAIT, $IDLE, $READY) = (600, 30, 86400);
+# A listing or hashing that takes long sends what it has (or an empty line) every BEAT seconds:
+# the launcher gives a host up after 120 s without a byte (a tree of millions of files on NFS, a
+# file of tens of GB to hash).
+my ($BEAT, $SENT) = (10, time);
 my ($AT_FDCWD, $AT_SYMLINK_NOFOLLOW) = (-100, 0x100);
 # newfstatat, utimensat, the unpack template of struct stat's st_mode, st_size, st_mtime and its
 # nanoseconds (at 24 or 16, 48, 88, 96), and O_NOFOLLOW.
@@ -146,7 +150,14 @@ sub emit {
   $OUT .= '{' . join(', ', @parts) . "}\n";
 }
 
+sub beat {
+  return if time - $SENT < $BEAT;
+  $OUT .= "\n" unless length $OUT;
+  flush_out();
+}
+
 sub flush_out {
+  $SENT = time;
   while (length $OUT) {
     my $n = syswrite STDOUT, $OUT;
     if (!defined $n) {
@@ -182,6 +193,7 @@ sub walk {
   my @dirs;
   for my $name (@names) {
     next if $name eq '.' || $name eq '..';
+    beat();
     my $path = "$top/$name";
     if (length $TOKEN && index($name, $TMP) == 0) {
       unlink $path;
@@ -273,7 +285,13 @@ sub sha256 {
   $DIGEST //= eval { require Digest::SHA; 1 } ? 1 : 0;
   if ($DIGEST) {
     my $h = Digest::SHA->new(256);
-    eval { $h->addfile($f); 1 } or return '';
+    while (1) {
+      my $n = read $f, my $chunk, 1 << 24;
+      return '' unless defined $n;
+      last if !$n;
+      $h->add($chunk);
+      beat();
+    }
     return $h->hexdigest;
   }
   close $f;

@@ -24,7 +24,7 @@
 # noticing) must not keep this waiting: WAIT seconds of silence count as EOF there. Within the
 # stream, no byte for IDLE seconds counts as EOF: the launcher feeds it without pauses, so a silent
 # stdin means it is gone or cut off (sshd may never notice a dead connection).
-import hashlib, json, os, posixpath, signal, stat, struct, sys
+import hashlib, json, os, posixpath, signal, stat, struct, sys, time
 
 dest, token = os.fsencode(sys.argv[1]), sys.argv[2]
 MARK, TMP = b".msrun-sync-id", b".msrun-sync.tmp."
@@ -51,6 +51,17 @@ def emit(obj):
     out.write(json.dumps(obj) + "\n")
 
 
+# As sync.pl: a long listing or hashing sends what it has, or an empty line, every BEAT seconds.
+BEAT, sent = 10, [time.monotonic()]
+
+
+def beat():
+    if time.monotonic() - sent[0] >= BEAT:
+        out.write("\n")
+        out.flush()
+        sent[0] = time.monotonic()
+
+
 def named(obj, key, raw):
     try:
         obj[key] = raw.decode("utf-8")
@@ -73,6 +84,7 @@ def walk(top, rel):
         emit(named(error, "p", rel) if rel else error)
         return
     for d in entries:
+        beat()
         r = rel + b"/" + d.name if rel else d.name
         if token and d.name.startswith(TMP):
             try:
@@ -127,6 +139,7 @@ def sha256(path):
         with open(os.path.join(dest, path), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
+                beat()
     except OSError:
         return ""
     return h.hexdigest()

@@ -721,6 +721,43 @@ TEST_F(SyncTree, PerlWithoutItsNonEssentialModulesStillSyncsAndHashes) {
     }
 }
 
+// A host that lists or hashes for long sends a line (an empty one when it has nothing else) every
+// BEAT seconds, so that the launcher, which gives a host up after 120 s without a byte, waits for
+// it (a tree of millions of files on NFS, a file of tens of GB to hash): here with BEAT 0, every
+// entry and every chunk sends; what the launcher reads is the same.
+TEST_F(SyncTree, ALongListingOrHashingSendsSomethingEveryBeat) {
+  fs::create_directories(dest_ + "/d");
+  std::ofstream(dest_ + "/d/a.py") << "a";
+  std::ofstream(dest_ + "/b.py") << "b";
+  const std::string request = manifest_request({"b.py"});
+  int status = -1;
+  std::string plain = run_edited_perl(dir_, dest_, {}, request, &status);
+  ASSERT_EQ(status, 0) << plain;
+  std::string perl = run_edited_perl(
+      dir_, dest_, {{"my ($BEAT, $SENT) = (10, time)", "my ($BEAT, $SENT) = (0, 0)"}}, request,
+      &status);
+  ASSERT_EQ(status, 0) << perl;
+  std::string edited(remote::kSyncPy);
+  size_t at = edited.find("BEAT, sent = 10,");
+  ASSERT_NE(at, std::string::npos);
+  edited.replace(at, 16, "BEAT, sent = 0,");
+  std::ofstream(dir_ + "/stdin", std::ios::binary) << request;
+  std::string python =
+      test::shell_output(fmt::format("python3 -I -S -c {} {} '' < '{}/stdin'", shell_quote(edited),
+                                     shell_quote(dest_), dir_),
+                         &status);
+  ASSERT_EQ(status, 0) << python;
+  for (const std::string* out : {&perl, &python}) {
+    EXPECT_TRUE(out->starts_with("\n") || out->find("\n\n") != std::string::npos)
+        << *out;  // the empty line of a beat
+    EXPECT_EQ(parse_remote_manifest(*out, IgnoreRules()).entries,
+              parse_remote_manifest(plain, IgnoreRules()).entries);
+    std::string answer = out->substr(out->find(kEnd) + kEnd.size());
+    EXPECT_EQ(parse_remote_answer(answer).hashes.at("b.py"), sha256_hex("b"));
+  }
+  EXPECT_EQ(plain.find("\n\n"), std::string::npos) << plain;
+}
+
 // Where the kernel does not name the architecture (before Linux 6.1), sync.pl asks perl's Config:
 // mtimes stay exact.
 TEST_F(SyncTree, PerlWithoutProcSysKernelArchKeepsMtimesExact) {
