@@ -275,6 +275,44 @@ class CommandTest : public test::TempDirTest {
     return shell == "agent" ? run_agent(command, cwd) : run_shell(shell, command, cwd);
   }
 
+  // At least 400 processes on the machine: as many `sleep 30` as that takes (end_crowd ends them).
+  std::vector<pid_t> crowd_of_400() {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator("/proc"))
+      n += std::isdigit(static_cast<unsigned char>(e.path().filename().string()[0])) ? 1 : 0;
+    std::vector<pid_t> crowd;
+    for (; n < 400 && crowd.size() < 400; ++n)
+      crowd.push_back(spawn({"/bin/sleep", "30"}, kShellEnv, dir_, false).pid);
+    return crowd;
+  }
+  void end_crowd(const std::vector<pid_t>& crowd) {
+    for (pid_t p : crowd) {
+      ::kill(p, SIGKILL);
+      wait_for(p, 5);
+    }
+  }
+
+  // Runs `command` with /bin/sh under a stack limit of 1 MiB (ARG_MAX 256 KiB) and an environment
+  // that leaves `left` bytes of it beside the command; expects it to exit 0 within 20 s and
+  // returns its output.
+  std::string run_with_little_arg_room(const std::string& command, size_t left) {
+    constexpr size_t kArgMax = 256 * 1024, kPiece = 100 * 1024;
+    Words env = kShellEnv;
+    size_t used = command.size() + 200;  // the words around it, and the pointers
+    for (const auto& e : env) used += e.size() + 1 + sizeof(char*);
+    for (int i = 0; used + left < kArgMax; ++i) {
+      size_t n = std::min(kPiece, kArgMax - left - used);
+      env.push_back(fmt::format("FILL{}={}", i, std::string(n, 'x')));
+      used += env.back().size() + 1 + sizeof(char*);
+    }
+    Child c = spawn({"/bin/sh", "-c", "ulimit -s 1024 && exec /bin/sh -c \"$0\"", command}, env,
+                    dir_, false);
+    std::string output;
+    EXPECT_TRUE(read_to_eof(c.out, output, 20));
+    EXPECT_EQ(wait_for(c.pid, 20), 0) << output;
+    return output;
+  }
+
   // Runs `stop` for job_ with a grace of `grace_s`, expects it to exit 0, and returns its output.
   std::string stop(double grace_s) {
     Result r = run_shell("/bin/sh", stop_command(job_, grace_s), dir_);
@@ -1356,39 +1394,15 @@ TEST_F(CommandRoundTrip, ADetachedProcessKeepsTheStackDirWhenTheProcessesPathsAr
   std::string stacks = "/tmp/msrun-ssh-stacks-" + job_;  // the shell has no TMPDIR
   ASSERT_TRUE(fs::create_directory(stacks));
   pid_t other = start_marked(job_, {"sleep", "30"}, "sleep");  // another rank of the job
-  auto processes = [] {
-    size_t n = 0;
-    for (const auto& e : fs::directory_iterator("/proc"))
-      n += std::isdigit(static_cast<unsigned char>(e.path().filename().string()[0])) ? 1 : 0;
-    return n;
-  };
-  std::vector<pid_t> crowd;
-  for (size_t n = processes(); n < 400 && crowd.size() < 400; ++n)
-    crowd.push_back(spawn({"/bin/sleep", "30"}, kShellEnv, dir_, false).pid);
+  std::vector<pid_t> crowd = crowd_of_400();
   process_.argv = {"true"};
   std::string command = detached_command(process_, job_, "w0.log");
-  constexpr size_t kArgMax = 256 * 1024, kLeft = 4 * 1024, kPiece = 100 * 1024;
-  Words env = kShellEnv;
-  size_t used = command.size() + 200;
-  for (const auto& e : env) used += e.size() + 1 + sizeof(char*);
-  for (int i = 0; used + kLeft < kArgMax; ++i) {
-    size_t n = std::min(kPiece, kArgMax - kLeft - used);
-    env.push_back(fmt::format("FILL{}={}", i, std::string(n, 'x')));
-    used += env.back().size() + 1 + sizeof(char*);
-  }
-  Child c = spawn({"/bin/sh", "-c", "ulimit -s 1024 && exec /bin/sh -c \"$0\"", command}, env, dir_,
-                  false);
-  std::string output;
-  EXPECT_TRUE(read_to_eof(c.out, output, 20));
-  EXPECT_EQ(wait_for(c.pid, 20), 0) << output;
+  run_with_little_arg_room(command, 4 * 1024);
   std::string stem = state_stem(workdir_, "w0.log", job_, process_);
   auto t0 = Clock::now();
   while (since(t0) < 15 && slurp(stem + ".exit").empty())
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  for (pid_t p : crowd) {
-    ::kill(p, SIGKILL);
-    wait_for(p, 5);
-  }
+  end_crowd(crowd);
   ::kill(other, SIGKILL);
   wait_for(other, 5);
   EXPECT_EQ(slurp(stem + ".exit"), "0\n");
@@ -1444,34 +1458,9 @@ TEST_F(StopCommand, EndsTheLaterAttemptsItIsToldOf) {
 // this machine's processes (made at least 400). It must still find and end its job.
 TEST_F(StopCommand, FindsTheJobWhenTheProcessesPathsAreMoreThanOneExecCarries) {
   pid_t sleeper = start_marked(job_, {"sleep", "30"}, "sleep");
-  auto processes = [] {
-    size_t n = 0;
-    for (const auto& e : fs::directory_iterator("/proc"))
-      n += std::isdigit(static_cast<unsigned char>(e.path().filename().string()[0])) ? 1 : 0;
-    return n;
-  };
-  std::vector<pid_t> crowd;
-  for (size_t n = processes(); n < 400 && crowd.size() < 400; ++n)
-    crowd.push_back(spawn({"/bin/sleep", "30"}, kShellEnv, dir_, false).pid);
-  constexpr size_t kArgMax = 256 * 1024, kLeft = 10 * 1024, kPiece = 100 * 1024;
-  std::string command = stop_command(job_, 0.5);
-  Words env = kShellEnv;
-  size_t used = command.size() + 200;  // the words around it, and the pointers
-  for (const auto& e : env) used += e.size() + 1 + sizeof(char*);
-  for (int i = 0; used + kLeft < kArgMax; ++i) {
-    size_t n = std::min(kPiece, kArgMax - kLeft - used);
-    env.push_back(fmt::format("FILL{}={}", i, std::string(n, 'x')));
-    used += env.back().size() + 1 + sizeof(char*);
-  }
-  Child c = spawn({"/bin/sh", "-c", "ulimit -s 1024 && exec /bin/sh -c \"$0\"", command}, env, dir_,
-                  false);
-  std::string output;
-  EXPECT_TRUE(read_to_eof(c.out, output, 20));
-  EXPECT_EQ(wait_for(c.pid, 20), 0) << output;
-  for (pid_t p : crowd) {
-    ::kill(p, SIGKILL);
-    wait_for(p, 5);
-  }
+  std::vector<pid_t> crowd = crowd_of_400();
+  std::string output = run_with_little_arg_room(stop_command(job_, 0.5), 10 * 1024);
+  end_crowd(crowd);
   EXPECT_EQ(output,
             "killed " + std::to_string(sleeper) + " SIGTERM sleep 30 \nmsrun-ssh-stop: done\n");
   EXPECT_TRUE(killed_by(sleeper, SIGTERM, 2));
