@@ -205,11 +205,13 @@ class KnownHostsIndex {
   // The lines (each ending in '\n', in file order) that may concern `host` on `port`. libssh
   // looks the host up as "host" (port 22) or "[host]:port", lower-cased: handed are plain lines
   // naming either spelling (case aside), hashed lines whose HMAC-SHA1 is that of the name libssh
-  // looks up, and every line this index does not judge — markers (@revoked, @cert-authority),
-  // patterns with wildcards or negations, malformed lines. Comments and blank lines are dropped.
+  // looks up, the pattern lines (wildcards, negations) that match that name as ssh matches them
+  // (known_hosts_patterns_match: libssh would read each name of the list alone), and every line
+  // this index does not judge — markers (@revoked, @cert-authority), malformed lines. Comments
+  // and blank lines are dropped; tabs become spaces (libssh splits fields at spaces only).
   // `named_only` (a HostKeyAlias, which libssh does not know: the lines are renamed for it): the
-  // lines that name the host (plain or hashed) and the pattern lines that match it as ssh matches
-  // them (known_hosts_patterns_match), none of the others.
+  // lines that name the host (plain or hashed) and the pattern lines that match it, none of the
+  // others.
   std::string lines_for(std::string_view host, int port, bool named_only = false) const;
 
   // The line (1-based, in the file) that revokes the key whose base64 blob is `blob` for `name` as

@@ -73,11 +73,15 @@ KnownHostsIndex::KnownHostsIndex(std::string_view text) {
     lines_.emplace_back(line);
     bool more = false;
     std::string_view hosts = first_word(body, more);
-    // Markers (@revoked, @cert-authority), wildcards, negations and lines without a key are
-    // libssh's to judge: every host gets them.
-    if (!more || hosts.front() == '@' || hosts.find_first_of("*?!") != std::string_view::npos) {
+    // Markers (@revoked, @cert-authority) and lines without a key are libssh's to judge: every
+    // host gets them. Wildcards and negations are judged here, as ssh judges them: libssh reads
+    // each name of the list alone, and `*.cluster,!login.cluster` would give login the key.
+    if (!more || hosts.front() == '@') {
       always_.push_back(index);
-      if (more && hosts.front() != '@') patterned_.emplace_back(index, std::string(hosts));
+      continue;
+    }
+    if (hosts.find_first_of("*?!") != std::string_view::npos) {
+      patterned_.emplace_back(index, std::string(hosts));
       continue;
     }
     if (hosts.starts_with(kHashedPrefix)) {
@@ -111,9 +115,8 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
     if (it != plain_.end()) keep.insert(keep.end(), it->second.begin(), it->second.end());
   }
   const std::string& looked_up = port == 22 ? bare : bracketed;
-  if (named_only)
-    for (const auto& [line, patterns] : patterned_)
-      if (known_hosts_patterns_match(patterns, looked_up)) keep.push_back(line);
+  for (const auto& [line, patterns] : patterned_)
+    if (known_hosts_patterns_match(patterns, looked_up)) keep.push_back(line);
   for (const Hashed& h : hashed_) {
     std::optional<bool> same = hashes_to(h.salt, h.hash, looked_up);
     // A line whose HMAC cannot be computed is kept: libssh decides.
@@ -123,7 +126,10 @@ std::string KnownHostsIndex::lines_for(std::string_view host, int port, bool nam
   keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
   std::string out;
   for (size_t i : keep) {
-    out += lines_[i];
+    // libssh splits a line's fields at spaces only; ssh at tabs too.
+    std::string line = lines_[i];
+    std::replace(line.begin(), line.end(), '\t', ' ');
+    out += line;
     out += '\n';
   }
   return out;

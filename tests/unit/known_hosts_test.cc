@@ -111,16 +111,13 @@ TEST_F(KnownHosts, EveryLineOpenSshMatchesIsHandedOnPlainAndHashed) {
 TEST_F(KnownHosts, LinesOnlyLibsshCanJudgeGoToEveryHost) {
   std::string a = key_["a"];
   std::vector<std::string> always{
-      "*.cluster " + a,
-      "node*,!node7 " + a,
-      "n?de " + a,
       "@revoked node9 " + a,
       "@cert-authority *.cluster " + a,
       "|1|not-base64|also-not " + a,
       "|1|c2FsdA==|c2hvcnQ= " + a,  // a hash of the wrong length
       "lonelyword",
   };
-  std::string text;
+  std::string text = "*.cluster " + a + "\n";
   for (const auto& l : always) text += l + "\n";
   text += "other " + a + "\n   \n\t# indented comment\n";
   KnownHostsIndex index(text);
@@ -131,9 +128,29 @@ TEST_F(KnownHosts, LinesOnlyLibsshCanJudgeGoToEveryHost) {
     EXPECT_EQ(got.find('#'), std::string::npos);
   }
   // File order is kept.
-  std::string got = index.lines_for("other", 22);
+  std::string got = index.lines_for("x.cluster", 22);
   EXPECT_LT(got.find("*.cluster"), got.find("lonelyword"));
-  EXPECT_LT(got.find("lonelyword"), got.find("other "));
+  EXPECT_LT(got.find("@revoked"), got.find("lonelyword"));
+}
+
+// Pattern lines are handed to the hosts ssh matches them for (ssh-keygen -F), and only to those:
+// libssh reads each name of the list alone, so `*.cluster,!login.cluster KEY` gave login.cluster
+// the cluster's key (ssh: unknown). Tabs between fields become spaces: libssh split at spaces
+// only, and a tab-separated line that ssh reads was unknown to it.
+TEST_F(KnownHosts, PatternLinesGoOnlyToTheHostsSshMatchesAndTabsBecomeSpaces) {
+  std::string a = key_["a"];
+  std::string text = "*.cluster,!login.cluster " + a + "\nnode*,!node7 " + a + "\nn?de " + a +
+                     "\n[node4]:2222\t" + a + "\n";
+  std::string file = write("known_hosts", text);
+  KnownHostsIndex index(text);
+  for (const char* host : {"x.cluster", "login.cluster", "node1", "node7", "node", "nodes"}) {
+    std::vector<std::string> want = oracle(file, host),
+                             got = split_lines(index.lines_for(host, 22));
+    EXPECT_EQ(got, want) << host;
+  }
+  std::string tabbed = "[node4]:2222 " + a;
+  EXPECT_EQ(index.lines_for("node4", 2222), tabbed + "\n");
+  EXPECT_EQ(oracle(file, "[node4]:2222").size(), 1u);  // ssh reads the tab-separated line
 }
 
 // Under a HostKeyAlias the lines are renamed for libssh, so the index judges the pattern lines
