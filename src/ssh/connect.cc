@@ -2,6 +2,7 @@
 // its host key against known_hosts (narrowed to the host's lines), authenticate.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <libssh/callbacks.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -48,6 +49,20 @@ std::string user_home_dir() {
 // over in batch mode. Without this callback libssh leaves an encrypted PEM key to OpenSSL, whose
 // own prompt reads /dev/tty and would stop the launcher at the user's terminal.
 int no_passphrase(const char*, char*, size_t, int, int, void*) { return -1; }
+
+// A session's callbacks: only its passphrase question, answered with none. Without them libssh's
+// default identities (ssh_userauth_publickey_auto, no ssh client on this machine) leave an
+// encrypted PEM key to OpenSSL, which asks on the terminal: the launcher waited there, past the
+// connect timeout, every host with it.
+ssh_callbacks session_callbacks() {
+  static ssh_callbacks_struct callbacks = [] {
+    ssh_callbacks_struct c{};
+    c.auth_function = no_passphrase;
+    ssh_callbacks_init(&c);
+    return c;
+  }();
+  return &callbacks;
+}
 
 // `path`'s private key, without asking for a passphrase; nullptr when it cannot be loaded.
 ssh_key load_private_key(const std::string& path) {
@@ -247,6 +262,7 @@ bool SshPool::Impl::start_connect(size_t ci, ConnectFailure& error) {
   const SshEndpoint& ep = hosts[c.host];
   c.session = ssh_new();
   if (!c.session) return error = {ConnectError::kOther, "out of memory"}, false;
+  ssh_set_callbacks(c.session, session_callbacks());
   // libssh would look the user's home directory up in the password database for every session.
   if (!ssh_dir.empty()) ssh_options_set(c.session, SSH_OPTIONS_SSH_DIR, ssh_dir.c_str());
   if (c.host < openssh.size()) {

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 
-from harness import (Pane, addresses, binary, check, cluster, cluster_dir, job, launch,
+from harness import (Pane, Skip, addresses, binary, check, cluster, cluster_dir, job, launch,
                      marked_processes, quoted, read, run, running, tmpdir, wait_for,
                      wait_no_leftovers)
 
@@ -830,3 +830,39 @@ def test_an_unknown_key_behind_a_jump_host_names_a_remedy_that_passes_the_jump()
     check(open(known).read().strip(), f"nothing recorded in {known}")
     seen, err = _msrun_sees(cfg, hostfile)
     _same(next(iter(seen.values())), _ssh_sees(cfg, "target"), "after the remedy")
+
+
+def test_without_an_ssh_client_an_encrypted_default_key_is_passed_over_without_a_prompt():
+    """Without `ssh` on PATH libssh tries the default identities of ~/.ssh itself: an encrypted
+    PEM one (here id_ecdsa, without its .pub) was left to OpenSSL, whose prompt on the terminal
+    held the launcher past --connect_timeout ("Enter PEM pass phrase:"). It is passed over, as
+    ssh in batch mode passes it over, and the next default key (id_rsa: the cluster's key) logs
+    in. ~/.ssh is a directory of the test's own, in a mount namespace of the launcher's own."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("script"):
+        raise Skip("SKIPPED LOUDLY: needs root, unshare and script for a private ~/.ssh")
+    home = os.path.expanduser("~root")
+    d = os.path.join(tmpdir(), "pem_home_ssh")
+    os.makedirs(d, mode=0o700)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-m", "PEM", "-N", "secret", "-f",
+                    os.path.join(d, "id_ecdsa")], check=True, timeout=60)
+    os.unlink(os.path.join(d, "id_ecdsa.pub"))  # libssh then loads the key itself to learn it
+    for name, to in (("id_ed25519", "id_rsa"), ("id_ed25519.pub", "id_rsa.pub"),
+                     ("known_hosts", "known_hosts")):
+        shutil.copy(os.path.join(cluster_dir(), name), os.path.join(d, to))
+    os.chmod(os.path.join(d, "id_rsa"), 0o600)
+    hostfile = os.path.join(tmpdir(), "pem_default.toml")
+    open(hostfile, "w").write(f'[[hosts]]\naddress = "{addresses()[0]}"\nworkdir = "/tmp"\n'
+                              'local_worker_num = 1\n')
+    from test_ssh_config_corpus import _path_without_ssh
+    launcher = quoted([binary(), "--hostfile", hostfile, "--log_dir",
+                       os.path.join(tmpdir(), "pem-default-logs"), "--connect_timeout", "8",
+                       job("reached.py")])
+    inner = (f"mount -t tmpfs tmpfs {home} && mkdir {home}/.ssh && "
+             f"mount --bind {d} {home}/.ssh && exec env PATH={_path_without_ssh()} "
+             f"script -qec {shlex.quote(launcher)} /dev/null")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", inner], capture_output=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    out = r.stdout + r.stderr
+    check(b"pass phrase" not in out.lower() and b"passphrase" not in out.lower(),
+          f"a passphrase was asked for: {out[-2000:]!r}")
+    check(r.returncode == 0 and b"REACHED" in out, f"exit {r.returncode}: {out[-2000:]!r}")
