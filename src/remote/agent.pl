@@ -658,10 +658,13 @@ sub make_stacks {
   close $f;
 }
 
-# Removes it once the job's processes are gone (sweep.sh's forget_stacks); a link is not followed.
+# Removes it once the job's processes are gone (sweep.sh's forget_stacks); a link is not followed,
+# nor a directory of that name that is another user's or that others may write in (another user
+# could make one, at a later attempt's predictable name, and swap its entries for links while the
+# tree is removed).
 sub forget_stacks {
   my $d = stack_dir($wd->{job});
-  remove_tree($d) if !-l $d && -d _;
+  remove_tree($d) if !-l $d && -d _ && -o _ && !((lstat _)[2] & 022);
 }
 
 sub remove_tree {

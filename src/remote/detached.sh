@@ -51,6 +51,6 @@ J=${_ms_s%/*}
 J=${J##*/}
 if [ -z "$(holding "^MSRUN_SSH_JOB[=]$J\$")" ]; then
   d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
-  if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
+  if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ]; then rm -rf -- "$d"; fi
 fi
 echo $rc > "$_ms_s.exit"

@@ -95,10 +95,10 @@ teardown() {
   signal_all KILL || true
 }
 # Removes the job's stack-dump directory on this host (stack_site.sh) once its processes are
-# gone; a link in its place is not followed.
+# gone; a link in its place is not followed, nor a directory of that name that is another user's.
 forget_stacks() {
   for j in ${JOBS:-$J}; do
     d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$j
-    if [ -d "$d" ] && [ ! -L "$d" ]; then rm -rf -- "$d"; fi
+    if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ]; then rm -rf -- "$d"; fi
   done
 }

@@ -496,6 +496,36 @@ TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentSweepsByEnvironmentOnly) {
   run_until(t, closed({spelled}));
 }
 
+// The watchdog under the agent removes the job's stack-dump directory at its end, but not one of
+// that name another user made (or that others may write in): a later attempt's name (ID-2) is
+// predictable, and its tree's entries could be swapped for links while it is removed. It removed
+// any directory of that name.
+TEST_F(AgentOverLocal, TheWatchdogUnderTheAgentLeavesAStackDirectoryThatIsNotItsOwn) {
+  test::TempDir tmp;
+  // A job on an agent of its own (nothing starts on an agent once its job's watchdog ended).
+  auto run_job = [&] {
+    AgentTransport t(local, 1, "TMPDIR=" + tmp.path() + "; export TMPDIR; " + agent_command(30));
+    quit_watchdog(t, "job-4", up_process(t, "job-4", "echo up; exec sleep 30"));
+  };
+  std::string dir = tmp.path() + "/msrun-ssh-stacks-job-4";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);  // others may write in it
+  std::ofstream(dir + "/theirs") << "x";
+  run_job();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/theirs"));
+  if (::geteuid() == 0) {  // another user's, mode 0700
+    ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+    ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+    run_job();
+    EXPECT_TRUE(std::filesystem::exists(dir + "/theirs"));
+    ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  }
+  // Its own, made by the watchdog: removed.
+  std::filesystem::remove_all(dir);
+  run_job();
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
 // Between its fork and its exec a process of the job is a copy of the agent, unmarked. The
 // watchdog's sweep ends every process the agent started for the job, marked or not (here one that
 // dropped its marker), and no other unmarked process.

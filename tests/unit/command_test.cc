@@ -1765,6 +1765,17 @@ TEST_F(WatchdogCommand, TheEndRemovesTheJobsStackDirectoryOnly) {
   send(kKillNow);
   EXPECT_EQ(finish(3), 0);
   EXPECT_EQ(::access(other.c_str(), F_OK), 0);
+  // Nor is another user's directory of that name removed (as root: one of nobody's).
+  if (::geteuid() != 0) return;
+  ASSERT_EQ(::unlink(mine.c_str()), 0);
+  ASSERT_EQ(::mkdir(mine.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(mine.c_str(), 65534, 65534), 0);
+  out_.clear();
+  start(30, 5, env);
+  send(kQuit);
+  EXPECT_EQ(finish(3), 0);
+  EXPECT_EQ(::access(mine.c_str(), F_OK), 0) << "another user's directory was removed";
+  ASSERT_EQ(::chown(mine.c_str(), 0, 0), 0);
 }
 
 TEST_F(WatchdogCommand, MakesTheJobsStackDirectoryBeforeItIsReadySoProcessesForkNothingForIt) {
