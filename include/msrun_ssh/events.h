@@ -41,7 +41,8 @@ class EventLog {
   bool owned_ = false;
   ConsoleSink* sink_ = nullptr;  // for "-"
   Clock clock_;
-  size_t missing_ = 0;  // events not written since the last one that was
+  size_t missing_ = 0;     // events not written since the last one that was
+  bool cut_line_ = false;  // the file ends in part of a line that could not be cut off
 };
 
 struct SummaryRow;

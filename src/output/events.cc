@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -44,8 +45,14 @@ void EventLog::emit(std::string_view type, const nlohmann::json& fields) {
     sink_->write(STDOUT_FILENO, line, false);  // never dropped, never waited for
     return;
   }
+  // A line written in part (the disk filled in its middle) is cut off again, else the next event
+  // would go on that line and both be unreadable; where it cannot be, the next starts a line.
+  struct stat before {};
+  const bool sized = ::fstat(::fileno(file_), &before) == 0;
+  if (cut_line_) line.insert(0, 1, '\n');
   bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size();
   ok = std::fflush(file_) == 0 && ok;
+  if (ok) cut_line_ = false;
   if (ok) {
     if (missing_ > 0)
       std::fprintf(stderr,
@@ -59,6 +66,10 @@ void EventLog::emit(std::string_view type, const nlohmann::json& fields) {
     std::fprintf(stderr, "msrun-ssh: warning: cannot write the events file %s: %s\n", path_.c_str(),
                  std::strerror(errno));
   std::clearerr(file_);
+  struct stat after {};
+  if (sized && ::fstat(::fileno(file_), &after) == 0 && after.st_size > before.st_size &&
+      ::ftruncate(::fileno(file_), before.st_size) != 0)
+    cut_line_ = true;
 }
 
 nlohmann::json log_gap_json(const LogGap& gap) {

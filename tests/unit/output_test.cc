@@ -8,10 +8,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -290,6 +292,39 @@ TEST(EventLog, AFullDiskIsSaidOnceAndTheJobGoesOn) {
                             "space left on device\n"),
             1u)
       << e;
+}
+
+// The disk filling in the middle of an event: the part written is cut off again, and the next
+// event is a line of its own (it went on the cut line, and both were unreadable). A file size
+// limit (RLIMIT_FSIZE) makes the write stop part way, as a full disk does.
+TEST(EventLog, AnEventWrittenInPartIsCutOffAndTheNextIsALineOfItsOwn) {
+  ms::test::TempDir dir;
+  const std::string path = dir.path() + "/events.jsonl";
+  ms::EventLog events(path);
+  events.emit("attempt");
+  const size_t size = ms::test::slurp(path).size();
+  ASSERT_GT(size, 0u);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = size + 40;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  testing::internal::CaptureStderr();
+  events.emit("summary", {{"x", std::string(300, 'a')}});
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, old_handler);
+  events.emit("end");
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cannot write the events file"), std::string::npos) << err;
+  std::istringstream lines(ms::test::slurp(path));
+  std::vector<std::string> types;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not JSON: " << line;
+    types.push_back(j.value("type", ""));
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{"attempt", "end"}));
 }
 
 TEST(EventLog, EventsOnStdoutNeverWaitForAStoppedConsole) {
