@@ -108,6 +108,9 @@ class Runner {
   bool unconfirmed() const { return unconfirmed_; }
   // Nothing was started because the logs could not be made: no restart would do better.
   bool logs_failed() const { return logs_failed_; }
+  // A host's watchdog found no workdir there (exit 2, nothing started): a restart would meet it
+  // again.
+  bool workdir_missing() const { return workdir_missing_; }
 
   // The log file names the processes got (with {hostname} resolved), in plan order; valid after
   // run() for the processes that were started.
@@ -285,6 +288,7 @@ class Runner {
   bool outcome_stands_ = false;
   bool unconfirmed_ = false;  // give_up named processes that may still run
   bool logs_failed_ = false;  // make_logs failed: nothing started, and a restart would fail alike
+  bool workdir_missing_ = false;  // a host has no workdir: the same
   int attempt_ = 1;
   std::optional<std::pair<int, std::string>> pending_fail_;  // fail_soon's, not yet failed
   int root_cause_ = -1;         // the process whose failure started the teardown (-1: none)

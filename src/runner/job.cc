@@ -389,8 +389,9 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     result.interrupted = runner.interrupted();
     result.cause = runner.cause();
     result.lost_hosts = runner.lost_hosts();
-    // Processes that may still run (their ends not confirmed) must not meet a new attempt's.
-    result.final = runner.logs_failed() || runner.unconfirmed();
+    // Processes that may still run (their ends not confirmed) must not meet a new attempt's; a
+    // log that cannot be made or a workdir a host lacks would fail the next attempt alike.
+    result.final = runner.logs_failed() || runner.workdir_missing() || runner.unconfirmed();
     result.root_cause_host = runner.root_cause_host();
     result.process_restarts = runner.process_restarts();
     result.stragglers = runner.stragglers();

@@ -166,6 +166,7 @@ void Runner::watchdog_line(size_t host, std::string_view line) {
   } else if (line.size() == 1 && line[0] == kBeat) {
     h.may_have_given_up = false;  // it still listens
   } else if (line == kWatchdogNoWorkdir) {
+    workdir_missing_ = true;
     fail(kExitUsage, fmt::format("workdir {} does not exist on {} (or cannot be entered)",
                                  plan_.hosts[host].host.workdir, host_name(host)));
   } else if (line == kWatchdogDone) {

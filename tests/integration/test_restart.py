@@ -56,6 +56,26 @@ def test_worker_failing_every_time_ends_with_its_status_after_every_attempt():
     wait_no_leftovers(2)
 
 
+def test_a_missing_workdir_is_not_restarted():
+    """A host whose workdir does not exist fails the job before any process starts (exit 2); a
+    restart would meet it again, so there is none (it was restarted --max_restarts times, each
+    after its back-off)."""
+    a = addresses()
+    hostfile = os.path.join(tmpdir(), "no_workdir.toml")
+    d = cluster_dir()
+    open(hostfile, "w").write(
+        f'[defaults]\nidentity_file = "{d}/id_ed25519"\nknown_hosts = "{d}/known_hosts"\n'
+        f'local_worker_num = 1\n\n[[hosts]]\naddress = "{a[0]}"\nworkdir = "/tmp"\n\n'
+        f'[[hosts]]\naddress = "{a[1]}"\nworkdir = "/nonexistent/msrun-ssh-workdir"\n')
+    code, out, err, logs = run([job("reached.py")], hostfile=hostfile,
+                               extra=["--max_restarts", "2", "--restart_backoff", "0.2"])
+    check(code == 2, f"exit {code}: {err.decode()[-2000:]}")
+    check(b"/nonexistent/msrun-ssh-workdir does not exist on" in err, err.decode()[-2000:])
+    check(b"restarting" not in err and b"attempt 2" not in err,
+          f"restarted: {err.decode()[-2000:]}")
+    wait_no_leftovers(2)
+
+
 @contextlib.contextmanager
 def _lost_with_its_processes(victim, keeper, logs):
     """Host `victim` is lost with attempt 1's processes running: its `keeper` (the launch agent,

@@ -314,6 +314,7 @@ TEST_F(Runner, AMissingWorkdirIsNamedBeforeAnythingStarts) {
             std::string::npos);
   EXPECT_EQ(fake.channels().size(), 2u) << "a process started";
   EXPECT_EQ(runner().cause(), "workdir /x/y does not exist on node1 (or cannot be entered)");
+  EXPECT_TRUE(runner().workdir_missing());  // no restart: it would meet the same
   EXPECT_NE(console_err().find("workdir /x/y does not exist on node1"), std::string::npos);
 }
 
