@@ -315,9 +315,19 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
     for (size_t h = 0; h < ready.plan.hosts.size(); ++h)
       if (roster.lost_before().count(host_key(ready.plan.hosts[h].host)) != 0)
         earlier.hosts.push_back(h);
-    auto failed =
-        prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
-                      options.report_bindings && attempt == 1, &row, &unreachable, true, &earlier);
+    std::optional<runner_detail::PrepareFailure> failed;
+    try {
+      failed = prepare_hosts(*ready.pool, *ready.agents, ready.plan, jh, options,
+                             options.report_bindings && attempt == 1, &row, &unreachable, true,
+                             &earlier);
+    } catch (const InputError& e) {
+      // What a host's probe shows does not fit the job (a manual bind_core's CPU it lacks, no
+      // numactl): before anything ran, a usage error (2); at a restart (a spare taken in), the
+      // restart cannot happen (255), said as the attempt's end.
+      if (attempt == 1) throw;
+      return AttemptResult{kExitHostFailure, false, true,
+                           fmt::format("cannot restart: {}", e.what())};
+    }
     if (!failed) return std::nullopt;
     std::string why = failed->why;
     if (!failed->interrupted && attempt > 1 && roster.has_spares() && !unreachable.empty()) {

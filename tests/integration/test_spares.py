@@ -101,6 +101,23 @@ def test_cut_host_without_a_spare_fails_the_restart_with_255():
     wait_clean(5)
 
 
+def test_a_spare_that_does_not_fit_the_job_ends_it_with_255_and_says_why():
+    """A spare whose probe shows it cannot take the job (here a bind_core CPU it does not have)
+    is found only when a restart takes it in: the restart cannot happen (255), said as attempt 2's
+    end, with its summary and the job's record. It ended the launcher with a usage error (2),
+    without either."""
+    addrs = addresses()
+    path = _spare_hosts_file()
+    with open(path, "a") as f:
+        f.write('bind_core = { device0 = ["9999"], device1 = ["9998"] }\n')
+    state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
+    code, _, err, logs = _cut_during_attempt_1(path, 1 + 2 * (len(addrs) - 1), state)
+    check(code == 255, f"exit {code}: {err.decode()[-2500:]}")
+    check(b"cannot restart: " in err and b"9999" in err, f"not said: {err.decode()[-2500:]}")
+    _check_the_end_is_attempt_2s(logs, state, "cannot restart")
+    wait_clean(5)
+
+
 def test_no_spare_left_names_the_host():
     # The only spare is cut too: attempt 2 replaces the lost host with it, cannot reach it either,
     # and has no spare left.
