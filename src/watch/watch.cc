@@ -109,13 +109,18 @@ void StragglerWatch::smooth(const HostRate& before, HostRate& now, double a) {
   }
 }
 
+// The lower median of the hosts' own (lower) medians: a slow host that runs half the workers or
+// more would set a median of the ranks itself, and never stand out.
 double StragglerWatch::median_demand() const {
-  std::vector<double> d;
-  for (const auto& h : hosts_)
-    if (h.rate)
-      for (const auto& r : h.rate->ranks)
-        if (is_worker(r.rank)) d.push_back(r.demand());
-  return lower_median(d);
+  std::vector<double> medians;
+  for (const auto& h : hosts_) {
+    if (!h.rate) continue;
+    std::vector<double> d;
+    for (const auto& r : h.rate->ranks)
+      if (is_worker(r.rank)) d.push_back(r.demand());
+    if (!d.empty()) medians.push_back(lower_median(std::move(d)));
+  }
+  return lower_median(medians);
 }
 
 std::vector<StragglerChange> StragglerWatch::add(size_t host, HostSample sample) {

@@ -165,6 +165,19 @@ TEST(WatchStraggler, OneSlowHostOfTwo) {
   EXPECT_EQ(changes[0].host, 1u);
 }
 
+// A slow host that runs more of the workers than the fast one: the median is the hosts', so its
+// ranks do not set it themselves (they did, and it was never raised).
+TEST(WatchStraggler, OneSlowHostRunningMostOfTheWorkers) {
+  StragglerWatch w(2);
+  double t = 0;
+  std::vector<double> ticks(16, 0);
+  auto changes =
+      run_for(w, t, {{{"0", 0.1}, {"1", 0.1}}, {{"2", 0.9}, {"3", 0.9}, {"4", 0.95}}}, 10, ticks);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].host, 1u);
+  EXPECT_NEAR(changes[0].median, 0.1, 1e-6);
+}
+
 // The sampler itself, here: it finds a process carrying the job's marker, by its rank.
 // Writes a fixture file, with the directories it is in.
 void put_file(const std::string& path, const std::string& text) {
