@@ -9,8 +9,10 @@
 # catches SIGUSR2 (SigCgt in /proc/PID/status: a process that does not would die of it): it gets
 # SIGUSR2 and appends every thread's stack to that file; what was appended is read once the file
 # has grown and stopped growing, or after $2 seconds. The others, and a process whose dump did
-# not come, get a native backtrace from gdb when gdb and timeout are installed (all at once, each
-# bounded by $3 s).
+# not come, get a native backtrace from gdb when gdb and timeout are installed: as many at once
+# as the host has CPUs (at least 2), none started once $3 s have passed since the first, each
+# bounded by what is left of them, so that the host answers within the launcher's bound (many
+# forked workers' gdbs at once took longer than it, and the whole answer was lost).
 # Prints, one line each (the output grammar of stacks.h):
 #   host NAME                           the host's own name
 #   gdb yes|no                          whether native backtraces can be taken here
@@ -83,18 +85,28 @@ dump() {
     [ "$(size "$f")" -gt "$b" ] && tail -c +$((b + 1)) "$f"
   done
 }
-# Native backtraces of the processes without a Python dump, all at once into $tmp.
+# Native backtraces of the processes without a Python dump into $tmp, in waves of P.
 if [ "$g" = yes ] && [ -n "$tmp" ]; then
+  P=$(nproc 2>/dev/null) && [ "$P" -ge 2 ] 2>/dev/null || P=2
+  t0=$(date +%s) k=0
   for p in $pids; do
     [ -n "$(dump "$p" | head -c 1)" ] && continue
-    timeout -k 2 "$G" gdb -batch -nx -p "$p" -iex 'set debuginfod enabled off' \
+    left=$((${G%.*} - ($(date +%s) - t0)))
+    if [ "$left" -lt 1 ]; then : > "$tmp/$p.late"; continue; fi
+    timeout -k 2 "$left" gdb -batch -nx -p "$p" -iex 'set debuginfod enabled off' \
       -ex 'thread apply all bt' > "$tmp/$p.gdb" 2>&1 < /dev/null &
+    k=$((k + 1))
+    if [ "$k" -ge "$P" ]; then
+      wait
+      k=0
+    fi
   done
   wait
 fi
 # The native backtrace of process $1, or a note on why there is none.
 native() {
   if [ "$g" != yes ]; then echo "note no native stack tool (gdb is not installed)"; return; fi
+  if [ -e "$tmp/$1.late" ]; then echo "note no native stack: not taken within $G s"; return; fi
   if grep -q '^#[0-9]' "$tmp/$1.gdb" 2>/dev/null; then
     grep -E '^(Thread [0-9]|#[0-9])' "$tmp/$1.gdb" | sed 's/^/native /'
     return

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -307,6 +309,38 @@ const char* kPeer =
     "print('ready', flush=True)\n"
     "wait_for_peer(a)\n"
     "print('after', flush=True)\n";
+
+// Native backtraces: as many gdb at once as the host has CPUs (at least 2), not one per process
+// at once (a rank's forked workers' gdbs took longer than the launcher waits, and the host's
+// whole answer was lost). A stand-in gdb records when it ran.
+TEST_F(StackPrograms, NativeBacktracesRunAsManyAtOnceAsTheHostHasCpus) {
+  const std::string bin = dir_ + "/bin";
+  ASSERT_EQ(::mkdir(bin.c_str(), 0700), 0);
+  write("bin/gdb", fmt::format("#!/bin/sh\necho \"$(date +%s.%N) 1\" >> {0}/gdb.log\nsleep 1\n"
+                               "echo '#0  0x0 in fake ()'\necho \"$(date +%s.%N) -1\" >> "
+                               "{0}/gdb.log\n",
+                               dir_));
+  ASSERT_EQ(::chmod((bin + "/gdb").c_str(), 0755), 0);
+  for (int i = 0; i < 5; ++i) start(std::to_string(i), {"sleep", "600"}, fmt::format("s{}", i));
+  HostStacks h = parse_stacks(test::shell_output(
+      fmt::format("PATH={}:$PATH; export PATH; {}", bin, stack_command(job_, 1, 10))));
+  ASSERT_TRUE(h.complete);
+  ASSERT_EQ(h.processes.size(), 5u);
+  for (const auto& p : h.processes) EXPECT_FALSE(p.native.empty()) << p.pid;
+  std::vector<std::pair<double, int>> events;
+  std::istringstream log(test::slurp(dir_ + "/gdb.log"));
+  for (double at = 0; log >> at;) {
+    int change = 0;
+    log >> change;
+    events.emplace_back(at, change);
+  }
+  ASSERT_EQ(events.size(), 10u);
+  std::sort(events.begin(), events.end());
+  int now = 0, most = 0;
+  for (const auto& [at, change] : events) most = std::max(most, now += change);
+  long cpus = std::max(2L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_LE(most, cpus);
+}
 
 TEST_F(StackPrograms, DumpsThePythonStackOfEveryThreadAndTheProcessGoesOn) {
   std::string script = write("peer.py", kPeer);
