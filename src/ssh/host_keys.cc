@@ -263,11 +263,21 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   std::string key_name =
       h && !h->host_key_alias.empty() ? h->host_key_alias : known_hosts_name(target, port);
   std::string known = c.known_hosts;
-  if (known.empty() && h) known = "no file (UserKnownHostsFile none)";
+  if (known.empty() && h) known = "the global known_hosts files (UserKnownHostsFile none)";
   if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
   if (known.empty()) known = "~/.ssh/known_hosts";
   enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);
   close_known_hosts(c);
+  // UserKnownHostsFile none: ssh then checks read-only, and a key it does not know fails before
+  // StrictHostKeyChecking is looked at (sshconnect.c: readonly goes to fail), `no` included.
+  auto unknown_without_a_file = [&] {
+    error = {ConnectError::kHostKeyUnknown,
+             fmt::format("unknown host key (not in {}); with UserKnownHostsFile none ssh refuses "
+                         "a host it does not know, whatever StrictHostKeyChecking says",
+                         known)};
+    return false;
+  };
+  const bool no_user_file = h && c.known_hosts.empty();
   // Refused whatever the policy, as a changed key is (ssh lets StrictHostKeyChecking no through
   // an @revoked line, never RevokedHostKeys).
   if (std::string why = revoked_because(c, h, key_name); !why.empty()) {
@@ -278,6 +288,7 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
     case SSH_KNOWN_HOSTS_OK:
       // libssh also says OK for a host it has no line for when the ssh config says
       // StrictHostKeyChecking no: not verified, and the user is told so.
+      if (c.known_hosts_empty && no_user_file) return unknown_without_a_file();
       if (c.known_hosts_empty)
         warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
                             fmt::format("host key NOT verified (not in {}) because the ssh "
@@ -307,6 +318,7 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
                             fmt::format("new host key added to {}", known)});
         return true;
       }
+      if (policy == HostKeyPolicy::kNo && no_user_file) return unknown_without_a_file();
       if (policy == HostKeyPolicy::kNo) {
         warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
                             fmt::format("host key NOT verified (not in {}) because {}", known,

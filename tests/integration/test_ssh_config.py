@@ -208,9 +208,15 @@ def test_accept_new_in_the_config_records_the_key_as_ssh_does_and_then_verifies_
 
 def test_known_hosts_file_none_is_no_file_and_accept_new_refuses_as_ssh_does():
     """UserKnownHostsFile none: no file to read or to write. ssh refuses the unknown key even
-    with accept-new; msrun-ssh once wrote it to a file named "none" and trusted it after."""
+    with accept-new, and with StrictHostKeyChecking no; msrun-ssh once wrote it to a file named
+    "none" and trusted it after (accept-new), and let it through unverified (no)."""
+    for policy in ("accept-new", "no"):
+        _known_hosts_file_none_refuses(policy)
+
+
+def _known_hosts_file_none_refuses(policy):
     a = addresses()
-    cfg = _config("kh_none", f"Host n0\n  HostName {a[0]}\n  StrictHostKeyChecking accept-new\n"
+    cfg = _config("kh_none", f"Host n0\n  HostName {a[0]}\n  StrictHostKeyChecking {policy}\n"
                   "  UserKnownHostsFile none\n  GlobalKnownHostsFile none\n" + _common())
     places = [os.getcwd(), tmpdir()]
     for p in places:
