@@ -435,8 +435,8 @@ int run_job_quietly(const Options& options, Plan& plan, const std::string& conso
 // then every process at once; prints the job id on stdout and returns 0. A failed start, or
 // SIGINT, SIGTERM or SIGHUP (read on the signalfd `sfd`) before it is over, stops what did start
 // on every host (a signal during that stop ends its grace at once) and names each host whose stop
-// did not finish: its processes may still run. Returns then kExitUnconfirmed when a stop did not
-// finish, else the signal's status, else kExitHostFailure.
+// did not finish: its processes may still run. Returns then the signal's status, else
+// kExitHostFailure.
 int start_detached(const Options& options, const Plan& plan, Transport& t, int sfd);
 
 // `msrun-ssh stop`: on every host of `cluster`, signals the processes of the detached job

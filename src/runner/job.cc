@@ -146,18 +146,15 @@ int start_detached(const Options& options, const Plan& plan, Transport& t, int s
         [sfd] { return signal_status(sfd) == 0; });
     t.unwatch_fd(sfd);
     write_job_record(dir, record, stderr);
-    bool unconfirmed = false;
+    // A host whose stop did not finish is named (its processes may still run: `stop --job` ends
+    // them later); the start failed all the same (255), or was interrupted.
     for (size_t h = 0; h < ended.size(); ++h)
-      if (!ended[h]) {
-        unconfirmed = true;
+      if (!ended[h])
         std::fprintf(stderr,
                      "msrun-ssh: %s: the stop of job %s did not finish there; its processes may "
                      "still run (msrun-ssh stop --job %s)\n",
                      host_key(plan.hosts[h].host).c_str(), plan.job_id.c_str(),
                      plan.job_id.c_str());
-      }
-    // As in an attached job, 254 wins: something may still run.
-    if (unconfirmed) return kExitUnconfirmed;
     return interrupted != 0 ? interrupted : kExitHostFailure;
   }
   write_job_record(dir, record, stderr);

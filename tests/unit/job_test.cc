@@ -228,7 +228,7 @@ Started start(ReplyTransport& t, const FakeSignals& signals, const test::TempDir
 }
 
 // A process that fails to start stops the job on every host; a host whose stop does not finish is
-// named, as `stop --job` names it, and the status says processes may still run there.
+// named, as `stop --job` names it (its processes may still run there); the start failed (255).
 TEST(Detached, AFailedStartNamesEachHostWhoseStopDidNotFinish) {
   test::TempDir state;
   ReplyTransport t;
@@ -239,7 +239,7 @@ TEST(Detached, AFailedStartNamesEachHostWhoseStopDidNotFinish) {
   t.on("MSRUN_SSH_KEEPER", Reply{}, 1);
   FakeSignals none({});
   Started s = start(t, none, state);
-  EXPECT_EQ(s.status, kExitUnconfirmed);
+  EXPECT_EQ(s.status, kExitHostFailure);
   EXPECT_NE(s.err.find("msrun-ssh: 198.18.1.10: sh: 1: cd: can't cd to /w\n"), std::string::npos)
       << s.err;
   EXPECT_NE(s.err.find("1 processes failed to start; stopping job 20260101-000000-abcdef\n"),
@@ -280,7 +280,7 @@ TEST(Detached, ASecondSignalDuringTheStopEndsItsGraceAndUnfinishedHostsAreNamed)
   t.on("MSRUN_SSH_KEEPER", Reply{.exit_at = -1});  // still starting when Ctrl-C comes
   FakeSignals two({SIGINT, SIGINT});
   Started s = start(t, two, state);
-  EXPECT_EQ(s.status, kExitUnconfirmed);  // it wins over the signal's, as in an attached job
+  EXPECT_EQ(s.status, kExitSigint);
   EXPECT_NE(s.err.find("interrupted while starting job 20260101-000000-abcdef; stopping it\n"),
             std::string::npos)
       << s.err;
@@ -311,7 +311,7 @@ TEST(Detached, AHostLostDuringTheStartFailsItAndStopsTheJob) {
   t.lose(1, 0.005, "connection reset by peer");
   FakeSignals none({});
   Started s = start(t, none, state);
-  EXPECT_EQ(s.status, kExitUnconfirmed);
+  EXPECT_EQ(s.status, kExitHostFailure);  // a host lost during the start (docs/reliability.md)
   EXPECT_EQ(s.err.find("started detached"), std::string::npos) << s.err;
   EXPECT_NE(s.err.find("1 processes failed to start"), std::string::npos) << s.err;
   EXPECT_NE(s.err.find("msrun-ssh: 198.18.1.11: the stop of job"), std::string::npos) << s.err;
