@@ -3,11 +3,13 @@
 //
 // Properties, from ssh.h's promises and from the safety argument behind them (narrowing may hand
 // a session too many lines, never too few of those libssh could match):
-//  - every handed line is a line of the file, in file order, none a comment or blank line;
+//  - every handed line is a line of the file (its tabs as spaces: libssh splits at spaces only),
+//    in file order, none a comment or blank line;
 //  - every line that names the host verbatim in its comma-separated host list (port 22: "name";
 //    otherwise "[name]:port" or "name") is handed, whatever its case;
-//  - every marker line (@...), and every line whose host list holds a wildcard or a negation, is
-//    handed to every host;
+//  - every marker line (@...) is handed to every host; a line whose host list holds a wildcard or
+//    a negation is handed exactly when its patterns match the name looked up, as ssh matches them
+//    (known_hosts_patterns_match);
 //  - the same lookup twice gives the same lines;
 //  - under a HostKeyAlias (named_only): every handed line is a file line, and every line whose
 //    host patterns match the name (known_hosts_patterns_match) is handed; a plain name matches
@@ -43,6 +45,13 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+// A file line as it is handed: tabs as spaces.
+std::string handed(std::string_view line) {
+  std::string out(line);
+  std::replace(out.begin(), out.end(), '\t', ' ');
+  return out;
+}
+
 std::string_view trim_left(std::string_view s) {
   size_t start = s.find_first_not_of(" \t\r");
   return start == std::string_view::npos ? std::string_view() : s.substr(start);
@@ -74,27 +83,51 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::vector<std::string_view> in = lines_of(file), out = lines_of(got);
   if (!got.empty() && out.back().empty()) out.pop_back();
+  std::vector<std::string> in_handed;
+  for (std::string_view line : in) in_handed.push_back(handed(line));
   // Handed lines are file lines, in order.
   size_t at = 0;
   for (std::string_view line : out) {
-    while (at < in.size() && in[at] != line) ++at;
+    while (at < in.size() && in_handed[at] != line) ++at;
     FUZZ_CHECK(at < in.size(), "handed line not in the file (or out of order): %.*s",
                static_cast<int>(line.size()), line.data());
     std::string_view body = trim_left(line);
     FUZZ_CHECK(!body.empty() && body.front() != '#', "comment or blank line handed");
     ++at;
   }
-  // Lines that must be handed.
+  // Lines that must be handed, and pattern lines that must not.
+  std::string looked_up =
+      port == 22 ? lower(host) : lower("[" + host + "]:" + std::to_string(port));
   std::vector<std::string> names{lower(host)};
-  if (port != 22) names.push_back(lower("[" + host + "]:" + std::to_string(port)));
-  for (std::string_view line : in) {
+  if (port != 22) names.push_back(looked_up);
+  for (size_t i = 0; i < in.size(); ++i) {
+    std::string_view line = in[i];
     std::string_view body = trim_left(line);
     if (body.empty() || body.front() == '#') continue;
     size_t end = body.find_first_of(" \t");
     if (end == std::string_view::npos || trim_left(body.substr(end)).empty()) continue;
     std::string_view hosts = body.substr(0, end);
-    bool must = hosts.front() == '@' || hosts.find_first_of("*?!") != std::string_view::npos;
-    if (!must && !hosts.starts_with("|1|")) {
+    const bool patterned =
+        hosts.front() != '@' && hosts.find_first_of("*?!") != std::string_view::npos;
+    bool must = hosts.front() == '@';
+    if (patterned) {
+      must = msrun_ssh::known_hosts_patterns_match(hosts, looked_up);
+      // Not handed when it does not match (a plain name it also holds aside: the same line).
+      bool plain_too = false;
+      for (const auto& n : names)
+        for (size_t start = 0; start <= hosts.size() && !plain_too;) {
+          size_t comma = hosts.find(',', start);
+          plain_too =
+              lower(hosts.substr(start, comma == hosts.npos ? hosts.npos : comma - start)) == n;
+          if (comma == std::string_view::npos) break;
+          start = comma + 1;
+        }
+      if (!must && !plain_too)
+        FUZZ_CHECK(std::find(out.begin(), out.end(), in_handed[i]) == out.end(),
+                   "pattern line handed to %s (port %d), which it does not match: %.*s",
+                   host.c_str(), port, static_cast<int>(line.size()), line.data());
+    }
+    if (!must && !patterned && !hosts.starts_with("|1|")) {
       for (size_t start = 0; start <= hosts.size() && !must;) {
         size_t comma = hosts.find(',', start);
         std::string name =
@@ -105,19 +138,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     if (must)
-      FUZZ_CHECK(std::find(out.begin(), out.end(), line) != out.end(),
+      FUZZ_CHECK(std::find(out.begin(), out.end(), in_handed[i]) != out.end(),
                  "line for %s (port %d) not handed: %.*s", host.c_str(), port,
                  static_cast<int>(line.size()), line.data());
   }
   // Under an alias: the pattern lines that match it, as ssh matches them.
-  std::string looked_up =
-      port == 22 ? lower(host) : lower("[" + host + "]:" + std::to_string(port));
   std::string named_text = index.lines_for(host, port, true);
   std::vector<std::string_view> named = lines_of(named_text);
   for (std::string_view line : named)
-    FUZZ_CHECK(line.empty() || std::find(in.begin(), in.end(), line) != in.end(),
-               "named_only handed a line not in the file: %.*s", static_cast<int>(line.size()),
-               line.data());
+    FUZZ_CHECK(
+        line.empty() || std::find(in_handed.begin(), in_handed.end(), line) != in_handed.end(),
+        "named_only handed a line not in the file: %.*s", static_cast<int>(line.size()),
+        line.data());
   if (host.find_first_of("*?!") == std::string::npos && !host.empty())
     FUZZ_CHECK(msrun_ssh::known_hosts_patterns_match(host, lower(host)), "%s does not match itself",
                host.c_str());
