@@ -50,16 +50,32 @@ pids() {
   for p in $P; do echo "$p"; done
 }
 # Signals ($1: TERM, KILL) every process of the job but this shell; prints "killed PID SIGNAME
-# COMMAND" per process signalled; status 0 when it signalled one.
+# COMMAND" per process signalled and adds its pid to SIGNALLED; status 0 when it signalled one.
 signal_all() {
   found=1
   find_pids
   for p in $P; do
     [ "$p" = "$$" ] && continue
     c=$(tr '\000' ' ' 2>/dev/null < "/proc/$p/cmdline")
-    { kill -"$1" -"$p" || kill -"$1" "$p"; } 2>/dev/null && { found=0; echo "killed $p SIG$1 $c"; }
+    { kill -"$1" -"$p" || kill -"$1" "$p"; } 2>/dev/null && {
+      found=0; SIGNALLED="$SIGNALLED $p"; echo "killed $p SIG$1 $c"
+    }
   done
   return $found
+}
+# Status 0 when every process in SIGNALLED has ended: gone, or a zombie whose threads have all
+# ended. A process's environ reads empty (find_pids sees it no more) from the moment the kernel
+# lets go of its memory, before it closes its files: one of many GB holds its sockets (the torch
+# master's port) and devices for some hundreds of ms more; a thread left after its main thread
+# ended holds them as long as it runs.
+ended_all() {
+  for p in $SIGNALLED; do
+    for t in /proc/"$p"/task/*/stat; do
+      { read -r s < "$t"; } 2>/dev/null || continue
+      s=${s##*') '}
+      case $s in Z*|X*) ;; *) return 1 ;; esac
+    done
+  done
 }
 # Sends $1 (STOP, CONT) to every process of the job but this shell, saying nothing: a suspension.
 signal_quiet() {
@@ -80,19 +96,30 @@ abort_pythons() {
   done
   sleep 1
 }
-# SIGTERM, then up to $1 steps of 0.2 s while any process of the job lives, then SIGKILL.
-teardown() {
-  signal_all TERM || return 0
+# Up to $1 steps of 0.2 s while $2 (a function) succeeds, reading the launcher meanwhile:
+# heartbeats are echoed, 'K' (a second Ctrl-C) ends the wait with status 1. Once stdin is closed
+# it simply sleeps.
+waiting() {
   i=0
-  while [ "$i" -lt "$1" ] && find_pids && [ -n "$P" ]; do
+  while [ "$i" -lt "$1" ] && $2; do
     c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
     case "$c" in
-      K) break ;;
+      K) return 1 ;;
       h) echo h ;;
       *) i=$((i+1)); [ $rc -eq 0 ] && sleep 0.2 ;;
     esac
   done
-  signal_all KILL || true
+}
+living() { find_pids; [ -n "$P" ] || ! ended_all; }
+ending() { ! ended_all; }
+# SIGTERM, then up to $1 steps of 0.2 s while any process of the job lives, then SIGKILL, then up
+# to 5 s until every process signalled has ended (ended_all), unless 'K' came.
+teardown() {
+  SIGNALLED=
+  signal_all TERM || return 0
+  waiting "$1" living || { signal_all KILL; return 0; }
+  signal_all KILL
+  waiting 25 ending || :
 }
 # Removes the job's stack-dump directory on this host (stack_site.sh) once its processes are
 # gone; a link in its place is not followed, nor a directory of that name that is another user's.

@@ -1466,6 +1466,38 @@ TEST_F(StopCommand, FindsTheJobWhenTheProcessesPathsAreMoreThanOneExecCarries) {
   EXPECT_TRUE(killed_by(sleeper, SIGTERM, 2));
 }
 
+// A process's environ reads empty once the kernel lets go of its memory, before it closes its
+// files (a worker of many GB holds the torch master's port and its devices some hundreds of ms
+// longer): a restart after the stop found the port taken. Here the same gap, held for 1.5 s: on
+// SIGTERM the main thread ends (the environ reads empty) while another thread runs on. The stop
+// says done only once the process has ended.
+TEST_F(StopCommand, IsDoneOnlyOnceWhatItSignalledHasEndedNotWhenItsEnvironIsEmpty) {
+  const std::string script =
+      "import ctypes, os, signal, threading, time\n"
+      "def hold():\n"
+      "    time.sleep(1.5)\n"
+      "    os._exit(0)\n"
+      "def on_term(*_):\n"
+      "    threading.Thread(target=hold).start()\n"
+      "    ctypes.CDLL(None).pthread_exit(None)\n"
+      "signal.signal(signal.SIGTERM, on_term)\n"
+      "time.sleep(30)\n";
+  pid_t slow = start_marked(job_, {"python3", "-c", script}, "python3");
+  // Until its SIGTERM handler is set (SigCgt in /proc/PID/status).
+  for (auto t0 = Clock::now(); since(t0) < 10;) {
+    std::string status = slurp("/proc/" + std::to_string(slow) + "/status");
+    size_t at = status.find("SigCgt:\t");
+    if (at != std::string::npos &&
+        (std::stoull(status.substr(at + 8, 16), nullptr, 16) & (1ULL << (SIGTERM - 1))) != 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto t0 = Clock::now();
+  EXPECT_THAT(stop(5), HasSubstr("killed " + std::to_string(slow) + " SIGTERM python3 -c"));
+  EXPECT_GE(since(t0), 1.4);
+  EXPECT_EQ(wait_for(slow, 0), 0);  // ended (a zombie of this test's), not running on
+}
+
 TEST_F(StopCommand, WithNothingRunning) { EXPECT_EQ(stop(0.5), "msrun-ssh-stop: done\n"); }
 
 TEST_F(StopCommand, EscalatesToSigkill) {
