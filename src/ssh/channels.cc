@@ -258,6 +258,17 @@ void SshPool::Impl::step(Chan* ch) {
   if (ch->state == ChanState::kOpening) {
     int rc = ssh_channel_open_session(ch->channel);
     if (rc == SSH_AGAIN) return;
+    if (rc != SSH_OK && ssh_get_error_code(c.session) == SSH_REQUEST_DENIED &&
+        ch->open_retries < kOpenRetries && c.channels <= kChannelsPerConnection) {
+      // sshd frees a session (MaxSessions) once it has both closes, after it handled every
+      // packet that came with the launcher's close: an open sent right after that close (an
+      // in-place restart's, without the agent) can find the session still taken. The refusal
+      // leaves after sshd freed it: sent again, the open is handled then.
+      free_channel(*ch);
+      ++ch->open_retries;
+      ch->state = ChanState::kNew;
+      return;
+    }
     if (rc != SSH_OK)
       return open_failed(
           ch, fmt::format("cannot open a session channel: {}", describe_error(c.session)));
@@ -316,6 +327,7 @@ void SshPool::Impl::step_all() {
 // Takes the pending steps of the unsettled channels only: a wake-up costs nothing per idle
 // channel.
 void SshPool::Impl::step_unsettled() {
+  free_ended();
   std::set<size_t> touched;
   for (auto it = unsettled.begin(); it != unsettled.end();) {
     auto found = chans.find(*it);
@@ -330,7 +342,13 @@ void SshPool::Impl::step_unsettled() {
       it = unsettled.erase(it);
   }
   for (size_t ci : touched) check_conn(ci);
-  // Channels closed by the remote end are freed here, outside libssh's callbacks.
+  free_ended();
+}
+
+// Channels closed by the remote end are freed here, outside libssh's callbacks; first of all, so
+// that their closes leave before a new channel's open (an open right after a close is refused by
+// an sshd at MaxSessions until it has the close).
+void SshPool::Impl::free_ended() {
   for (ChannelId id : std::exchange(ended, {})) {
     auto it = chans.find(id);
     if (it == chans.end()) continue;

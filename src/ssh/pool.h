@@ -83,6 +83,7 @@ struct SshPool::Impl {
     bool exited = false;
     bool exec_sent = false;     // the exec request left: the command may run
     bool cancelled = false;     // a teardown came before the exec request: never send it
+    int open_retries = 0;       // opens sshd refused and sent again (kOpenRetries)
     std::string signal_wanted;  // an SSH "signal" request to send ("KILL")
     ssh_channel_callbacks_struct callbacks{};
   };
@@ -184,6 +185,9 @@ struct SshPool::Impl {
   // (1 KB packets: 4 KB per host; 512 B: 2 KB).
   static constexpr size_t kSmallPacket = 512;
   static constexpr size_t kSmallPacketsFor = 32768;
+  // Times a channel's open refused by the server (SSH_REQUEST_DENIED) is sent again while its
+  // connection has room by the launcher's count (a session freed there only just now).
+  static constexpr int kOpenRetries = 3;
   static constexpr uint64_t kFdKey = 1ULL << 40;  // epoll keys from here on: watched descriptors
 
   // --- proxies (proxies.cc) ---------------------------------------------------------------------
@@ -265,6 +269,7 @@ struct SshPool::Impl {
   bool needs_step(const Chan& ch) const;
   void step_all();
   void step_unsettled();
+  void free_ended();
   void report_pending_failures();
   static int on_data(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr, void* user);
   static void on_exit_status(ssh_session, ssh_channel, int status, void* user);

@@ -277,3 +277,34 @@ def test_process_policy_ends_what_the_failed_run_left_before_starting_it_again()
     text = read(log4).decode()
     check(text.endswith("rank 4 done\n"), f"the restarted run did not finish: {text[-300:]}")
     wait_no_leftovers(5)
+
+
+def test_process_policy_restarts_in_place_on_a_connection_at_sshds_max_sessions():
+    """Without the agent every process is a channel: a host of a scheduler and 8 workers uses 10
+    with its watchdog, sshd's MaxSessions. An in-place restart opens a channel for the failed
+    run's leftovers, then one for the run again, each as soon as the one before it closed: the
+    open must reach sshd after the session it replaces is freed there."""
+    one = os.path.join(tmpdir(), "one-host.toml")
+    text = open(os.path.join(cluster_dir(), "hosts.toml")).read()
+    text = text.split("[[hosts]]")[0].replace("local_worker_num = 2", "local_worker_num = 8")
+    open(one, "w").write(text + f'[[hosts]]\naddress = "{addresses()[0]}"\n')
+    flag = os.path.join(tmpdir(), "rank3-failed")
+    script = os.path.join(tmpdir(), "fail_once.py")
+    open(script, "w").write(
+        "import os, sys, time\n"
+        "if os.environ['MS_ROLE'] == 'MS_WORKER' and os.environ['RANK_ID'] == '3' and "
+        f"not os.path.exists({flag!r}):\n"
+        f"    open({flag!r}, 'w').close()\n"
+        "    time.sleep(0.5)\n"
+        "    sys.exit(3)\n"
+        "time.sleep(3)\n"
+        "print('done', flush=True)\n")
+    code, out, err, logs = run([script], hostfile=one,
+                               extra=["--agent", "False", "--restart_policy", "process",
+                                      "--max_restarts", "1"])
+    err = err.decode(errors="replace")
+    check(code == 0, f"exit {code}: {err[-2000:]}")
+    check("process restart 1 of 1: rank 3 on 198.18.1.10 failed: exit 3; started again in place"
+          in err, err[-2000:])
+    check(read(os.path.join(logs, "worker_3.log")).rstrip().endswith(b"done"), "rank 3's rerun")
+    wait_no_leftovers(5)
