@@ -86,12 +86,16 @@ std::string ssh_section(const std::vector<std::string>& names,
 std::string describe_plan(const Plan& plan, const Options& options, std::string_view hosts_from,
                           const std::vector<SshResolution>* ssh) {
   const bool torch = plan.contract == Contract::kTorch;
-  std::string out = fmt::format(
-      "job {}: {} hosts, {} workers, {} at {}:{}{}\nlogs: {}\n", plan.job_id, plan.hosts.size(),
-      plan.worker_num, torch ? "rendezvous (MASTER_ADDR:MASTER_PORT, RANK 0's store)" : "scheduler",
-      plan.master_ip, plan.master_port,
-      options.sim_level >= 0 ? fmt::format(" (simulation level {})", options.sim_level) : "",
-      options.log_dir);
+  // A simulation (msrun's --sim_level) runs no scheduler and gives no process its address.
+  std::string meeting =
+      options.sim_level >= 0
+          ? fmt::format("no scheduler (simulation level {})", options.sim_level)
+          : fmt::format(
+                "{} at {}:{}",
+                torch ? "rendezvous (MASTER_ADDR:MASTER_PORT, RANK 0's store)" : "scheduler",
+                plan.master_ip, plan.master_port);
+  std::string out = fmt::format("job {}: {} hosts, {} workers, {}\nlogs: {}\n", plan.job_id,
+                                plan.hosts.size(), plan.worker_num, meeting, options.log_dir);
   if (!hosts_from.empty()) out += fmt::format("hosts: {}\n", hosts_from);
   if (options.worker_log_name.find(kHostnameToken) != std::string::npos)
     out += fmt::format("{} in log names: each host's own name (uname -n), resolved at start-up\n",

@@ -152,11 +152,13 @@ TEST_F(DryRun, DetachedCommands) {
 TEST_F(DryRun, Simulation) {
   options.sim_level = 2;
   std::string t = text();
-  EXPECT_EQ(t.rfind("job 20261129-154501-3fa9c2: 1 hosts, 1 workers, scheduler at "
-                    "198.18.0.1:8118 (simulation level 2)\n",
+  // No scheduler runs, and no process is told an address.
+  EXPECT_EQ(t.rfind("job 20261129-154501-3fa9c2: 1 hosts, 1 workers, no scheduler (simulation "
+                    "level 2)\n",
                     0),
             0u)
       << t;
+  EXPECT_EQ(t.find("8118"), std::string::npos) << t;
   EXPECT_EQ(t.find("scheduler:"), std::string::npos);
   EXPECT_NE(t.find("    MS_SIMULATION_LEVEL='2'\n"), std::string::npos);
 }
