@@ -104,6 +104,15 @@ Int saturate(double v) {
   return static_cast<Int>(v);
 }
 
+// ---- descriptors ------------------------------------------------------------------------------
+
+// Notes the descriptors above 2 this process was started with (what its caller left open: a CI
+// runner's pipe, a shell's), each with the file it was then: called once, first thing in main.
+void note_inherited_fds();
+// Closes those still open on the file they were (one closed since whose number was taken again is
+// left): a process that outlives its command (the --persist keeper) holds none of its caller's.
+void close_inherited_fds();
+
 // ---- signals ----------------------------------------------------------------------------------
 
 // Blocks `signals` (their default actions no longer run; they wait to be read) and returns a

@@ -1,14 +1,17 @@
 // The ground floor's strings, the shell's quoting, writes, non-blocking sockets and paths (base.h).
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -264,6 +267,42 @@ void SendQueue::consume(size_t n) {
   size_ -= n;
   if (front().empty()) pieces_.erase(pieces_.begin());
   if (pieces_.empty()) std::vector<Piece>().swap(pieces_);
+}
+
+namespace {
+struct Inherited {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+};
+std::vector<Inherited>& inherited() {
+  static std::vector<Inherited> fds;
+  return fds;
+}
+}  // namespace
+
+void note_inherited_fds() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return;
+  std::vector<int> fds;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    long fd = std::strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == '\0' && fd > 2 && fd != ::dirfd(dir))
+      fds.push_back(static_cast<int>(fd));
+  }
+  ::closedir(dir);
+  for (int fd : fds) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) inherited().push_back({fd, st.st_dev, st.st_ino});
+  }
+}
+
+void close_inherited_fds() {
+  for (const auto& i : inherited()) {
+    struct stat st {};
+    if (::fstat(i.fd, &st) == 0 && st.st_dev == i.dev && st.st_ino == i.ino) ::close(i.fd);
+  }
 }
 
 void set_nonblocking(int fd) {

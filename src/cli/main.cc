@@ -6,9 +6,11 @@
 #include <cstdlib>
 
 #include "msrun_ssh/app.h"
+#include "msrun_ssh/base.h"
 #include "msrun_ssh/error.h"
 
 int main(int argc, char** argv) {
+  msrun_ssh::note_inherited_fds();
   std::vector<std::string> args(argv + 1, argv + argc);
   return msrun_ssh::run_app(args);
 }

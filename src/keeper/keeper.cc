@@ -398,6 +398,7 @@ void keep_connections(HostTransport& transport, const std::string& path, const s
     int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int std_fd = 0; std_fd < 3 && null >= 0; ++std_fd) ::dup2(null, std_fd);
     if (null > 2) ::close(null);
+    close_inherited_fds();  // a caller waiting for its pipe's end waits for the command only
     try {
       serve_mux(transport, fd, path, key, hosts, persist_s, std::move(ahead));
       transport.disconnect_all();

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include "msrun_ssh/base.h"
@@ -23,6 +24,7 @@ namespace msrun_ssh {
 namespace {
 
 constexpr uint64_t kMaxFrame = uint64_t{64} << 20;
+constexpr size_t kMaxWrite = size_t{16} << 20;  // stdin bytes per 'W' frame, well below kMaxFrame
 constexpr int kWelcomeTimeoutMs = 3000;
 
 struct Layout {
@@ -102,6 +104,8 @@ std::string encode_mux_frame(const MuxFrame& frame) {
     put(body, s.size(), 4);
     body += s;
   }
+  if (body.size() > kMaxFrame)  // the other side would refuse it and end the connection
+    throw std::length_error(fmt::format("keeper protocol: frame of {} bytes", body.size()));
   std::string out;
   put(out, body.size(), 4);
   return out + body;
@@ -157,7 +161,8 @@ std::string mux_socket_path(const std::string& key) {
     throw std::runtime_error(
         fmt::format("{}: not a directory of this user that only this user can enter", dir));
   std::string path = dir + "/keep-" + sha256_hex(key).substr(0, 16) + ".sock";
-  socket_address(path);  // throws when too long
+  // Throws when too long, also as mux_listen's temporary name with the largest pid.
+  socket_address(fmt::format("{}.{}", path, std::numeric_limits<pid_t>::max()));
   return path;
 }
 
@@ -165,6 +170,10 @@ int mux_listen(const std::string& path) {
   // Made under a name of its own and renamed over `path`: a keeper knows its socket by the inode
   // it had there (another keeper's socket may replace it at any time).
   std::string tmp = fmt::format("{}.{}", path, ::getpid());
+  if (tmp.size() >= sizeof(sockaddr_un::sun_path)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
   sockaddr_un a = socket_address(tmp);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -267,7 +276,10 @@ void MuxClient::write(ChannelId channel, std::string_view data) {
   auto it = channels_.find(channel);
   if (it == channels_.end() || it->second.closed || data.empty()) return;
   it->second.written += data.size();
-  send({'W', {wire(channel)}, {std::string(data)}});
+  // In frames the keeper takes (a sync's request for the hashes of some 300,000 files is more
+  // than one).
+  for (size_t at = 0; at < data.size(); at += kMaxWrite)
+    send({'W', {wire(channel)}, {std::string(data.substr(at, kMaxWrite))}});
 }
 
 void MuxClient::send_eof(ChannelId channel) { send({'E', {wire(channel)}, {}}); }

@@ -3,9 +3,11 @@
 #include "msrun_ssh/mux.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +110,11 @@ TEST(MuxFrame, MalformedFramesAreErrors) {
   EXPECT_NE(error(std::string("\0\0\0\x0aW\0\0\0\1\0\0\0\x09x", 15)).find("beyond its frame"),
             std::string::npos);
   EXPECT_THROW(encode_mux_frame({'W', {}, {}}), std::logic_error);
+  // One the other side would refuse is not made (its length would wrap past 4 GiB, too).
+  EXPECT_NE(error_of([] {
+              encode_mux_frame({'W', {1}, {std::string(64 << 20, 'x')}});
+            }).find("frame of 67108873 bytes"),
+            std::string::npos);
 }
 
 TEST(MuxKey, HostsAndSettingsMakeTheKey) {
@@ -140,6 +147,24 @@ TEST(MuxSocketPath, APrivateDirectoryOfThisUser) {
   ::chmod((runtime + "/msrun-ssh").c_str(), 0755);  // others may enter: refused
   EXPECT_NE(error_of([] { mux_socket_path("k"); }).find("only this user can enter"),
             std::string::npos);
+}
+
+// The keeper binds its socket under a temporary name, the path and "." and its pid: a runtime
+// directory whose path leaves room for the socket's name but not for that one's is refused here
+// (the command warns and keeps nothing) instead of mux_listen throwing after a sync went well.
+TEST(MuxSocketPath, RoomIsLeftForTheTemporaryNameTheKeeperBindsFirst) {
+  test::TempDir tmp;
+  std::string base = tmp.path() + "/";
+  // "/msrun-ssh/keep-" + 16 hex + ".sock" is 37 bytes; sun_path holds 107 and a NUL.
+  size_t room = sizeof(sockaddr_un::sun_path) - 1 - 37 - base.size();
+  std::string runtime = base + std::string(room - 3, 'r');  // fits with ".12", not with a pid
+  fs::create_directory(runtime);
+  ScopedEnv env("XDG_RUNTIME_DIR", runtime);
+  EXPECT_NE(error_of([] { mux_socket_path("k"); }).find("socket path too long"), std::string::npos);
+  // mux_listen says so by its status.
+  std::string path = runtime + "/msrun-ssh/keep-0123456789abcdef.sock";
+  EXPECT_EQ(mux_listen(path), -1);
+  EXPECT_EQ(errno, ENAMETOOLONG);
 }
 
 // ---- a keeper and its commands ----
@@ -249,6 +274,23 @@ TEST_F(Keeper, CommandsRunThroughItWithTheirStdinOutputAndStatus) {
   EXPECT_EQ(seen_[b].out, std::to_string(big.size()) + "\n");
   EXPECT_EQ(seen_[b].status, 0);
   EXPECT_EQ(c->unsent(b), 0u);
+}
+
+// A write of more than a frame may hold (64 MiB: a sync's request for the hashes of some 300,000
+// files) goes in several frames: the keeper refused the one frame and ended every channel.
+TEST_F(Keeper, AWriteOfMoreThanAFrameHoldsGoesThroughWhole) {
+  start(30);
+  auto c = attach();
+  ASSERT_TRUE(c);
+  ChannelId ch = c->exec(0, "wc -c");
+  std::string big((size_t{64} << 20) + 1, 'z');
+  c->write(ch, big);
+  c->send_eof(ch);
+  ASSERT_TRUE(poll_until(
+      *c, [&] { return seen_[ch].closed; }, 60));
+  EXPECT_EQ(seen_[ch].out, std::to_string(big.size()) + "\n");
+  EXPECT_EQ(seen_[ch].status, 0);
+  EXPECT_EQ(seen_[-1].lost, "");
 }
 
 TEST_F(Keeper, WhatItHoldsIsAcknowledgedAsHandedOver) {
@@ -385,6 +427,40 @@ TEST(KeeperFork, ASignalAsSoonAsTheKeeperIsNamedEndsItCleanly) {
     // 14: the keeper died of the signal (or ended badly); 15: it left its socket
     ASSERT_EQ(WEXITSTATUS(status), 0) << "round " << round << " (" << strsignal(sig) << ")";
   }
+}
+
+// A caller that waits for the end of a pipe it left open to the command (a CI runner, make, a
+// subprocess without close_fds) waits for the command, not for the keeper's --persist time.
+TEST(KeeperFork, TheKeeperHoldsNoneOfTheDescriptorsItsCommandWasStartedWith) {
+  test::TempDir tmp;
+  std::string path = tmp.path() + "/k.sock";
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    ::close(p[0]);
+    note_inherited_fds();  // p[1]: what the command's caller left open
+    ProcessTransport t;
+    keep_connections(t, path, "key", 2, 30, {}, 0);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  pollfd end{p[0], POLLIN, 0};
+  bool eof = ::poll(&end, 1, 5000) == 1;
+  char c = 0;
+  if (eof) eof = ::read(p[0], &c, 1) == 0;
+  ::close(p[0]);
+  auto kept = MuxClient::attach(path, "key", 2, 30);
+  ASSERT_TRUE(kept);
+  pid_t keeper = kept->keeper_pid();
+  kept.reset();
+  ::kill(keeper, SIGTERM);
+  EXPECT_TRUE(eof) << "the keeper holds the caller's pipe";
+  for (int i = 0; i < 250 && ::kill(keeper, 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 TEST_F(Keeper, ALostHostEndsItOnceItsCommandLeftAndTheNextCommandConnectsAnew) {
