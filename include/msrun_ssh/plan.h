@@ -20,8 +20,11 @@ enum class Role { kScheduler, kWorker };
 
 struct Process {
   Role role = Role::kWorker;
-  int rank = 0;           // global rank; 0 for the scheduler, as msrun
-  int local_index = -1;   // worker index on its host; -1 for the scheduler
+  int rank = 0;          // global rank; 0 for the scheduler, as msrun
+  int local_index = -1;  // worker index on its host; -1 for the scheduler
+  // Under the torch contract, a worker's local index: torchrun's macro ${local_rank} (also
+  // $local_rank; $$ is $) in the task's words takes it. -1: the words stay as given.
+  int macro_local_rank = -1;
   std::string device_id;  // DEVICE_ID value; empty for the scheduler
   std::string bind_key;   // "scheduler" or "device<physical id>"
   EnvList env;            // complete environment the process gets on top of the remote login env

@@ -316,6 +316,42 @@ const Process* Plan::find_rank(int rank) const {
   return nullptr;
 }
 
+namespace {
+
+// torchrun's macro substitution in one word (string.Template's safe_substitute with local_rank
+// alone): $$ is $, $local_rank and ${local_rank} are `value`, any other $ stays as it is.
+std::string substitute_local_rank(std::string_view word, const std::string& value) {
+  auto id_start = [](char c) { return c == '_' || std::isalpha(static_cast<unsigned char>(c)); };
+  auto id_char = [&](char c) { return id_start(c) || std::isdigit(static_cast<unsigned char>(c)); };
+  constexpr std::string_view kName = "local_rank";
+  std::string out;
+  for (size_t i = 0; i < word.size(); ++i) {
+    if (word[i] != '$' || i + 1 == word.size()) {
+      out += word[i];
+      continue;
+    }
+    if (word[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    size_t start = i + 1 + (word[i + 1] == '{' ? 1 : 0), end = start;
+    if (end < word.size() && id_start(word[end]))
+      while (end < word.size() && id_char(word[end])) ++end;
+    const bool braced = start > i + 1;
+    if (end > start && word.substr(start, end - start) == kName &&
+        (!braced || (end < word.size() && word[end] == '}'))) {
+      out += value;
+      i = end - (braced ? 0 : 1);
+      continue;
+    }
+    out += '$';
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> task_argv(const Options& options, const Host& host) {
   std::vector<std::string> argv;
   const std::string& s = options.task_script;
@@ -342,6 +378,11 @@ std::vector<std::string> process_argv(const Process& p, const Options& options,
     argv = {"taskset", "-c", format_cpu_list(p.cpus)};
   }
   std::vector<std::string> task = task_argv(options, host.host);
+  if (p.macro_local_rank >= 0) {
+    const std::string value = std::to_string(p.macro_local_rank);
+    for (size_t i = task.size() - 1 - options.task_args.size(); i < task.size(); ++i)
+      task[i] = substitute_local_rank(task[i], value);
+  }
   argv.insert(argv.end(), task.begin(), task.end());
   return argv;
 }
@@ -462,6 +503,11 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
                                                 : Contract::kMsrun;
   if (plan.contract == Contract::kTorch && options.sim_level >= 0)
     throw InputError("--sim_level is msrun's simulation; it does not go with --contract torch");
+  if (plan.contract == Contract::kTorch && options.restart_policy == RestartPolicy::kProcess)
+    throw InputError(
+        "--restart_policy process is MindSpore's in-place recovery; it does not go with "
+        "--contract torch, where a rank started again alone cannot rejoin its process group "
+        "(torchrun restarts every worker): use --max_restarts with the default policy");
   plan_hosts(plan, options, cluster);
   const std::set<std::string> shared = shared_addresses(cluster);
   mark_shared(plan.hosts, shared);
@@ -505,7 +551,10 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
     if (log_needs_ip) resolved_ip(hp, resolve);
     for (auto& p : hp.processes) {
       p.env = process_env(options, plan, hp, p);
-      if (plan.contract == Contract::kTorch) p.env_defaults = torch_env_defaults(p.env, hp);
+      if (plan.contract == Contract::kTorch) {
+        p.env_defaults = torch_env_defaults(p.env, hp);
+        p.macro_local_rank = p.local_index;
+      }
       p.log_name = log_name_for(options, hp, p);
       p.workdir = hp.host.workdir;
       p.stack_dumps = true;

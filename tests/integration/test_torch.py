@@ -122,6 +122,10 @@ BY_DESIGN = {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTI
 # Set by msrun-ssh and not by this torchrun (docs/torch.md), among the names either launcher uses.
 OURS_ONLY = {"NODE_RANK", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 LAUNCHER_NAMES = re.compile(r"^(TORCH|ROLE_|GROUP_|LOCAL_|MASTER_|WORLD_|RANK|OMP_|NCCL_|NODE_)")
+# The script's words after its output directory: torchrun's ${local_rank} macro (string.Template's
+# safe_substitute) and the words around it, which each rank must get as torchrun gives them.
+MACRO_WORDS = ["--out=dev${local_rank}", "$local_rank", "a$$b", "${other}", "$local_ranks", "x$",
+               "${local_rank", "$LOCAL_RANK", "$local_rank}", "$$local_rank", "${local_rank}x"]
 
 
 def _two_host_file(nproc):
@@ -148,22 +152,28 @@ def _torchrun_envs(nproc, user_env, port):
          "/usr/bin/python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
          "--nnodes", "2", "--node_rank", str(i),
          "--nproc_per_node", str(nproc), "--master_addr", addresses()[0], "--master_port",
-         str(port), job("torch_env.py"), out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        for i in range(2)]
+         str(port), job("torch_env.py"), out, *MACRO_WORDS], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT) for i in range(2)]
     for a in agents:
         text, _ = a.communicate(timeout=120)
         check(a.returncode == 0, f"torchrun: exit {a.returncode}: {text.decode()[-2000:]}")
-    return base, {r: json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2 * nproc)}
+    return base, _probed(out, 2 * nproc)
+
+
+def _probed(out, ranks):
+    """Each rank's environment, with its words after the directory under the key ARGV."""
+    return {r: dict(json.load(open(os.path.join(out, f"rank{r}.json"))),
+                    ARGV=json.load(open(os.path.join(out, f"argv{r}.json")))) for r in range(ranks)}
 
 
 def _our_envs(nproc, user_env, port):
     out = tempfile.mkdtemp(prefix="ours-", dir=tmpdir())
     env_args = [w for k, v in user_env.items() for w in ("--env", f"{k}={v}")]
-    code, _, err, _ = run([job("torch_env.py"), out], hostfile=_two_host_file(nproc),
+    code, _, err, _ = run([job("torch_env.py"), out, *MACRO_WORDS], hostfile=_two_host_file(nproc),
                           extra=["--contract", "torch", "--master_port", str(port), *env_args],
                           timeout=120)
     check(code == 0, f"exit {code}: {err.decode()[-2000:]}")
-    return {r: json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2 * nproc)}
+    return _probed(out, 2 * nproc)
 
 
 def _compare_with_torchrun(nproc, user_env, login_env=None):
@@ -180,8 +190,12 @@ def _compare_with_torchrun(nproc, user_env, login_env=None):
             cluster("slowrc", i, 0, check=False)
     problems = []
     for rank, env in theirs.items():
-        set_by_torchrun = {k for k, v in env.items() if base.get(k) != v}
         mine = ours[rank]
+        their_words, my_words = env.pop("ARGV"), mine.pop("ARGV")
+        if my_words != their_words:
+            problems.append(f"rank {rank}: the script's words: torchrun {their_words}, ours "
+                            f"{my_words}")
+        set_by_torchrun = {k for k, v in env.items() if base.get(k) != v}
         for name in sorted(login_env):
             if mine.get(name) != env.get(name):
                 problems.append(f"rank {rank}: {name} of the login environment: torchrun "

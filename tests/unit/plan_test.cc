@@ -971,6 +971,39 @@ TEST_F(MakePlan, TorchContractRefusesMsrunsSimulation) {
   EXPECT_EQ(error(), "--sim_level is msrun's simulation; it does not go with --contract torch");
 }
 
+// torchrun has no per-process restart: a rank started again alone cannot rejoin its group.
+TEST_F(MakePlan, TorchContractRefusesMindSporesInPlaceRecovery) {
+  options.contract = Contract::kTorch;
+  options.restart_policy = RestartPolicy::kProcess;
+  EXPECT_EQ(error().rfind("--restart_policy process is MindSpore's in-place recovery; it does not "
+                          "go with --contract torch",
+                          0),
+            0u);
+}
+
+// torchrun's ${local_rank} macro (string.Template's safe_substitute): in the script's words and
+// its own, under the torch contract only; the differential test against torchrun is
+// test_torch.py's.
+TEST_F(MakePlan, TorchContractSubstitutesTorchrunsLocalRankMacroInTheTasksWords) {
+  options.task_script = "run_${local_rank}.py";
+  options.task_args = {"--out=dev${local_rank}", "$local_rank", "a$$b",         "${other}",
+                       "$local_ranks",           "x$",          "${local_rank", "$LOCAL_RANK",
+                       "$local_rank}",           "$$local_rank"};
+  options.contract = Contract::kTorch;
+  Plan p = plan();
+  const Process& w = p.hosts[0].processes[1];
+  ASSERT_EQ(w.local_index, 1);
+  std::vector<std::string> want{"python3",      "run_1.py",    "--out=dev1",   "1",
+                                "a$b",          "${other}",    "$local_ranks", "x$",
+                                "${local_rank", "$LOCAL_RANK", "1}",           "$local_rank"};
+  EXPECT_EQ(w.argv, want);
+  options.contract = Contract::kMsrun;  // msrun's words stay as given
+  Plan m = plan();
+  std::vector<std::string> as_given{"python3", options.task_script};
+  as_given.insert(as_given.end(), options.task_args.begin(), options.task_args.end());
+  EXPECT_EQ(m.hosts[0].processes[1].argv, as_given);
+}
+
 }  // namespace msrun_ssh
 
 namespace msrun_ssh {
