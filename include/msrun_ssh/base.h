@@ -39,6 +39,9 @@ std::string to_lower(std::string_view s);
 // UTF-8 as \xNN, and the rest as written. fmt's `{:?}` would do the same, but fmt 9 asserts on
 // bytes that are not UTF-8 (its debug builds abort), and a file may hold any bytes.
 std::string in_quotes(std::string_view s, char quote = '"');
+// in_quotes of the first `max` bytes of `s` at most, "..." after the quote when it was cut: for a
+// value that may be megabytes long (a host file's node set).
+std::string in_quotes_cut(std::string_view s, size_t max = 64);
 
 // `s` without what a terminal would act on: as in_quotes escapes it, but without quotes, and with
 // its newlines, tabs and backslashes as they are. For whole messages that may hold what the user

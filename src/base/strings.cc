@@ -130,6 +130,10 @@ std::string in_quotes(std::string_view s, char quote) {
   return out;
 }
 
+std::string in_quotes_cut(std::string_view s, size_t max) {
+  return s.size() <= max ? in_quotes(s) : in_quotes(s.substr(0, max)) + "...";
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   escape_into(out, s, '\0', true);

@@ -270,7 +270,8 @@ void add_expanded(Cluster& cluster, std::vector<Origin>& origins, const Host& ho
   try {
     names = expand_nodeset(host.address);
   } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: address {}: {}", where, in_quotes(host.address), e.what()));
+    throw InputError(
+        fmt::format("{}: address {}: {}", where, in_quotes_cut(host.address), e.what()));
   }
   if (cluster.hosts.size() + names.size() > kMaxHosts)
     throw InputError(fmt::format("{}: more than {} hosts in the host file", where, kMaxHosts));
@@ -447,11 +448,14 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
     if (words.empty()) continue;
     // A node set with blanks around its commas ("node[1-3, 7]", "a , b") goes on to the next
     // word.
-    auto unfinished = [](const std::string& a) {
-      return a.back() == ',' ||
-             std::count(a.begin(), a.end(), '[') > std::count(a.begin(), a.end(), ']');
-    };
+    // (Brackets counted word by word as they are added: a line of 100,000 words is read once.)
     std::string address(words[0]);
+    long open_brackets = 0;
+    auto count_brackets = [&](std::string_view w) {
+      open_brackets += std::count(w.begin(), w.end(), '[') - std::count(w.begin(), w.end(), ']');
+    };
+    count_brackets(address);
+    auto unfinished = [&](const std::string& a) { return a.back() == ',' || open_brackets > 0; };
     size_t next = 1;
     // The word spare and a key=value word end it ("node1, spare" ends in a comma: refused).
     auto a_word = [](std::string_view w) {
@@ -460,7 +464,8 @@ Cluster parse_plain_hostfile(std::string_view text, const std::string& path) {
     while (next < words.size() && !a_word(words[next]) &&
            (unfinished(address) || words[next][0] == ',')) {
       address += ' ';
-      address += words[next++];
+      address += words[next];
+      count_brackets(words[next++]);
     }
     std::string where = fmt::format("{}:{}", path, lineno);
     Host host;

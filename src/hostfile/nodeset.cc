@@ -84,7 +84,8 @@ bool ends_with_blank(std::string_view s) {
 // "1-10/2". Appends its words to `out`.
 void expand_item(std::string_view item, std::vector<std::string>& out, GroupForm& form) {
   auto bad = [&](std::string_view why) {
-    return InputError(fmt::format("bad node set range {}{}", in_quotes(trim(item, kBlanks)), why));
+    return InputError(
+        fmt::format("bad node set range {}{}", in_quotes_cut(trim(item, kBlanks)), why));
   };
   size_t slash = item.find('/');
   std::string_view range = item.substr(0, slash);
@@ -96,7 +97,12 @@ void expand_item(std::string_view item, std::vector<std::string>& out, GroupForm
   if (dash == std::string_view::npos) {
     if (slash != std::string_view::npos) throw bad(": a step needs a range (\"1-9/2\")");
     if (!all_digits(lo_s)) throw bad("");
-    out.emplace_back(lo_s);  // a single number stands as written, however long
+    if (out.size() + 1 > kMaxNames)
+      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    if (lo_s.size() > kMaxNameLength)
+      throw bad(
+          fmt::format(": longer than a host name may be (at most {} characters)", kMaxNameLength));
+    out.emplace_back(lo_s);  // a single number stands as written
     return;
   }
   std::string_view hi_s = trim(range.substr(dash + 1), kBlanks);
@@ -135,8 +141,9 @@ std::vector<std::string> expand_group(std::string_view body, GroupForm& form) {
     size_t comma = body.find(',');
     std::string_view item = body.substr(0, comma);
     if (trim(item, kBlanks).empty())
-      throw InputError(
-          fmt::format("empty item in node set {}", in_quotes(fmt::format("[{}]", whole))));
+      throw InputError(fmt::format("empty item in node set {} (item {})",
+                                   in_quotes_cut(fmt::format("[{}]", whole)),
+                                   std::count(whole.data(), item.data(), ',') + 1));
     expand_item(item, out, form);
     if (comma == std::string_view::npos) break;
     body = body.substr(comma + 1);
@@ -164,7 +171,7 @@ void check_slurm_form(std::string_view pattern, const std::vector<GroupForm>& fo
   throw InputError(fmt::format(
       "{}: {} are Slurm's form, and Slurm reads them only without {} (ClusterShell refuses "
       "them)",
-      in_quotes(pattern), what, but));
+      in_quotes_cut(pattern), what, but));
 }
 
 // One node set without a top-level comma: literal text and bracket groups.
@@ -181,12 +188,29 @@ std::vector<std::string> expand_one(std::string_view pattern) {
   bool side_by_side = false;
   size_t count = 1;
   size_t pos = 0;
+  // The longest name's length so far, checked as it grows: 4 million groups of one word each
+  // ("nx[1]x[1]...", 16 MB) were made into segments first, half a GB.
+  size_t longest = 0;
+  auto check_longest = [&] {
+    if (longest <= kMaxNameLength || forms.empty()) return;  // a name alone: not_a_host's
+    std::string start;
+    for (const Segment& seg : segments) {
+      start += seg.literal;
+      if (!seg.words.empty()) start += seg.words.front();
+      if (start.size() > 64) break;
+    }
+    throw InputError(
+        fmt::format("the name {} is longer than a host name may be (more than {} characters)",
+                    in_quotes_cut(start), kMaxNameLength));
+  };
   while (true) {
     size_t open = pattern.find('[', pos);
     size_t close_stray = pattern.find(']', pos);
     if (close_stray != std::string_view::npos && close_stray < open)
       throw InputError("unmatched \"]\" in node set");
     segments.back().literal += pattern.substr(pos, open - pos);
+    longest += std::min(open, pattern.size()) - pos;
+    check_longest();
     if (open == std::string_view::npos) break;
     // Groups side by side, or with digits alone between them ("n[1-2]0[3-4]"): ClusterShell's
     // "illegal reopening bracket".
@@ -196,8 +220,24 @@ std::vector<std::string> expand_one(std::string_view pattern) {
     if (close == std::string_view::npos) throw InputError("unmatched \"[\" in node set");
     std::string_view body = pattern.substr(open + 1, close - open - 1);
     if (body.find('[') != std::string_view::npos) throw InputError("nested \"[\" in node set");
+    if (body.find(':') != std::string_view::npos)
+      throw InputError(fmt::format(
+          "a node set's group holds numbers; an IPv6 address is written without brackets ({})",
+          in_quotes_cut(body)));
     GroupForm form;
     std::vector<std::string> words = expand_group(body, form);
+    // Digits right before a group are taken into its numbers by ClusterShell ("gpu1[8-12]" is
+    // its gpu[18-112], 95 names) and stay text for Slurm (gpu18, gpu19, gpu110, ...): the two
+    // agree only while the group's numbers are all of one length.
+    if (open > 0 && pattern[open - 1] >= '0' && pattern[open - 1] <= '9' &&
+        std::any_of(words.begin(), words.end(),
+                    [&](const std::string& w) { return w.size() != words.front().size(); }))
+      throw InputError(fmt::format(
+          "{}: digits right before a group whose numbers differ in length, which ClusterShell "
+          "and Slurm read differently (\"gpu1[8-12]\": ClusterShell's gpu18 .. gpu112, Slurm's "
+          "gpu18, gpu19, gpu110 .. gpu112); put the digits inside the group (\"gpu[18-19,"
+          "110-112]\") or pad its numbers to one length",
+          in_quotes_cut(pattern)));
     // Digits right after a group ("n[1-3]0": n10, n20, n30) are appended to its bounds by
     // ClusterShell, which cannot do it after a step ("illegal trailing digits after range with
     // steps") or after a bound that ends with a blank ("[1-3 ]0"); Slurm reads neither.
@@ -206,13 +246,17 @@ std::vector<std::string> expand_one(std::string_view pattern) {
       throw InputError(fmt::format(
           "{}: digits right after a group with {}, which neither ClusterShell nor Slurm "
           "reads",
-          in_quotes(pattern),
+          in_quotes_cut(pattern),
           form.step ? "a step (\"n[1-9/2]0\")" : "a blank after a bound (\"n[1-3 ]0\")"));
     if (count * words.size() > kMaxNames)
       throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
     count *= words.size();
+    longest += std::max_element(words.begin(), words.end(), [](auto& a, auto& b) {
+                 return a.size() < b.size();
+               })->size();
     forms.push_back(form);
     segments.back().words = std::move(words);
+    check_longest();
     segments.emplace_back();
     pos = close + 1;
   }
@@ -222,21 +266,6 @@ std::vector<std::string> expand_one(std::string_view pattern) {
   // second, ... up to the one before the last: "a[1-2]b[1-2]" is a1b1, a1b2, a2b1, a2b2, and
   // "a[1-2]b[1-2]c[1-2]" is a1b1c1, a1b1c2, a2b1c1, a2b1c2, a1b2c1, ...
   size_t groups = segments.size() - 1;
-  if (groups > 0) {
-    std::string longest;
-    for (const Segment& seg : segments) {
-      longest += seg.literal;
-      if (!seg.words.empty())
-        longest += *std::max_element(
-            seg.words.begin(), seg.words.end(),
-            [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
-    }
-    if (longest.size() > kMaxNameLength)
-      throw InputError(
-          fmt::format("the name {} is longer than a host name may be ({} characters, at most {})",
-                      in_quotes(longest.size() > 64 ? longest.substr(0, 64) + "..." : longest),
-                      longest.size(), kMaxNameLength));
-  }
   std::vector<size_t> turn;  // the groups, fastest first
   if (groups > 0) turn.push_back(groups - 1);
   for (size_t g = 0; g + 1 < groups; ++g) turn.push_back(g);

@@ -9,7 +9,7 @@
 // A lone NUM is any run of digits, kept as written; a range's NUMs have 1..19 digits, lo <= hi,
 // a step >= 1 (default 1), and give lo, lo+step, ... <= hi, zero-padded to the width of lo when
 // lo starts with '0' and has more than one digit. Groups multiply in Slurm's order within a set
-// (Slurm's forms and digits after a group as nodeset.cc says);
+// (Slurm's forms, digits after a group and digits before one as nodeset.cc says);
 // sets follow each other; at most 16384 names in all; no set is empty.
 //
 // Findings: any crash or sanitizer report; any exception other than InputError; success with an
@@ -72,6 +72,12 @@ bool parse_num(std::string_view s, uint64_t& out) {
   out = 0;
   for (char c : s) out = out * 10 + static_cast<uint64_t>(c - '0');
   return true;
+}
+
+std::string number(uint64_t v, size_t width) {
+  std::string s = std::to_string(v);
+  if (s.size() < width) s.insert(0, width - s.size(), '0');
+  return s;
 }
 
 bool ends_blank(std::string_view s) { return !s.empty() && blank(s.back()); }
@@ -152,6 +158,19 @@ bool parse_set(std::string_view p, Set& set) {
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
+    // Digits right before a group whose words differ in length: ClusterShell and Slurm read it
+    // differently, and it is refused.
+    if (!seg.literal.empty() && seg.literal.back() >= '0' && seg.literal.back() <= '9') {
+      size_t shortest = SIZE_MAX, longest = 0;
+      for (const Item& it : seg.group) {
+        size_t first = it.lone.empty() ? number(it.lo, it.width).size() : it.lone.size();
+        size_t last = it.lone.empty() ? number(it.lo + (it.count - 1) * it.step, it.width).size()
+                                      : it.lone.size();
+        shortest = std::min(shortest, first);
+        longest = std::max(longest, last);
+      }
+      if (shortest != longest) return false;
+    }
     if (set.count * seg.size > kMaxNames) return false;  // both <= 16384: no overflow
     set.count *= seg.size;
     set.segments.push_back(std::move(seg));
@@ -181,12 +200,6 @@ bool reference_parse(std::string_view p, std::vector<Set>& sets, size_t& count) 
     start = i + 1;
   }
   return true;
-}
-
-std::string number(uint64_t v, size_t width) {
-  std::string s = std::to_string(v);
-  if (s.size() < width) s.insert(0, width - s.size(), '0');
-  return s;
 }
 
 // The name with index `index` (0-based) of one set, by mixed-radix decomposition in Slurm's

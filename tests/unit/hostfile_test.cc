@@ -634,14 +634,14 @@ TEST(HostfilePlain, ColonsOnlyInIpv6AndNamesOfDnsLength) {
   // A node set whose names are too long is refused before they are made (a 100 KB pattern of
   // 16,383 names took 2.5 GB and 18 s; review of 2026-12-07), naming its longest name.
   std::string huge(100000, 'a');
+  // The address and the name are quoted cut to 64 bytes.
   EXPECT_EQ(plain_error(huge + "[1-16383]"),
-            fmt::format("hosts:1: address \"{}[1-16383]\": the name \"{}...\" is longer than a "
-                        "host name may be (100005 characters, at most 253)",
-                        huge, std::string(64, 'a')));
+            fmt::format("hosts:1: address \"{0}\"...: the name \"{0}\"... is longer than a "
+                        "host name may be (more than 253 characters)",
+                        std::string(64, 'a')));
   std::string edge(248, 'a');  // 248 + "[1-10]" gives names of 249 and 250 characters
   EXPECT_EQ(parse_plain_hostfile(edge + "[1-10]z", "hosts").hosts.size(), 10u);
-  EXPECT_NE(plain_error(edge + "[1-10]zzzz").find("(254 characters, at most 253)"),
-            std::string::npos);
+  EXPECT_NE(plain_error(edge + "[1-10]zzzz").find("(more than 253 characters)"), std::string::npos);
 }
 
 TEST(HostfilePlain, SlotsTwiceDisagreeing) {

@@ -187,8 +187,11 @@ TEST(Nodeset, MalformedPatternsAreErrors) {
       {"n[1]]", "unmatched \"]\" in node set"},
       {"]n[1]", "unmatched \"]\" in node set"},
       {"n[]", "empty node set \"[]\""},
-      {"n[1,]", "empty item in node set \"[1,]\""},
-      {"n[,1]", "empty item in node set \"[,1]\""},
+      {"n[1,]", "empty item in node set \"[1,]\" (item 2)"},
+      {"n[,1]", "empty item in node set \"[,1]\" (item 1)"},
+      {"[fe80::1]",
+       "a node set's group holds numbers; an IPv6 address is written without brackets "
+       "(\"fe80::1\")"},
       {"n[a-c]", "bad node set range \"a-c\""},  // not a number
       {"n[1-]", "bad node set range \"1-\""},
       {"n[-1]", "bad node set range \"-1\""},
@@ -218,6 +221,47 @@ TEST(Nodeset, MalformedPatternsAreErrors) {
 
 namespace msrun_ssh {
 namespace {
+
+// ClusterShell takes digits right before a group into its numbers ("gpu1[8-12]" is its
+// gpu[18-112]), Slurm keeps them as text: where the two disagree the node set is refused; where
+// the group's numbers are of one length they agree (nodeset_oracle_test checks both).
+TEST(Nodeset, DigitsRightBeforeAGroupWhoseNumbersDifferInLengthAreRefused) {
+  for (const char* ambiguous : {"gpu1[8-12]", "n1[9,10]", "n0[9-10/1]", "r2[97-109]"})
+    EXPECT_NE(error_of(ambiguous).find("which ClusterShell and Slurm read differently"),
+              std::string::npos)
+        << ambiguous;
+  EXPECT_EQ(expand_nodeset("n1[0-2]"), (Names{"n10", "n11", "n12"}));
+  EXPECT_EQ(expand_nodeset("n1[08-10]"), (Names{"n108", "n109", "n110"}));
+  EXPECT_EQ(expand_nodeset("n1[1-5/2]"), (Names{"n11", "n13", "n15"}));
+  EXPECT_EQ(expand_nodeset("n[8-12]"), (Names{"n8", "n9", "n10", "n11", "n12"}));
+}
+
+// Single numbers count toward the names' limit as ranges do (8 million of them took 350 MB), and
+// what an error quotes of a long value is cut (a 16 MB node set was printed whole, twice).
+TEST(Nodeset, SingleNumbersCountAndLongValuesAreQuotedCut) {
+  std::string singles;
+  for (int i = 0; i <= 16384; ++i) singles += (i ? "," : "") + std::to_string(i);
+  EXPECT_EQ(error_of("n[" + singles + "]"), "node set expands to more than 16384 names");
+  std::string ones = test::comma_list("1", 10000);
+  std::string message = error_of("n[" + ones + ",,1]");
+  EXPECT_LT(message.size(), 200u) << message.substr(0, 300);
+  EXPECT_NE(message.find("\"... (item 10001)"), std::string::npos) << message.substr(0, 300);
+  EXPECT_NE(error_of("n[" + std::string(300, '7') + "]").find("longer than a host name"),
+            std::string::npos);
+}
+
+// A name too long is refused as the node set is read, not after every group was made (4 million
+// groups of one word took half a GB first).
+TEST(Nodeset, ANameTooLongIsRefusedAsItGrows) {
+  std::string many = "n";
+  for (int i = 0; i < 100000; ++i) many += "x[1]";
+  std::string start = "n";  // the first 64 bytes of its first name
+  while (start.size() < 64) start += "x1";
+  start.resize(64);
+  EXPECT_EQ(error_of(many), "the name \"" + start +
+                                "\"... is longer than a host name may be (more than 253 "
+                                "characters)");
+}
 
 TEST(Nodeset, ManyRangesInOneGroupFailBeforeExpanding) {
   std::string body = test::comma_list("0-99999", 200);
