@@ -433,6 +433,7 @@ struct SummaryRow {
   std::vector<std::string> stacks;      // Python stacks printed at a --timeout / --hang_timeout
   std::string error_message;            // from the error file (--contract torch), else empty
   long long error_time = 0;             // the error file's timestamp (0: none)
+  int exit_code = 0;                    // torch's exitcode: the status, or -N when killed by N
   LogGap log_gap;                       // what its log file misses (log_gap.missing 0: nothing)
 };
 
@@ -440,6 +441,12 @@ struct SummaryRow {
 // launcher saw) has an error file, the failed process whose error file is the earliest (by its
 // timestamp, to the second; the first seen on a tie) becomes the root cause instead.
 void follow_error_files(std::vector<SummaryRow>& rows);
+
+// What torchrun writes to its own TORCHELASTIC_ERROR_FILE (the launcher's environment's: TorchX
+// and other schedulers read it) when its job fails: the root cause's error file with its
+// "errorCode" (the rank's exitcode), or, for a root cause without one, a ChildFailedError naming
+// it, at `now` (seconds since the epoch). Empty when `rows` has no root cause.
+std::string torchelastic_error(const std::vector<SummaryRow>& rows, long long now);
 
 // Renders the summary table (header, one line per process), then the failure report: the root
 // cause first (its traceback, else its last lines), then the other failed processes grouped by

@@ -340,6 +340,7 @@ struct AttemptResult {
   std::string root_cause_host;          // Runner::root_cause_host
   std::vector<ProcessRestart> process_restarts;  // Runner::process_restarts
   std::vector<StragglerRecord> stragglers;       // Runner::stragglers
+  std::string torch_error;  // --contract torch, failed: torchelastic_error of its summary
 };
 
 // The whole-job restarts --max_restarts allows: all of them under --restart_policy job, none under

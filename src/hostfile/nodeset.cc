@@ -174,6 +174,19 @@ void check_slurm_form(std::string_view pattern, const std::vector<GroupForm>& fo
       in_quotes_cut(pattern), what, but));
 }
 
+// Whether `words` (a group's numbers as written) hold two consecutive numbers, neither
+// zero-padded, of different lengths ("9" and "10"; ClusterShell keeps "010" apart from "9").
+bool run_spans_lengths(const std::vector<std::string>& words) {
+  std::map<Wide, size_t> length_of;
+  for (const auto& w : words)
+    if (auto v = wide_number(w); v && !padded(w)) length_of.emplace(*v, w.size());
+  for (const auto& [v, length] : length_of) {
+    auto next = length_of.find(v + 1);
+    if (next != length_of.end() && next->second != length) return true;
+  }
+  return false;
+}
+
 // One node set without a top-level comma: literal text and bracket groups.
 std::vector<std::string> expand_one(std::string_view pattern) {
   // The pattern as literal text each followed by a bracket group's words, then the trailing
@@ -220,23 +233,23 @@ std::vector<std::string> expand_one(std::string_view pattern) {
     if (close == std::string_view::npos) throw InputError("unmatched \"[\" in node set");
     std::string_view body = pattern.substr(open + 1, close - open - 1);
     if (body.find('[') != std::string_view::npos) throw InputError("nested \"[\" in node set");
-    if (body.find(':') != std::string_view::npos)
+    if (std::count(body.begin(), body.end(), ':') >= 2)  // "fe80::1"; "01:16" is a bad range
       throw InputError(fmt::format(
           "a node set's group holds numbers; an IPv6 address is written without brackets ({})",
           in_quotes_cut(body)));
     GroupForm form;
     std::vector<std::string> words = expand_group(body, form);
-    // Digits right before a group are taken into its numbers by ClusterShell ("gpu1[8-12]" is
-    // its gpu[18-112], 95 names) and stay text for Slurm (gpu18, gpu19, gpu110, ...): the two
-    // agree only while the group's numbers are all of one length.
+    // Digits right before a group are taken by ClusterShell into the bounds of each run of
+    // consecutive numbers it holds ("gpu1[8-12]" is its gpu[18-112], 95 names) and stay text for
+    // Slurm (gpu18, gpu19, gpu110, ...): the two agree unless a run spans numbers of different
+    // lengths ("n1[5,10]" is n15, n110 for both).
     if (open > 0 && pattern[open - 1] >= '0' && pattern[open - 1] <= '9' &&
-        std::any_of(words.begin(), words.end(),
-                    [&](const std::string& w) { return w.size() != words.front().size(); }))
+        run_spans_lengths(words))
       throw InputError(fmt::format(
-          "{}: digits right before a group whose numbers differ in length, which ClusterShell "
-          "and Slurm read differently (\"gpu1[8-12]\": ClusterShell's gpu18 .. gpu112, Slurm's "
-          "gpu18, gpu19, gpu110 .. gpu112); put the digits inside the group (\"gpu[18-19,"
-          "110-112]\") or pad its numbers to one length",
+          "{}: digits right before a group with consecutive numbers of different lengths, which "
+          "ClusterShell and Slurm read differently (\"gpu1[8-12]\": ClusterShell's gpu18 .. "
+          "gpu112, Slurm's gpu18, gpu19, gpu110 .. gpu112); put the digits inside the group "
+          "(\"gpu[18-19,110-112]\") or pad its numbers to one length",
           in_quotes_cut(pattern)));
     // Digits right after a group ("n[1-3]0": n10, n20, n30) are appended to its bounds by
     // ClusterShell, which cannot do it after a step ("illegal trailing digits after range with

@@ -1,5 +1,7 @@
 // The error files of torch ranks (output.h, ErrorFile): torch.distributed.elastic's own two
 // layouts, read as its ProcessFailure reads them.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -61,6 +63,29 @@ void follow_error_files(std::vector<SummaryRow>& rows) {
     if (it->failed && it->error_time > 0 && it->error_time < earliest->error_time) earliest = it;
   root->root_cause = false;
   earliest->root_cause = true;
+}
+
+std::string torchelastic_error(const std::vector<SummaryRow>& rows, long long now) {
+  auto root = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.root_cause; });
+  if (root == rows.end()) return "";
+  std::string callstack;
+  for (const auto& line : root->traceback.empty() ? root->last_lines : root->traceback)
+    callstack += line + "\n";
+  nlohmann::json message;
+  if (!root->error_message.empty()) {
+    // The rank's file as torch's ErrorHandler.dump_error_file passes it on, exitcode added.
+    message = {{"message", root->error_message},
+               {"extraInfo",
+                {{"py_callstack", callstack}, {"timestamp", std::to_string(root->error_time)}}},
+               {"errorCode", root->exit_code}};
+  } else {
+    // As torch's @record writes the ChildFailedError of a root cause without an error file.
+    message = {{"message", fmt::format("ChildFailedError: {} on {} failed: {}", root->process,
+                                       root->host, root->status)},
+               {"extraInfo", {{"py_callstack", callstack}, {"timestamp", std::to_string(now)}}}};
+  }
+  return nlohmann::json{{"message", message}}.dump(-1, ' ', false,
+                                                   nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace msrun_ssh

@@ -63,18 +63,28 @@ signal_all() {
   done
   return $found
 }
-# Status 0 when every process in SIGNALLED has ended: gone, or a zombie whose threads have all
-# ended. A process's environ reads empty (find_pids sees it no more) from the moment the kernel
-# lets go of its memory, before it closes its files: one of many GB holds its sockets (the torch
-# master's port) and devices for some hundreds of ms more; a thread left after its main thread
-# ended holds them as long as it runs.
+# Status 0 when process $1 has ended: gone, or a zombie whose threads have all ended. A process's
+# environ reads empty (find_pids sees it no more) from the moment the kernel lets go of its
+# memory, before it closes its files: one of many GB holds its sockets (the torch master's port)
+# and devices for some hundreds of ms more; a thread left after its main thread ended holds them
+# as long as it runs. (Each thread's State line of its status file: the name in its stat file may
+# hold a newline.)
+ended() {
+  for t in /proc/"$1"/task/*/status; do
+    s=
+    { while read -r k s; do [ "$k" = State: ] && break; done < "$t"; } 2>/dev/null
+    case $s in ''|Z*|X*) ;; *) return 1 ;; esac
+  done
+}
 ended_all() {
+  for p in $SIGNALLED; do ended "$p" || return 1; done
+}
+# SIGKILL to each process in SIGNALLED not ended that the last find_pids did not see (its main
+# thread ended, another runs on); a line "killed PID SIGKILL" for each.
+kill_unseen() {
   for p in $SIGNALLED; do
-    for t in /proc/"$p"/task/*/stat; do
-      { read -r s < "$t"; } 2>/dev/null || continue
-      s=${s##*') '}
-      case $s in Z*|X*) ;; *) return 1 ;; esac
-    done
+    case " $P " in *" $p "*) continue ;; esac
+    ended "$p" || { kill -KILL "$p" 2>/dev/null && echo "killed $p SIGKILL"; }
   done
 }
 # Sends $1 (STOP, CONT) to every process of the job but this shell, saying nothing: a suspension.
@@ -109,16 +119,19 @@ waiting() {
       *) i=$((i+1)); [ $rc -eq 0 ] && sleep 0.2 ;;
     esac
   done
+  return 0
 }
 living() { find_pids; [ -n "$P" ] || ! ended_all; }
 ending() { ! ended_all; }
-# SIGTERM, then up to $1 steps of 0.2 s while any process of the job lives, then SIGKILL, then up
-# to 5 s until every process signalled has ended (ended_all), unless 'K' came.
+# SIGTERM, then up to $1 steps of 0.2 s while any process of the job lives, then SIGKILL (also to
+# a process signalled that lives on unseen), then up to 5 s until every process signalled has
+# ended (ended_all), unless 'K' came.
 teardown() {
   SIGNALLED=
   signal_all TERM || return 0
   waiting "$1" living || { signal_all KILL; return 0; }
   signal_all KILL
+  kill_unseen
   waiting 25 ending || :
 }
 # Removes the job's stack-dump directory on this host (stack_site.sh) once its processes are

@@ -408,6 +408,8 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     out.close_logs();  // and what their file system lost (NFS says so at close)
     rows = runner.summary();
     logs = runner.log_names();
+    if (roster.plan().contract == Contract::kTorch && result.status != kExitOk)
+      result.torch_error = torchelastic_error(rows, static_cast<long long>(std::time(nullptr)));
     // A log that failed only now, as the job ended well: --on_log_error=stop still fails it.
     if (const LogGap* gap = first_incomplete_log(rows);
         gap && options.log_error_stops && result.status == kExitOk) {
@@ -537,6 +539,11 @@ int run_job(const Options& options, Plan& plan) {
       [sfd](double s) { return wait_for_signal(sfd, s); }, say);
   emit_event(events.get(), "end",
              {{"exit_status", history.status}, {"attempts", history.attempts.size()}});
+  // As torchrun's @record: the failed job's root cause, for the scheduler that started it.
+  const char* error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (history.status != kExitOk && !last.torch_error.empty() && error_file && *error_file)
+    if (std::string why = replace_file(error_file, last.torch_error + "\n"); !why.empty())
+      std::fprintf(stderr, "msrun-ssh: warning: cannot write %s: %s\n", error_file, why.c_str());
   record_attached_end(record, options, history.status, logs);
   if (history.attempts.size() > 1) {
     std::string text = format_attempts(history);

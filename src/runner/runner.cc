@@ -594,6 +594,7 @@ SummaryRow Runner::row_of(size_t i) const {
   r.process = p.spec->label();
   if (p.exited) {
     r.status = describe_status(p.status, p.signal);
+    r.exit_code = p.signal.empty() ? p.status : -signal_number(p.signal.c_str());
     if (!p.note.empty()) r.status += " (" + p.note + ")";
   } else {
     r.status = p.note.empty() ? "unknown" : p.note;

@@ -161,8 +161,9 @@ std::string mux_socket_path(const std::string& key) {
     throw std::runtime_error(
         fmt::format("{}: not a directory of this user that only this user can enter", dir));
   std::string path = dir + "/keep-" + sha256_hex(key).substr(0, 16) + ".sock";
-  // Throws when too long, also as mux_listen's temporary name with the largest pid.
-  socket_address(fmt::format("{}.{}", path, std::numeric_limits<pid_t>::max()));
+  // Throws when too long, also as mux_listen's temporary name with the largest pid Linux gives
+  // (PID_MAX_LIMIT, 4194304: 7 digits).
+  socket_address(path + ".4194304");
   return path;
 }
 

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -158,18 +159,21 @@ bool parse_set(std::string_view p, Set& set) {
       if (comma == std::string_view::npos) break;
       start = comma + 1;
     }
-    // Digits right before a group whose words differ in length: ClusterShell and Slurm read it
-    // differently, and it is refused.
+    // Digits right before a group with two consecutive numbers, neither zero-padded, written with
+    // different lengths ("9" and "10"): ClusterShell and Slurm read it differently, and it is
+    // refused.
     if (!seg.literal.empty() && seg.literal.back() >= '0' && seg.literal.back() <= '9') {
-      size_t shortest = SIZE_MAX, longest = 0;
-      for (const Item& it : seg.group) {
-        size_t first = it.lone.empty() ? number(it.lo, it.width).size() : it.lone.size();
-        size_t last = it.lone.empty() ? number(it.lo + (it.count - 1) * it.step, it.width).size()
-                                      : it.lone.size();
-        shortest = std::min(shortest, first);
-        longest = std::max(longest, last);
+      std::map<uint64_t, size_t> length_of;
+      for (const Item& it : seg.group)
+        for (uint64_t k = 0; k < it.count; ++k) {
+          std::string w = it.lone.empty() ? number(it.lo + k * it.step, it.width) : it.lone;
+          uint64_t v = 0;
+          if (!padded(w) && parse_num(w, v)) length_of.emplace(v, w.size());
+        }
+      for (const auto& [v, length] : length_of) {
+        auto next = length_of.find(v + 1);
+        if (next != length_of.end() && next->second != length) return false;
       }
-      if (shortest != longest) return false;
     }
     if (set.count * seg.size > kMaxNames) return false;  // both <= 16384: no overflow
     set.count *= seg.size;

@@ -1468,34 +1468,58 @@ TEST_F(StopCommand, FindsTheJobWhenTheProcessesPathsAreMoreThanOneExecCarries) {
 
 // A process's environ reads empty once the kernel lets go of its memory, before it closes its
 // files (a worker of many GB holds the torch master's port and its devices some hundreds of ms
-// longer): a restart after the stop found the port taken. Here the same gap, held for 1.5 s: on
-// SIGTERM the main thread ends (the environ reads empty) while another thread runs on. The stop
-// says done only once the process has ended.
-TEST_F(StopCommand, IsDoneOnlyOnceWhatItSignalledHasEndedNotWhenItsEnvironIsEmpty) {
-  const std::string script =
-      "import ctypes, os, signal, threading, time\n"
-      "def hold():\n"
-      "    time.sleep(1.5)\n"
-      "    os._exit(0)\n"
-      "def on_term(*_):\n"
-      "    threading.Thread(target=hold).start()\n"
-      "    ctypes.CDLL(None).pthread_exit(None)\n"
-      "signal.signal(signal.SIGTERM, on_term)\n"
-      "time.sleep(30)\n";
-  pid_t slow = start_marked(job_, {"python3", "-c", script}, "python3");
-  // Until its SIGTERM handler is set (SigCgt in /proc/PID/status).
-  for (auto t0 = Clock::now(); since(t0) < 10;) {
-    std::string status = slurp("/proc/" + std::to_string(slow) + "/status");
-    size_t at = status.find("SigCgt:\t");
-    if (at != std::string::npos &&
-        (std::stoull(status.substr(at + 8, 16), nullptr, 16) & (1ULL << (SIGTERM - 1))) != 0)
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+// longer): a restart after the stop found the port taken. Here the same gap, held longer: on
+// SIGTERM the main thread ends (the environ reads empty) while another thread runs on for
+// `hold_s`. Returns the pid, its handler set.
+class StopHolder : public CommandTest {
+ protected:
+  pid_t start_holder(double hold_s) {
+    const std::string script = fmt::format(
+        "import ctypes, os, signal, threading, time\n"
+        "def hold():\n"
+        "    time.sleep({})\n"
+        "    os._exit(0)\n"
+        "def on_term(*_):\n"
+        "    threading.Thread(target=hold).start()\n"
+        "    ctypes.CDLL(None).pthread_exit(None)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "time.sleep(30)\n",
+        hold_s);
+    pid_t pid = start_marked(job_, {"python3", "-c", script}, "python3");
+    // Until its SIGTERM handler is set (SigCgt in /proc/PID/status).
+    for (auto t0 = Clock::now(); since(t0) < 10;) {
+      std::string status = slurp("/proc/" + std::to_string(pid) + "/status");
+      size_t at = status.find("SigCgt:\t");
+      if (at != std::string::npos &&
+          (std::stoull(status.substr(at + 8, 16), nullptr, 16) & (1ULL << (SIGTERM - 1))) != 0)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return pid;
   }
+};
+
+// Ending within the grace: the stop is done once it has ended.
+TEST_F(StopHolder, TheStopIsDoneOnlyOnceWhatItSignalledHasEndedNotWhenItsEnvironIsEmpty) {
+  pid_t slow = start_holder(1.5);
   auto t0 = Clock::now();
   EXPECT_THAT(stop(5), HasSubstr("killed " + std::to_string(slow) + " SIGTERM python3 -c"));
   EXPECT_GE(since(t0), 1.4);
   EXPECT_EQ(wait_for(slow, 0), 0);  // ended (a zombie of this test's), not running on
+}
+
+// Living on past the grace, unseen by the sweep, with the launcher's stdin still open (as the
+// watchdog's and `stop`'s is): it gets SIGKILL too, and the stop waits for its end.
+TEST_F(StopHolder, AProcessSignalledThatLivesOnUnseenPastTheGraceIsKilled) {
+  pid_t slow = start_holder(30);
+  Child c = spawn({"/bin/sh", "-c", stop_command(job_, 0.4)}, kShellEnv, dir_, true);
+  std::string output;
+  EXPECT_TRUE(read_to_eof(c.out, output, 10));
+  EXPECT_EQ(wait_for(c.pid, 5), 0);
+  std::string p = std::to_string(slow);
+  EXPECT_THAT(output, HasSubstr("killed " + p + " SIGTERM python3 -c"));
+  EXPECT_THAT(output, HasSubstr("killed " + p + " SIGKILL\nmsrun-ssh-stop: done\n"));
+  EXPECT_TRUE(killed_by(slow, SIGKILL, 0));  // already ended when the stop said done
 }
 
 TEST_F(StopCommand, WithNothingRunning) { EXPECT_EQ(stop(0.5), "msrun-ssh-stop: done\n"); }

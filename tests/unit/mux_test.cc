@@ -165,6 +165,11 @@ TEST(MuxSocketPath, RoomIsLeftForTheTemporaryNameTheKeeperBindsFirst) {
   std::string path = runtime + "/msrun-ssh/keep-0123456789abcdef.sock";
   EXPECT_EQ(mux_listen(path), -1);
   EXPECT_EQ(errno, ENAMETOOLONG);
+  // Room for Linux's largest pid (7 digits) is enough.
+  std::string roomy = base + std::string(room - 8, 's');
+  fs::create_directory(roomy);
+  ScopedEnv env2("XDG_RUNTIME_DIR", roomy);
+  EXPECT_EQ(error_of([] { mux_socket_path("k"); }), "no error");
 }
 
 // ---- a keeper and its commands ----

@@ -189,6 +189,7 @@ TEST(Nodeset, MalformedPatternsAreErrors) {
       {"n[]", "empty node set \"[]\""},
       {"n[1,]", "empty item in node set \"[1,]\" (item 2)"},
       {"n[,1]", "empty item in node set \"[,1]\" (item 1)"},
+      {"n[1:3]", "bad node set range \"1:3\""},  // a typo for "-", no IPv6 address
       {"[fe80::1]",
        "a node set's group holds numbers; an IPv6 address is written without brackets "
        "(\"fe80::1\")"},
@@ -226,10 +227,14 @@ namespace {
 // gpu[18-112]), Slurm keeps them as text: where the two disagree the node set is refused; where
 // the group's numbers are of one length they agree (nodeset_oracle_test checks both).
 TEST(Nodeset, DigitsRightBeforeAGroupWhoseNumbersDifferInLengthAreRefused) {
-  for (const char* ambiguous : {"gpu1[8-12]", "n1[9,10]", "n0[9-10/1]", "r2[97-109]"})
+  for (const char* ambiguous :
+       {"gpu1[8-12]", "n1[9,10]", "n0[9-10/1]", "r2[97-109]", "n1[8-9,10-12]"})
     EXPECT_NE(error_of(ambiguous).find("which ClusterShell and Slurm read differently"),
               std::string::npos)
         << ambiguous;
+  // No run of consecutive numbers spans two lengths: both read n15, n110.
+  EXPECT_EQ(expand_nodeset("n1[5,10]"), (Names{"n15", "n110"}));
+  EXPECT_EQ(expand_nodeset("n1[5,100]"), (Names{"n15", "n1100"}));
   EXPECT_EQ(expand_nodeset("n1[0-2]"), (Names{"n10", "n11", "n12"}));
   EXPECT_EQ(expand_nodeset("n1[08-10]"), (Names{"n108", "n109", "n110"}));
   EXPECT_EQ(expand_nodeset("n1[1-5/2]"), (Names{"n11", "n13", "n15"}));

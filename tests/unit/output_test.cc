@@ -923,6 +923,32 @@ TEST(Summary, TheErrorFileIsTheRootCausesReport) {
   EXPECT_EQ(j["root_cause"]["error_file"]["timestamp"], 100);
 }
 
+// What torchrun writes to its own TORCHELASTIC_ERROR_FILE when the job fails: the root cause's
+// file with its exitcode as errorCode, or a ChildFailedError naming it (torch's @record); the
+// differential test against torchrun is test_torch.py's.
+TEST(Summary, TheLaunchersTorchelasticErrorFileIsTheRootCauses) {
+  std::vector<ms::SummaryRow> rows{failed_row(0, "n1", value_error(0)),
+                                   failed_row(1, "n2", value_error(1), true)};
+  rows[1].error_message = "ValueError: rank 1 saw NaN at step 41";
+  rows[1].error_time = 100;
+  rows[1].exit_code = 1;
+  auto j = nlohmann::json::parse(ms::torchelastic_error(rows, 200));
+  EXPECT_EQ(j["message"]["message"], "ValueError: rank 1 saw NaN at step 41");
+  EXPECT_EQ(j["message"]["errorCode"], 1);
+  EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "100");
+  EXPECT_EQ(j["message"]["extraInfo"]["py_callstack"],
+            "Traceback (most recent call last):\n  File \"t.py\", line 12, in <module>\n"
+            "ValueError: rank 1 saw NaN at step 41\n");
+  rows[1].error_message.clear();  // killed: no error file
+  rows[1].status = "killed by SIGKILL";
+  j = nlohmann::json::parse(ms::torchelastic_error(rows, 200));
+  EXPECT_EQ(j["message"]["message"], "ChildFailedError: rank 1 on n2 failed: killed by SIGKILL");
+  EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "200");
+  EXPECT_FALSE(j["message"].contains("errorCode"));
+  rows[1].root_cause = false;
+  EXPECT_EQ(ms::torchelastic_error(rows, 200), "");
+}
+
 // torchrun's "first observed failure": the earliest error file, when the one seen first has one.
 TEST(Summary, TheEarliestErrorFileIsTheRootCause) {
   auto rows_with = [](long long t0, long long t1, long long t2) {
