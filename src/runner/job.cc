@@ -408,7 +408,7 @@ AttemptResult run_attempt(const Options& options, HostRoster& roster, int attemp
     out.close_logs();  // and what their file system lost (NFS says so at close)
     rows = runner.summary();
     logs = runner.log_names();
-    if (roster.plan().contract == Contract::kTorch && result.status != kExitOk)
+    if (plan.contract == Contract::kTorch && result.status != kExitOk)
       result.torch_error = torchelastic_error(rows, static_cast<long long>(std::time(nullptr)));
     // A log that failed only now, as the job ended well: --on_log_error=stop still fails it.
     if (const LogGap* gap = first_incomplete_log(rows);

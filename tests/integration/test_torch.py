@@ -268,3 +268,31 @@ def test_a_ranks_error_file_is_the_root_cause():
     check("msrun-ssh: error file:" not in read(os.path.join(logs, "worker_3.log")).decode(),
           "the relayed line is in the log")
     wait_no_leftovers(3)
+
+
+def test_the_launchers_error_file_is_what_torchrun_writes_there():
+    """TORCHELASTIC_ERROR_FILE in the launcher's own environment (TorchX and other schedulers set
+    it): when the job fails, the root cause's error file goes there as torchrun's @record writes
+    it, its exitcode as errorCode. Checked against the real torchrun on one host."""
+    _need_torch()
+    theirs = os.path.join(tmpdir(), "theirs.json")
+    agent = subprocess.run(
+        ["ip", "netns", "exec", "msrs-node0", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/root",
+         "GLOO_SOCKET_IFNAME=eth0", f"TORCHELASTIC_ERROR_FILE={theirs}",
+         "/usr/bin/python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+         "--nnodes", "1", "--nproc_per_node", "2", "--master_port", "29513",
+         job("torch_record.py"), "1"], capture_output=True, timeout=180)
+    check(agent.returncode != 0, f"torchrun: exit {agent.returncode}")
+    ours = os.path.join(tmpdir(), "ours.json")
+    code, _, err, _ = run([job("torch_record.py"), "1"], hostfile=_two_host_file(1),
+                          extra=TORCH, env={"TORCHELASTIC_ERROR_FILE": ours}, timeout=180)
+    check(code == 1, f"exit {code}: {err.decode()[-2000:]}")
+    want, got = json.load(open(theirs))["message"], json.load(open(ours))["message"]
+    for key in ("message", "errorCode"):
+        check(got.get(key) == want.get(key), f"{key}: torchrun {want.get(key)!r}, ours "
+                                             f"{got.get(key)!r}")
+    check(re.fullmatch(r"\d+", got["extraInfo"]["timestamp"]), f"timestamp {got['extraInfo']}")
+    last = [line for line in want["extraInfo"]["py_callstack"].splitlines() if line][-1]
+    check(got["extraInfo"]["py_callstack"].rstrip().endswith(last), f"py_callstack: {got}")
+    wait_no_leftovers(3)
+
