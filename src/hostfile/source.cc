@@ -150,16 +150,34 @@ std::vector<std::string> expand_node_list(std::string_view value) {
 }
 
 Allocation slurm_allocation(const GetEnv& getenv) {
+  // A heterogeneous job has one node list per component and none for the whole.
+  if (!getenv("SLURM_JOB_NODELIST") && getenv("SLURM_JOB_NODELIST_HET_GROUP_0"))
+    throw InputError(
+        "a heterogeneous Slurm job (SLURM_JOB_NODELIST_HET_GROUP_0, ...): the host source slurm "
+        "reads the hosts of a job of one component; give the hosts in a host file");
   const char* list = required(getenv, "SLURM_JOB_NODELIST", "slurm", "Slurm");
   Allocation a;
   a.hosts_from = shown("SLURM_JOB_NODELIST", list);
   a.addresses = located(a.hosts_from, [&] { return expand_node_list(list); });
-  if (const char* tasks = getenv("SLURM_TASKS_PER_NODE")) {
+  // Without a task count asked for (--ntasks, --ntasks-per-node), Slurm fills
+  // SLURM_TASKS_PER_NODE with each node's CPUs: no worker count (the default applies).
+  const bool tasks_asked =
+      getenv("SLURM_NTASKS") || getenv("SLURM_NPROCS") || getenv("SLURM_NTASKS_PER_NODE");
+  const char* tasks = getenv("SLURM_TASKS_PER_NODE");
+  if (tasks && tasks_asked) {
     a.slots_from = shown("SLURM_TASKS_PER_NODE", tasks);
     a.slots = located(a.slots_from, [&] { return expand_slurm_counts(tasks); });
-    if (a.slots.size() != a.addresses.size())
-      throw InputError(fmt::format("{}: counts for {} hosts, but {} has {}", a.slots_from,
-                                   a.slots.size(), a.hosts_from, a.addresses.size()));
+    if (a.slots.size() != a.addresses.size()) {
+      // Inside a job step (srun --pty bash), the counts are the step's, the node list the job's.
+      const char* step = getenv("SLURM_STEP_ID");
+      throw InputError(fmt::format(
+          "{}: counts for {} hosts, but {} has {}{}", a.slots_from, a.slots.size(), a.hosts_from,
+          a.addresses.size(),
+          step ? fmt::format(" (inside job step {}, whose counts these are: start msrun-ssh in "
+                             "the job's own shell or batch script, not under srun)",
+                             shown("SLURM_STEP_ID", step))
+               : ""));
+    }
   } else if (const char* per_node = getenv("SLURM_NTASKS_PER_NODE")) {
     a.slots_from = shown("SLURM_NTASKS_PER_NODE", per_node);
     auto n = whole_number(per_node, 0, kMaxSlots);

@@ -13,18 +13,11 @@ namespace msrun_ssh {
 
 std::vector<std::string> srun_argv(const std::string& program, const std::string& node,
                                    const std::string& command) {
-  return {program,
-          "--nodes=1",
-          "--ntasks=1",
-          "--ntasks-per-node=1",
-          "--nodelist=" + node,
-          "--overlap",
-          "--cpu-bind=none",
-          "--kill-on-bad-exit=1",
-          "--unbuffered",
-          "--quiet",
-          "/bin/sh",
-          "-c",
+  return {program, "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=" + node,
+          "--overlap", "--cpu-bind=none",
+          // The launcher's environment, whatever the job's SLURM_EXPORT_ENV says (sbatch
+          // --export=NONE sets it for every step: no PATH, no PYTHONPATH).
+          "--export=ALL", "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "/bin/sh", "-c",
           "printf '" + std::string(kSrunStarted.substr(0, kSrunStarted.size() - 1)) + "\\n'\n" +
               command};
 }

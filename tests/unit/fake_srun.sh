@@ -14,14 +14,14 @@ need=0 node=
 for a; do
   case $a in
     --nodes=1 | --ntasks=1 | --ntasks-per-node=1 | --overlap | --cpu-bind=none | \
-      --kill-on-bad-exit=1 | --unbuffered | --quiet) need=$((need + 1)) ;;
+      --export=ALL | --kill-on-bad-exit=1 | --unbuffered | --quiet) need=$((need + 1)) ;;
     --nodelist=?*) node=${a#--nodelist=} ;;
     -*) echo "srun: unrecognized option '$a'" >&2; exit 1 ;;
     *) break ;;
   esac
   shift
 done
-if [ "$need" != 8 ] || [ -z "$node" ] || [ $# != 3 ] || [ "$1" != /bin/sh ] || [ "$2" != -c ]; then
+if [ "$need" != 9 ] || [ -z "$node" ] || [ $# != 3 ] || [ "$1" != /bin/sh ] || [ "$2" != -c ]; then
   echo "srun: error: fake srun: unexpected arguments" >&2
   exit 1
 fi

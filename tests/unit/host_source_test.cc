@@ -92,7 +92,9 @@ TEST(SlurmNodeList, ErrorsNameTheFault) {
 // ----------------------------------------------------------------------------
 
 TEST(SlurmSource, HostsAndTasksPerNode) {
-  Vars vars{{"SLURM_JOB_NODELIST", "node[1-3],gpu1"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"}};
+  Vars vars{{"SLURM_JOB_NODELIST", "node[1-3],gpu1"},
+            {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+            {"SLURM_NTASKS", "7"}};
   Allocation a = read_allocation("slurm", env_of(vars));
   EXPECT_EQ(a.addresses, (Names{"node1", "node2", "node3", "gpu1"}));
   EXPECT_EQ(a.slots, (Counts{2, 2, 2, 1}));
@@ -108,6 +110,37 @@ TEST(SlurmSource, NtasksPerNodeWhenTasksPerNodeIsUnset) {
   // SLURM_TASKS_PER_NODE, per node, comes first.
   vars["SLURM_TASKS_PER_NODE"] = "3,1";
   EXPECT_EQ(read_allocation("slurm", env_of(vars)).slots, (Counts{3, 1}));
+}
+
+// Without a task count asked for (salloc -N3, sbatch -N3 --gres=gpu:8), Slurm fills
+// SLURM_TASKS_PER_NODE with each node's CPUs: that is no worker count, and the default applies
+// (192 workers were planned on 3 nodes of 64 CPUs).
+TEST(SlurmSource, TasksPerNodeCountsOnlyWhenTasksWereAskedFor) {
+  Vars vars{{"SLURM_JOB_NODELIST", "node[1-3]"},
+            {"SLURM_TASKS_PER_NODE", "64(x3)"},
+            {"SLURM_JOB_CPUS_PER_NODE", "64(x3)"}};
+  Allocation a = read_allocation("slurm", env_of(vars));
+  EXPECT_TRUE(a.slots.empty());
+  for (const char* asked : {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE"}) {
+    Vars with = vars;
+    with[asked] = "64";
+    EXPECT_EQ(read_allocation("slurm", env_of(with)).slots, (Counts{64, 64, 64})) << asked;
+  }
+}
+
+// A heterogeneous job has no SLURM_JOB_NODELIST; inside a job step the counts are the step's.
+TEST(SlurmSource, HeterogeneousJobsAndJobStepsAreNamed) {
+  EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST_HET_GROUP_0", "nid00001"},
+                                      {"SLURM_JOB_NODELIST_HET_GROUP_1", "nid[00011-00012]"}}),
+            "a heterogeneous Slurm job (SLURM_JOB_NODELIST_HET_GROUP_0, ...): the host source "
+            "slurm reads the hosts of a job of one component; give the hosts in a host file");
+  EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "node[1-3]"},
+                                      {"SLURM_TASKS_PER_NODE", "1"},
+                                      {"SLURM_NTASKS", "1"},
+                                      {"SLURM_STEP_ID", "0"}}),
+            "SLURM_TASKS_PER_NODE=1: counts for 1 hosts, but SLURM_JOB_NODELIST=node[1-3] has 3 "
+            "(inside job step SLURM_STEP_ID=0, whose counts these are: start msrun-ssh in the "
+            "job's own shell or batch script, not under srun)");
 }
 
 TEST(SlurmSource, NoCountsLeaveTheSlotsEmpty) {
@@ -127,11 +160,13 @@ TEST(SlurmSource, ErrorsNameTheVariableAndValue) {
   EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[2-1]"}}),
             "SLURM_JOB_NODELIST=n[2-1]: bad node set range \"2-1\": reversed");
   EXPECT_EQ(
-      error_of_source("slurm",
-                      {{"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"}}),
+      error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[1-3]"},
+                                {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                                {"SLURM_NTASKS", "7"}}),
       "SLURM_TASKS_PER_NODE=2(x3),1: counts for 4 hosts, but SLURM_JOB_NODELIST=n[1-3] has 3");
-  EXPECT_EQ(error_of_source("slurm",
-                            {{"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2"}}),
+  EXPECT_EQ(error_of_source("slurm", {{"SLURM_JOB_NODELIST", "n[1-3]"},
+                                      {"SLURM_TASKS_PER_NODE", "2(x2"},
+                                      {"SLURM_NTASKS", "4"}}),
             "SLURM_TASKS_PER_NODE=2(x2: \"2(x2\" is not a count N or N(xM) with N 0..1024 and M "
             "1..16384");
   EXPECT_EQ(
@@ -286,7 +321,9 @@ TEST(TomlSource, Errors) {
 // --------------------------
 
 TEST(LoadHosts, SourceGivesTheClusterWithSlots) {
-  Vars vars{{"SLURM_JOB_NODELIST", "node[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x3)"}};
+  Vars vars{{"SLURM_JOB_NODELIST", "node[1-3]"},
+            {"SLURM_TASKS_PER_NODE", "2(x3)"},
+            {"SLURM_NTASKS", "6"}};
   Cluster c = load_hosts("slurm", env_of(vars), std::nullopt);
   EXPECT_EQ(c.path, "slurm");
   ASSERT_EQ(c.hosts.size(), 3u);
@@ -328,7 +365,8 @@ TEST_F(LoadHostsFile, DefaultsApplyToEverySourcedHost) {
       "workdir = \"/data/job\"\n"
       "env = { NCCL_SOCKET_IFNAME = \"ib0\" }\n"
       "bind_core = true\n");
-  Vars vars{{"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "1,3"}};
+  Vars vars{
+      {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "1,3"}, {"SLURM_NTASKS", "4"}};
   Cluster c = load_hosts(path, env_of(vars), std::nullopt);
   ASSERT_EQ(c.hosts.size(), 2u);
   for (const Host& h : c.hosts) {
@@ -360,7 +398,8 @@ TEST_F(LoadHostsFile, DefaultsCountWinsOverTheAllocation) {
 TEST_F(LoadHostsFile, DefaultsCountWinsOverTheCommandLineToo) {
   // As in every host file, its count beats --local_worker_num; the hosts: line says which counted.
   write_toml("source = \"slurm\"\n[defaults]\nlocal_worker_num = 2\n");
-  Vars vars{{"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}};
+  Vars vars{
+      {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NTASKS", "8"}};
   Cluster c = load_hosts(path, env_of(vars), 3);
   EXPECT_EQ(c.hosts[0].local_worker_num, 2);
   EXPECT_EQ(c.hosts[1].local_worker_num, 2);

@@ -33,11 +33,12 @@ using test::slurp;
 const std::string kFakeSrun = std::string(MSRUN_SSH_SOURCE_DIR) + "/tests/unit/fake_srun.sh";
 
 TEST(SrunArgv, OneTaskOnTheNodeOverlappingUnboundUnbufferedQuiet) {
-  EXPECT_EQ(srun_argv("srun", "node3", "echo hi"),
-            (std::vector<std::string>{"srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
-                                      "--nodelist=node3", "--overlap", "--cpu-bind=none",
-                                      "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "/bin/sh",
-                                      "-c", "printf 'msrun-ssh-srun: started\\n'\necho hi"}));
+  EXPECT_EQ(
+      srun_argv("srun", "node3", "echo hi"),
+      (std::vector<std::string>{"srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+                                "--nodelist=node3", "--overlap", "--cpu-bind=none", "--export=ALL",
+                                "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "/bin/sh", "-c",
+                                "printf 'msrun-ssh-srun: started\\n'\necho hi"}));
 }
 
 TEST(SrunErrors, NodesOutsideTheAllocationOrDownAreUnreachable) {
@@ -110,7 +111,7 @@ TEST_F(SrunOverFake, KillEndsTheWholeStepThroughSrun) {
   EXPECT_EQ(seen[a].signal, "KILL");
   EXPECT_EQ(last_argv(), (std::vector<std::string>{
                              kFakeSrun, "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
-                             "--nodelist=node1", "--overlap", "--cpu-bind=none",
+                             "--nodelist=node1", "--overlap", "--cpu-bind=none", "--export=ALL",
                              "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "/bin/sh", "-c",
                              "printf 'msrun-ssh-srun: started\\n'\necho up; "
                              "sleep 30 & wait"}));
