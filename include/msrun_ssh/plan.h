@@ -65,7 +65,8 @@ inline constexpr const char* kRecoveryPathVariable = "MS_RECOVERY_PATH";
 // on that node), which the launcher learns only from the host at start-up.
 inline constexpr std::string_view kHostnameToken = "{hostname}";
 
-// `log_name` with kHostnameToken replaced by `hostname` ('/' made '_'; empty: left as is).
+// `log_name` with kHostnameToken replaced by `hostname` (its first 253 bytes, each not a letter,
+// digit, '.', '-' or '_' made '_': never a path, nor a control character; empty: left as is).
 std::string with_hostname(std::string log_name, std::string_view hostname);
 
 struct HostPlan {

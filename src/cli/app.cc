@@ -75,6 +75,17 @@ Cluster load_cluster(const Options& options) {
       options.hostfile, getenv,
       options.local_worker_num_given ? std::optional(options.local_worker_num) : std::nullopt);
   mark_shared_addresses(cluster);
+  // As a host file's keys always do, its counts win over --local_worker_num: said, not silent.
+  if (options.local_worker_num_given) {
+    size_t counted = 0;
+    for (const auto& h : cluster.hosts)
+      if (h.local_worker_num && *h.local_worker_num != options.local_worker_num) ++counted;
+    if (counted > 0)
+      std::fprintf(stderr,
+                   "msrun-ssh: warning: --local_worker_num=%d is not used for the %zu of %zu "
+                   "hosts whose count %s gives (local_worker_num, slots=N)\n",
+                   options.local_worker_num, counted, cluster.hosts.size(), cluster.path.c_str());
+  }
   if (options.transport == TransportKind::kSsh && !ssh_client_installed()) {
     std::vector<std::string> names;
     for (const auto* hosts : {&cluster.hosts, &cluster.spares})

@@ -97,9 +97,13 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
         (o.sync_dir.empty() ? o.sync_dir : o.sync_dest) = arg;
         continue;
       }
-      if (o.command != Command::kCheck || !o.task_script.empty())
+      if (o.command != Command::kCheck)
         throw InputError(
             fmt::format("{}: unexpected argument \"{}\"", command_name(o.command), arg));
+      if (!o.task_script.empty()) {  // a run's line with `check` in front: the task's words
+        o.task_args.assign(args.begin() + static_cast<long>(i), args.end());
+        break;
+      }
       o.task_script = arg;
       continue;
     }
@@ -107,6 +111,31 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
     size_t eq = arg.find('=');
     std::string name = arg.substr(0, eq);
     const OptionSpec* spec = find_option(name);
+    if (!spec && name.starts_with("--") && name.size() > 2) {
+      // An unambiguous prefix of an option this command takes ("--local_worker=2"), as msrun's
+      // argparse reads one.
+      std::vector<const OptionSpec*> matches;
+      for (const auto& other : option_table())
+        if (other.apply && other.taken_by(o.command) && other.name.starts_with(name))
+          matches.push_back(&other);
+      if (matches.size() > 1) {
+        std::vector<std::string> names;
+        names.reserve(matches.size());
+        for (const auto* m : matches) names.push_back(m->name);
+        throw InputError(fmt::format("ambiguous option \"{}\" for {}: it begins {}", name,
+                                     command_name(o.command), fmt::join(names, ", ")));
+      }
+      if (matches.size() == 1) {
+        spec = matches[0];
+        name = spec->name;
+      }
+    }
+    if (!spec && o.command == Command::kCheck && !o.task_script.empty()) {
+      // check keeps reading its own options after TASK_SCRIPT (`check train.py --import x`);
+      // from the first word that is none, the rest is the task's, as in the run's line.
+      o.task_args.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
     if (!spec || !spec->apply || !spec->taken_by(o.command)) {
       std::vector<std::string> names;
       for (const auto& other : option_table())

@@ -99,7 +99,8 @@ std::vector<int> to_rank_list(const std::string& name, const std::string& v) {
   size_t pos = 0;
   while (true) {
     size_t comma = v.find(',', pos);
-    std::string item = v.substr(pos, comma - pos);
+    // Blanks around a rank are dropped, as msrun's int() drops them ("0, 3").
+    std::string item(trim(std::string_view(v).substr(pos, comma - pos), " \t"));
     long long rank = 0;
     if (std::string why = int_problem(item, 0, 1 << 20, rank); !why.empty())
       bad(name, v, fmt::format("rank {}: {}", in_quotes(item), why));

@@ -134,7 +134,10 @@ int Output::add_process(const std::string& prefix, const std::string& log_name, 
   }
   p->path = config_.log_dir + "/" + log_name;
   if (!open_log(*p, O_CREAT | O_TRUNC)) {
-    std::string why = std::strerror(errno);
+    std::string why = errno == ELOOP ? "it is a symbolic link, which is not followed (anyone who "
+                                       "may write in the directory could point it at any file "
+                                       "of yours)"
+                                     : std::strerror(errno);
     delete p;
     throw std::runtime_error(
         fmt::format("cannot open log file {}: {}", config_.log_dir + "/" + log_name, why));
@@ -350,7 +353,9 @@ bool Output::open_log(Proc& p, int flags) {
     open_logs_.pop_front();
     close_log(*oldest);
   }
-  p.fd = ::open(p.path.c_str(), O_WRONLY | O_CLOEXEC | (flags ? flags : O_APPEND), 0600);
+  // O_NOFOLLOW: a link put in the log's place is not followed (it would truncate its target).
+  p.fd =
+      ::open(p.path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW | (flags ? flags : O_APPEND), 0600);
   if (p.fd < 0) return false;
   open_logs_.push_back(&p);
   return true;

@@ -71,11 +71,13 @@ nlohmann::json parse_json_object(std::string_view text, std::string_view what, b
 }  // namespace
 
 bool parse_bool_word(std::string_view text, bool& out) {
-  if (text == "True" || text == "true" || text == "1") {
+  // Any capitals, as msrun compares value.lower() with "true".
+  const std::string word = to_lower(text);
+  if (word == "true" || word == "1") {
     out = true;
     return true;
   }
-  if (text == "False" || text == "false" || text == "0") {
+  if (word == "false" || word == "0") {
     out = false;
     return true;
   }

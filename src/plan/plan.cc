@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <numeric>
@@ -566,8 +567,11 @@ Plan make_plan(const Options& options, const Cluster& cluster, const Resolver& r
 
 std::string with_hostname(std::string log_name, std::string_view hostname) {
   if (hostname.empty()) return log_name;
-  std::string name(hostname);
-  std::replace(name.begin(), name.end(), '/', '_');
+  // What a host answers is used as a file name only in host name characters: '/', control
+  // characters, blanks, anything else become '_', and no more than a host name's 253 bytes.
+  std::string name(hostname.substr(0, 253));
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
   return replace_all(std::move(log_name), kHostnameToken, name);
 }
 

@@ -15,9 +15,9 @@ echo "alive $(pids | grep -c .)"
 while [ $# -ge 3 ]; do
   rank=$1 stem=$2 log=$3
   shift 3
-  pid=$(cat "$stem.pid" 2>/dev/null) || pid=-
+  pid=$(cat -- "$stem.pid" 2>/dev/null) || pid=-
   [ -n "$pid" ] || pid=-
-  status=$(cat "$stem.exit" 2>/dev/null) || status=-
+  status=$(cat -- "$stem.exit" 2>/dev/null) || status=-
   [ -n "$status" ] || status=-
   state=unknown ticks=-
   if [ "$pid" != - ] && grep -qz "^MSRUN_SSH_JOB[=]$J\$" "/proc/$pid/environ" 2>/dev/null; then
@@ -27,6 +27,6 @@ while [ $# -ge 3 ]; do
   elif [ "$status" != - ]; then
     state=ended
   fi
-  last=$(tail -n 1 "$log" 2>/dev/null | tr '\r' '\n' | grep -v '^$' | tail -n 1 | cut -b 1-200)
+  last=$(tail -n 1 -- "$log" 2>/dev/null | tr '\r' '\n' | grep -v '^$' | tail -n 1 | cut -b 1-200)
   echo "proc $rank $pid $state $status $ticks $last"
 done

@@ -7,7 +7,10 @@
 # the failed run's only when its environment holds every one of them. Prints what it signalled.
 G=$2
 shift 2
-M=$*
+# The words one per line, read back without splitting at blanks or globbing ("RANK=x y *").
+M=$(printf '%s\n' "$@")
+NL='
+'
 # sweep.sh's find_pids, narrowed to the failed run's processes.
 find_pids() {
   P=
@@ -18,7 +21,11 @@ find_pids() {
   fi
   for f in $hits; do
     mine=1
+    set -f
+    ifs=$IFS IFS=$NL
     for m in $M; do grep -qzxF -e "$m" "$f" 2>/dev/null || { mine=0; break; }; done
+    IFS=$ifs
+    set +f
     [ "$mine" = 1 ] || continue
     p=${f#/proc/}
     P="$P ${p%/environ}"

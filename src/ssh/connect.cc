@@ -19,6 +19,7 @@
 #include <initializer_list>
 #include <tuple>
 
+#include "config_walk.h"
 #include "msrun_ssh/base.h"
 #include "pool.h"
 
@@ -283,8 +284,9 @@ bool SshPool::Impl::apply_libssh_config(Conn& c, const SshEndpoint& ep, ConnectF
   ssh_options_set(c.session, SSH_OPTIONS_HOST, ep.address.c_str());
   std::string config = settings.ssh_config;
   if (config.empty()) {
-    const char* home = getenv("HOME");
-    std::string def = std::string(home ? home : "") + "/.ssh/config";
+    // The user's home as ssh finds it (the password database, not $HOME), as the file that
+    // refuse_what_libssh_misreads checked: with HOME elsewhere libssh read another config.
+    std::string def = config_home() + "/.ssh/config";
     if (access(def.c_str(), R_OK) == 0) config = def;
   }
   if (!config.empty() && ssh_options_parse_config(c.session, config.c_str()) != SSH_OK)

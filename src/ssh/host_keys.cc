@@ -183,7 +183,6 @@ bool SshPool::Impl::hand_known_hosts(Conn& c, const std::string& user_lines,
     return false;
   }
   c.known_hosts_fds = {user_fd, global_fd};
-  c.known_hosts_empty = user_lines.empty() && global_lines.empty();
   ssh_options_set(c.session, SSH_OPTIONS_KNOWNHOSTS,
                   fmt::format("/proc/self/fd/{}", user_fd).c_str());
   ssh_options_set(c.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS,
@@ -267,6 +266,19 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   if (known.empty()) known = option_string(c.session, SSH_OPTIONS_KNOWNHOSTS);
   if (known.empty()) known = "~/.ssh/known_hosts";
   enum ssh_known_hosts_e verdict = ssh_session_is_known_server(c.session);
+  if (verdict == SSH_KNOWN_HOSTS_OK) {
+    // libssh answers OK for a host it has no line for when its StrictHostKeyChecking is off (an
+    // ssh config it read itself, without an ssh client, says no): asked again with it on, it
+    // says whether it found one. Without one the launcher's policy decides, the config's no
+    // only where nothing else gives one.
+    int strict = 1;
+    ssh_options_set(c.session, SSH_OPTIONS_STRICTHOSTKEYCHECK, &strict);
+    enum ssh_known_hosts_e found = ssh_session_is_known_server(c.session);
+    if (found == SSH_KNOWN_HOSTS_UNKNOWN || found == SSH_KNOWN_HOSTS_NOT_FOUND) {
+      verdict = found;
+      if (!settings.host_key_policy && !has_openssh(c.host)) policy = HostKeyPolicy::kNo;
+    }
+  }
   close_known_hosts(c);
   // UserKnownHostsFile none: ssh then checks read-only, and a key it does not know fails before
   // StrictHostKeyChecking is looked at (sshconnect.c: readonly goes to fail), `no` included.
@@ -286,15 +298,7 @@ bool SshPool::Impl::verify_host_key(size_t ci, ConnectFailure& error) {
   }
   switch (verdict) {
     case SSH_KNOWN_HOSTS_OK:
-      // libssh also says OK for a host it has no line for when the ssh config says
-      // StrictHostKeyChecking no: not verified, and the user is told so.
-      if (c.known_hosts_empty && no_user_file) return unknown_without_a_file();
-      if (c.known_hosts_empty)
-        warnings.push_back({c.host, ConnectWarningKind::kHostKeyNotVerified,
-                            fmt::format("host key NOT verified (not in {}) because the ssh "
-                                        "config says StrictHostKeyChecking no",
-                                        known)});
-      return true;
+      return true;  // a line for the host holds its key (asked with StrictHostKeyChecking on)
     case SSH_KNOWN_HOSTS_CHANGED:
       error = {ConnectError::kHostKeyChanged,
                fmt::format("host key CHANGED (does not match {}): possible man-in-the-middle, "

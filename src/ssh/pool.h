@@ -57,7 +57,6 @@ struct SshPool::Impl {
     std::string known_hosts;           // the user known_hosts file, as the user knows it
     std::string global_known_hosts;    // and the global one
     std::vector<int> known_hosts_fds;  // the narrowed copies libssh reads (memfds)
-    bool known_hosts_empty = false;    // and they hold no line for the host
     size_t auth_step = 0;              // with OpenSSH's settings: the next identity to offer
     std::vector<std::string> offered;  // the identity files offered so far (for the error)
     bool agent_settled = false;        // the agent's socket was settled (filter_agent)

@@ -109,6 +109,9 @@ class Trial:
                          and self.moment in DETACHED_MOMENTS)
         if self.detached:
             self.restarts, self.policy = 0, "job"
+        # In-place recovery is MindSpore's: refused with the torch contract (exit 2).
+        if self.contract == "torch":
+            self.policy = "job"
 
     def describe(self):
         return (f"{self.hosts} hosts x {self.ppn}, {self.contract}, agent {self.agent}, "

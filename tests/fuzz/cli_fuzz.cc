@@ -65,6 +65,13 @@ void check_options(const std::vector<std::string>& args, const Options& o) {
       FUZZ_CHECK(args[at + 1 + i] == o.task_args[i], "task arg %zu changed", i);
     FUZZ_CHECK(o.task_script == "-" || o.task_script[0] != '-' || o.task_script.size() < 2,
                "an option word became TASK_SCRIPT: \"%s\"", o.task_script.c_str());
+  } else if (o.command == Command::kCheck) {
+    // check: after TASK_SCRIPT and check's own options, the task's words are argv's tail.
+    FUZZ_CHECK(o.task_args.empty() || !o.task_script.empty(), "task args without TASK_SCRIPT");
+    FUZZ_CHECK(o.task_args.size() < args.size(), "more task args than words");
+    for (size_t i = 0; i < o.task_args.size(); ++i)
+      FUZZ_CHECK(args[args.size() - o.task_args.size() + i] == o.task_args[i],
+                 "check's task arg %zu is not argv's tail", i);
   } else {
     FUZZ_CHECK(o.task_args.empty(), "task args outside a run");
   }

@@ -8,8 +8,9 @@
 //   2  parse_pbs_nodefile    hosts in order of first appearance, slots = lines per host (1..1024),
 //                            messages located "fuzz.nodes:"
 //   3  slurm_allocation      SLURM_JOB_NODELIST = the input up to the first newline,
-//                            SLURM_TASKS_PER_NODE = the rest (when there is a newline): one count
-//                            per host; messages name a SLURM_ variable
+//                            SLURM_TASKS_PER_NODE = the rest (when there is a newline, with
+//                            SLURM_NTASKS set): one count per host; messages name a SLURM_
+//                            variable
 //   4  parse_lsf_hosts       against a reference reading of "HOST SLOTS" pairs
 //
 // Findings: any crash or sanitizer report; any exception other than InputError; a result breaking
@@ -161,6 +162,8 @@ void fuzz_slurm(std::string_view text) {
   msrun_ssh::GetEnv getenv = [&](const char* name) -> const char* {
     if (std::string_view(name) == "SLURM_JOB_NODELIST") return list.c_str();
     if (std::string_view(name) == "SLURM_TASKS_PER_NODE" && tasks) return tasks->c_str();
+    // Tasks were asked for (else SLURM_TASKS_PER_NODE holds CPUs and counts no workers).
+    if (std::string_view(name) == "SLURM_NTASKS" && tasks) return "1";
     return nullptr;
   };
   try {

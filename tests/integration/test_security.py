@@ -6,7 +6,7 @@ import stat
 import subprocess
 import time
 
-from harness import (addresses, check, cluster_dir, copy_hosts_file, job, launch,
+from harness import (Skip, addresses, check, cluster_dir, copy_hosts_file, job, launch,
                      marked_processes, read, run, tmpdir, wait_for, running)
 
 
@@ -98,6 +98,33 @@ def test_ssh_config_strict_no_is_reported():
                     rf"{re.escape(known)}\) because the ssh config says StrictHostKeyChecking no"
                     .encode(), err), err.decode())
     check(err.count(b"NOT verified") == 1, "only the unknown host is reported: " + err.decode())
+
+
+def test_without_an_ssh_client_the_config_read_is_the_one_checked_in_the_users_home():
+    """Without `ssh` on PATH libssh reads the ssh config itself, and a StrictHostKeyChecking no
+    there (which the launcher refuses before it connects: only yes is read as ssh reads it) made
+    libssh call a host it has no line for OK. The check read the config of the user's home as ssh
+    finds it (the password database), libssh the one under $HOME: with HOME elsewhere, a config
+    never checked let an unknown key through without a word (a line handed to every host, an
+    @cert-authority of another domain, kept the launcher's warning quiet). Both read the same file
+    now, and a host whose key is not known is refused."""
+    from test_ssh_config_corpus import _path_without_ssh
+    pw_home = os.path.expanduser("~root")
+    if os.geteuid() != 0 or os.path.exists(os.path.join(pw_home, ".ssh", "config")):
+        raise Skip("SKIPPED LOUDLY: needs root without a ~root/.ssh/config")
+    victim = addresses()[1]
+    pub = open(os.path.join(cluster_dir(), "id_ed25519.pub")).read().split()
+    known = _known_hosts_copy("sec_noclient", lambda ls: [l for l in ls
+                                                          if not l.startswith(victim + " ")]
+                              + [f"@cert-authority *.example.org {pub[0]} {pub[1]}"])
+    home = os.path.join(tmpdir(), "sec_noclient_home")
+    os.makedirs(os.path.join(home, ".ssh"), mode=0o700)
+    open(os.path.join(home, ".ssh", "config"), "w").write("Host *\n  StrictHostKeyChecking no\n")
+    code, _, err, _ = run([job("sleeper.py"), "--sleep", "0"],
+                          hostfile=copy_hosts_file(known_hosts=f'"{known}"'),
+                          env={"PATH": _path_without_ssh(), "HOME": home})
+    check(code == 255 and re.search(rf"{re.escape(victim)}: unknown host key".encode(), err),
+          f"exit {code}: {err.decode()[-1500:]}")
 
 
 def test_hashed_known_hosts():

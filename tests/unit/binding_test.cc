@@ -42,11 +42,21 @@ TEST(Binding, BoolWords) {
 }
 
 TEST(Binding, OtherWordsAreNotBooleans) {
-  for (const char* t : {"TRUE", "yes", "no", "on", "", "2", " true", "t", "FALSE"}) {
+  for (const char* t : {"yes", "no", "on", "", "2", " true", "t", "truee"}) {
     bool out = true;
     EXPECT_FALSE(parse_bool_word(t, out)) << t;
     EXPECT_TRUE(out) << "left alone: " << t;
   }
+}
+
+// msrun compares value.lower() with "true": any capitals.
+TEST(Binding, BooleansInAnyCapitals) {
+  for (const char* t : {"TRUE", "tRuE"}) {
+    bool out = false;
+    EXPECT_TRUE(parse_bool_word(t, out) && out) << t;
+  }
+  bool out = true;
+  EXPECT_TRUE(parse_bool_word("FALSE", out) && !out);
 }
 
 TEST(Binding, BindCoreBooleans) {

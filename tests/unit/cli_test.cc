@@ -241,7 +241,6 @@ TEST(Cli, AgentIsAutoUnlessTrueOrFalse) {
 
 TEST(Cli, BadBoolean) {
   EXPECT_EQ(run_error({"--join", "yes"}), "--join=yes: expects True or False");
-  EXPECT_EQ(run_error({"--join=TRUE"}), "--join=TRUE: expects True or False");
   EXPECT_EQ(run_error({"--join="}), "--join=: expects True or False");
   EXPECT_EQ(run_error({"--dry_run=2"}), "--dry_run=2: expects True or False");
 }
@@ -535,9 +534,32 @@ TEST(Cli, CheckWithAScriptKeepsParsingOptions) {
   EXPECT_EQ(r.options.imports, Args{"x"});
 }
 
-TEST(Cli, CheckTakesOneScript) {
-  EXPECT_EQ(error_of({"check", "--hostfile", "h", "a.py", "b.py"}),
-            "check: unexpected argument \"b.py\"");
+// A run's line with `check` in front: from the first word after TASK_SCRIPT that is no option of
+// check's, the words are the task's (`unknown option "--epochs"` refused it).
+TEST(Cli, CheckTakesTheTasksWordsAfterItsOwnOptions) {
+  Options o = parse({"check", "--hostfile", "h", "a.py", "--json", "b.py", "--json"}).options;
+  EXPECT_EQ(o.task_script, "a.py");
+  EXPECT_TRUE(o.json);
+  EXPECT_EQ(o.task_args, (Args{"b.py", "--json"}));
+  o = parse({"check", "--hostfile", "h", "train.py", "--epochs", "10", "--import", "x"}).options;
+  EXPECT_EQ(o.task_args, (Args{"--epochs", "10", "--import", "x"}));
+  EXPECT_TRUE(o.imports.empty());
+}
+
+// msrun's argparse takes an unambiguous prefix of a long option; so does every command here.
+TEST(Cli, AnUnambiguousPrefixOfAnOptionIsTheOption) {
+  Options o = run_with({"--local_worker=2", "--log_d", "x", "--tail", "0, 3"});
+  EXPECT_EQ(o.local_worker_num, 2);
+  EXPECT_EQ(o.log_dir, "x");
+  EXPECT_EQ(run_error({"--log=x"}),
+            "ambiguous option \"--log\" for run: it begins --log_dir, --log_timestamps");
+  EXPECT_EQ(o.tail_worker_log, (std::vector<int>{0, 3}));  // blanks around a rank dropped
+  EXPECT_EQ(error_of({"--hostfile", "h", "--worker=2", "t.py"})
+                .rfind("ambiguous option \"--worker\" for run: it begins --worker_num, ", 0),
+            0u);
+  // msrun compares value.lower() with "true": any capitals.
+  EXPECT_TRUE(run_with({"--join=TRUE"}).join);
+  EXPECT_FALSE(run_with({"--join=FALSE"}).join);
 }
 
 TEST(Cli, CheckTakesRunOptions) {

@@ -1583,6 +1583,23 @@ TEST_F(StopCommand, LeftoversOfOneRunOnly) {
     EXPECT_FALSE(wait_for(left, 0.05).has_value()) << left;
 }
 
+// A word of the run's with blanks and glob characters (a user's RANK under msrun's contract) is
+// matched whole: split at its blanks, the failed run was never found and lived on.
+TEST_F(StopCommand, LeftoversMatchWordsWithBlanksWhole) {
+  pid_t mine =
+      start_marked(job_, {"MS_ROLE=MS_WORKER", "RANK_ID=0", "RANK=x y *", "sleep", "30"}, "sleep");
+  pid_t other =
+      start_marked(job_, {"MS_ROLE=MS_WORKER", "RANK_ID=0", "RANK=x", "sleep", "30"}, "sleep");
+  Process worker;
+  worker.env = {{"MS_ROLE", "MS_WORKER"}, {"RANK_ID", "0"}, {"RANK", "x y *"}};
+  Result r = run_shell("/bin/sh", leftovers_command(worker, job_, 0.5), dir_);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "killed " + std::to_string(mine) + " SIGTERM sleep 30 \n" +
+                          "msrun-ssh-leftovers: done\n");
+  EXPECT_TRUE(killed_by(mine, SIGTERM, 2));
+  EXPECT_FALSE(wait_for(other, 0.05).has_value());
+}
+
 // ---- watchdog
 // -------------------------------------------------------------------------------------
 

@@ -586,6 +586,25 @@ TEST_F(Output, LogFilesAre0600AndTruncated) {
   EXPECT_EQ(log("worker_0.log"), "new\n");
 }
 
+// A link in a log's place is not followed: it would truncate any file of the user's that
+// whoever may write in the log directory points it at.
+TEST_F(Output, ALogThatIsASymbolicLinkIsNotFollowed) {
+  std::string victim = config_.log_dir + "/victim";
+  { std::ofstream(victim) << "precious\n"; }
+  ASSERT_EQ(::symlink(victim.c_str(), (config_.log_dir + "/worker_0.log").c_str()), 0);
+  ms::Output o(config_);
+  try {
+    o.add_process("0@h", "worker_0.log", true);
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot open log file " + config_.log_dir +
+                                         "/worker_0.log: it is a symbolic link, which is not "
+                                         "followed (anyone who may write in the directory could "
+                                         "point it at any file of yours)");
+  }
+  EXPECT_EQ(log("victim"), "precious\n");
+}
+
 TEST_F(Output, AddProcessNamesTheLogFileItCannotOpen) {
   config_.log_dir = dir_ + "/missing";
   ms::Output o(config_);

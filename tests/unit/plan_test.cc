@@ -493,6 +493,10 @@ TEST(WithHostname, ReplacesEveryTokenWithTheHostsOwnName) {
   EXPECT_EQ(with_hostname("w-{hostname}-{hostname}_3.log", "node0"), "w-node0-node0_3.log");
   EXPECT_EQ(with_hostname("worker_3.log", "node0"), "worker_3.log");
   EXPECT_EQ(with_hostname("{hostname}_3.log", "a/b"), "a_b_3.log");  // never a path
+  // What a host answers is not trusted: no control characters, blanks or '..' paths, 253 bytes.
+  EXPECT_EQ(with_hostname("{hostname}_3.log", "n\n\x1b[2Jx y"), "n___2Jx_y_3.log");
+  EXPECT_EQ(with_hostname("{hostname}_3.log", std::string(300, 'h')),
+            std::string(253, 'h') + "_3.log");
   EXPECT_EQ(with_hostname("{hostname}_3.log", ""), "{hostname}_3.log");
 }
 
