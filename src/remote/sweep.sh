@@ -63,28 +63,34 @@ signal_all() {
   done
   return $found
 }
+# The State of status file $1 in s ("" once it is gone); the name in a stat file may hold a
+# newline, a status file's is escaped.
+state_of() {
+  s=
+  { while read -r k s; do [ "$k" = State: ] && break; done < "$1"; } 2>/dev/null
+}
 # Status 0 when process $1 has ended: gone, or a zombie whose threads have all ended. A process's
 # environ reads empty (find_pids sees it no more) from the moment the kernel lets go of its
 # memory, before it closes its files: one of many GB holds its sockets (the torch master's port)
 # and devices for some hundreds of ms more; a thread left after its main thread ended holds them
-# as long as it runs. (Each thread's State line of its status file: the name in its stat file may
-# hold a newline.)
+# as long as it runs.
 ended() {
   for t in /proc/"$1"/task/*/status; do
-    s=
-    { while read -r k s; do [ "$k" = State: ] && break; done < "$t"; } 2>/dev/null
+    state_of "$t"
     case $s in ''|Z*|X*) ;; *) return 1 ;; esac
   done
 }
 ended_all() {
   for p in $SIGNALLED; do ended "$p" || return 1; done
 }
-# SIGKILL to each process in SIGNALLED not ended that the last find_pids did not see (its main
-# thread ended, another runs on); a line "killed PID SIGKILL" for each.
+# SIGKILL to each process in SIGNALLED that the last find_pids did not see and whose main thread
+# is a zombie while another runs on; a line "killed PID SIGKILL" for each. (Only then: a pid
+# freed and taken again by another process meanwhile has a main thread of its own.)
 kill_unseen() {
   for p in $SIGNALLED; do
     case " $P " in *" $p "*) continue ;; esac
-    ended "$p" || { kill -KILL "$p" 2>/dev/null && echo "killed $p SIGKILL"; }
+    state_of "/proc/$p/status"
+    case $s in Z*) ended "$p" || { kill -KILL "$p" 2>/dev/null && echo "killed $p SIGKILL"; } ;; esac
   done
 }
 # Sends $1 (STOP, CONT) to every process of the job but this shell, saying nothing: a suspension.
@@ -106,17 +112,17 @@ abort_pythons() {
   done
   sleep 1
 }
-# Up to $1 steps of 0.2 s while $2 (a function) succeeds, reading the launcher meanwhile:
-# heartbeats are echoed, 'K' (a second Ctrl-C) ends the wait with status 1. Once stdin is closed
-# it simply sleeps.
+# Up to $1 steps of $3 s (default 0.2) while $2 (a function) succeeds, reading the launcher
+# meanwhile: heartbeats are echoed, 'K' (a second Ctrl-C) ends the wait with status 1. Once stdin
+# is closed it simply sleeps.
 waiting() {
   i=0
   while [ "$i" -lt "$1" ] && $2; do
-    c=$(timeout 0.2 dd bs=1 count=1 2>/dev/null); rc=$?
+    c=$(timeout "${3:-0.2}" dd bs=1 count=1 2>/dev/null); rc=$?
     case "$c" in
       K) return 1 ;;
       h) echo h ;;
-      *) i=$((i+1)); [ $rc -eq 0 ] && sleep 0.2 ;;
+      *) i=$((i+1)); [ $rc -eq 0 ] && sleep "${3:-0.2}" ;;
     esac
   done
   return 0
@@ -132,7 +138,7 @@ teardown() {
   waiting "$1" living || { signal_all KILL; return 0; }
   signal_all KILL
   kill_unseen
-  waiting 25 ending || :
+  waiting 100 ending 0.05 || :  # 5 s; what SIGKILL ended is mostly gone within milliseconds
 }
 # Removes the job's stack-dump directory on this host (stack_site.sh) once its processes are
 # gone; a link in its place is not followed, nor a directory of that name that is another user's.
