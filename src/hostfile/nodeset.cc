@@ -31,6 +31,11 @@ bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
+// The error of a node set past kMaxNames names.
+InputError too_many_names() {
+  return InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+}
+
 bool has_blank(std::string_view s) { return s.find_first_of(kBlanks) != std::string_view::npos; }
 
 // A range's bound as a number; nullopt when it is not one (empty, a sign, a blank inside, too
@@ -97,8 +102,7 @@ void expand_item(std::string_view item, std::vector<std::string>& out, GroupForm
   if (dash == std::string_view::npos) {
     if (slash != std::string_view::npos) throw bad(": a step needs a range (\"1-9/2\")");
     if (!all_digits(lo_s)) throw bad("");
-    if (out.size() + 1 > kMaxNames)
-      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    if (out.size() + 1 > kMaxNames) throw too_many_names();
     if (lo_s.size() > kMaxNameLength)
       throw bad(
           fmt::format(": longer than a host name may be (at most {} characters)", kMaxNameLength));
@@ -121,7 +125,7 @@ void expand_item(std::string_view item, std::vector<std::string>& out, GroupForm
   Wide count = (*hi - *lo) / *step + 1;
   // Checked before expanding: many ranges of one group must not allocate past the limit first.
   if (count > kMaxNames || out.size() + static_cast<size_t>(count) > kMaxNames)
-    throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    throw too_many_names();
   // "01-16" pads every name to 2 digits. Bounds of different widths, one of them padded, are
   // Slurm's form, where the first bound alone decides: "01-100" is n01 .. n99, n100
   // (ClusterShell refuses them: "padding length mismatch"; docs/host-file.md).
@@ -261,8 +265,7 @@ std::vector<std::string> expand_one(std::string_view pattern) {
           "reads",
           in_quotes_cut(pattern),
           form.step ? "a step (\"n[1-9/2]0\")" : "a blank after a bound (\"n[1-3 ]0\")"));
-    if (count * words.size() > kMaxNames)
-      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    if (count * words.size() > kMaxNames) throw too_many_names();
     count *= words.size();
     longest += std::max_element(words.begin(), words.end(), [](auto& a, auto& b) {
                  return a.size() < b.size();
@@ -330,8 +333,7 @@ std::vector<std::string> expand_nodeset(std::string_view pattern) {
                            ? "empty host name"
                            : "empty item in a comma-separated node set");
     std::vector<std::string> more = expand_one(item);
-    if (names.size() + more.size() > kMaxNames)
-      throw InputError(fmt::format("node set expands to more than {} names", kMaxNames));
+    if (names.size() + more.size() > kMaxNames) throw too_many_names();
     if (names.empty())
       names = std::move(more);
     else

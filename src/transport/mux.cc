@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 
 #include "msrun_ssh/base.h"
