@@ -85,8 +85,10 @@ bool write_text_file(const std::string& path, std::string_view text);
 // Replaces the file `path` by `text`: written in full under a name of its own in the same
 // directory (PATH.<pid>.tmp), then renamed over it, so a reader sees the old file or the whole
 // new one, and a failed write (a full disk) leaves no temporary file behind. Returns "" or why it
-// could not (strerror); says nothing itself.
-std::string replace_file(const std::string& path, std::string_view text);
+// could not (strerror); says nothing itself. `durable`: the file and its name are on the disk
+// before it returns (fsync of the file and of its directory: a job's record, which a crash of the
+// launcher's machine right after the start must not leave empty).
+std::string replace_file(const std::string& path, std::string_view text, bool durable = false);
 
 // ---- numbers ----------------------------------------------------------------------------------
 
@@ -122,13 +124,18 @@ void close_inherited_fds();
 // non-blocking, close-on-exec signalfd that reads them; -1 with the signal mask as it was when no
 // signalfd can be made (no descriptor left): a Ctrl-C then ends the launcher, or reaches the
 // signalfd made before this one, rather than waiting unread. SIGPIPE is ignored as well: a reader
-// gone is a write error, never the launcher's death.
+// gone is a write error, never the launcher's death. A signal ignored when it is called (the
+// launcher started under nohup, or with & by a shell without job control) stays ignored.
 int signal_fd(std::initializer_list<int> signals);
 
 // The next signal waiting on the signalfd `fd`, or 0 when none is.
 int next_signal(int fd);
 // The exit status of the next signal waiting on `fd` (128+N, error.h), or 0 when none is.
 int signal_status(int fd);
+
+// Whether `fd` (a pipe's or socket's writing end) has no reader left: what a write would meet as
+// EPIPE, seen without writing (`logs --follow | head` ends once head has).
+bool reader_gone(int fd);
 
 // Whether terminal `fd`'s foreground is another process group than this process's: it runs in
 // the background (`&`, `bg`). False when `fd` is no terminal or is no longer this one's.

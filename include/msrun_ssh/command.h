@@ -72,6 +72,8 @@ std::string detached_command(const Process& process, const std::string& job_id,
 // A process's word in state files: "sched" for the scheduler (rank < 0), else its global rank.
 std::string rank_word(int rank);
 
+// The directory, beside a detached job's logs, of its processes' state files.
+inline constexpr const char* kDetachedStateDir = ".msrun-ssh";
 // Where a detached process of job `job_id` keeps its state files, next to its log:
 // "<log's directory>/.msrun-ssh/<job id>/<rank word>" (relative when the log path is).
 std::string detached_state_stem(std::string_view log_path, std::string_view job_id,

@@ -104,28 +104,38 @@ struct ErrorFile {
 // The error file in `json`; nullopt when it is not one.
 std::optional<ErrorFile> parse_error_file(std::string_view json);
 
-// Keeps the last Python traceback a process printed, whole: from "Traceback (most recent call
-// last):" through the exception line, with the chained ones before it ("During handling of the
-// above exception, another exception occurred:", "The above exception was the direct cause of
-// the following exception:"). A traceback cut by the end of the output is kept as far as it got
-// (cut() says so). At most kMaxLines lines are kept; the frames past that are counted in one line.
+// Keeps the last Python traceback a process printed: from "Traceback (most recent call last):"
+// (also at the end of a line, after an unfinished progress bar's redraws) through the exception
+// line and the lines after it, up to kMessageLines of them (an exception's message may span lines:
+// MindSpore's "- Ascend Error Message:" sections, NCCL's "Last error:"), with the chained ones
+// before it ("During handling of the above exception, another exception occurred:", "The above
+// exception was the direct cause of the following exception:"). A traceback cut by the end of the
+// output is kept as far as it got (cut() says so). At most kMaxLines lines are kept: the first
+// kHeadLines and the last ones (the innermost frames and the exception), the lines between counted
+// in one line, as Python keeps the innermost frames of a deep recursion.
 class TracebackCatcher {
  public:
   static constexpr size_t kMaxLines = 200;
+  static constexpr size_t kHeadLines = 20;
+  static constexpr size_t kMessageLines = 20;
 
   // One line of the process's output, without its newline.
   void feed(std::string_view line);
 
-  // The last traceback (empty: none), and whether the output ended inside it.
-  const std::vector<std::string>& lines() const { return block_; }
+  // The last traceback (empty: none), its trailing blank lines left out, and whether the output
+  // ended inside it.
+  std::vector<std::string> lines() const;
   bool cut() const { return state_ == State::kFrames; }
 
  private:
-  enum class State { kIdle, kFrames, kAfterException, kBlankAfterException, kChained };
+  enum class State { kIdle, kFrames, kMessage, kChained };
   void push(std::string_view line);
   State state_ = State::kIdle;
-  std::vector<std::string> block_;
+  std::vector<std::string> head_;
+  std::deque<std::string> tail_;
   size_t left_out_ = 0;
+  size_t message_lines_ = 0;
+  bool last_blank_ = false;
 };
 
 // Keeps the stacks Python's faulthandler prints when the process gets SIGABRT (with

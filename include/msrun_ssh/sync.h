@@ -296,6 +296,14 @@ SyncWhere sync_where(const std::string& cwd, const std::string& dir, const std::
 
 // ---- for the commands ---------------------------------------------------------------------------
 
+// The launcher's own files, as rules for a sync of `sync_dir`: every detached job's state
+// directory (.msrun-ssh/), and, when --log_dir lies inside `sync_dir`, the logs, summary and
+// stack dumps the launcher writes there (msrun-ssh.log, summary.json, scheduler*.log,
+// <worker_log_name>_*.log, stacks-*.txt). Neither side's copies are sent, compared or deleted: a
+// sync from a project directory that holds the logs (--log_dir's default ".") deleted a detached
+// job's logs and state on its hosts, and sent the last run's logs to every host.
+std::vector<std::string> launcher_file_rules(const std::string& sync_dir, const Options& options);
+
 // The sync `options` ask for (--sync, `msrun-ssh sync`, `check --sync`) to hosts with these
 // workdirs: where (sync_where), the rules (sync_rules) and the launcher's manifest. Warns on
 // stderr about each entry of a type that cannot be synced. Throws InputError.

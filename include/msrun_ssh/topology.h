@@ -58,10 +58,16 @@ struct Topology {
   std::vector<NumaNode> numa_nodes;  // ascending by id; at least one
   std::vector<Device> devices;       // ascending by PCI bus id
   std::string source;                // "hwloc", "hwloc-xml" or "sysfs", for messages
+  // The NPUs' PCI bus ids (as `devices` spells them) by logic id, as npu-smi tells them: element N
+  // is the NPU that DEVICE_ID N and ASCEND_RT_VISIBLE_DEVICES's N name. Empty when npu-smi did not
+  // say. Ascend servers do not number their NPUs in PCI order (an Atlas 800T A2: NPU 0 at C1, 1
+  // at 01, 2 at C2, 3 at 02, ...), and msrun maps them through npu-smi too.
+  std::vector<std::string> npu_logic_order;
 
   // The NUMA node of `cpu` (the lowest-numbered node listing it), or -1.
   int numa_node_of(int cpu) const;
-  // The devices of one kind, in PCI bus order: index N of this list is physical device N.
+  // The devices of one kind: index N of this list is physical device N. NPUs in npu_logic_order
+  // when it names every NPU of `devices` once, else (and GPUs) in PCI bus order.
   std::vector<Device> devices_of_kind(std::string_view kind) const;
   bool operator==(const Topology&) const = default;
 };
@@ -99,6 +105,12 @@ Topology topology_from_hwloc_xml(std::string_view xml, const std::vector<int>& a
 //                                                    function of vendor 0x19e5, 0x10de, 0x1002
 // Anything printed before the "allowed:" line (a chatty .bashrc) is ignored by the parser.
 std::string topology_probe_command();
+
+// The NPUs' PCI bus ids by logic id (Topology::npu_logic_order) from the probe's "npu-info: "
+// lines (npu-smi info: each NPU's row, then a row per chip with its Bus-Id) and "npu-map: " lines
+// (npu-smi info -m: NPU ID, Chip ID, Chip Logic ID per chip, "-" for a chip without one, the MCU).
+// Bus ids lowercase; empty when a logic id from 0 up is missing or names a chip without a Bus-Id.
+std::vector<std::string> npu_logic_order_of(std::string_view probe_output);
 
 // What runs once per host before binding, in one round trip: the paths of taskset and numactl as
 // `command -v` prints them (one line each, only those that exist), then topology_probe_command().

@@ -110,6 +110,10 @@ class StragglerWatch {
 
   // Host `host`'s new sample; returns what it changes (at most one change, for that host).
   std::vector<StragglerChange> add(size_t host, HostSample sample);
+  // Host `host` has no sampler any more (it ended, or died): its figures are forgotten (they
+  // counted in the median the others are held to, and `top` showed them as live) and a straggler
+  // raised there is cleared; returns that clearing, if any.
+  std::vector<StragglerChange> forget(size_t host);
 
   // The host's smoothed rates (nullopt before it has two samples).
   const std::optional<HostRate>& rate(size_t host) const {
@@ -163,6 +167,7 @@ class JobWatch {
   StragglerWatch watch_;
   std::map<ChannelId, size_t> host_of_;  // open samplers
   std::vector<LineFramer> lines_;        // per host, made by start()
+  bool stopping_ = false;                // stop() was called: the job is ending
 };
 
 // ---- msrun-ssh top ------------------------------------------------------------------------------

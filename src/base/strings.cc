@@ -209,9 +209,11 @@ std::optional<std::string> read_whole_file(const std::string& path) {
 namespace {
 
 // Writes `text` to the file `path` (created or truncated); false (errno says why) when it cannot.
-bool put_file(const std::string& path, std::string_view text) {
+// `durable`: on the disk before it returns (fsync).
+bool put_file(const std::string& path, std::string_view text, bool durable = false) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (ok && durable) ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   if (f && std::fclose(f) != 0) ok = false;
   return ok;
 }
@@ -226,9 +228,20 @@ bool write_text_file(const std::string& path, std::string_view text) {
   return ok;
 }
 
-std::string replace_file(const std::string& path, std::string_view text) {
+std::string replace_file(const std::string& path, std::string_view text, bool durable) {
   std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
-  if (put_file(tmp, text) && std::rename(tmp.c_str(), path.c_str()) == 0) return "";
+  if (put_file(tmp, text, durable) && std::rename(tmp.c_str(), path.c_str()) == 0) {
+    if (durable) {  // the new name too: its directory's entry
+      size_t slash = path.rfind('/');
+      std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+      int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+      }
+    }
+    return "";
+  }
   std::string why = std::strerror(errno);
   std::remove(tmp.c_str());
   return why;

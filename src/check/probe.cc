@@ -76,6 +76,17 @@ CheckResult os_check(const ProbeFacts& f) {
                       fmt::format("{}{}{}", os.empty() ? "unknown OS" : os, "; ", kernel), release);
 }
 
+// The tool the run binds with here (numactl with bind_numa, else taskset with bind_core) when the
+// probe found it missing; "" when none is needed, it is there, or the probe did not say.
+std::string missing_bind_tool(const HostExpectation& e, const ProbeFacts& f, bool numa) {
+  bool numa_asked = e.auto_bind_numa || !e.manual_numa.empty();
+  bool core_asked = e.auto_bind_core || !e.manual_cpus.empty();
+  const char* tool = numa_asked ? "numactl" : core_asked ? "taskset" : nullptr;
+  if (!tool || numa != numa_asked || !f.has("bind_tools")) return "";
+  std::string have = " " + f.get("bind_tools") + " ";
+  return have.find(fmt::format(" {} ", tool)) == std::string::npos ? tool : "";
+}
+
 CheckResult cpus_check(const HostExpectation& e, const ProbeFacts& f) {
   if (!f.has("cpus_allowed")) return missing("cpus", f);
   std::string text = f.get("cpus_allowed");
@@ -91,6 +102,9 @@ CheckResult cpus_check(const HostExpectation& e, const ProbeFacts& f) {
   }
   int n = static_cast<int>(allowed.size());
   std::string list = format_cpu_list(allowed);
+  if (std::string tool = missing_bind_tool(e, f, false); !tool.empty())
+    return probe_result("cpus", CheckStatus::kFail,
+                        fmt::format("binding needs {}, which is not installed here", tool));
   std::vector<int> outside = minus(e.manual_cpus, allowed);
   if (!outside.empty())
     return probe_result("cpus", CheckStatus::kFail,
@@ -112,6 +126,9 @@ CheckResult cpus_check(const HostExpectation& e, const ProbeFacts& f) {
 
 CheckResult numa_check(const HostExpectation& e, const ProbeFacts& f) {
   if (!f.has("numa_nodes")) return missing("numa", f);
+  if (std::string tool = missing_bind_tool(e, f, true); !tool.empty())
+    return probe_result("numa", CheckStatus::kFail,
+                        fmt::format("binding needs {}, which is not installed here", tool));
   std::vector<int> ids;
   std::string listing;
   for (const auto& line : f.all("numa")) {

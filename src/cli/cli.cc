@@ -207,6 +207,11 @@ CliResult parse_args(const std::vector<std::string>& args, const GetEnv& getenv)
         "--max_restarts, --timeout and --hang_timeout need an attached run (--join=True)");
   if (!o.join && o.restart_policy == RestartPolicy::kProcess)
     throw InputError("--restart_policy process needs an attached run (--join=True)");
+  // The events are the launcher's account of the job's life; a detached start leaves at once.
+  if (!o.join && !o.events.empty())
+    throw InputError(
+        "--events needs an attached run (--join=True): a detached job has no launcher to write "
+        "them (msrun-ssh status --job ID --json tells how it is doing)");
   return result;
 }
 

@@ -321,7 +321,7 @@ const std::vector<OptionSpec>& option_table() {
       {"--events", "", "FILE",
        "the job's life as JSON Lines (docs/events.md), appended to FILE; \"-\" for stdout; the "
        "summary also goes to <log_dir>/summary.json",
-       kRunCheck, S::kOwn,
+       kRun, S::kOwn,
        [](O& o, V n, V v, G) { o.events = non_empty(n, v, "must name a file, or - for stdout"); }},
       {"--strict_host_key_checking", "", "yes|accept-new|no", "(default: ssh config, else yes)",
        kReaching, S::kOwn,

@@ -93,8 +93,13 @@ std::string env_words(const std::vector<std::string>& env, bool stack_site,
 // `site_made`: the job's stack-dump directory is made on the host before the process starts (an
 // attached run's watchdog makes it): stack_site.py's text (~2 KB) is not sent with every process,
 // unless the process has a TMPDIR of its own (its directory is then not the watchdog's).
-std::string exec_env(const Process& process, const std::string& job_id, bool site_made) {
-  std::vector<std::string> env{fmt::format("{}={}", kJobMarker, job_id)};
+// Without `marker` the MSRUN_SSH_JOB word is left out (detached.sh's keeper sets it: a bare
+// MSRUN_SSH_JOB=ID word on the keeper's own command line made the sweep take the keeper for a
+// process of the job, and SIGKILL it before it wrote the status).
+std::string exec_env(const Process& process, const std::string& job_id, bool site_made,
+                     bool marker = true) {
+  std::vector<std::string> env;
+  if (marker) env.push_back(fmt::format("{}={}", kJobMarker, job_id));
   for (const auto& [n, v] : process.env) {
     env.push_back(fmt::format("{}={}", n, v));
     if (n == "TMPDIR") site_made = false;
@@ -209,7 +214,7 @@ std::string detached_command(const Process& process, const std::string& job_id,
       "cd -- {0} && umask 077 && mkdir -p -- {1} {2} && true >> {5} && {{ setsid {3} {4} < "
       "/dev/null > {5} 2>&1 & }} && echo \"msrun-ssh: started $!\"",
       shell_quote(process.workdir), shell_quote(dir), shell_quote(state_dir), keeper,
-      exec_env(process, job_id, false), shell_quote(remote_log));
+      exec_env(process, job_id, false, false), shell_quote(remote_log));
 }
 
 std::string rank_word(int rank) { return rank < 0 ? "sched" : std::to_string(rank); }
@@ -218,7 +223,7 @@ std::string detached_state_stem(std::string_view log_path, std::string_view job_
                                 std::string_view rank_word) {
   size_t slash = log_path.rfind('/');
   std::string_view dir = slash == std::string_view::npos ? "." : log_path.substr(0, slash);
-  return fmt::format("{}/.msrun-ssh/{}/{}", dir, job_id, rank_word);
+  return fmt::format("{}/{}/{}/{}", dir, kDetachedStateDir, job_id, rank_word);
 }
 
 std::string watchdog_ready_line(long pid, std::string_view host) {

@@ -228,7 +228,12 @@ int show_job_logs(const Options& options) {
   Output out(oc);
   int code = logs_on_hosts(
       *r.pool, record, r.unreachable, options.log_rank, options.follow, out,
-      [sfd] { return signal_status(sfd); }, stderr);
+      [sfd] {
+        int signalled = signal_status(sfd);
+        // A reader of the output gone (| head) ends it, as it ends tail -f: SIGPIPE's status.
+        return signalled != 0 ? signalled : reader_gone(1) ? 128 + SIGPIPE : 0;
+      },
+      stderr);
   r.pool->unwatch_fd(sfd);
   r.pool->disconnect_all();
   ::close(sfd);

@@ -286,7 +286,7 @@ bool write_job_record(const std::string& dir, const JobRecord& record, std::FILE
       record_json(record).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::string why = dir.empty()       ? "no place for it"
                     : !make_dirs(dir) ? std::strerror(errno)
-                                      : replace_file(path, text);
+                                      : replace_file(path, text, true);
   if (!why.empty())
     std::fprintf(err, "msrun-ssh: warning: cannot write the job record %s: %s\n",
                  dir.empty() ? "(neither XDG_STATE_HOME nor HOME is set)" : path.c_str(),

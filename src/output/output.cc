@@ -26,6 +26,7 @@ namespace {
 constexpr size_t kLogFlushBytes = size_t{64} << 10;
 constexpr size_t kConsoleFlushBytes = size_t{1} << 20;
 constexpr size_t kMaxKeptLine = 400;
+constexpr double kPromptQuietMs = 500;
 
 void write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -36,6 +37,14 @@ void write_all(int fd, std::string_view data) {
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
+}
+
+// At most `max` bytes of `s`, never the first bytes of a UTF-8 character without its last.
+std::string_view utf8_prefix(std::string_view s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
 }
 
 }  // namespace
@@ -50,6 +59,11 @@ struct Output::Proc {
   int8_t log_open = -1;
   double redraw_ms[2] = {-1e18, -1e18};  // when a progress redraw of the stream was last shown
   std::string redraw_shown[2];
+  // An unfinished line that stays so (a prompt: pdb's "(Pdb) ", input("...? ")) is shown once it
+  // has been quiet for kPromptQuietMs: how much of it was shown, and when it last grew.
+  size_t prompt_shown[2] = {0, 0};
+  size_t prompt_seen[2] = {0, 0};  // how much of it show_redraws looked at (due_in_ms)
+  double partial_ms[2] = {0, 0};
   std::string path;
   bool on_console = true;
   int fd = -1;           // the log's descriptor while it is open (open_logs_)
@@ -187,11 +201,20 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   p.stacks.feed(body);
   if (config_.keep_last_lines > 0) {
     if (p.ring.empty()) p.ring.resize(config_.keep_last_lines);
-    p.ring[p.ring_next].assign(body.data(), std::min(body.size(), kMaxKeptLine));
+    // A line that redrew itself (a progress bar) as it ended, not as it began.
+    std::string_view kept = utf8_prefix(console_text(body), kMaxKeptLine);
+    p.ring[p.ring_next].assign(kept.data(), kept.size());
     p.ring_next = (p.ring_next + 1) % p.ring.size();
     p.ring_count = std::min(p.ring_count + 1, p.ring.size());
   }
   if (!p.on_console) return;
+  // What of the line was shown as a prompt is not shown again: the rest is (pdb's next output
+  // comes on the prompt's line, after what the user typed on the terminal).
+  p.prompt_seen[s] = 0;
+  if (size_t shown = std::exchange(p.prompt_shown[s], 0); shown > 0) {
+    body.remove_prefix(std::min(shown, body.size()));
+    if (body.empty()) return;
+  }
   if (body.find('\r') != std::string_view::npos) {
     body = console_text(body);  // a finished progress bar: its last state
     if (body.empty()) return;
@@ -218,6 +241,8 @@ void Output::data(int proc, bool is_stderr, std::string_view bytes) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
   if (config_.timestamps || config_.log_timestamps || config_.gather) now_ms_ = now_ms();
   p.framers[is_stderr ? 1 : 0].feed(bytes, [&](std::string_view l) { line(p, is_stderr, l); });
+  if (p.on_console && p.framers[is_stderr ? 1 : 0].pending() > 0)
+    p.partial_ms[is_stderr ? 1 : 0] = now_ms();
   touch(p);
   if (p.log_buf.size() >= kLogFlushBytes) write_log(p);
   std::string& console = is_stderr ? err_buf_ : out_buf_;
@@ -259,16 +284,27 @@ void Output::separate(int proc, std::string_view text) {
 }
 
 // A progress bar redrawn with '\r' has no newline until it ends: its newest complete redraw is
-// shown as a console line, at most every redraw_interval_s, when it changed.
+// shown as a console line, at most every redraw_interval_s, when it changed. An unfinished line
+// without '\r' that stays so for kPromptQuietMs (a prompt) is shown as it is, once.
 void Output::show_redraws() {
   now_ms_ = now_ms();
   for (Proc* p : touched_) {
     if (!p->on_console) continue;
     for (int s = 0; s < 2; ++s) {
-      if (p->framers[s].pending() == 0 ||
-          now_ms_ - p->redraw_ms[s] < config_.redraw_interval_s * 1000)
+      if (p->framers[s].pending() == 0) continue;
+      std::string_view partial = p->framers[s].partial();
+      bool quiet = now_ms_ - p->partial_ms[s] >= kPromptQuietMs;
+      if (quiet) p->prompt_seen[s] = partial.size();
+      if (partial.find('\r') == std::string_view::npos) {
+        // No redraw: a prompt, once quiet, and only what was not shown of it yet.
+        if (partial.size() > p->prompt_shown[s] && quiet) {
+          console_line(*p, s == 1, partial.substr(p->prompt_shown[s]));
+          p->prompt_shown[s] = partial.size();
+        }
         continue;
-      std::string_view latest = latest_redraw(p->framers[s].partial());
+      }
+      if (now_ms_ - p->redraw_ms[s] < config_.redraw_interval_s * 1000) continue;
+      std::string_view latest = latest_redraw(partial);
       if (latest.empty() || latest == p->redraw_shown[s]) continue;
       p->redraw_shown[s].assign(latest);
       p->redraw_ms[s] = now_ms_;
@@ -297,6 +333,13 @@ void Output::drain() {
 
 int Output::due_in_ms() {
   double due = gatherer_.due_ms();
+  // An unfinished line not shown yet is shown once quiet (a prompt: show_redraws).
+  for (const Proc* p : touched_)
+    for (int s = 0; s < 2; ++s)
+      if (p->on_console && p->framers[s].pending() > p->prompt_seen[s]) {
+        double at = p->partial_ms[s] + kPromptQuietMs;
+        due = due < 0 ? at : std::min(due, at);
+      }
   if (due < 0) return -1;
   return static_cast<int>(std::clamp(due - now_ms(), 0.0, 60000.0)) + 1;
 }

@@ -80,23 +80,34 @@ void append_lines(std::string& out, const SummaryRow& r) {
 }  // namespace
 
 void TracebackCatcher::push(std::string_view line) {
-  if (block_.size() < kMaxLines) {
-    block_.emplace_back(line);
+  last_blank_ = line.empty();
+  if (tail_.empty() && head_.size() < kHeadLines) {
+    head_.emplace_back(line);
     return;
   }
-  // Full: the last line stays the newest one, the ones before it are counted.
-  ++left_out_;
-  block_[kMaxLines - 2] = fmt::format("  ... {} more lines ...", left_out_);
-  block_[kMaxLines - 1] = std::string(line);
+  tail_.emplace_back(line);
+  if (tail_.size() > kMaxLines - kHeadLines - 1) {  // one line says how many are left out
+    tail_.pop_front();
+    ++left_out_;
+  }
+}
+
+std::vector<std::string> TracebackCatcher::lines() const {
+  std::vector<std::string> out(head_.begin(), head_.end());
+  if (left_out_ > 0) out.push_back(fmt::format("  ... {} more lines ...", left_out_));
+  out.insert(out.end(), tail_.begin(), tail_.end());
+  while (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
 }
 
 void TracebackCatcher::feed(std::string_view line) {
-  if (line == kTracebackStart) {
+  if (line.ends_with(kTracebackStart)) {
     if (state_ != State::kChained) {
-      block_.clear();
+      head_.clear();
+      tail_.clear();
       left_out_ = 0;
     }
-    push(line);
+    push(kTracebackStart);
     state_ = State::kFrames;
     return;
   }
@@ -106,18 +117,20 @@ void TracebackCatcher::feed(std::string_view line) {
     case State::kFrames:
       push(line);
       // Frames are indented; the first line that is not is the exception.
-      if (!line.empty() && line[0] != ' ') state_ = State::kAfterException;
+      if (!line.empty() && line[0] != ' ') {
+        state_ = State::kMessage;
+        message_lines_ = 0;
+      }
       break;
-    case State::kAfterException:
-      state_ = line.empty() ? State::kBlankAfterException : State::kIdle;
-      break;
-    case State::kBlankAfterException:
-      if (is_chain_line(line)) {
-        push("");
+    case State::kMessage:
+      if (last_blank_ && is_chain_line(line)) {
         push(line);
         state_ = State::kChained;
+      } else if (message_lines_ < kMessageLines) {
+        push(line);
+        ++message_lines_;
       } else {
-        state_ = line.empty() ? State::kBlankAfterException : State::kIdle;
+        state_ = State::kIdle;
       }
       break;
     case State::kChained:
@@ -130,7 +143,7 @@ void TracebackCatcher::feed(std::string_view line) {
 }
 
 void StackCatcher::feed(std::string_view line) {
-  if (line == "Fatal Python error: Aborted") {
+  if (line.ends_with("Fatal Python error: Aborted")) {  // after a progress bar's redraws too
     capturing_ = true;
     stack_.clear();
     return;
@@ -240,6 +253,12 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
                                                     : " (its traceback)";
     out += fmt::format("--- root cause: {} on {}: {}{} ---\n", root->process, root->host,
                        root->status, what);
+    // The error file's message, unless the lines below hold it (its own traceback does).
+    std::string_view said = std::string_view(root->error_message);
+    said = said.substr(0, said.find('\n'));
+    if (!said.empty() && std::none_of(root->traceback.begin(), root->traceback.end(),
+                                      [&](const std::string& l) { return l.find(said) != l.npos; }))
+      out += fmt::format("error file: {}\n", root->error_message);
     append_lines(out, *root);
   }
   for (const auto& g : group_rows(failed, group_key)) {

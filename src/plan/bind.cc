@@ -81,7 +81,11 @@ std::vector<int> auto_nodes(const Topology& topo, const HostProcesses& host,
                             const ProcessSlot& slot, const Binding& b,
                             const std::vector<int>& would_get) {
   if (!b.cpus.empty()) return nodes_of(topo, b.cpus);
-  if (int node = device_numa_node(topo, host, slot); node >= 0) return {node};
+  // The device's node, unless none of its CPUs may be used here (a container's cpuset on the other
+  // socket: numactl --cpunodebind would fail at every start); then where its CPUs would be.
+  int node = device_numa_node(topo, host, slot);
+  if (node >= 0 && std::ranges::binary_search(nodes_of(topo, topo.allowed_cpus), node))
+    return {node};
   return nodes_of(topo, would_get);
 }
 

@@ -119,8 +119,10 @@ size_t find_master(const Options& options, std::vector<HostPlan>& hosts, const C
 }
 
 // The devices a host's environment makes visible: ASCEND_RT_VISIBLE_DEVICES, else
-// CUDA_VISIBLE_DEVICES, read as msrun reads them (int() of each comma-separated item, blanks around
-// it allowed, sorted by value). `bad`: the first item that is no such number ("" when none).
+// CUDA_VISIBLE_DEVICES, read as msrun reads the first (int() of each comma-separated item, blanks
+// around it allowed, sorted by value); CUDA's stay in the order written, as CUDA numbers them
+// (CUDA_VISIBLE_DEVICES=4,0: device 0 is GPU 4). `bad`: the first item that is no such number
+// ("" when none).
 struct VisibleDevices {
   std::string name, value;
   std::vector<std::string> ids;  // each as a number ("05" is "5"), or as written when `bad`
@@ -148,8 +150,9 @@ VisibleDevices visible_devices(const EnvList& env) {
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
-  std::stable_sort(ids.begin(), ids.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (v.name == "ASCEND_RT_VISIBLE_DEVICES")
+    std::stable_sort(ids.begin(), ids.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [number, written] : ids)
     v.ids.push_back(number >= 0 ? std::to_string(number) : written);
   return v;

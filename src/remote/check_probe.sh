@@ -37,6 +37,7 @@ for n in /sys/devices/system/node/node[0-9]*; do
   k=$((k+1))
 done
 echo "numa_nodes=$k"
+echo "bind_tools=$(for b in taskset numactl; do command -v "$b" >/dev/null 2>&1 && printf '%s ' "$b"; done)"
 if command -v npu-smi >/dev/null 2>&1; then
   o=$(t 20 npu-smi info -l 2>&1); r=$?
   echo "npu=$r $(printf '%s\n' "$o" | grep -c 'NPU ID')"

@@ -6,7 +6,7 @@
 # $1.exit. The trap lets the keeper outlive a SIGTERM, SIGINT or SIGHUP sent to its process group
 # (stop), so that the status is still written; the command gets those signals at their defaults (a
 # caught signal is reset by exec).
-# (_ms_s: a name no environment holds; the command inherits the keeper's.)
+# (_ms_s, _ms_j: names no environment holds; the command inherits the keeper's.)
 _ms_s=$1
 shift
 trap : TERM INT HUP
@@ -15,9 +15,15 @@ trap : TERM INT HUP
 # log back as its stderr (fd 3) first thing, so that its shell's own errors (no such program) are
 # in the log.
 exec 3>&2 2>/dev/null
-# The command and everything it starts carry the keeper's pid in their environment.
+# The job id, from the stem.
+_ms_j=${_ms_s%/*}
+_ms_j=${_ms_j##*/}
+# The command and everything it starts carry the job's marker (set here, not on the command line
+# after the keeper's: a sweep takes a process whose command line holds the word MSRUN_SSH_JOB=ID for
+# one of the job's, and stop's SIGKILL would end the keeper before it wrote the status) and the
+# keeper's pid in their environment.
 # shellcheck disable=SC2016
-MSRUN_SSH_KEEPER=$$ sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$_ms_s" "$@"
+MSRUN_SSH_JOB=$_ms_j MSRUN_SSH_KEEPER=$$ sh -c 'exec 2>&3 3>&-; echo $$ > "$0.pid"; exec "$@"' "$_ms_s" "$@"
 rc=$?
 # What the command left behind (a child in a session of its own, a daemon) ends with it, as the
 # end of an attached job takes it along: SIGTERM, up to 2 s, SIGKILL. Then the status: a process
@@ -47,10 +53,8 @@ done
 # The last of the job's processes on this host to end removes the job's stack-dump directory
 # (stack_dir.sh), as an attached job's watchdog does: the keeper whose process (and leftovers) went
 # last finds no process of the job here any more.
-J=${_ms_s%/*}
-J=${J##*/}
-if [ -z "$(holding "^MSRUN_SSH_JOB[=]$J\$")" ]; then
-  d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$J
+if [ -z "$(holding "^MSRUN_SSH_JOB[=]$_ms_j\$")" ]; then
+  d=${TMPDIR:-/tmp}/msrun-ssh-stacks-$_ms_j
   if [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ]; then rm -rf -- "$d"; fi
 fi
 echo $rc > "$_ms_s.exit"

@@ -20,12 +20,14 @@ while [ $# -ge 3 ]; do
   status=$(cat -- "$stem.exit" 2>/dev/null) || status=-
   [ -n "$status" ] || status=-
   state=unknown ticks=-
-  if [ "$pid" != - ] && grep -qz "^MSRUN_SSH_JOB[=]$J\$" "/proc/$pid/environ" 2>/dev/null; then
+  # Its status first: once written the process has ended, whatever now runs under its pid (another
+  # process of the job may have been given it).
+  if [ "$status" != - ]; then
+    state=ended
+  elif [ "$pid" != - ] && grep -qz "^MSRUN_SSH_JOB[=]$J\$" "/proc/$pid/environ" 2>/dev/null; then
     state=alive
     ticks=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }')
     [ -n "$ticks" ] || ticks=-
-  elif [ "$status" != - ]; then
-    state=ended
   fi
   last=$(tail -n 1 -- "$log" 2>/dev/null | tr '\r' '\n' | grep -v '^$' | tail -n 1 | cut -b 1-200)
   echo "proc $rank $pid $state $status $ticks $last"

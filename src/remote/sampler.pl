@@ -6,7 +6,8 @@
 #   {"t": SECONDS (monotonic), "hz": CLOCK TICKS PER SECOND, "cpu": [ticks of /proc/stat's cpu
 #    line: user nice system idle iowait irq softirq steal], "load": 1-minute load, "mem_kb":
 #    [MemTotal, MemAvailable], "ranks": [{"rank": "0" | "sched", "pids": N, "cpu": utime+stime
-#    ticks, "wait_ns": run-queue wait of every thread (schedstat), "rss_kb": N, "thr_ns": the CPU
+#    ticks, "wait_ns": run-queue wait of every thread (schedstat), both counted from each
+#    process's first sample on and never going down, "rss_kb": N, "thr_ns": the CPU
 #    throttling of its cgroup (cpu.stat; -1 when unknown), "state": "R"|"S"|"D"|...}],
 #    "accel": [utilisation % of each GPU / NPU] when nvidia-smi or npu-smi is installed (asked
 #    every RESCAN-th sample: a tool's run costs more than the rest)}
@@ -77,7 +78,19 @@ sub wait_ns {
 
 my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
 my $empty = 0;
-my %known;  # pid -> [its rank word, its start time], the job's processes found by the last scan
+# The job's processes found by the last scan: pid -> {who: its rank word, start: its start time,
+# cpu, wait: its CPU ticks and run-queue wait at its last sample, base_cpu, base_wait: at its
+# first}. A rank's figures count each process's only from its first sample on (a child found up to
+# RESCAN samples late brought all its CPU time into one sample: a rank at a steady 0.3 CPU read as
+# 6, a false straggler), and keep what an ended one had counted (%gone: the sums never go down).
+my %known;
+my %gone;  # rank word -> [cpu ticks, wait ns] counted by its processes that ended
+sub forget {
+  my ($k) = @_;
+  return unless defined $k->{base_cpu};
+  $gone{$k->{who}}[0] += $k->{cpu} - $k->{base_cpu};
+  $gone{$k->{who}}[1] += $k->{wait} - $k->{base_wait};
+}
 my %found = map { my $t = $_; ($t => scalar grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '')) }
   qw(nvidia-smi npu-smi timeout);
 my ($tool) = grep { $found{$_} } qw(nvidia-smi npu-smi);
@@ -110,7 +123,7 @@ my $sample = sub {
   my $every = $scans++ % $RESCAN == 0;
   @accel = accel() if $tool && $every;
   if ($every || (!%known && $scans <= $RESCAN)) {
-    %known = ();
+    my %now;
     opendir(my $proc, "$ROOT/proc") or die "no /proc\n";
     my @pids = grep { /^\d+$/ } readdir $proc;
     closedir $proc;
@@ -123,23 +136,39 @@ my $sample = sub {
         : $env =~ /\0RANK=(\d+)\0/ ? $1 : 'other';
       my $stat = slurp("/proc/$pid/stat") // next;
       $stat =~ s/^.*\) //s;
-      $known{$pid} = [$who, (split ' ', $stat)[19]] if !%mine || $mine{$who};
+      next unless !%mine || $mine{$who};
+      my $start = (split ' ', $stat)[19];
+      my $k = $known{$pid};
+      $now{$pid} = $k && $k->{start} eq $start ? $k : {who => $who, start => $start};
     }
+    for my $pid (keys %known) {
+      forget($known{$pid}) unless $now{$pid} && $now{$pid} == $known{$pid};
+    }
+    %known = %now;
   }
   for my $pid (keys %known) {
-    my ($who, $started) = @{$known{$pid}};
+    my $k = $known{$pid};
     my $stat = slurp("/proc/$pid/stat") // '';
     $stat =~ s/^.*\) //s;    # after the command name, which may hold anything
     my @f = split ' ', $stat;  # f[0] is field 3 (state), f[19] field 22 (start time)
-    if (@f < 20 || $f[19] ne $started) { delete $known{$pid}; next }  # gone (or its pid reused)
-    my $r = $rank{$who} //= {pids => 0, cpu => 0, wait_ns => 0, rss_kb => 0, thr_ns => -1,
-                             state => 'S'};
+    if (@f < 20 || $f[19] ne $k->{start}) { forget($k); delete $known{$pid}; next }  # gone, or reused
+    my $r = $rank{$k->{who}} //= {pids => 0, cpu => 0, wait_ns => 0, rss_kb => 0, thr_ns => -1,
+                                  state => 'S'};
+    $k->{cpu} = $f[11] + $f[12];
+    $k->{wait} = wait_ns($pid);
+    $k->{base_cpu} //= $k->{cpu};
+    $k->{base_wait} //= $k->{wait};
     $r->{pids}++;
-    $r->{cpu} += $f[11] + $f[12];
+    $r->{cpu} += $k->{cpu} - $k->{base_cpu};
     $r->{rss_kb} += $1 if (slurp("/proc/$pid/status") // '') =~ /^VmRSS:\s+(\d+)/m;
-    $r->{wait_ns} += wait_ns($pid);
+    $r->{wait_ns} += $k->{wait} - $k->{base_wait};
     $r->{state} = $f[0] if $f[0] eq 'R' || ($f[0] eq 'D' && $r->{state} ne 'R');
     $r->{thr_ns} = throttled_ns($pid) if $r->{thr_ns} < 0;
+  }
+  for my $who (keys %rank) {
+    next unless $gone{$who};
+    $rank{$who}{cpu} += $gone{$who}[0];
+    $rank{$who}{wait_ns} += $gone{$who}[1];
   }
   my @cpu = ((slurp('/proc/stat') // '') =~ /^cpu\s+(.*)$/m ? (split ' ', $1)[0 .. 7] : ());
   my ($load) = split ' ', (slurp('/proc/loadavg') // '0');

@@ -248,13 +248,21 @@ sub make_dirs {
   mkdir $dir or $! == $EEXIST or die "$dir: $!\n";
 }
 
+# Writes the token to the marker, if it can: on a read-only mount (code mounted read-only on
+# compute nodes), or DEST no directory, the hosts that share DEST read back the same old marker,
+# and only what has to change, if anything, fails, with its own error (a sync with nothing to do
+# failed here, and "DEST is not a directory" gave way to the marker's "Not a directory").
 sub write_marker {
-  make_dirs($DEST);
   my $tmp = "$DEST/$MARK.tmp." . random_hex();
-  open my $f, '>', $tmp or die "$tmp: $!\n";
-  print {$f} "$TOKEN\n" or die "$tmp: $!\n";
-  close $f or die "$tmp: $!\n";
-  rename $tmp, "$DEST/$MARK" or die "$DEST/$MARK: $!\n";
+  my $ok = eval {
+    make_dirs($DEST);
+    open my $f, '>', $tmp or die;
+    print {$f} "$TOKEN\n" or die;
+    close $f or die;
+    rename $tmp, "$DEST/$MARK" or die;
+    1;
+  };
+  unlink $tmp unless $ok;
 }
 
 sub manifest {

@@ -126,11 +126,18 @@ def marker():
 
 
 def write_marker():
-    os.makedirs(dest, exist_ok=True)
+    # If it can (sync.pl's write_marker: a read-only mount, DEST no directory).
     tmp = os.path.join(dest, MARK + b".tmp." + os.urandom(6).hex().encode())
-    with open(tmp, "w") as f:
-        f.write(token + "\n")
-    os.rename(tmp, os.path.join(dest, MARK))
+    try:
+        os.makedirs(dest, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(token + "\n")
+        os.rename(tmp, os.path.join(dest, MARK))
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def sha256(path):
@@ -271,7 +278,9 @@ def write_file(full, mode, mtime, size):
             chunk = inp.read(min(left, 1 << 20))
             if not chunk:
                 raise EOFError
-            os.write(fd, chunk)
+            view = memoryview(chunk)
+            while view:  # a short write (a disk filling up) is followed by ENOSPC, not ignored
+                view = view[os.write(fd, view):]
             left -= len(chunk)
         os.fchmod(fd, mode)
     finally:

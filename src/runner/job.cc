@@ -484,6 +484,11 @@ int run_job(const Options& options, Plan& plan) {
   std::shared_ptr<spdlog::logger> log = launcher_log(options.log_dir);
   log->info("job {}: {} hosts, {} workers, scheduler {}:{}", plan.job_id, plan.hosts.size(),
             plan.worker_num, plan.master_ip, plan.master_port);
+  if (options.watch && (!use_agent(options.agent) || options.transport != TransportKind::kSsh))
+    log->info(
+        "the straggler watch is off: its sampler runs inside the launch agent, which {} "
+        "leaves out",
+        options.transport != TransportKind::kSsh ? "--transport srun" : "--agent=False");
   // libssh's messages (SSH_LOG_WARN unless --ssh_debug says otherwise) go to the log only.
   set_ssh_log(options.ssh_debug < 0 ? SSH_LOG_WARN : options.ssh_debug,
               [log](std::string_view m) { log->info("libssh: {}", m); });
@@ -529,6 +534,11 @@ int run_job(const Options& options, Plan& plan) {
     if (!cannot.empty()) {
       say(cannot);
       last = AttemptResult{kExitHostFailure, false, true, cannot};
+      // Its events as any attempt that could not start (the end said attempts = k of an attempt
+      // the events never named).
+      emit_event(events.get(), "attempt",
+                 {{"attempt", k}, {"job_id", attempt_job_id(roster.plan().job_id, k)}});
+      emit_event(events.get(), "start_failed", {{"exit_status", last.status}, {"reason", cannot}});
       write_summary(options.log_dir, {}, last, k, nullptr);
       return last;
     }

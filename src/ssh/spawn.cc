@@ -31,7 +31,11 @@ pid_t spawn_program(const std::vector<std::string>& argv, int out, int err) {
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  sigset_t pipe;  // the launcher ignores SIGPIPE; the program gets it at its default
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &pipe);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
   posix_spawnattr_destroy(&attr);

@@ -119,7 +119,10 @@ Manifest local_manifest(const std::string& dir, const IgnoreRules& rules,
     struct stat st {};
     if (lstat(full.c_str(), &st) != 0) continue;  // gone meanwhile
     bool is_dir = S_ISDIR(st.st_mode);
-    if (own_file(rel) || rules.excluded(rel, is_dir)) {
+    // A symlink counts as the directory it may stand for, as on the hosts (parse_remote_manifest):
+    // `--sync_exclude data/` leaves out a launcher's `data -> /datasets/x` too (it was refused as
+    // an absolute symlink, the exclude notwithstanding).
+    if (own_file(rel) || rules.excluded(rel, is_dir || S_ISLNK(st.st_mode))) {
       if (is_dir) it.disable_recursion_pending();
       continue;
     }

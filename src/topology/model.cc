@@ -44,7 +44,15 @@ std::vector<Device> Topology::devices_of_kind(std::string_view kind) const {
   std::vector<Device> out;
   for (const auto& d : devices)
     if (d.kind == kind) out.push_back(d);
-  return out;
+  if (kind != "npu" || npu_logic_order.size() != out.size()) return out;
+  std::vector<Device> by_logic;
+  for (const auto& bus : npu_logic_order) {
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const Device& d) { return d.pci_bus_id == bus; });
+    if (it == out.end()) return out;  // npu-smi and the topology disagree: PCI order
+    by_logic.push_back(*it);
+  }
+  return by_logic;
 }
 
 std::string device_kind(int vendor, int pci_class) {

@@ -224,12 +224,84 @@ Topology topology_from_sysfs_probe(std::string_view text) {
   return topology_of(std::move(facts));
 }
 
+namespace {
+
+// The leading decimal number of `s` (blanks before it skipped), or -1.
+int leading_number(std::string_view s) {
+  s = trim(s, " \t");
+  int n = -1;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || end == s.data() || n < 0) return -1;
+  if (end != s.data() + s.size() && *end != ' ' && *end != '\t') return -1;
+  return n;
+}
+
+// "0000:C1:00.0" -> "0000:c1:00.0"; "" when `s` is no PCI bus id.
+std::string pci_bus_id(std::string_view s) {
+  s = trim(s, " \t");
+  static constexpr std::string_view kShape = "hhhh:hh:hh.d";
+  if (s.size() != kShape.size()) return "";
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
+    bool ok = kShape[i] == 'h'   ? std::isxdigit(static_cast<unsigned char>(c)) != 0
+              : kShape[i] == 'd' ? c >= '0' && c <= '7'
+                                 : c == kShape[i];
+    if (!ok) return "";
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> npu_logic_order_of(std::string_view probe_output) {
+  std::map<std::pair<int, int>, std::string> bus;  // (NPU, chip) -> its Bus-Id
+  std::map<int, std::pair<int, int>> chip_of;      // logic id -> (NPU, chip)
+  int npu = -1;
+  for (std::string_view rest = probe_output; !rest.empty();) {
+    auto [line, next] = split_line(rest);
+    rest = next;
+    if (starts_with(line, "allowed:")) break;
+    if (starts_with(line, "npu-info: ")) {
+      // "| 0     910B2  | OK  | ..." (an NPU), then "| 0 [Phy-ID] | 0000:C1:00.0 | ..." (a chip).
+      std::vector<std::string_view> cells;
+      for (std::string_view cell : split_words(line.substr(10), "|")) cells.push_back(cell);
+      if (cells.size() < 2) continue;
+      std::string id = pci_bus_id(cells[1]);
+      int first = leading_number(cells[0]);  // the NPU's id, or the chip's
+      if (!id.empty() && npu >= 0 && first >= 0)
+        bus[{npu, first}] = id;
+      else if (id.empty() && first >= 0)
+        npu = first;
+    } else if (starts_with(line, "npu-map: ")) {
+      std::vector<std::string_view> words = split_words(line.substr(9));
+      if (words.size() < 3) continue;
+      int n = leading_number(words[0]), c = leading_number(words[1]), l = leading_number(words[2]);
+      if (n >= 0 && c >= 0 && l >= 0) chip_of[l] = {n, c};
+    }
+  }
+  std::vector<std::string> order;
+  for (const auto& [logic, chip] : chip_of) {
+    auto it = bus.find(chip);
+    if (logic != static_cast<int>(order.size()) || it == bus.end() ||
+        std::find(order.begin(), order.end(), it->second) != order.end())
+      return {};
+    order.push_back(it->second);
+  }
+  return order;
+}
+
 Topology parse_probe_output(std::string_view text) {
   std::string_view rest = from_allowed_line(text);
   auto [allowed_line, after_allowed] = split_line(rest);
   auto [format_line, body] = split_line(after_allowed);
   std::string_view format = trim(format_line, " \t\r");
-  if (format == "format: sysfs") return topology_from_sysfs_probe(rest);
+  if (format == "format: sysfs") {
+    Topology topo = topology_from_sysfs_probe(rest);
+    topo.npu_logic_order = npu_logic_order_of(text);
+    return topo;
+  }
   if (format != "format: hwloc-xml")
     throw InputError(
         fmt::format("{}: unknown format line \"{}\" (expected \"format: hwloc-xml\" "
@@ -238,7 +310,9 @@ Topology parse_probe_output(std::string_view text) {
   std::vector<int> allowed = cpu_list(trim(allowed_line.substr(8), " \t\r"), allowed_line);
   if (allowed.empty())
     throw InputError(fmt::format("{}: the \"allowed:\" line lists no CPU", kWhat));
-  return topology_from_hwloc_xml(body, allowed);
+  Topology topo = topology_from_hwloc_xml(body, allowed);
+  topo.npu_logic_order = npu_logic_order_of(text);
+  return topo;
 }
 
 }  // namespace msrun_ssh

@@ -290,9 +290,12 @@ int top_command(const Options& options) {
         break;
       }
       // The first snapshot comes once every process has started, which can take a while (slow
-      // login rcs, many hosts); a job started with --watch=False never writes one.
+      // login rcs, many hosts); a job started with --watch=False (or without the launch agent,
+      // which runs the samplers: --agent=False, --transport srun) never writes one.
       if (!seen && !text && waited >= kTopWaitSeconds) {
-        std::fprintf(stderr, "top: job %s wrote no %s in %d s (started with --watch=False?)\n",
+        std::fprintf(stderr,
+                     "top: job %s wrote no %s in %d s (started with --watch=False, --agent=False "
+                     "or --transport srun?)\n",
                      record.id.c_str(), path.c_str(), kTopWaitSeconds);
         status = kExitUsage;
         break;

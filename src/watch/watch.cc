@@ -161,6 +161,22 @@ std::vector<StragglerChange> StragglerWatch::add(size_t host, HostSample sample)
   return {};
 }
 
+std::vector<StragglerChange> StragglerWatch::forget(size_t host) {
+  if (hosts_.empty()) return {};
+  Host& h = hosts_.at(host);
+  std::vector<StragglerChange> out;
+  if (h.raised) {
+    StragglerChange c;
+    c.host = host;
+    c.raised = false;
+    c.median = median_demand();
+    c.ranks = std::move(h.raised_ranks);
+    out.push_back(std::move(c));
+  }
+  h = Host{};
+  return out;
+}
+
 std::string sampler_command(const std::string& job_id, double interval_s,
                             const std::string& ranks) {
   return fmt::format("{}{} {:g} {}", sampler_command_head(), shell_quote(job_id), interval_s,
@@ -191,11 +207,17 @@ bool JobWatch::offer(const TransportEvent& e) {
   } else if (e.kind == TransportEvent::Kind::kClosed ||
              e.kind == TransportEvent::Kind::kOpenFailed) {
     host_of_.erase(it);
+    // A sampler that ended before the job (it died, or its host's processes all ended): what it
+    // measured last is no longer so. At the job's end (stop) a straggler stays as it was.
+    if (!stopping_)
+      for (const auto& change : watch_.forget(host))
+        if (on_change_) on_change_(change);
   }
   return true;
 }
 
 void JobWatch::stop() {
+  stopping_ = true;
   for (const auto& [channel, host] : host_of_) t_.kill(channel, "KILL");
 }
 

@@ -120,16 +120,27 @@ def test_logs_follow_until_the_end():
         wait_clean(5)
 
 
-def test_logs_follow_ctrl_c_leaves_nothing():
+def test_logs_follow_ctrl_c_or_its_readers_end_leaves_nothing():
+    """Ctrl-C ends `logs --follow` (130); so does the end of its reader, as `tail -f | head -1`
+    ends once head has (141, SIGPIPE's status; it followed for ever, its remote readers too)."""
     env = _state_env()
     job_id = _start(env, seconds=60)
     p = subprocess.Popen([binary(), "logs", "--job", job_id, "--follow"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmpdir())
+    piped = subprocess.Popen([binary(), "logs", "--job", job_id, "--follow"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmpdir())
     try:
         p.stdout.readline()
+        piped.stdout.readline()
+        piped.stdout.close()
         p.send_signal(signal.SIGINT)
         p.communicate(timeout=10)
         check(p.returncode == 130, f"exit {p.returncode}")
+        try:
+            piped.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            check(False, "logs --follow went on after its reader ended")
+        check(piped.returncode == 141, f"exit {piped.returncode} (128 + SIGPIPE expected)")
         # Each reader sees its stdin end within its next half-second read; a loaded host may take
         # longer to run it, never forever.
         deadline = time.monotonic() + 10
@@ -140,8 +151,9 @@ def test_logs_follow_ctrl_c_leaves_nothing():
             time.sleep(0.2)
         check(not left.strip(), f"remote log readers left after 10 s: {left}")
     finally:
-        if p.poll() is None:
-            p.kill()
+        for q in (p, piped):
+            if q.poll() is None:
+                q.kill()
         _stop(env, job_id)
         wait_clean(5)
 

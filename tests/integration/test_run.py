@@ -4,10 +4,11 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 from harness import (addresses, check, cluster_dir, copy_hosts_file, hosts_file, job, launch, marked_processes,
-                     read, run, tmpdir, wait_clean, wait_no_leftovers, SOURCE_DIR)
+                     read, run, tmpdir, wait_clean, wait_for, wait_no_leftovers, SOURCE_DIR)
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "stdlib_ddp", "train.py")
 LOSS = re.compile(rb"^epoch: (\d+), step: (\d+), loss is ([0-9.]+)$", re.M)
@@ -209,14 +210,27 @@ def test_tail_worker_log_one_rank():
 
 def test_pdb_on_one_rank():
     p, logs = launch([job("pdb_job.py")], stdin=subprocess.PIPE, extra=["--tail_worker_log=1"])
+    got = bytearray()
+
+    def reader():
+        for chunk in iter(lambda: p.stdout.read1(4096), b""):
+            got.extend(chunk)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
     try:
-        time.sleep(3)
+        # The prompt is on the console before anything is typed (an unfinished line was shown
+        # only once it ended: the user answered a prompt nobody saw).
+        wait_for(lambda: re.search(rb"^\[1@[\d.]+\] \(Pdb\) $", bytes(got), re.M), 30,
+                 "the (Pdb) prompt")
         p.stdin.write(b"p x\n")
         p.stdin.flush()
-        time.sleep(1)
+        wait_for(lambda: re.search(rb"^\[1@[\d.]+\] .*42$", bytes(got), re.M), 10, "x printed")
         p.stdin.write(b"c\n")
         p.stdin.flush()
-        out, err = p.communicate(timeout=30)
+        p.wait(timeout=30)
+        t.join(5)
+        out, err = bytes(got), p.stderr.read()
     finally:
         if p.poll() is None:
             p.kill()

@@ -24,12 +24,13 @@ def _spare_hosts_file():
     return path
 
 
-def _cut_during_attempt_1(hostfile, processes, state=None):
+def _cut_during_attempt_1(hostfile, processes, state=None, events=None):
     """Runs flaky.py (attempt 1 runs long, attempt 2 briefly), cuts VICTIM once attempt 1's
     `processes` run, and returns (exit code, stdout, stderr, log dir). The job's record goes
-    under `state` (XDG_STATE_HOME) when given."""
+    under `state` (XDG_STATE_HOME) when given, its events to `events`."""
     p, logs = launch([job("flaky.py"), "--run_first", "120", "--run", "1"], hostfile=hostfile,
-                     extra=["--max_restarts", "1", "--restart_backoff", "0.5"],
+                     extra=["--max_restarts", "1", "--restart_backoff", "0.5",
+                            *(["--events", events] if events else [])],
                      env={"XDG_STATE_HOME": state} if state else None)
     try:
         wait_for(lambda: running("flaky.py") >= processes,
@@ -111,10 +112,18 @@ def test_a_spare_that_does_not_fit_the_job_ends_it_with_255_and_says_why():
     with open(path, "a") as f:
         f.write('bind_core = { device0 = ["9999"], device1 = ["9998"] }\n')
     state = tempfile.mkdtemp(prefix="state-", dir=tmpdir())
-    code, _, err, logs = _cut_during_attempt_1(path, 1 + 2 * (len(addrs) - 1), state)
+    events = os.path.join(state, "events.jsonl")
+    code, _, err, logs = _cut_during_attempt_1(path, 1 + 2 * (len(addrs) - 1), state, events)
     check(code == 255, f"exit {code}: {err.decode()[-2500:]}")
     check(b"cannot restart: " in err and b"9999" in err, f"not said: {err.decode()[-2500:]}")
     _check_the_end_is_attempt_2s(logs, state, "cannot restart")
+    # The events name attempt 2 and why it started nothing (the end counted an attempt they
+    # never named).
+    kinds = [json.loads(line) for line in open(events)]
+    tail = [(e["type"], e.get("attempt")) for e in kinds[-3:]]
+    check(tail == [("attempt", 2), ("start_failed", None), ("end", None)], f"events: {tail}")
+    check("cannot restart" in kinds[-2]["reason"] and kinds[-2]["exit_status"] == 255,
+          f"start_failed: {kinds[-2]}")
     wait_clean(5)
 
 

@@ -69,6 +69,27 @@ def test_sigterm_tears_down():
     _signal_test(signal.SIGTERM, 143)
 
 
+def test_a_hangup_under_nohup_is_ignored():
+    """`nohup msrun-ssh ... &` and the terminal closed: the job runs on (SIGHUP, ignored by nohup,
+    was blocked for the signalfd and read there: the job was torn down with 129)."""
+    log_dir = os.path.join(tmpdir(), "nohup-logs")
+    cmd = ["nohup", binary(), "--hostfile", hosts_file(), "--log_dir", log_dir, "--heartbeat", "1",
+           "--connect_timeout", "5", job("ticker.py"), "3"]
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=tmpdir())
+    try:
+        first = p.stdout.readline()
+        check(b"tick 0" in first, f"first line {first!r}")
+        p.send_signal(signal.SIGHUP)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(p.returncode == 0, f"exit {p.returncode}: {err.decode()[-2000:]}")
+    check(b"rank 5 tick 2" in first + out, f"the job did not run to its end: {out[-1000:]!r}")
+    wait_clean(2)
+
+
 def test_sigkill_watchdog_cleans_within_3_heartbeats():
     p, _ = launch([job("sleeper.py")])
     wait_for(_running(7), 15, "all 7 processes")

@@ -2,6 +2,7 @@
 // hwloc XML topologies that stand for real servers (tests/data/topology, see generate.py) and on
 // small models built here. Every expectation is an exact CPU list, worked out from the rules in
 // topology.h. Linux numbering throughout: core c of an N-core server has PUs c and c+N.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -105,8 +106,9 @@ class Allocate : public ::testing::Test {
 // What allocation sees of a plan's host: the scheduler, each worker's physical device (from its
 // bind key), the device kind the environment names.
 TEST_F(Allocate, HostProcessesOfAPlan) {
+  // CUDA numbers the visible GPUs in the order written: worker 0 drives GPU 5.
   HostProcesses h = slots(2, true, {{"CUDA_VISIBLE_DEVICES", "5,4"}});
-  EXPECT_EQ(h.processes, (std::vector<ProcessSlot>{{true, -1}, {false, 4}, {false, 5}}));
+  EXPECT_EQ(h.processes, (std::vector<ProcessSlot>{{true, -1}, {false, 5}, {false, 4}}));
   EXPECT_EQ(h.device_kind, "gpu");
   EXPECT_EQ(slots(1, false, {{"ASCEND_RT_VISIBLE_DEVICES", "3"}}).device_kind, "npu");
   EXPECT_EQ(slots(1, false).device_kind, "");
@@ -179,6 +181,75 @@ TEST_F(Allocate, ContainerWhoseDevicesSitOnADisallowedNode) {
   Topology t = xml("npu_2s2n_48c96t_container.xml");
   EXPECT_EQ(lists(allocate_cpus(t, slots(2, false, {{"ASCEND_RT_VISIBLE_DEVICES", "4,5"}}))),
             (Lists{"4-7,52-55", "8-11,56-59"}));
+}
+
+// An Atlas 800T A2 numbers its NPUs out of PCI order (npu-smi: NPU 0 at C1, 1 at 01, 2 at C2, 3
+// at 02, 4 at 81, 5 at 41, 6 at 82, 7 at 42): DEVICE_ID 0 drives the NPU at C1, on node 3. The
+// workers were bound by PCI order, 6 of 8 on another node than their NPU's.
+TEST_F(Allocate, NpusAreTakenInNpuSmisLogicOrder) {
+  const char* buses[] = {"C1", "01", "C2", "02", "81", "41", "82", "42"};
+  std::string npu;
+  for (int i = 0; i < 8; ++i) {
+    npu += fmt::format("npu-info: | {}     910B2               | OK            | 93.6  40  |\n", i);
+    npu += fmt::format("npu-info: | 0                         | 0000:{}:00.0  | 0     0   |\n",
+                       buses[i]);
+    npu += "npu-info: +===========================+===============+===========+\n";
+  }
+  npu += "npu-map:         NPU ID      Chip ID     Chip Logic ID     Chip Name\n";
+  for (int i = 0; i < 8; ++i)
+    npu += fmt::format(
+        "npu-map:         {}           0           {}                 Ascend 910B2\n"
+        "npu-map:         {}           1           -                 Mcu\n",
+        i, i, i);
+  Topology t = parse_probe_output(npu + "allowed: 0-191\nformat: hwloc-xml\n" +
+                                  test::topology_file("npu_2s4n_96c192t.xml"));
+  ASSERT_EQ(t.npu_logic_order.size(), 8u);
+  EXPECT_EQ(t.npu_logic_order[0], "0000:c1:00.0");
+  EXPECT_EQ(t.npu_logic_order[1], "0000:01:00.0");
+  auto lists_of = allocate_cpus(t, slots(8, false));
+  ASSERT_EQ(lists_of.size(), 8u);
+  Topology pci_order = xml("npu_2s4n_96c192t.xml");
+  for (int i = 0; i < 8; ++i) {
+    int home = -1;
+    for (const auto& d : pci_order.devices)
+      if (d.pci_bus_id == t.npu_logic_order[static_cast<size_t>(i)]) home = d.numa_node;
+    ASSERT_GE(home, 0);
+    for (int cpu : lists_of[static_cast<size_t>(i)])
+      EXPECT_EQ(t.numa_node_of(cpu), home) << "worker " << i << " CPU " << cpu;
+  }
+  EXPECT_EQ(t.numa_node_of(lists_of[0].front()), 3);  // C1's node
+  // npu-smi's map missing a logic id, or naming a bus the topology lacks: PCI order.
+  EXPECT_TRUE(npu_logic_order_of("npu-map: 0 0 1 x\n").empty());
+  Topology odd = parse_probe_output(npu.substr(0, npu.find("npu-map")) +
+                                    "npu-map: 0 0 0 x\nallowed: 0-191\nformat: hwloc-xml\n" +
+                                    test::topology_file("npu_2s4n_96c192t.xml"));
+  EXPECT_EQ(odd.npu_logic_order, (std::vector<std::string>{"0000:c1:00.0"}));
+  EXPECT_EQ(odd.devices_of_kind("npu"), pci_order.devices_of_kind("npu"));
+}
+
+// An Atlas A3 shows two chips per NPU, each with its Phy-ID and Bus-Id; the logic ids count chips.
+TEST(NpuSmi, TwoChipsPerNpuAreTwoDevices) {
+  std::string out =
+      "npu-info: | NPU   Name                | Health        | Power(W)    Temp(C)    |\n"
+      "npu-info: | Chip  Phy-ID              | Bus-Id        | AICore(%)   Memory     |\n"
+      "npu-info: +===========================+===============+============+\n"
+      "npu-info: | 0     Ascend910           | OK            | 162.6       34         |\n"
+      "npu-info: | 0     0                   | 0000:9D:00.0  | 0           0    / 0   |\n"
+      "npu-info: +---------------------------------------------------------+\n"
+      "npu-info: | 0     Ascend910           | OK            | -           34         |\n"
+      "npu-info: | 1     1                   | 0000:9F:00.0  | 0           0    / 0   |\n"
+      "npu-info: +===========================+===============+============+\n"
+      "npu-info: | 1     Ascend910           | OK            | 186.3       36         |\n"
+      "npu-info: | 0     2                   | 0000:99:00.0  | 0           0    / 0   |\n"
+      "npu-info: | NPU     Chip              | Process id    | Process name           |\n"
+      "npu-info: | No running processes found in NPU 0                              |\n"
+      "npu-map:   NPU ID   Chip ID   Chip Logic ID   Chip Phy-ID   Chip Name\n"
+      "npu-map:   0        0         0               0             Ascend910\n"
+      "npu-map:   0        1         1               1             Ascend910\n"
+      "npu-map:   1        0         2               2             Ascend910\n"
+      "allowed: 0-3\n";
+  EXPECT_EQ(npu_logic_order_of(out),
+            (std::vector<std::string>{"0000:9d:00.0", "0000:9f:00.0", "0000:99:00.0"}));
 }
 
 // The probe's allowed line (taskset narrower than the cgroup: first threads only).
@@ -359,6 +430,19 @@ TEST_F(Allocate, AutoNumaAloneFollowsTheDevice) {
   EXPECT_EQ(env_of(w3, "MSRUN_CPU_LIST"), nullptr);
   EXPECT_EQ(w3.argv, (Argv{"numactl", "--cpunodebind=1", "--membind=1", "python3", "train.py"}));
   EXPECT_EQ(h.processes[0].numa_nodes, (std::vector<int>{3}));  // where its CPU would be
+}
+
+// A container whose cpuset lies on node 0 while its NPUs sit on node 1: --bind_numa alone bound to
+// the device's node, and numactl --cpunodebind=1 failed at every start. Where the worker's CPUs
+// would be instead.
+TEST_F(Allocate, AutoNumaAloneAvoidsANodeWithoutAllowedCpus) {
+  options.bind_core = BindCore{};
+  options.bind_numa = parse_bind_numa("True", "--bind_numa");
+  HostPlan planned = host(2, false, {{"ASCEND_RT_VISIBLE_DEVICES", "4,5"}});
+  HostPlan h = planned;
+  bind(h, xml("npu_2s2n_48c96t_container.xml"));
+  for (const auto& p : h.processes)
+    EXPECT_EQ(p.argv, (Argv{"numactl", "--cpunodebind=0", "--membind=0", "python3", "train.py"}));
 }
 
 TEST_F(Allocate, AutoNumaWithoutDevicesFollowsTheSplit) {

@@ -71,6 +71,34 @@ TEST(Base, ASignalFdThatCannotBeMadeLeavesItsSignalsUnblocked) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// A signal ignored when the launcher started stays ignored: nohup's SIGHUP, blocked for the
+// signalfd, waited to be read, and a terminal's hangup ended the nohup'd job.
+TEST(Base, ASignalIgnoredAtTheStartStaysIgnored) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGHUP, SIG_IGN);
+    int fd = signal_fd({SIGHUP, SIGTERM});
+    ::raise(SIGHUP);
+    int first = next_signal(fd);
+    ::raise(SIGTERM);
+    int second = next_signal(fd);
+    ::_exit(fd >= 0 && first == 0 && second == SIGTERM ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(Base, ReaderGoneOnceAPipesReadingEndIsClosed) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  EXPECT_FALSE(reader_gone(fds[1]));
+  ::close(fds[0]);
+  EXPECT_TRUE(reader_gone(fds[1]));
+  ::close(fds[1]);
+}
+
 TEST(Base, TrimDropsBlanksAtBothEnds) {
   EXPECT_EQ(trim("  a b\t"), "a b");
   EXPECT_EQ(trim(" \t "), "");

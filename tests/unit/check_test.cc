@@ -353,6 +353,27 @@ TEST(Check, NumaNodes) {
   EXPECT_EQ(evaluate(e, none)["numa"].status, CheckStatus::kFail);
 }
 
+// A host without numactl (minimal images) passed check's numa column, and the run then stopped
+// there: "binding needs numactl, which is not installed there".
+TEST(Check, TheBindingToolMustBeInstalled) {
+  HostExpectation e = expectation();
+  std::string no_numactl = with("bind_tools", "bind_tools=taskset ");
+  EXPECT_EQ(evaluate(e, no_numactl)["numa"].status, CheckStatus::kPass);  // nothing bound
+  e.auto_bind_numa = true;
+  auto r = evaluate(e, no_numactl);
+  EXPECT_EQ(r["numa"].status, CheckStatus::kFail);
+  EXPECT_EQ(r["numa"].detail, "binding needs numactl, which is not installed here");
+  EXPECT_EQ(r["cpus"].status, CheckStatus::kPass);
+  EXPECT_EQ(evaluate(e, with("bind_tools", "bind_tools=taskset numactl "))["numa"].status,
+            CheckStatus::kPass);
+  e = expectation();
+  e.auto_bind_core = true;
+  r = evaluate(e, with("bind_tools", "bind_tools="));
+  EXPECT_EQ(r["cpus"].status, CheckStatus::kFail);
+  EXPECT_EQ(r["cpus"].detail, "binding needs taskset, which is not installed here");
+  EXPECT_EQ(evaluate(e, no_numactl)["cpus"].status, CheckStatus::kPass);
+}
+
 TEST(Check, DevicesAgainstWorkers) {
   HostExpectation e = expectation();
   auto r = evaluate(e, with("npu", ""));

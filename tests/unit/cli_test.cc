@@ -296,6 +296,10 @@ TEST(Cli, RestartPolicyAndRecoveryPath) {
   EXPECT_EQ(run_error({"--recovery_path="}), "--recovery_path=: expects a directory");
   EXPECT_EQ(run_error({"--join=False", "--restart_policy", "process"}),
             "--restart_policy process needs an attached run (--join=True)");
+  // A detached start left at once and never created the file.
+  EXPECT_EQ(run_error({"--join=False", "--events", "e.jsonl"}),
+            "--events needs an attached run (--join=True): a detached job has no launcher to "
+            "write them (msrun-ssh status --job ID --json tells how it is doing)");
   EXPECT_EQ(run_error({"--join=False", "--transport", "srun"}),
             "--join=False needs --transport ssh: under --transport srun, Slurm ends a detached "
             "process with the job step that started it");
@@ -570,12 +574,13 @@ TEST(Cli, CheckTakesRunOptions) {
 
 // docs/command-line.md: check takes every option of a run but --sync_dest, so that a run's
 // command line is checked as it is, with `check` in front.
-TEST(Cli, CheckTakesEveryOptionOfARunButSyncDest) {
+TEST(Cli, CheckTakesEveryOptionOfARunButSyncDestAndEvents) {
   size_t run_options = 0;
   for (const OptionSpec& spec : option_table()) {
     if (!spec.taken_by(Command::kRun)) continue;
     ++run_options;
-    EXPECT_EQ(spec.taken_by(Command::kCheck), spec.name != "--sync_dest") << spec.name;
+    EXPECT_EQ(spec.taken_by(Command::kCheck), spec.name != "--sync_dest" && spec.name != "--events")
+        << spec.name;
   }
   EXPECT_GT(run_options, 40u);
   Options o =
@@ -622,6 +627,9 @@ TEST(Cli, OptionsOnlyForTheirCommand) {
             "unknown option \"--json\" for stop (see --help)");
   EXPECT_EQ(error_of({"stop", "--hostfile", "h", "--job", "j", "--import=x"}),
             "unknown option \"--import\" for stop (see --help)");
+  // check wrote no events (it took --events and never opened the file).
+  EXPECT_EQ(error_of({"check", "--hostfile", "h", "--events", "e.jsonl"}),
+            "unknown option \"--events\" for check (see --help)");
 }
 
 TEST(Cli, SubcommandOnlyAsTheFirstWord) {

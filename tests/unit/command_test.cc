@@ -428,8 +428,7 @@ TEST(CommandQuote, StackDumpsStartTheProgramThroughStackSite) {
                 " 'python3' 'x.py' < /dev/null");
   // A detached process (no watchdog) and one with a TMPDIR of its own make it themselves.
   std::string with_text = shell_join({"msrun-ssh-stacks", std::string(remote::kStackSitePy)});
-  EXPECT_NE(detached_command(p, "j", "w.log").find(" 'MSRUN_SSH_JOB=j' 'sh' '-c' "),
-            std::string::npos);
+  EXPECT_NE(detached_command(p, "j", "w.log").find(" 'env' '--' 'sh' '-c' "), std::string::npos);
   EXPECT_NE(detached_command(p, "j", "w.log").find(with_text), std::string::npos);
   p.env = {{"TMPDIR", "/scratch"}};
   EXPECT_NE(process_command(p, "j").find(with_text), std::string::npos);
@@ -492,7 +491,7 @@ TEST(CommandQuote, DetachedCommandExactly) {
             "'logs/worker_0.log' && { setsid " +
                 shell_join({"sh", "-c", std::string(remote::kDetachedSh), "msrun-ssh-job",
                             "logs/.msrun-ssh/j1/0"}) +
-                " 'env' '--' 'MSRUN_SSH_JOB=j1' 'A=1' 'sleep' '1' < /dev/null > "
+                " 'env' '--' 'A=1' 'sleep' '1' < /dev/null > "
                 "'logs/worker_0.log' 2>&1 & } && echo \"msrun-ssh: started $!\"");
   EXPECT_NE(detached_command(p, "j1", "w.log").find("mkdir -p -- '.' './.msrun-ssh/j1' &&"),
             std::string::npos);

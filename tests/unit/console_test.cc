@@ -147,6 +147,42 @@ TEST_F(Console, AProgressBarShowsItsNewestRedrawNoMoreThanOncePerInterval) {
   EXPECT_EQ(file("w.log"), "\r  0%|    |\r 25%|#   |\r 50%|##  |\r 75%|### |\r100%|####|\n");
 }
 
+// A prompt (pdb's "(Pdb) ", input("...? ")) has no newline until the user answered: once the
+// unfinished line has been quiet for half a second it is shown, and when its line ends (pdb's next
+// output comes on it) only the rest follows. It never showed: pdb through --tail_worker_log
+// waited for an answer to a prompt nobody saw.
+TEST_F(Console, APromptIsShownOnceItIsQuietAndItsLineEndsWithTheRest) {
+  ms::Output o(config_);
+  int p = o.add_process("1@h", "w.log", true);
+  o.data(p, false, "> train.py(7)<module>()\n(Pd");
+  o.flush();
+  EXPECT_EQ(file("out"), "[1@h] > train.py(7)<module>()\n");
+  EXPECT_GE(o.due_in_ms(), 1);
+  EXPECT_LE(o.due_in_ms(), 501);
+  advance(300);
+  o.data(p, false, "b) ");
+  advance(400);
+  o.flush();  // 400 ms since it grew: not yet
+  EXPECT_EQ(file("out"), "[1@h] > train.py(7)<module>()\n");
+  advance(100);
+  o.flush();
+  EXPECT_EQ(file("out"), "[1@h] > train.py(7)<module>()\n[1@h] (Pdb) \n");
+  EXPECT_LT(o.due_in_ms(), 0) << "shown: nothing more is due";
+  advance(5000);
+  o.flush();  // shown once
+  o.data(p, false, "42\n(Pdb) ");
+  advance(500);
+  o.flush();
+  EXPECT_EQ(file("out"), "[1@h] > train.py(7)<module>()\n[1@h] (Pdb) \n[1@h] 42\n[1@h] (Pdb) \n");
+  EXPECT_EQ(file("w.log"), "> train.py(7)<module>()\n(Pdb) 42\n");
+  // A progress bar is no prompt: it is never due for that, however quiet.
+  int bar = o.add_process("2@h", "b.log", true);
+  o.data(bar, false, "\r 10%|#");
+  advance(600);
+  o.flush();
+  EXPECT_LT(o.due_in_ms(), 0);
+}
+
 TEST_F(Console, GatherPrintsLinesOfManyRanksOnceUnderTheirRankAndHostSets) {
   config_.gather = true;
   ms::Output o(config_);

@@ -646,6 +646,44 @@ TEST_F(JobScripts, StateOfALiveThenKilledProcess) {
   EXPECT_EQ(test::shell_output(job_logs_command(r, 0, true)), "first\nbar 10%\rbar 20%\n");
 }
 
+// A stop that has to SIGKILL (the process ignores SIGTERM) leaves the status: the keeper, whose
+// command line held the word MSRUN_SSH_JOB=ID, was taken for a process of the job and killed
+// before it wrote it (status said "unknown", list "without an exit status").
+TEST_F(JobScripts, AStopThatHasToKillLeavesTheStatus) {
+  JobRecord r = start({"sh", "-c", "trap '' TERM; exec sleep 30"});
+  wait_state(r, [](const RemoteState& x) { return x.processes[0].state == "alive"; });
+  std::string stopped = test::shell_output(stop_command(job_, 0.3));
+  EXPECT_EQ(stopped.find("sh -c _ms_s"), std::string::npos) << "the keeper was signalled:\n"
+                                                            << stopped;
+  RemoteState s =
+      wait_state(r, [](const RemoteState& x) { return x.processes[0].state == "ended"; });
+  EXPECT_EQ(s.processes[0].status, 137);
+}
+
+// A status written is the process's end, whatever runs under its pid afterwards (another process
+// of the job given the same pid was shown "alive").
+TEST_F(JobScripts, AStatusWrittenIsTheEndWhateverRunsUnderItsPid) {
+  JobRecord r = start({"sh", "-c", "exit 3"});
+  wait_state(r, [](const RemoteState& x) { return x.processes[0].state == "ended"; });
+  Process other;
+  other.rank = 1;
+  other.workdir = dir_;
+  other.argv = {"sleep", "30"};
+  test::shell_output(detached_command(other, job_, "logs/worker_1.log"));
+  std::string other_pid;
+  for (int i = 0; i < 500 && !other_pid.ends_with("\n"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    other_pid = test::slurp(dir_ + "/logs/.msrun-ssh/" + job_ + "/1.pid");
+  }
+  ASSERT_TRUE(other_pid.ends_with("\n"));
+  std::ofstream(dir_ + "/logs/.msrun-ssh/" + job_ + "/0.pid") << other_pid;
+  std::optional<RemoteState> s = state(r);
+  ASSERT_TRUE(s && s->processes.size() == 1u);
+  EXPECT_EQ(s->processes[0].state, "ended");
+  EXPECT_EQ(s->processes[0].status, 3);
+  ::kill(static_cast<pid_t>(std::stol(other_pid)), SIGKILL);
+}
+
 TEST_F(JobScripts, FollowPrintsWhatComesUntilTheEnd) {
   JobRecord r = start({"sh", "-c", "echo one; sleep 1; echo two; exit 4"});
   // Its stdin open, as the launcher's channel keeps it (a reader whose stdin ends stops at once).

@@ -632,6 +632,20 @@ TEST_F(Output, LastLinesKeepTheNewestOfBothStreams) {
   EXPECT_EQ(o.last_lines(p), (std::deque<std::string>{"l4", "l5", "l6"}));
 }
 
+// A last line that redrew itself (a progress bar) is kept as it ended, and a cut never splits a
+// UTF-8 character (the bar's first state was kept, and a cut could end inside a Chinese character).
+TEST_F(Output, LastLinesKeepARedrawnLinesLastStateAndWholeCharacters) {
+  ms::Output o(config_);
+  int p = o.add_process("0@h", "worker_0.log", true);
+  o.data(p, false, "  0%|          |\r 50%|#####     |\r100%|##########|\r\n");
+  std::string chinese;
+  for (int i = 0; i < 200; ++i) chinese += "\xe8\xae\xad";  // 训, 3 bytes each
+  o.data(p, false, "xy" + chinese + "\n");
+  ASSERT_EQ(o.last_lines(p).size(), 2u);
+  EXPECT_EQ(o.last_lines(p).front(), "100%|##########|");
+  EXPECT_EQ(o.last_lines(p).back(), "xy" + chinese.substr(0, 396));  // 398 bytes, not 400
+}
+
 TEST_F(Output, LastLinesAreCutTo400Bytes) {
   ms::Output o(config_);
   int p = o.add_process("0@h", "worker_0.log", true);
@@ -780,13 +794,42 @@ TEST(Traceback, TheWholeBlockThroughTheExceptionLine) {
       "  File \"train.py\", line 4, in step\n"
       "    raise ValueError(\"rank 3: bad\")\n"
       "ValueError: rank 3: bad\n"
-      "shutting down\n",
+      "\n",
       &cut);
   EXPECT_EQ(tb,
             (Lines{"Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>",
                    "    step()", "  File \"train.py\", line 4, in step",
                    "    raise ValueError(\"rank 3: bad\")", "ValueError: rank 3: bad"}));
   EXPECT_FALSE(cut);
+}
+
+// An exception's message over several lines is kept whole (only its first line was: MindSpore's
+// and CANN's "- Ascend Error Message:" sections, NCCL's "Last error:"), up to kMessageLines lines.
+TEST(Traceback, AMessageOverSeveralLinesIsKeptWhole) {
+  std::string text =
+      "Traceback (most recent call last):\n"
+      "  File \"train.py\", line 9, in <module>\n"
+      "RuntimeError: Compile graph failed.\n"
+      "\n"
+      "- Ascend Error Message:\n"
+      "E40021: Failed to compile Op [Add3].\n";
+  Lines tb = catch_traceback(text);
+  ASSERT_EQ(tb.size(), 6u);
+  EXPECT_EQ(tb[4], "- Ascend Error Message:");
+  EXPECT_EQ(tb[5], "E40021: Failed to compile Op [Add3].");
+  for (int i = 0; i < 50; ++i) text += "later line\n";
+  EXPECT_EQ(catch_traceback(text).size(), 3 + ms::TracebackCatcher::kMessageLines);
+}
+
+// tqdm's bar has no newline yet when Python prints the traceback: the start ends a line of
+// redraws (the traceback was missed, and the failure grouped by last lines).
+TEST(Traceback, AStartAfterAnUnfinishedProgressBarIsCaught) {
+  Lines tb = catch_traceback(
+      "\r  0%|          | 0/10\r 20%|##        | 2/10Traceback (most recent call last):\n"
+      "  File \"train.py\", line 9, in <module>\n"
+      "ValueError: bad batch\n");
+  EXPECT_EQ(tb, (Lines{"Traceback (most recent call last):",
+                       "  File \"train.py\", line 9, in <module>", "ValueError: bad batch"}));
 }
 
 TEST(Traceback, ChainedExceptionsStayOneBlock) {
@@ -833,7 +876,13 @@ TEST(Traceback, AVeryDeepOneIsBounded) {
   ASSERT_EQ(tb.size(), ms::TracebackCatcher::kMaxLines);
   EXPECT_EQ(tb.front(), "Traceback (most recent call last):");
   EXPECT_EQ(tb.back(), "RecursionError: maximum recursion depth exceeded");
-  EXPECT_EQ(tb[tb.size() - 2], "  ... 1802 more lines ...");
+  // The outermost frames, the count of those between, then the innermost ones (where it
+  // happened): 2002 lines, 199 kept.
+  const size_t head = ms::TracebackCatcher::kHeadLines;
+  EXPECT_EQ(tb[head], "  ... 1803 more lines ...");
+  EXPECT_EQ(tb[head - 1], "  File \"r.py\", line 3, in f");
+  EXPECT_EQ(tb[tb.size() - 2], "    f()");
+  EXPECT_EQ(tb[tb.size() - 3], "  File \"r.py\", line 3, in f");
 }
 
 TEST(Summary, RanksInNodeSetNotation) {
@@ -940,6 +989,21 @@ TEST(Summary, TheErrorFileIsTheRootCausesReport) {
   auto j = ms::summary_json(rows);
   EXPECT_EQ(j["root_cause"]["error_file"]["message"], "ValueError: rank 0 saw NaN at step 40");
   EXPECT_EQ(j["root_cause"]["error_file"]["timestamp"], 100);
+}
+
+// An error file with a message and no traceback of its own (the older {"message": "..."} layout):
+// the header said "(its error file)" and showed only the caught lines, never the message.
+TEST(Summary, AnErrorFilesMessageIsShownWhenItsLinesDoNotHoldIt) {
+  std::vector<ms::SummaryRow> rows{failed_row(0, "n1", {}, true)};
+  rows[0].last_lines = {"step 40", "aborting"};
+  rows[0].error_message = "CUDA error: an illegal memory access was encountered";
+  EXPECT_THAT(ms::format_summary(rows),
+              ::testing::HasSubstr("(its error file) ---\n"
+                                   "error file: CUDA error: an illegal memory access was "
+                                   "encountered\nstep 40\naborting\n"));
+  rows[0].error_message = "ValueError: rank 0 saw NaN at step 40";  // in its traceback: once
+  rows[0].traceback = value_error(0);
+  EXPECT_THAT(ms::format_summary(rows), ::testing::Not(::testing::HasSubstr("error file: ")));
 }
 
 // What torchrun writes to its own TORCHELASTIC_ERROR_FILE when the job fails: the root cause's

@@ -538,12 +538,16 @@ TEST_F(MakePlan, BindKeysUsePhysicalIdsFromAscendVisibleDevices) {
   EXPECT_EQ(p.hosts[0].processes[1].bind_key, "device0");  // other hosts unaffected
 }
 
-TEST_F(MakePlan, BindKeysUsePhysicalIdsFromCudaVisibleDevices) {
+// CUDA numbers the visible GPUs in the order written (CUDA_VISIBLE_DEVICES=10,2,9: DEVICE_ID 0 is
+// GPU 10); only ASCEND_RT_VISIBLE_DEVICES is sorted, as msrun sorts it. They were sorted: rank 0
+// was bound by GPU 2's key and NUMA node while it drove GPU 10.
+TEST_F(MakePlan, BindKeysUsePhysicalIdsFromCudaVisibleDevicesInTheirOrder) {
   cluster.hosts[0].env = {{"CUDA_VISIBLE_DEVICES", "10,2,9"}};
   Plan p = plan();
-  EXPECT_EQ(p.hosts[0].processes[1].bind_key, "device2");
-  EXPECT_EQ(p.hosts[0].processes[2].bind_key, "device9");
-  EXPECT_EQ(p.hosts[0].processes[3].bind_key, "device10");
+  EXPECT_EQ(p.hosts[0].processes[1].bind_key, "device10");
+  EXPECT_EQ(p.hosts[0].processes[1].device_id, "0");
+  EXPECT_EQ(p.hosts[0].processes[2].bind_key, "device2");
+  EXPECT_EQ(p.hosts[0].processes[3].bind_key, "device9");
   EXPECT_EQ(p.hosts[0].processes[3].device_id, "2");
 }
 

@@ -182,6 +182,19 @@ TEST_F(SyncTree, ASymlinkLeadingOutThroughAnotherIsRefused) {
   EXPECT_THAT(test::error_of([&] { local_manifest(src_, rules); }), testing::HasSubstr("/up is"));
 }
 
+// `--sync_exclude data/` (a directory pattern, as docs/sync.md suggests) with the launcher's
+// `data` a symlink to its own storage: excluded here as on the hosts (it was refused: "a symlink
+// to an absolute path ... exclude it").
+TEST_F(SyncTree, ADirectoryPatternExcludesASymlinkHereAsOnTheHosts) {
+  fs::create_symlink("/datasets/x", src_ + "/data");
+  fs::create_symlink("sub dir", src_ + "/inside");
+  Manifest m;
+  ASSERT_NO_THROW(m = local_manifest(src_, sync_rules(src_, {"data/", "inside/"})));
+  EXPECT_EQ(m.count("data"), 0u);
+  EXPECT_EQ(m.count("inside"), 0u);
+  EXPECT_EQ(m.count("train.py"), 1u);
+}
+
 TEST_F(SyncTree, LocalManifestKeepsSymlinksAndLeavesOutExcludes) {
   Manifest m = local();
   EXPECT_TRUE(m.count("train.py"));
@@ -394,6 +407,48 @@ TEST_P(SyncProgramTest, ApplyWritesTheTreeAndTheManifestReadsItBack) {
   EXPECT_EQ(a.hashes.at("train.py"), sha256_hex("print('hi')\n"));
 }
 
+// The launcher's own files are never synced: the next sync of a project directory holding the
+// logs (--log_dir's default ".") deleted a detached job's logs and state on its hosts (only there),
+// and sent the last attached run's logs to every host.
+TEST(SyncManifest, TheLaunchersOwnFilesAreLeftOutOnBothSides) {
+  Options o;
+  o.launcher_cwd = "/proj";
+  auto rules_for = [&](const std::string& log_dir, const std::string& worker_log_name) {
+    o.log_dir = log_dir;
+    o.worker_log_name = worker_log_name;
+    return sync_rules("/nonexistent", launcher_file_rules("/proj", o));
+  };
+  IgnoreRules top = rules_for(".", "worker");
+  for (const char* p : {"msrun-ssh.log", "summary.json", "scheduler.log", "scheduler.attempt2.log",
+                        "worker_0.log", "worker_12.attempt1.log", "stacks-20261207-101010.txt",
+                        ".msrun-ssh/j1/0.pid", "sub/.msrun-ssh/j1/sched.exit"})
+    EXPECT_TRUE(top.excluded(p, false)) << p;
+  for (const char* p :
+       {"train.py", "sub/worker_0.log", "sub/msrun-ssh.log", "my_worker_0.log", "worker.log"})
+    EXPECT_FALSE(top.excluded(p, false)) << p;
+  // Hosts list them: they are neither compared nor deleted there.
+  RemoteManifest r = parse_remote_manifest(
+      "{\"t\": \"f\", \"m\": 384, \"s\": 3, \"n\": 1, \"p\": \"worker_3.log\"}\n"
+      "{\"t\": \"d\", \"m\": 448, \"s\": 0, \"n\": 1, \"p\": \".msrun-ssh\"}\n"
+      "{\"t\": \"f\", \"m\": 420, \"s\": 3, \"n\": 1, \"p\": \"old.py\"}\n"
+      "{\"end\": true}\n",
+      top);
+  SyncPlan d = diff_manifests({}, r.entries);
+  ASSERT_EQ(d.actions.size(), 1u);
+  EXPECT_EQ(d.actions[0].path, "old.py");
+
+  IgnoreRules sub = rules_for("logs[1]", "w_{ip}");
+  EXPECT_TRUE(sub.excluded("logs[1]/w_198.18.0.1_0.log", false));
+  EXPECT_TRUE(sub.excluded("logs[1]/msrun-ssh.log", false));
+  EXPECT_FALSE(sub.excluded("logs1/msrun-ssh.log", false));
+  EXPECT_FALSE(sub.excluded("msrun-ssh.log", false));
+  // A log directory outside the synced one: only the detached jobs' state directories.
+  IgnoreRules outside = rules_for("/var/log/job", "worker");
+  EXPECT_FALSE(outside.excluded("worker_0.log", false));
+  EXPECT_TRUE(outside.excluded(".msrun-ssh", true));
+  EXPECT_EQ(rules_for("../logs", "worker").excluded("msrun-ssh.log", false), false);
+}
+
 // `--sync_exclude data/` on a launcher whose data is a directory, and hosts where `data` is a
 // symlink to node-local storage: the hosts' link is excluded too, so it is neither deleted nor
 // compared (the dir-only pattern missed it, and the sync deleted it).
@@ -460,6 +515,36 @@ TEST_P(SyncProgramTest, HostsListingASharedDirectoryAtOnceDoNotFail) {
       ASSERT_EQ(r.entries.size(), 21u) << out;  // the files and __pycache__
     }
   }
+}
+
+// A destination the host may not write (code mounted read-only on the compute nodes) is listed
+// without error, so a sync with nothing to change there succeeds (the marker's write failed it);
+// a destination that is a file says so (the marker's "Not a directory" took that error's place).
+TEST_P(SyncProgramTest, AnUnwritableDestinationIsListedAndAFileDestinationNamed) {
+  fs::create_directories(dest_);
+  std::ofstream(dest_ + "/train.py") << "x\n";
+  ASSERT_EQ(::chmod(dest_.c_str(), 0555), 0);
+  std::string as_user;
+  if (::geteuid() == 0) {
+    if (test::shell_output("command -v setpriv").empty()) GTEST_SKIP() << "no setpriv";
+    ASSERT_EQ(::chmod(dir_.c_str(), 0711), 0);
+    as_user = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  }
+  std::ofstream(dir_ + "/stdin", std::ios::binary) << manifest_request({});
+  std::string out =
+      test::shell_output(fmt::format("{}/bin/sh -c {} < '{}/stdin'", as_user,
+                                     shell_quote(sync_command(dest_, "tok", program_)), dir_));
+  RemoteManifest r = parse_remote_manifest(out, IgnoreRules());
+  EXPECT_TRUE(r.complete) << out;
+  EXPECT_EQ(r.error, "") << out;
+  EXPECT_EQ(r.entries.count("train.py"), 1u) << out;
+  for (const auto& e : fs::directory_iterator(dest_))
+    EXPECT_EQ(e.path().filename().string().find(".msrun-sync-id"), std::string::npos) << e.path();
+  ASSERT_EQ(::chmod(dest_.c_str(), 0755), 0);
+  fs::remove_all(dest_);
+  std::ofstream(dest_) << "a file\n";
+  r = parse_remote_manifest(manifest("tok", {}), IgnoreRules());
+  EXPECT_EQ(r.error, dest_ + " is not a directory");
 }
 
 // A directory whose mode keeps its owner out (0555) gets that mode once the stream has filled it:
@@ -566,6 +651,22 @@ TEST_P(SyncProgramTest, AnInterruptedStreamLeavesNoPartialFileAndTheNextRunCompl
   EXPECT_EQ(test::slurp(dest_ + "/sub dir/ünï/data.bin").size(), 300000u);
   r = parse_remote_manifest(manifest("", {}), sync_rules(src_, {"*.pt"}));
   EXPECT_TRUE(diff_manifests(l, r.entries).up_to_date());
+}
+
+// A write the file system cuts short (a disk filling up; here a file size limit of 100 KiB) fails
+// the sync, and no cut file takes the real name (sync.py counted a short write whole, renamed a
+// 100 KiB data.bin into place and said done).
+TEST_P(SyncProgramTest, AWriteCutShortFailsTheSyncAndLeavesNoCutFile) {
+  std::string stream = stream_for(local(), {});
+  std::string file = dir_ + "/stdin";
+  std::ofstream(file, std::ios::binary) << stream;
+  int status = -1;
+  std::string out = test::shell_output(fmt::format("(trap '' XFSZ; ulimit -f 200; {}) < '{}' 2>&1",
+                                                   sync_command(dest_, "", program_), file),
+                                       &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_FALSE(fs::exists(dest_ + "/sub dir/ünï/data.bin")) << out;
+  EXPECT_EQ(out.find("msrun-sync: done"), std::string::npos) << out;
 }
 
 TEST_P(SyncProgramTest, AStaleTemporaryFileIsRemovedByTheNextManifest) {

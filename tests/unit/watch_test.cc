@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "msrun_ssh/base.h"
+#include "msrun_ssh/command.h"
 #include "reply_transport.h"
 #include "test_util.h"
 
@@ -133,6 +134,28 @@ TEST(WatchStraggler, RaisedOnceForTheSlowHostThenCleared) {
   EXPECT_EQ(changes[0].host, 1u);
   EXPECT_EQ(changes[0].ranks, (std::vector<std::string>{"2", "3"}));
   EXPECT_FALSE(w.raised(1));
+}
+
+// A host whose sampler ended (died) is forgotten: a straggler raised there is cleared at once
+// (it never was: summary.json said until_s null), and its last figures no longer count in the
+// median the other hosts are held to.
+TEST(WatchStraggler, AHostWhoseSamplerEndedIsForgottenAndItsStragglerCleared) {
+  StragglerWatch w(3);
+  double t = 100;
+  std::vector<double> ticks(24, 0);
+  std::vector<std::vector<std::pair<std::string, double>>> slow{
+      {{"0", 0.1}, {"1", 0.1}}, {{"2", 0.95}, {"3", 0.9}}, {{"4", 0.1}, {"5", 0.1}}};
+  ASSERT_EQ(run_for(w, t, slow, 12, ticks).size(), 1u);
+  ASSERT_TRUE(w.raised(1));
+  auto changes = w.forget(1);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].raised);
+  EXPECT_EQ(changes[0].host, 1u);
+  EXPECT_EQ(changes[0].ranks, (std::vector<std::string>{"2", "3"}));
+  EXPECT_FALSE(w.raised(1));
+  EXPECT_FALSE(w.rate(1));
+  EXPECT_TRUE(w.forget(1).empty());
+  EXPECT_TRUE(w.forget(0).empty());  // nothing raised there
 }
 
 TEST(WatchStraggler, NotForRanksAllSlowTogetherNorForTheScheduler) {
@@ -293,14 +316,68 @@ TEST(WatchSampler, ReadsProcAndCgroupV1AndV2Fixtures) {
   const RankSample& r0 = s->ranks[0];
   EXPECT_EQ(r0.rank, "0");
   EXPECT_EQ(r0.pids, 1);
-  EXPECT_DOUBLE_EQ(r0.cpu_ticks, 300);  // utime 250 + stime 50
-  EXPECT_DOUBLE_EQ(r0.wait_ns, 4e6);    // both threads' run-queue wait
+  // CPU time and run-queue wait count from a process's first sample on (the test below): none
+  // yet in the first.
+  EXPECT_DOUBLE_EQ(r0.cpu_ticks, 0);
+  EXPECT_DOUBLE_EQ(r0.wait_ns, 0);
   EXPECT_EQ(r0.rss_kb, 2048);
   EXPECT_DOUBLE_EQ(r0.throttled_ns, 5000);  // v1: throttled_time, ns
   EXPECT_EQ(r0.state, "R");
   EXPECT_EQ(s->ranks[1].rank, "1");
   EXPECT_DOUBLE_EQ(s->ranks[1].throttled_ns, 7000);  // v2: throttled_usec
   EXPECT_TRUE(s->accel.empty());                     // no tool here: no "accel"
+}
+
+// A rank's child found at the next full scan (up to 5 samples late) counts from then on, and one
+// that ends keeps what it counted: a rank's sums rise by what ran in between, never jump nor fall
+// (the child's whole CPU time came in one sample: a rank at a steady 0.3 CPU read as 6, a false
+// straggler; an ended one's time went out of the sum). The agent's way of running it: its sample
+// closure, called once per sample, the fixture changed between calls.
+TEST(WatchSampler, AProcessFoundLateCountsFromThenAndOneThatEndsKeepsItsCount) {
+  if (test::shell_output("command -v perl").empty()) GTEST_SKIP() << "no perl on this machine";
+  test::TempDir root;
+  put_file(root.path() + "/proc/uptime", "1.0 1.0\n");
+  using namespace std::string_literals;
+  put_file(root.path() + "/proc/101/environ", "MSRUN_SSH_JOB=j\0RANK_ID=0\0"s);
+  put_file(root.path() + "/sampler.pl", std::string(sampler_program()));
+  std::string driver = fmt::format(R"(
+use strict; use warnings;
+my $root = '{0}';
+$ENV{{MSRUN_SSH_SAMPLER_ROOT}} = $root;
+@ARGV = ('j', '0.1', '0');
+my ($sample) = do "$root/sampler.pl";
+die "sampler: $@" unless $sample;
+sub put {{ my ($p, $t) = @_; open(my $f, '>', "$root$p") or die "$p: $!"; print $f $t; close $f }}
+sub stat_of {{
+  my ($pid, $ticks) = @_;
+  my ($u, $st) = (int($ticks / 2), $ticks - int($ticks / 2));  # utime + stime
+  put("/proc/$pid/stat", "$pid (python3) S 1 1 1 0 -1 0 0 0 0 0 $u $st 0 0 20 0 1 0 ${{pid}}0 1 2\n");
+}}
+for my $i (0 .. 7) {{
+  stat_of(101, 300 + 10 * $i);
+  if ($i == 1) {{ mkdir "$root/proc/102"; put('/proc/102/environ', "MSRUN_SSH_JOB=j\0RANK_ID=0\0") }}
+  stat_of(102, 5000 + 10 * $i) if $i >= 1 && $i <= 5;
+  unlink "$root/proc/102/stat" if $i == 6;
+  print(($sample->())[0]);
+}}
+)",
+                                   root.path());
+  put_file(root.path() + "/driver.pl", driver);
+  int status = -1;
+  std::string out = test::shell_output("perl " + shell_quote(root.path() + "/driver.pl"), &status);
+  ASSERT_EQ(status, 0) << out;
+  std::vector<double> cpu, pids;
+  for (std::string_view line : split_lines(out)) {
+    if (line.empty()) continue;
+    auto s = parse_sample(line);
+    ASSERT_TRUE(s && s->ranks.size() == 1) << line;
+    cpu.push_back(s->ranks[0].cpu_ticks);
+    pids.push_back(s->ranks[0].pids);
+  }
+  // Rank 0's second process is found at the 6th sample (the 5th scan after the first) and gone at
+  // the 7th; rank 0 used 10 ticks between samples throughout.
+  EXPECT_EQ(pids, (std::vector<double>{1, 1, 1, 1, 1, 2, 1, 1}));
+  EXPECT_EQ(cpu, (std::vector<double>{0, 10, 20, 30, 40, 50, 60, 70}));
 }
 
 // Once its first samples are past, a sampler whose job processes have all ended here reads every
@@ -414,6 +491,32 @@ fake::Reply samples(const std::vector<std::string>& ranks, double busy, int n) {
                                               50 + i, 100 * i, 100 * i, rs)});
   }
   return r;
+}
+
+// A host's sampler that ends (dies) before the job: its straggler is cleared then; one that the
+// job's end stops leaves the straggler as it was (it lasted to the end).
+TEST(WatchTop, ASamplerThatEndsClearsItsHostsStragglerButNotAtTheJobsEnd) {
+  for (bool job_ends : {false, true}) {
+    fake::ReplyTransport t;
+    t.on("exec perl -e", samples({"0", "1"}, 0.1, 12), 0);
+    fake::Reply dies = samples({"2", "3"}, 0.9, 8);
+    dies.exit_at = 8.5;
+    dies.status = 1;
+    t.on("exec perl -e", dies, 1);
+    std::vector<StragglerChange> changes;
+    JobWatch watch(t, 2, [&](const StragglerChange& c) { changes.push_back(c); });
+    watch.start({0, 1}, {"0,1", "2,3"}, "job-1", 1);
+    while (t.now_ms() < 8000) t.poll(1000, [&](const TransportEvent& e) { watch.offer(e); });
+    ASSERT_EQ(changes.size(), 1u);
+    EXPECT_TRUE(changes[0].raised);
+    if (job_ends) watch.stop();
+    while (t.now_ms() < 10000) t.poll(1000, [&](const TransportEvent& e) { watch.offer(e); });
+    ASSERT_EQ(changes.size(), job_ends ? 1u : 2u);
+    if (!job_ends) {
+      EXPECT_FALSE(changes[1].raised);
+      EXPECT_EQ(changes[1].host, 1u);
+    }
+  }
 }
 
 TEST(WatchTop, SnapshotRatesAndScreen) {
