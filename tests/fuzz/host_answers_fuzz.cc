@@ -1,7 +1,7 @@
 // Fuzzes the parsers of what the hosts answer: their output is whatever a login script, a broken
 // or hostile host, or a cut connection makes of it.
 //
-// Input layout: byte 0 picks the parser (b % 9), the rest is the host's output:
+// Input layout: byte 0 picks the parser (b % 10), the rest is the host's output:
 //   0 parse_stacks (stack.sh; stacks.h), then format_stack_report of the result
 //   1 parse_probe (check's probe; check.h)
 //   2 parse_remote_time (`date +%s.%N`; check.h)
@@ -11,6 +11,8 @@
 //   6 parse_remote_answer (sync's hash answer; sync.h)
 //   7 parse_apply_summary (sync's apply step; sync.h)
 //   8 parse_cpu_list (a CPU list from a host file or a host; binding.h)
+//   9 the binding probe: npu_logic_order_of (npu-smi's table and chip map), and
+//     parse_probe_output unless the text holds hwloc XML (hwloc's own loader reads that)
 // and, whatever byte 0 says, each line through parse_swept_line (a sweep's "killed PID SIGNAL
 // ARGV" line, from the watchdog or stop's program; command.h).
 //
@@ -22,6 +24,8 @@
 //  - manifest: no entry that the rules exclude; the same result with and without the JSON
 //    parser's shortcut for plain entry lines (parse_remote_manifest's plain_lines);
 //  - CPU list: sorted, unique ids in 0..65535, or InputError;
+//  - npu-smi: PCI bus ids ("0000:c1:00.0", lowercase), none twice; a probe's topology has
+//    allowed CPUs, and its NPUs by logic id are its NPUs, or InputError;
 //  - swept line: pid > 0 and a SIG... name, and what describe_swept makes of it reads back the
 //    same.
 #include <cmath>
@@ -37,6 +41,7 @@
 #include "msrun_ssh/jobs.h"
 #include "msrun_ssh/stacks.h"
 #include "msrun_ssh/sync.h"
+#include "msrun_ssh/topology.h"
 
 namespace ms = msrun_ssh;
 
@@ -90,6 +95,27 @@ void cpu_list(std::string_view out) {
   }
 }
 
+void binding_probe(std::string_view out) {
+  std::vector<std::string> order = ms::npu_logic_order_of(out);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::string& b = order[i];
+    FUZZ_CHECK(b.size() == 12 && b[4] == ':' && b[7] == ':' && b[10] == '.', "bus id %s",
+               b.c_str());
+    for (char c : b) FUZZ_CHECK(!(c >= 'A' && c <= 'Z'), "bus id %s not lowercase", b.c_str());
+    for (size_t j = 0; j < i; ++j) FUZZ_CHECK(order[j] != b, "bus id %s twice", b.c_str());
+  }
+  if (out.find("hwloc-xml") != std::string_view::npos) return;
+  try {
+    ms::Topology t = ms::parse_probe_output(out);
+    FUZZ_CHECK(!t.allowed_cpus.empty(), "no allowed CPU");
+    std::vector<ms::Device> npus = t.devices_of_kind("npu");
+    size_t n = 0;
+    for (const auto& d : t.devices) n += d.kind == "npu" ? 1 : 0;
+    FUZZ_CHECK(npus.size() == n, "%zu NPUs by logic id of %zu", npus.size(), n);
+  } catch (const ms::InputError&) {
+  }
+}
+
 void swept_lines(std::string_view out) {
   for (std::string_view line : ms::split_lines(out)) {
     auto p = ms::parse_swept_line(line);
@@ -108,7 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view out(reinterpret_cast<const char*>(data) + 1, size - 1);
   swept_lines(out);
-  switch (data[0] % 9) {
+  switch (data[0] % 10) {
     case 0:
       stacks(out);
       break;
@@ -133,8 +159,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 7:
       (void)ms::parse_apply_summary(out);
       break;
-    default:
+    case 8:
       cpu_list(out);
+      break;
+    default:
+      binding_probe(out);
       break;
   }
   return 0;
