@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets of tests/fuzz/ (clang, ASan + UBSan, Debug, in build-fuzz/) and runs
 # each on a copy of its seed corpus in a temporary directory: every seed first (libFuzzer replays
 # the whole corpus before it explores: a regression run), then SECONDS (default 60) of new
-# inputs. CI explores 10 s per target; a long campaign is e.g. `.ci/fuzz.sh 3600`. Nothing is
+# inputs. CI explores 5 s per target; a long campaign is e.g. `.ci/fuzz.sh 3600`. Nothing is
 # written into the repository. Prints one summary line per target and exits 1 when any target
 # found a crash, sanitizer report, property violation, timeout (>FUZZ_TIMEOUT s per input,
 # default 10) or excessive memory use (>2048 MB); its log and reproducer are kept and their paths

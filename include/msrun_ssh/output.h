@@ -337,6 +337,11 @@ class Output {
   int add_process(const std::string& prefix, const std::string& log_name, bool on_console,
                   int rank = -1, const std::string& host = {});
 
+  // Process `proc` reads the launcher's stdin (--tail_worker_log): an unfinished line of its that
+  // stays so for half a second (a prompt: pdb's "(Pdb) ", input("...? ")) is shown on the console
+  // as it is, and the rest of that line when it ends.
+  void show_prompts(int proc);
+
   // Bytes from a process's stdout or stderr.
   void data(int proc, bool is_stderr, std::string_view bytes);
 
@@ -418,8 +423,9 @@ class Output {
   double stamp_ms_ = -1;
   std::string stamp_;
   std::vector<Proc*> procs_;
-  std::vector<Proc*> touched_;   // touch()
-  std::deque<Proc*> open_logs_;  // the procs whose log is open, oldest first (open_log)
+  std::vector<Proc*> touched_;       // touch()
+  std::vector<Proc*> prompt_procs_;  // show_prompts()
+  std::deque<Proc*> open_logs_;      // the procs whose log is open, oldest first (open_log)
   std::string out_buf_;
   std::string err_buf_;
   std::vector<std::string> log_notes_;  // what write_log has to say, said by say_log_notes

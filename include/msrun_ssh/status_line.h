@@ -19,7 +19,8 @@ class ConsoleSink;
 class StatusLine {
  public:
   // Draws on `fd` when `enabled` (see terminal_status_enabled). `width` 0: the terminal's width
-  // (TIOCGWINSZ), else 80; text longer than the width is cut (a wrapped row could not be erased).
+  // (TIOCGWINSZ, measured at each show: the window may be resized), else 80; text longer than the
+  // width is cut (a wrapped row could not be erased).
   StatusLine(int fd, bool enabled, size_t width = 0);
   ~StatusLine();
   StatusLine(const StatusLine&) = delete;
@@ -41,11 +42,13 @@ class StatusLine {
  private:
   void draw();
   void erase();
+  bool behind() const;  // the sink holds more than a row's worth of the console's backlog
   void put(int fd, std::string_view data, bool droppable);
   ConsoleSink* sink_ = nullptr;
   int fd_;
   bool enabled_;
   size_t width_;
+  bool measure_;  // the width is the terminal's, measured at each show
   std::string text_;
   bool drawn_ = false;
 };

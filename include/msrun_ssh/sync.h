@@ -77,9 +77,12 @@ inline constexpr const char* kIgnoreFile = ".msrunignore";
 inline constexpr const char* kMarkerFile = ".msrun-sync-id";
 inline constexpr const char* kTempPrefix = ".msrun-sync.tmp.";
 
-// The default excludes, the ignore file's rules (when `dir` has one), then `extra`
-// (--sync_exclude). Throws InputError when the ignore file exists but cannot be read.
-IgnoreRules sync_rules(const std::string& dir, const std::vector<std::string>& extra);
+// The default excludes, `first` (launcher_file_rules), the ignore file's rules (when `dir` has
+// one), then `extra` (--sync_exclude): a later rule wins, so the ignore file and --sync_exclude can
+// bring back what `first` leaves out. Throws InputError when the ignore file exists but cannot be
+// read.
+IgnoreRules sync_rules(const std::string& dir, const std::vector<std::string>& extra,
+                       const std::vector<std::string>& first = {});
 
 // ---- manifests ----------------------------------------------------------------------------------
 

@@ -165,10 +165,10 @@ struct HostProcesses {
 // each node's cores by first PU), so consecutive cores stay on as few NUMA nodes as possible.
 //
 // Workers, when the host shows devices. The devices of one kind are used (HostProcesses::
-// device_kind). The worker with device N drives physical device N, the N-th device of that kind in
-// PCI bus order (this is nvidia-smi's order; Ascend servers whose npu-smi numbering differs from
-// bus order get the pools of the wrong device). A worker whose N is not a device with a known NUMA
-// node has no affinity. Then (msrun's affinity pools):
+// device_kind). The worker with device N drives physical device N: for NPUs the one npu-smi gives
+// logic id N (Topology::npu_logic_order: Ascend servers do not number them in bus order), else,
+// and for GPUs, the N-th device of that kind in PCI bus order (nvidia-smi's order). A worker whose
+// N is not a device with a known NUMA node has no affinity. Then (msrun's affinity pools):
 //   1. NUMA nodes are "active" (a worker's device is on them), "foreign" (devices are on them but
 //      no worker of this job drives one: another job's CPUs, never used) or "free" (no device).
 //      When active and free nodes together have fewer cores than there are workers, foreign

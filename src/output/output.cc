@@ -60,7 +60,9 @@ struct Output::Proc {
   double redraw_ms[2] = {-1e18, -1e18};  // when a progress redraw of the stream was last shown
   std::string redraw_shown[2];
   // An unfinished line that stays so (a prompt: pdb's "(Pdb) ", input("...? ")) is shown once it
-  // has been quiet for kPromptQuietMs: how much of it was shown, and when it last grew.
+  // has been quiet for kPromptQuietMs, for a process that reads the launcher's stdin
+  // (show_prompts): how much of it was shown, and when it last grew.
+  bool prompts = false;
   size_t prompt_shown[2] = {0, 0};
   size_t prompt_seen[2] = {0, 0};  // how much of it show_redraws looked at (due_in_ms)
   double partial_ms[2] = {0, 0};
@@ -202,7 +204,8 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   if (config_.keep_last_lines > 0) {
     if (p.ring.empty()) p.ring.resize(config_.keep_last_lines);
     // A line that redrew itself (a progress bar) as it ended, not as it began.
-    std::string_view kept = utf8_prefix(console_text(body), kMaxKeptLine);
+    std::string_view kept = utf8_prefix(
+        body.find('\r') == std::string_view::npos ? body : console_text(body), kMaxKeptLine);
     p.ring[p.ring_next].assign(kept.data(), kept.size());
     p.ring_next = (p.ring_next + 1) % p.ring.size();
     p.ring_count = std::min(p.ring_count + 1, p.ring.size());
@@ -237,11 +240,17 @@ void Output::console_line(Proc& p, bool is_stderr, std::string_view text) {
   buf += '\n';
 }
 
+void Output::show_prompts(int proc) {
+  Proc& p = *procs_.at(static_cast<size_t>(proc));
+  if (!p.on_console || std::exchange(p.prompts, true)) return;
+  prompt_procs_.push_back(&p);
+}
+
 void Output::data(int proc, bool is_stderr, std::string_view bytes) {
   Proc& p = *procs_.at(static_cast<size_t>(proc));
   if (config_.timestamps || config_.log_timestamps || config_.gather) now_ms_ = now_ms();
   p.framers[is_stderr ? 1 : 0].feed(bytes, [&](std::string_view l) { line(p, is_stderr, l); });
-  if (p.on_console && p.framers[is_stderr ? 1 : 0].pending() > 0)
+  if (p.prompts && p.framers[is_stderr ? 1 : 0].pending() > 0)
     p.partial_ms[is_stderr ? 1 : 0] = now_ms();
   touch(p);
   if (p.log_buf.size() >= kLogFlushBytes) write_log(p);
@@ -292,8 +301,10 @@ void Output::show_redraws() {
     if (!p->on_console) continue;
     for (int s = 0; s < 2; ++s) {
       if (p->framers[s].pending() == 0) continue;
+      bool quiet = p->prompts && now_ms_ - p->partial_ms[s] >= kPromptQuietMs;
+      bool redraw_due = now_ms_ - p->redraw_ms[s] >= config_.redraw_interval_s * 1000;
+      if (!quiet && !redraw_due) continue;
       std::string_view partial = p->framers[s].partial();
-      bool quiet = now_ms_ - p->partial_ms[s] >= kPromptQuietMs;
       if (quiet) p->prompt_seen[s] = partial.size();
       if (partial.find('\r') == std::string_view::npos) {
         // No redraw: a prompt, once quiet, and only what was not shown of it yet.
@@ -303,7 +314,7 @@ void Output::show_redraws() {
         }
         continue;
       }
-      if (now_ms_ - p->redraw_ms[s] < config_.redraw_interval_s * 1000) continue;
+      if (!redraw_due) continue;
       std::string_view latest = latest_redraw(partial);
       if (latest.empty() || latest == p->redraw_shown[s]) continue;
       p->redraw_shown[s].assign(latest);
@@ -334,9 +345,9 @@ void Output::drain() {
 int Output::due_in_ms() {
   double due = gatherer_.due_ms();
   // An unfinished line not shown yet is shown once quiet (a prompt: show_redraws).
-  for (const Proc* p : touched_)
+  for (const Proc* p : prompt_procs_)
     for (int s = 0; s < 2; ++s)
-      if (p->on_console && p->framers[s].pending() > p->prompt_seen[s]) {
+      if (p->framers[s].pending() > p->prompt_seen[s]) {
         double at = p->partial_ms[s] + kPromptQuietMs;
         due = due < 0 ? at : std::min(due, at);
       }

@@ -15,6 +15,9 @@ namespace msrun_ssh {
 namespace {
 
 constexpr std::string_view kErase = "\r\033[K";
+// Queued past this, the console has fallen behind (a terminal stopped by Ctrl-S): the row is not
+// drawn again until it has caught up, so that rows (never dropped) cannot pile up in the queue.
+constexpr size_t kBehindBytes = size_t{64} << 10;
 
 size_t terminal_width(int fd) {
   winsize ws{};
@@ -35,7 +38,8 @@ StatusLine::StatusLine(int fd, bool enabled, size_t width)
       enabled_(enabled),
       width_(width     ? width
              : enabled ? terminal_width(fd)
-                       : 80) {}
+                       : 80),
+      measure_(enabled && width == 0) {}
 
 StatusLine::~StatusLine() { hide(); }
 
@@ -44,11 +48,16 @@ void StatusLine::show(std::string_view text) {
   // In the background (`&`, `bg`) the terminal's row is the shell's prompt: not drawn over.
   if (in_background_of(fd_)) return hide();
   if (text.empty()) return hide();
+  // The terminal's width now: a window made narrower than the row would wrap it, and the erase
+  // would then clear only its last screen line.
+  if (measure_) width_ = terminal_width(fd_);
   std::string cut(text.substr(0, width_ > 1 ? width_ - 1 : 1));
   if (drawn_ && cut == text_) return;
   text_ = std::move(cut);
-  draw();
+  if (!behind()) draw();
 }
+
+bool StatusLine::behind() const { return sink_ && sink_->queued_bytes() >= kBehindBytes; }
 
 void StatusLine::hide() {
   if (drawn_) erase();
@@ -66,7 +75,7 @@ void StatusLine::write(int fd, std::string_view data, bool droppable) {
   if (!drawn_) return put(fd, data, droppable);
   erase();
   put(fd, data, droppable);
-  if (!data.empty() && data.back() == '\n') draw();
+  if (!data.empty() && data.back() == '\n' && !behind()) draw();
 }
 
 void StatusLine::draw() {

@@ -27,9 +27,17 @@ bool is_chain_line(std::string_view line) {
 // What a group of failures shares: the status and the text, with the numbers of messages blurred
 // (ranks, pids, ports differ between processes) but a frame's "line N" kept.
 std::string group_key(const SummaryRow& r) {
-  const auto& text = r.traceback.empty()
-                         ? std::vector<std::string>(r.last_lines.begin(), r.last_lines.end())
-                         : r.traceback;
+  std::vector<std::string> text =
+      r.traceback.empty() ? std::vector<std::string>(r.last_lines.begin(), r.last_lines.end())
+                          : r.traceback;
+  // A traceback counts through its exception line: the lines the catcher keeps after it (a
+  // message's other lines, or what the rank printed next) do not split a group.
+  if (!r.traceback.empty()) {
+    size_t last_frame = 0;
+    for (size_t i = 0; i < text.size(); ++i)
+      if (text[i].starts_with("  ")) last_frame = i;
+    if (last_frame + 2 < text.size()) text.resize(last_frame + 2);
+  }
   std::string key = r.status;
   for (const auto& line : text) {
     key += '\n';
@@ -101,7 +109,10 @@ std::vector<std::string> TracebackCatcher::lines() const {
 }
 
 void TracebackCatcher::feed(std::string_view line) {
-  if (line.ends_with(kTracebackStart)) {
+  // Also at the end of a line of progress-bar redraws (tqdm's bar has no newline yet when Python
+  // prints the traceback); not an exception group's indented "  | Traceback ...".
+  if (line == kTracebackStart ||
+      (line.ends_with(kTracebackStart) && line.find('\r') != std::string_view::npos)) {
     if (state_ != State::kChained) {
       head_.clear();
       tail_.clear();
@@ -256,8 +267,12 @@ std::string format_summary(const std::vector<SummaryRow>& rows) {
     // The error file's message, unless the lines below hold it (its own traceback does).
     std::string_view said = std::string_view(root->error_message);
     said = said.substr(0, said.find('\n'));
-    if (!said.empty() && std::none_of(root->traceback.begin(), root->traceback.end(),
-                                      [&](const std::string& l) { return l.find(said) != l.npos; }))
+    auto holds = [&](const auto& lines) {
+      return std::any_of(lines.begin(), lines.end(),
+                         [&](const std::string& l) { return l.find(said) != l.npos; });
+    };
+    if (!said.empty() &&
+        !(root->traceback.empty() ? holds(root->last_lines) : holds(root->traceback)))
       out += fmt::format("error file: {}\n", root->error_message);
     append_lines(out, *root);
   }

@@ -79,17 +79,18 @@ sub wait_ns {
 my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
 my $empty = 0;
 # The job's processes found by the last scan: pid -> {who: its rank word, start: its start time,
-# cpu, wait: its CPU ticks and run-queue wait at its last sample, base_cpu, base_wait: at its
-# first}. A rank's figures count each process's only from its first sample on (a child found up to
+# base_cpu, base_wait: its CPU ticks and run-queue wait at its first sample, cpu_n, wait_n: what it
+# counted since}. A rank's figures count each process's only from its first sample on (a child found up to
 # RESCAN samples late brought all its CPU time into one sample: a rank at a steady 0.3 CPU read as
 # 6, a false straggler), and keep what an ended one had counted (%gone: the sums never go down).
 my %known;
 my %gone;  # rank word -> [cpu ticks, wait ns] counted by its processes that ended
+sub max0 { my ($x, $y) = @_; $y //= 0; return $x > $y ? $x : $y }
 sub forget {
   my ($k) = @_;
   return unless defined $k->{base_cpu};
-  $gone{$k->{who}}[0] += $k->{cpu} - $k->{base_cpu};
-  $gone{$k->{who}}[1] += $k->{wait} - $k->{base_wait};
+  $gone{$k->{who}}[0] += $k->{cpu_n};
+  $gone{$k->{who}}[1] += $k->{wait_n};
 }
 my %found = map { my $t = $_; ($t => scalar grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '')) }
   qw(nvidia-smi npu-smi timeout);
@@ -154,14 +155,17 @@ my $sample = sub {
     if (@f < 20 || $f[19] ne $k->{start}) { forget($k); delete $known{$pid}; next }  # gone, or reused
     my $r = $rank{$k->{who}} //= {pids => 0, cpu => 0, wait_ns => 0, rss_kb => 0, thr_ns => -1,
                                   state => 'S'};
-    $k->{cpu} = $f[11] + $f[12];
-    $k->{wait} = wait_ns($pid);
-    $k->{base_cpu} //= $k->{cpu};
-    $k->{base_wait} //= $k->{wait};
+    my ($cpu, $wait) = ($f[11] + $f[12], wait_ns($pid));
+    $k->{base_cpu} //= $cpu;
+    $k->{base_wait} //= $wait;
+    # What it counts never goes down: a thread that ended takes its wait out of the sum, and a
+    # task directory gone before its end reads 0.
+    $k->{cpu_n} = max0($cpu - $k->{base_cpu}, $k->{cpu_n});
+    $k->{wait_n} = max0($wait - $k->{base_wait}, $k->{wait_n});
     $r->{pids}++;
-    $r->{cpu} += $k->{cpu} - $k->{base_cpu};
+    $r->{cpu} += $k->{cpu_n};
     $r->{rss_kb} += $1 if (slurp("/proc/$pid/status") // '') =~ /^VmRSS:\s+(\d+)/m;
-    $r->{wait_ns} += $k->{wait} - $k->{base_wait};
+    $r->{wait_ns} += $k->{wait_n};
     $r->{state} = $f[0] if $f[0] eq 'R' || ($f[0] eq 'D' && $r->{state} ne 'R');
     $r->{thr_ns} = throttled_ns($pid) if $r->{thr_ns} < 0;
   }

@@ -373,6 +373,36 @@ sub safe {
   return "$DEST/$path";
 }
 
+# Python's caches in directory DIR (__pycache__/ and *.pyc, which every sync leaves out, so never
+# deletes one by one): they go with DIR, so that a package made a module (a directory replaced by
+# a file) is not kept by the caches its runs left. Nothing else excluded goes.
+sub drop_caches {
+  my ($dir) = @_;
+  opendir(my $dh, $dir) or return;
+  my @names = grep { $_ ne '.' && $_ ne '..' } readdir $dh;
+  closedir $dh;
+  for my $n (@names) {
+    my ($m) = lst("$dir/$n");
+    next unless defined $m;
+    if ($n eq '__pycache__' && is_dir($m)) {
+      opendir(my $ch, "$dir/$n") or next;
+      unlink "$dir/$n/$_" for grep { $_ ne '.' && $_ ne '..' } readdir $ch;
+      closedir $ch;
+      rmdir "$dir/$n";
+    } elsif ($n =~ /\.pyc\z/ && !is_dir($m)) {
+      unlink "$dir/$n";
+    }
+  }
+}
+
+# A file or symlink about to take FULL's place: a directory still there holds excluded files.
+sub not_a_directory {
+  my ($full) = @_;
+  my ($m) = lst($full);
+  die "$full: a directory holding files the sync leaves out is in the way (remove it here)\n"
+    if defined $m && is_dir($m);
+}
+
 sub delete_entry {
   my ($full) = @_;
   %checked = ();
@@ -383,7 +413,10 @@ sub delete_entry {
   }
   writable_dir($full);
   if (is_dir($mode)) {
-    rmdir $full or return;  # a directory that still holds excluded files stays
+    if (!rmdir $full) {
+      drop_caches($full);
+      rmdir $full or return;  # a directory that still holds excluded files stays
+    }
   } else {
     unlink $full or $! == $ENOENT or die "$full: $!\n";
   }
@@ -445,6 +478,7 @@ sub write_file {
   chmod $mode, $fh or die "$tmp: $!\n";
   close $fh or die "$tmp: $!\n";
   set_mtime($tmp, $mtime);
+  not_a_directory($full);
   rename $tmp, $full or die "$full: $!\n";
   $state{tmp} = undef;
   $state{files}++;
@@ -477,6 +511,7 @@ sub symlink_entry {
   my $tmp = dir_of($full) . '/' . random_name();
   $state{tmp} = $tmp;
   symlink $target, $tmp or die "$tmp: $!\n";
+  not_a_directory($full);
   rename $tmp, $full or die "$full: $!\n";
   $state{tmp} = undef;
   $state{files}++;

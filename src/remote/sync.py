@@ -214,13 +214,49 @@ def safe(path):
     return os.path.join(dest, path)
 
 
+def drop_caches(d):
+    # As sync.pl's drop_caches: Python's caches go with their directory, nothing else excluded.
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(d, n)
+        try:
+            is_dir = stat.S_ISDIR(os.lstat(p).st_mode)
+            if n == b"__pycache__" and is_dir:
+                for f in os.listdir(p):
+                    try:
+                        os.unlink(os.path.join(p, f))
+                    except OSError:
+                        pass
+                os.rmdir(p)
+            elif n.endswith(b".pyc") and not is_dir:
+                os.unlink(p)
+        except OSError:
+            pass
+
+
+def not_a_directory(full):
+    try:
+        if stat.S_ISDIR(os.lstat(full).st_mode):
+            raise Refused("%s: a directory holding files the sync leaves out is in the way (remove it here)"
+                          % os.fsdecode(full))
+    except FileNotFoundError:
+        pass
+
+
 def delete(full):
     checked.clear()
     try:
         is_dir = stat.S_ISDIR(os.lstat(full).st_mode)
         writable_dir(full)
         if is_dir:
-            os.rmdir(full)
+            try:
+                os.rmdir(full)
+            except OSError:
+                drop_caches(full)
+                os.rmdir(full)
         else:
             os.unlink(full)
         state["deleted"] += 1
@@ -286,6 +322,7 @@ def write_file(full, mode, mtime, size):
     finally:
         os.close(fd)
     os.utime(tmp, ns=(mtime, mtime))
+    not_a_directory(full)
     os.rename(tmp, full)
     state["tmp"] = None
     state["files"] += 1
@@ -300,6 +337,7 @@ def symlink(path, full, target):
     tmp = os.path.join(os.path.dirname(full), TMP + os.urandom(6).hex().encode())
     state["tmp"] = tmp
     os.symlink(target, tmp)
+    not_a_directory(full)
     os.rename(tmp, full)
     state["tmp"] = None
     state["files"] += 1

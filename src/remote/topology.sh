@@ -10,8 +10,8 @@
 # quote, backslash, exclamation mark or line break inside a command.
 # With npu-smi (Ascend hosts): its table (NPU, chip, Bus-Id) and its chip map (NPU, chip, logic
 # id) first, each line prefixed, before the "allowed:" line (topology.h: the logic ids are not in
-# PCI order).
-if command -v npu-smi >/dev/null 2>&1; then t=; command -v timeout >/dev/null 2>&1 && t="timeout 20"; $t npu-smi info 2>/dev/null | head -n 400 | sed "s/^/npu-info: /"; $t npu-smi info -m 2>/dev/null | head -n 400 | sed "s/^/npu-map: /"; fi
+# PCI order). Each call gets 5 s (a wedged driver hangs npu-smi; the probe has 20 s in all).
+if command -v npu-smi >/dev/null 2>&1; then t=; command -v timeout >/dev/null 2>&1 && t="timeout -k 1 5"; $t npu-smi info 2>/dev/null | head -n 400 | sed "s/^/npu-info: /"; $t npu-smi info -m 2>/dev/null | head -n 400 | sed "s/^/npu-map: /"; fi
 a=$(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status 2>/dev/null)
 test -n "$a" || a=$(cat /sys/devices/system/cpu/online)
 echo "allowed: $a"

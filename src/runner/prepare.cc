@@ -48,7 +48,8 @@ bool bind_from_topologies(Transport& pool, Plan& plan, const Options& options,
   for (size_t h = 0; h < plan.hosts.size(); ++h)
     if (needs_topology(plan.hosts[h])) hosts.push_back(h);
   if (hosts.empty()) return true;
-  double timeout = std::max(10.0, options.connect_timeout);
+  // npu-smi, asked on Ascend hosts, may take up to 2 x 5 s (topology.sh).
+  double timeout = std::max(20.0, options.connect_timeout);
   auto probes =
       exited_output(run_batch(pool, hosts, binding_probe_command(), timeout, keep_waiting));
   if (!keep_waiting()) return false;

@@ -306,6 +306,7 @@ bool Runner::make_logs() {
       if (attempt_ > 1) prefix += fmt::format(" a{}", attempt_);
       p.out = out_.add_process(prefix, p.log_name, on_console, is_worker ? s.rank : -1,
                                host_name(p.host));
+      if (tailed) out_.show_prompts(p.out);
     }
   } catch (const std::runtime_error& e) {
     logs_failed_ = true;

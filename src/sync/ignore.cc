@@ -107,9 +107,11 @@ bool IgnoreRules::excluded(std::string_view path, bool is_dir) const {
   return matches(path, is_dir);
 }
 
-IgnoreRules sync_rules(const std::string& dir, const std::vector<std::string>& extra) {
+IgnoreRules sync_rules(const std::string& dir, const std::vector<std::string>& extra,
+                       const std::vector<std::string>& first) {
   IgnoreRules rules;
   for (const char* p : kDefaultExcludes) rules.add(p);
+  for (const auto& p : first) rules.add(p);
   std::string path = dir + "/" + kIgnoreFile;
   std::error_code ec;
   if (std::filesystem::exists(path, ec)) {

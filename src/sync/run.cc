@@ -59,9 +59,8 @@ SyncSource make_sync_source(const Options& options, const std::vector<std::strin
   SyncSource source;
   source.dir = where.dir;
   source.dests = where.dests;
-  std::vector<std::string> excludes = launcher_file_rules(where.dir, options);
-  excludes.insert(excludes.end(), options.sync_excludes.begin(), options.sync_excludes.end());
-  source.rules = sync_rules(where.dir, excludes);
+  source.rules =
+      sync_rules(where.dir, options.sync_excludes, launcher_file_rules(where.dir, options));
   std::vector<std::string> skipped;
   source.local = local_manifest(where.dir, source.rules, &skipped);
   for (const auto& s : skipped)

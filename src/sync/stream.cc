@@ -128,7 +128,14 @@ std::string RecordStream::start(const Action& a) {
   fd_ = open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st {};
   if (fd_ < 0 || fstat(fd_, &st) != 0)
-    throw std::runtime_error(fmt::format("cannot read {}: {}", path_, std::strerror(errno)));
+    // A file gone since the tree was listed (an editor's swap file) fails the sync rather than
+    // leave the hosts that got it before unlike those that did not.
+    throw std::runtime_error(
+        errno == ENOENT
+            ? fmt::format("cannot read {}: it vanished while the sync ran (the tree changed "
+                          "meanwhile: sync again, or exclude it)",
+                          path_)
+            : fmt::format("cannot read {}: {}", path_, std::strerror(errno)));
   ++files_;
   left_ = static_cast<uint64_t>(st.st_size);
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;

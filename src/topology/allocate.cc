@@ -112,7 +112,7 @@ class Split {
   std::vector<std::vector<size_t>> held_;
 };
 
-// The devices of the kind the workers drive, in PCI bus order: index N is physical device N.
+// The devices of the kind the workers drive: index N is physical device N (devices_of_kind).
 std::vector<Device> driven_devices(const Topology& topo, const HostProcesses& host) {
   std::string kind = host.device_kind;
   if (kind.empty()) kind = topo.devices_of_kind("npu").empty() ? "gpu" : "npu";

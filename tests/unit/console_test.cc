@@ -154,6 +154,7 @@ TEST_F(Console, AProgressBarShowsItsNewestRedrawNoMoreThanOncePerInterval) {
 TEST_F(Console, APromptIsShownOnceItIsQuietAndItsLineEndsWithTheRest) {
   ms::Output o(config_);
   int p = o.add_process("1@h", "w.log", true);
+  o.show_prompts(p);  // it reads the launcher's stdin (--tail_worker_log)
   o.data(p, false, "> train.py(7)<module>()\n(Pd");
   o.flush();
   EXPECT_EQ(file("out"), "[1@h] > train.py(7)<module>()\n");
@@ -177,10 +178,22 @@ TEST_F(Console, APromptIsShownOnceItIsQuietAndItsLineEndsWithTheRest) {
   EXPECT_EQ(file("w.log"), "> train.py(7)<module>()\n(Pdb) 42\n");
   // A progress bar is no prompt: it is never due for that, however quiet.
   int bar = o.add_process("2@h", "b.log", true);
+  o.show_prompts(bar);
   o.data(bar, false, "\r 10%|#");
   advance(600);
   o.flush();
   EXPECT_LT(o.due_in_ms(), 0);
+  // A rank that does not read stdin: "Loading..." dots stay one line, as they end.
+  int dots = o.add_process("3@h", "d.log", true);
+  o.data(dots, false, "Loading.");
+  advance(600);
+  o.data(dots, false, ".");
+  advance(600);
+  o.flush();
+  o.data(dots, false, ". done\n");
+  o.flush();
+  std::string out = file("out");
+  EXPECT_EQ(out.substr(out.rfind("[3@h]")), "[3@h] Loading... done\n");
 }
 
 TEST_F(Console, GatherPrintsLinesOfManyRanksOnceUnderTheirRankAndHostSets) {

@@ -830,6 +830,10 @@ TEST(Traceback, AStartAfterAnUnfinishedProgressBarIsCaught) {
       "ValueError: bad batch\n");
   EXPECT_EQ(tb, (Lines{"Traceback (most recent call last):",
                        "  File \"train.py\", line 9, in <module>", "ValueError: bad batch"}));
+  // An exception group's indented sub-traceback is no start of one.
+  EXPECT_TRUE(catch_traceback("    | Traceback (most recent call last):\n"
+                              "    |   File \"a.py\", line 1\n    | ValueError: v\n")
+                  .empty());
 }
 
 TEST(Traceback, ChainedExceptionsStayOneBlock) {
@@ -909,6 +913,21 @@ ms::SummaryRow failed_row(int rank, const std::string& host, Lines tb, bool root
 Lines value_error(int rank) {
   return {"Traceback (most recent call last):", "  File \"t.py\", line 12, in <module>",
           "ValueError: rank " + std::to_string(rank) + " saw NaN at step 4" + std::to_string(rank)};
+}
+
+// What a rank printed after its exception line (kept with the traceback) does not keep ranks with
+// the same failure from being one group.
+TEST(Summary, LinesAfterTheExceptionDoNotSplitAGroup) {
+  std::vector<ms::SummaryRow> rows;
+  for (int r = 0; r < 3; ++r) {
+    Lines tb = value_error(1);
+    tb.push_back("rank " + std::string(1, static_cast<char>('a' + r)) + " shutting down");
+    rows.push_back(failed_row(r, "n1", tb, r == 0));
+  }
+  std::string s = ms::format_summary(rows);
+  EXPECT_NE(s.find("--- also failed: ranks 1-2 (2 processes), e.g. rank 1 on n1: exit 1 ---"),
+            std::string::npos)
+      << s;
 }
 
 TEST(Summary, RootCauseFirstThenIdenticalFailuresOnceUnderTheirRankSet) {
@@ -1001,6 +1020,8 @@ TEST(Summary, AnErrorFilesMessageIsShownWhenItsLinesDoNotHoldIt) {
               ::testing::HasSubstr("(its error file) ---\n"
                                    "error file: CUDA error: an illegal memory access was "
                                    "encountered\nstep 40\naborting\n"));
+  rows[0].last_lines = {"CUDA error: an illegal memory access was encountered"};  // said there
+  EXPECT_THAT(ms::format_summary(rows), ::testing::Not(::testing::HasSubstr("error file: ")));
   rows[0].error_message = "ValueError: rank 0 saw NaN at step 40";  // in its traceback: once
   rows[0].traceback = value_error(0);
   EXPECT_THAT(ms::format_summary(rows), ::testing::Not(::testing::HasSubstr("error file: ")));

@@ -3,11 +3,17 @@
 #include "msrun_ssh/status_line.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <string>
 
+#include "msrun_ssh/console_sink.h"
 #include "msrun_ssh/output.h"
 #include "test_util.h"
 
@@ -135,6 +141,69 @@ TEST(StatusLine, OutputWritesGoThroughTheRow) {
   EXPECT_EQ(tty.take(), "\r\033[K[0@h] one\n[0@h] two\n\r\033[Kmsrun-ssh: started 1/1");
   out.message("bye");
   EXPECT_EQ(tty.take(), "\r\033[Kmsrun-ssh: bye\n\r\033[Kmsrun-ssh: started 1/1");
+}
+
+// The window made narrower while the row shows (a tmux split): the row is cut to the new width
+// (it was measured once, wrapped, and its erase cleared only its last screen line).
+TEST(StatusLine, TheRowFollowsTheTerminalsWidth) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  int slave = ::open(ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(slave, 0);
+  winsize ws{};
+  ws.ws_col = 80;
+  ws.ws_row = 24;
+  ASSERT_EQ(ioctl(slave, TIOCSWINSZ, &ws), 0);
+  fcntl(master, F_SETFL, O_NONBLOCK);
+  auto drawn = [&] {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(master, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    return out;
+  };
+  {
+    StatusLine row(slave, true);
+    const std::string text(100, 'x');
+    row.show(text);
+    EXPECT_EQ(drawn(), "\r\033[K" + std::string(79, 'x'));
+    ws.ws_col = 40;
+    ASSERT_EQ(ioctl(slave, TIOCSWINSZ, &ws), 0);
+    row.show(text + "y");
+    EXPECT_EQ(drawn(), "\r\033[K" + std::string(39, 'x'));
+  }
+  ::close(slave);
+  ::close(master);
+}
+
+// A terminal stopped by Ctrl-S under a flood of output: the row's erase and redraw around each
+// line (never dropped, unlike the lines) piled up in the console's queue past its bound, without
+// limit. Now the row waits for the console to catch up before it is drawn again.
+TEST(StatusLine, ARowIsNotRedrawnWhileTheConsoleIsBehind) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  ConsoleSink sink(ConsoleSink::kDefaultMaxQueued, [&](int, std::string_view) {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return open; });
+  });
+  Tty tty;
+  StatusLine row(tty.fds[1], true, 80);
+  row.set_sink(&sink);
+  row.show("msrun-ssh: running 8, exited 0, failed 0 | 1.0 MB/s | 00:00:01");
+  for (int i = 0; i < 400000; ++i) {
+    row.write(1, "[0@h] a line of the job's output\n", true);
+    if (i % 100 == 0) row.show(fmt::format("msrun-ssh: running 8 | {}", i));
+  }
+  EXPECT_LE(sink.queued_bytes(), ConsoleSink::kDefaultMaxQueued + (size_t{128} << 10));
+  {
+    std::lock_guard lock(m);
+    open = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(sink.drain());
 }
 
 }  // namespace

@@ -182,6 +182,23 @@ TEST_F(SyncTree, ASymlinkLeadingOutThroughAnotherIsRefused) {
   EXPECT_THAT(test::error_of([&] { local_manifest(src_, rules); }), testing::HasSubstr("/up is"));
 }
 
+// A file gone between the listing and its sending (an editor's swap file) fails the sync with a
+// message that says what happened and what to do (it said "No such file or directory").
+TEST_F(SyncTree, AFileThatVanishesWhileTheSyncRunsSaysSo) {
+  Manifest l = local();
+  fs::remove(src_ + "/train.py");
+  RecordStream s(src_, l, diff_manifests(l, {}).actions);
+  std::string why;
+  try {
+    while (!s.done()) s.next(4096);
+  } catch (const std::runtime_error& e) {
+    why = e.what();
+  }
+  EXPECT_EQ(why, "cannot read " + src_ +
+                     "/train.py: it vanished while the sync ran (the tree changed meanwhile: sync "
+                     "again, or exclude it)");
+}
+
 // `--sync_exclude data/` (a directory pattern, as docs/sync.md suggests) with the launcher's
 // `data` a symlink to its own storage: excluded here as on the hosts (it was refused: "a symlink
 // to an absolute path ... exclude it").
@@ -416,7 +433,7 @@ TEST(SyncManifest, TheLaunchersOwnFilesAreLeftOutOnBothSides) {
   auto rules_for = [&](const std::string& log_dir, const std::string& worker_log_name) {
     o.log_dir = log_dir;
     o.worker_log_name = worker_log_name;
-    return sync_rules("/nonexistent", launcher_file_rules("/proj", o));
+    return sync_rules("/nonexistent", {}, launcher_file_rules("/proj", o));
   };
   IgnoreRules top = rules_for(".", "worker");
   for (const char* p : {"msrun-ssh.log", "summary.json", "scheduler.log", "scheduler.attempt2.log",
@@ -447,6 +464,10 @@ TEST(SyncManifest, TheLaunchersOwnFilesAreLeftOutOnBothSides) {
   EXPECT_FALSE(outside.excluded("worker_0.log", false));
   EXPECT_TRUE(outside.excluded(".msrun-ssh", true));
   EXPECT_EQ(rules_for("../logs", "worker").excluded("msrun-ssh.log", false), false);
+  // A project's own summary.json comes back with a rule after them (.msrunignore, --sync_exclude).
+  o.log_dir = ".";
+  EXPECT_FALSE(sync_rules("/nonexistent", {"!/summary.json"}, launcher_file_rules("/proj", o))
+                   .excluded("summary.json", false));
 }
 
 // `--sync_exclude data/` on a launcher whose data is a directory, and hosts where `data` is a
@@ -515,6 +536,36 @@ TEST_P(SyncProgramTest, HostsListingASharedDirectoryAtOnceDoNotFail) {
       ASSERT_EQ(r.entries.size(), 21u) << out;  // the files and __pycache__
     }
   }
+}
+
+// A package made a module (a directory replaced by a file) on hosts where runs left Python's
+// caches in it (__pycache__/, *.pyc: left out of every sync, never deleted one by one): the caches
+// go with the directory (the file's rename failed with "Is a directory", and every later sync
+// too). Other files the sync leaves out stop it, said as such.
+TEST_P(SyncProgramTest, ADirectoryReplacedByAFileTakesItsPythonCachesAlong) {
+  fs::create_directories(dest_ + "/pkg/__pycache__");
+  std::ofstream(dest_ + "/pkg/a.py") << "a\n";
+  std::ofstream(dest_ + "/pkg/__pycache__/a.cpython-311.pyc") << "c";
+  std::ofstream(dest_ + "/pkg/old.pyc") << "c";
+  const std::string end = encode_record_header(RecordType::kEnd, 0, 0, 0, "");
+  auto replace = [&](const std::string& dir) {
+    return encode_record_header(RecordType::kDelete, 0, 0, 0, dir + "/a.py") +
+           encode_record_header(RecordType::kDelete, 0, 0, 0, dir) +
+           encode_record_header(RecordType::kFile, 0644, 0, 2, dir) + "m\n" + end;
+  };
+  int status = -1;
+  std::string out = apply(replace("pkg"), &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(test::slurp(dest_ + "/pkg"), "m\n");
+  fs::create_directories(dest_ + "/data/ckpt");
+  std::ofstream(dest_ + "/data/a.py") << "a\n";
+  std::ofstream(dest_ + "/data/ckpt/w.pt") << "weights";
+  out = apply(replace("data"), &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find(dest_ + "/data: a directory holding files the sync leaves out is in the way"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(test::slurp(dest_ + "/data/ckpt/w.pt"), "weights");
 }
 
 // A destination the host may not write (code mounted read-only on the compute nodes) is listed

@@ -353,8 +353,11 @@ sub stat_of {{
   my ($u, $st) = (int($ticks / 2), $ticks - int($ticks / 2));  # utime + stime
   put("/proc/$pid/stat", "$pid (python3) S 1 1 1 0 -1 0 0 0 0 0 $u $st 0 0 20 0 1 0 ${{pid}}0 1 2\n");
 }}
+mkdir "$root/proc/101/task"; mkdir "$root/proc/101/task/101";
 for my $i (0 .. 7) {{
   stat_of(101, 300 + 10 * $i);
+  # Its run-queue wait; at the 7th sample a thread has ended, taking its wait out of the sum.
+  put('/proc/101/task/101/schedstat', '1 ' . ($i == 6 ? 2000 : 1000 * $i) . " 1\n");
   if ($i == 1) {{ mkdir "$root/proc/102"; put('/proc/102/environ', "MSRUN_SSH_JOB=j\0RANK_ID=0\0") }}
   stat_of(102, 5000 + 10 * $i) if $i >= 1 && $i <= 5;
   unlink "$root/proc/102/stat" if $i == 6;
@@ -366,18 +369,20 @@ for my $i (0 .. 7) {{
   int status = -1;
   std::string out = test::shell_output("perl " + shell_quote(root.path() + "/driver.pl"), &status);
   ASSERT_EQ(status, 0) << out;
-  std::vector<double> cpu, pids;
+  std::vector<double> cpu, pids, wait;
   for (std::string_view line : split_lines(out)) {
     if (line.empty()) continue;
     auto s = parse_sample(line);
     ASSERT_TRUE(s && s->ranks.size() == 1) << line;
     cpu.push_back(s->ranks[0].cpu_ticks);
     pids.push_back(s->ranks[0].pids);
+    wait.push_back(s->ranks[0].wait_ns);
   }
   // Rank 0's second process is found at the 6th sample (the 5th scan after the first) and gone at
   // the 7th; rank 0 used 10 ticks between samples throughout.
   EXPECT_EQ(pids, (std::vector<double>{1, 1, 1, 1, 1, 2, 1, 1}));
   EXPECT_EQ(cpu, (std::vector<double>{0, 10, 20, 30, 40, 50, 60, 70}));
+  EXPECT_EQ(wait, (std::vector<double>{0, 1000, 2000, 3000, 4000, 5000, 5000, 7000}));
 }
 
 // Once its first samples are past, a sampler whose job processes have all ended here reads every
