@@ -43,13 +43,15 @@ class StatusLine {
   void draw();
   void erase();
   bool behind() const;  // the sink holds more than a row's worth of the console's backlog
+  std::string cut(std::string_view text) const;  // to the width
   void put(int fd, std::string_view data, bool droppable);
   ConsoleSink* sink_ = nullptr;
   int fd_;
   bool enabled_;
   size_t width_;
-  bool measure_;  // the width is the terminal's, measured at each show
-  std::string text_;
+  bool measure_;        // the width is the terminal's, measured at each show
+  std::string text_;    // what the row shows (or showed last), cut to the width
+  std::string wanted_;  // what it is to show, whole
   bool drawn_ = false;
 };
 

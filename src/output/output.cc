@@ -184,6 +184,10 @@ const std::string& Output::stamp() {
 void Output::line(Proc& p, bool is_stderr, std::string_view text) {
   const int s = is_stderr ? 1 : 0;
   ++p.lines;
+  // What of the line was shown as a prompt (show_redraws) is not shown again: the rest is (pdb's
+  // next output comes on the prompt's line, after what the user typed on the terminal).
+  p.prompt_seen[s] = 0;
+  const size_t shown = std::exchange(p.prompt_shown[s], 0);
   if (is_stderr && text.starts_with(kErrorFileLine)) {
     if (auto file = parse_error_file(text.substr(kErrorFileLine.size()))) {
       p.error_file = std::move(file);
@@ -211,10 +215,7 @@ void Output::line(Proc& p, bool is_stderr, std::string_view text) {
     p.ring_count = std::min(p.ring_count + 1, p.ring.size());
   }
   if (!p.on_console) return;
-  // What of the line was shown as a prompt is not shown again: the rest is (pdb's next output
-  // comes on the prompt's line, after what the user typed on the terminal).
-  p.prompt_seen[s] = 0;
-  if (size_t shown = std::exchange(p.prompt_shown[s], 0); shown > 0) {
+  if (shown > 0) {
     body.remove_prefix(std::min(shown, body.size()));
     if (body.empty()) return;
   }

@@ -48,13 +48,14 @@ void StatusLine::show(std::string_view text) {
   // In the background (`&`, `bg`) the terminal's row is the shell's prompt: not drawn over.
   if (in_background_of(fd_)) return hide();
   if (text.empty()) return hide();
-  // The terminal's width now: a window made narrower than the row would wrap it, and the erase
-  // would then clear only its last screen line.
+  wanted_ = text;
   if (measure_) width_ = terminal_width(fd_);
-  std::string cut(text.substr(0, width_ > 1 ? width_ - 1 : 1));
-  if (drawn_ && cut == text_) return;
-  text_ = std::move(cut);
-  if (!behind()) draw();
+  if (drawn_ && cut(wanted_) == text_) return;  // on the screen already
+  if (!behind()) draw();  // else at a later show, once the console has caught up
+}
+
+std::string StatusLine::cut(std::string_view text) const {
+  return std::string(text.substr(0, width_ > 1 ? width_ - 1 : 1));
 }
 
 bool StatusLine::behind() const { return sink_ && sink_->queued_bytes() >= kBehindBytes; }
@@ -62,6 +63,7 @@ bool StatusLine::behind() const { return sink_ && sink_->queued_bytes() >= kBehi
 void StatusLine::hide() {
   if (drawn_) erase();
   text_.clear();
+  wanted_.clear();
 }
 
 void StatusLine::put(int fd, std::string_view data, bool droppable) {
@@ -79,6 +81,10 @@ void StatusLine::write(int fd, std::string_view data, bool droppable) {
 }
 
 void StatusLine::draw() {
+  // The terminal's width now (also when redrawn under a line written): a window made narrower
+  // than the row would wrap it, and the erase would then clear only its last screen line.
+  if (measure_) width_ = terminal_width(fd_);
+  text_ = cut(wanted_);
   std::string row(kErase);
   row += text_;
   put(fd_, row, false);

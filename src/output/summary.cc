@@ -27,17 +27,11 @@ bool is_chain_line(std::string_view line) {
 // What a group of failures shares: the status and the text, with the numbers of messages blurred
 // (ranks, pids, ports differ between processes) but a frame's "line N" kept.
 std::string group_key(const SummaryRow& r) {
-  std::vector<std::string> text =
-      r.traceback.empty() ? std::vector<std::string>(r.last_lines.begin(), r.last_lines.end())
-                          : r.traceback;
-  // A traceback counts through its exception line: the lines the catcher keeps after it (a
-  // message's other lines, or what the rank printed next) do not split a group.
-  if (!r.traceback.empty()) {
-    size_t last_frame = 0;
-    for (size_t i = 0; i < text.size(); ++i)
-      if (text[i].starts_with("  ")) last_frame = i;
-    if (last_frame + 2 < text.size()) text.resize(last_frame + 2);
-  }
+  // The lines kept after the exception line count too: NCCL's "Last error:" and MindSpore's
+  // error codes tell failures with the same first line apart.
+  const auto& text = r.traceback.empty()
+                         ? std::vector<std::string>(r.last_lines.begin(), r.last_lines.end())
+                         : r.traceback;
   std::string key = r.status;
   for (const auto& line : text) {
     key += '\n';
@@ -109,10 +103,13 @@ std::vector<std::string> TracebackCatcher::lines() const {
 }
 
 void TracebackCatcher::feed(std::string_view line) {
-  // Also at the end of a line of progress-bar redraws (tqdm's bar has no newline yet when Python
-  // prints the traceback); not an exception group's indented "  | Traceback ...".
-  if (line == kTracebackStart ||
-      (line.ends_with(kTracebackStart) && line.find('\r') != std::string_view::npos)) {
+  // Also at the end of a line: after progress-bar redraws (tqdm's bar has no newline yet when
+  // Python prints the traceback), after an unfinished stderr write ("loading ckpt... "); not
+  // inside an exception group ("    | Traceback ...": blanks, '|' and '+' before it).
+  std::string_view before =
+      line.substr(0, line.size() - std::min(line.size(), kTracebackStart.size()));
+  if (line.ends_with(kTracebackStart) &&
+      (before.empty() || before.find_first_not_of(" |+") != std::string_view::npos)) {
     if (state_ != State::kChained) {
       head_.clear();
       tail_.clear();

@@ -62,25 +62,26 @@ sub throttled_ns {
   return -1;
 }
 
-sub wait_ns {
+# Each thread's run-queue wait (ns): tid -> ns; undef when the task directory cannot be read.
+sub thread_waits {
   my ($pid) = @_;
-  my $sum = 0;
-  opendir(my $dh, "$ROOT/proc/$pid/task") or return 0;
+  my %w;
+  opendir(my $dh, "$ROOT/proc/$pid/task") or return undef;
   for my $tid (readdir $dh) {
     next unless $tid =~ /^\d+$/;
     my $s = slurp("/proc/$pid/task/$tid/schedstat") // next;
     my (undef, $wait) = split ' ', $s;
-    $sum += $wait // 0;
+    $w{$tid} = $wait // 0;
   }
   closedir $dh;
-  return $sum;
+  return \%w;
 }
 
 my $marker = "\0MSRUN_SSH_JOB=$job\0";  # in "\0" . environ
 my $empty = 0;
 # The job's processes found by the last scan: pid -> {who: its rank word, start: its start time,
-# base_cpu, base_wait: its CPU ticks and run-queue wait at its first sample, cpu_n, wait_n: what it
-# counted since}. A rank's figures count each process's only from its first sample on (a child found up to
+# base_cpu: its CPU ticks at its first sample, tw: its threads' run-queue waits at the last one,
+# cpu_n, wait_n: what it counted since its first}. A rank's figures count each process's only from its first sample on (a child found up to
 # RESCAN samples late brought all its CPU time into one sample: a rank at a steady 0.3 CPU read as
 # 6, a false straggler), and keep what an ended one had counted (%gone: the sums never go down).
 my %known;
@@ -90,7 +91,7 @@ sub forget {
   my ($k) = @_;
   return unless defined $k->{base_cpu};
   $gone{$k->{who}}[0] += $k->{cpu_n};
-  $gone{$k->{who}}[1] += $k->{wait_n};
+  $gone{$k->{who}}[1] += $k->{wait_n} // 0;
 }
 my %found = map { my $t = $_; ($t => scalar grep { -x "$_/$t" } split /:/, ($ENV{PATH} // '')) }
   qw(nvidia-smi npu-smi timeout);
@@ -155,13 +156,22 @@ my $sample = sub {
     if (@f < 20 || $f[19] ne $k->{start}) { forget($k); delete $known{$pid}; next }  # gone, or reused
     my $r = $rank{$k->{who}} //= {pids => 0, cpu => 0, wait_ns => 0, rss_kb => 0, thr_ns => -1,
                                   state => 'S'};
-    my ($cpu, $wait) = ($f[11] + $f[12], wait_ns($pid));
+    my $cpu = $f[11] + $f[12];
     $k->{base_cpu} //= $cpu;
-    $k->{base_wait} //= $wait;
-    # What it counts never goes down: a thread that ended takes its wait out of the sum, and a
-    # task directory gone before its end reads 0.
     $k->{cpu_n} = max0($cpu - $k->{base_cpu}, $k->{cpu_n});
-    $k->{wait_n} = max0($wait - $k->{base_wait}, $k->{wait_n});
+    # The wait, thread by thread: what each thread waited since the last sample (a thread new
+    # since then, all of its own). Summed over the threads alive, it went down when one ended and
+    # stood still until the others made that up. Unreadable this time: counted at the next.
+    $k->{wait_n} //= 0;
+    if (my $tw = thread_waits($pid)) {
+      if ($k->{tw}) {
+        for my $tid (keys %$tw) {
+          my $was = $k->{tw}{$tid};
+          $k->{wait_n} += defined $was ? max0($tw->{$tid} - $was) : $tw->{$tid};
+        }
+      }
+      $k->{tw} = $tw;
+    }
     $r->{pids}++;
     $r->{cpu} += $k->{cpu_n};
     $r->{rss_kb} += $1 if (slurp("/proc/$pid/status") // '') =~ /^VmRSS:\s+(\d+)/m;

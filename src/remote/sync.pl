@@ -45,7 +45,7 @@ my %CALLS_OF_ARCH = (
 my $CALLS = $^O eq 'linux' && length(pack 'p', '') == 8 ? $CALLS_OF_ARCH{arch()} : undef;
 my $STAT = "\0" x 256;
 my $PLAIN = qr/\A[\x20-\x21\x23-\x5b\x5d-\x7e]*\z/;  # a JSON string as it is: nothing to escape
-my ($EINTR, $ENOENT, $EEXIST) = (4, 2, 17);
+my ($EINTR, $ENOENT, $EEXIST, $ENOTEMPTY) = (4, 2, 17, 39);
 my ($S_IFMT, $S_IFDIR, $S_IFLNK, $S_IFREG) = (0170000, 0040000, 0120000, 0100000);
 # O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW
 my $OPEN_NEW = $CALLS ? 1 | 0100 | 0200 | $CALLS->[3] : do {
@@ -386,7 +386,7 @@ sub drop_caches {
     next unless defined $m;
     if ($n eq '__pycache__' && is_dir($m)) {
       opendir(my $ch, "$dir/$n") or next;
-      unlink "$dir/$n/$_" for grep { $_ ne '.' && $_ ne '..' } readdir $ch;
+      unlink "$dir/$n/$_" for grep { /\.pyc\z/ } readdir $ch;
       closedir $ch;
       rmdir "$dir/$n";
     } elsif ($n =~ /\.pyc\z/ && !is_dir($m)) {
@@ -414,6 +414,7 @@ sub delete_entry {
   writable_dir($full);
   if (is_dir($mode)) {
     if (!rmdir $full) {
+      return unless $! == $ENOTEMPTY || $! == $EEXIST;
       drop_caches($full);
       rmdir $full or return;  # a directory that still holds excluded files stays
     }

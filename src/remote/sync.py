@@ -24,7 +24,7 @@
 # noticing) must not keep this waiting: WAIT seconds of silence count as EOF there. Within the
 # stream, no byte for IDLE seconds counts as EOF: the launcher feeds it without pauses, so a silent
 # stdin means it is gone or cut off (sshd may never notice a dead connection).
-import hashlib, json, os, posixpath, signal, stat, struct, sys, time
+import errno, hashlib, json, os, posixpath, signal, stat, struct, sys, time
 
 dest, token = os.fsencode(sys.argv[1]), sys.argv[2]
 MARK, TMP = b".msrun-sync-id", b".msrun-sync.tmp."
@@ -226,10 +226,11 @@ def drop_caches(d):
             is_dir = stat.S_ISDIR(os.lstat(p).st_mode)
             if n == b"__pycache__" and is_dir:
                 for f in os.listdir(p):
-                    try:
-                        os.unlink(os.path.join(p, f))
-                    except OSError:
-                        pass
+                    if f.endswith(b".pyc"):
+                        try:
+                            os.unlink(os.path.join(p, f))
+                        except OSError:
+                            pass
                 os.rmdir(p)
             elif n.endswith(b".pyc") and not is_dir:
                 os.unlink(p)
@@ -254,7 +255,9 @@ def delete(full):
         if is_dir:
             try:
                 os.rmdir(full)
-            except OSError:
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
                 drop_caches(full)
                 os.rmdir(full)
         else:

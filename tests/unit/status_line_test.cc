@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -156,6 +157,10 @@ TEST(StatusLine, TheRowFollowsTheTerminalsWidth) {
   ws.ws_col = 80;
   ws.ws_row = 24;
   ASSERT_EQ(ioctl(slave, TIOCSWINSZ, &ws), 0);
+  termios raw{};
+  ASSERT_EQ(tcgetattr(slave, &raw), 0);
+  cfmakeraw(&raw);
+  ASSERT_EQ(tcsetattr(slave, TCSANOW, &raw), 0);
   fcntl(master, F_SETFL, O_NONBLOCK);
   auto drawn = [&] {
     std::string out;
@@ -173,6 +178,11 @@ TEST(StatusLine, TheRowFollowsTheTerminalsWidth) {
     ASSERT_EQ(ioctl(slave, TIOCSWINSZ, &ws), 0);
     row.show(text + "y");
     EXPECT_EQ(drawn(), "\r\033[K" + std::string(39, 'x'));
+    // Narrower again, and a line written before the next show: redrawn under it at the new width.
+    ws.ws_col = 30;
+    ASSERT_EQ(ioctl(slave, TIOCSWINSZ, &ws), 0);
+    row.write(slave, "[0@h] a line\n");
+    EXPECT_EQ(drawn(), "\r\033[K[0@h] a line\n\r\033[K" + std::string(29, 'x'));
   }
   ::close(slave);
   ::close(master);

@@ -353,11 +353,14 @@ sub stat_of {{
   my ($u, $st) = (int($ticks / 2), $ticks - int($ticks / 2));  # utime + stime
   put("/proc/$pid/stat", "$pid (python3) S 1 1 1 0 -1 0 0 0 0 0 $u $st 0 0 20 0 1 0 ${{pid}}0 1 2\n");
 }}
-mkdir "$root/proc/101/task"; mkdir "$root/proc/101/task/101";
+mkdir "$root/proc/101/task"; mkdir "$root/proc/101/task/101"; mkdir "$root/proc/101/task/1011";
 for my $i (0 .. 7) {{
   stat_of(101, 300 + 10 * $i);
-  # Its run-queue wait; at the 7th sample a thread has ended, taking its wait out of the sum.
-  put('/proc/101/task/101/schedstat', '1 ' . ($i == 6 ? 2000 : 1000 * $i) . " 1\n");
+  # Its threads' run-queue waits: 1 ms and 0.5 ms more per sample; the second thread has ended
+  # by the 7th sample, and its wait is out of the threads' sum.
+  put('/proc/101/task/101/schedstat', '1 ' . 1000 * $i . " 1\n");
+  if ($i < 6) {{ put('/proc/101/task/1011/schedstat', '1 ' . 500 * $i . " 1\n") }}
+  else {{ unlink "$root/proc/101/task/1011/schedstat"; rmdir "$root/proc/101/task/1011" }}
   if ($i == 1) {{ mkdir "$root/proc/102"; put('/proc/102/environ', "MSRUN_SSH_JOB=j\0RANK_ID=0\0") }}
   stat_of(102, 5000 + 10 * $i) if $i >= 1 && $i <= 5;
   unlink "$root/proc/102/stat" if $i == 6;
@@ -382,7 +385,9 @@ for my $i (0 .. 7) {{
   // the 7th; rank 0 used 10 ticks between samples throughout.
   EXPECT_EQ(pids, (std::vector<double>{1, 1, 1, 1, 1, 2, 1, 1}));
   EXPECT_EQ(cpu, (std::vector<double>{0, 10, 20, 30, 40, 50, 60, 70}));
-  EXPECT_EQ(wait, (std::vector<double>{0, 1000, 2000, 3000, 4000, 5000, 5000, 7000}));
+  // Counted thread by thread: the sum of the threads alive went from 7500 to 6000 at the 7th
+  // sample (and counted nothing until it passed 7500 again), while the first thread waited on.
+  EXPECT_EQ(wait, (std::vector<double>{0, 1500, 3000, 4500, 6000, 7500, 8500, 9500}));
 }
 
 // Once its first samples are past, a sampler whose job processes have all ended here reads every
