@@ -77,15 +77,16 @@ std::vector<int> nodes_of(const Topology& topo, const std::vector<int>& cpus) {
   return sorted_unique(std::move(nodes));
 }
 
+// `allowed_nodes`: the nodes of the host's allowed CPUs (nodes_of), ascending.
 std::vector<int> auto_nodes(const Topology& topo, const HostProcesses& host,
                             const ProcessSlot& slot, const Binding& b,
-                            const std::vector<int>& would_get) {
+                            const std::vector<int>& would_get,
+                            const std::vector<int>& allowed_nodes) {
   if (!b.cpus.empty()) return nodes_of(topo, b.cpus);
   // The device's node, unless none of its CPUs may be used here (a container's cpuset on the other
   // socket: numactl --cpunodebind would fail at every start); then where its CPUs would be.
   int node = device_numa_node(topo, host, slot);
-  if (node >= 0 && std::ranges::binary_search(nodes_of(topo, topo.allowed_cpus), node))
-    return {node};
+  if (node >= 0 && std::ranges::binary_search(allowed_nodes, node)) return {node};
   return nodes_of(topo, would_get);
 }
 
@@ -102,13 +103,15 @@ void complete_from_topology(std::vector<Binding>& bindings, const BindRequest& r
                                    host.host.address));
     auto_cpus = allocate_cpus(topo, slots);
   }
+  const std::vector<int> allowed_nodes =
+      numa == BindNuma::Mode::kAuto ? nodes_of(topo, topo.allowed_cpus) : std::vector<int>{};
   for (size_t i = 0; i < bindings.size(); ++i) {
     Binding& b = bindings[i];
     const Process& p = host.processes[i];
     if (core == BindCore::Mode::kAuto) b.cpus = auto_cpus[i];
     if (core == BindCore::Mode::kManual) check_cpus(b, p, topo, host);
     if (numa == BindNuma::Mode::kAuto)
-      b.numa_nodes = auto_nodes(topo, slots, slots.processes[i], b, auto_cpus[i]);
+      b.numa_nodes = auto_nodes(topo, slots, slots.processes[i], b, auto_cpus[i], allowed_nodes);
     if (numa == BindNuma::Mode::kManual) check_nodes(b, p, topo, host);
     b.pending = false;
   }

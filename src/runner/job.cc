@@ -335,22 +335,27 @@ std::optional<AttemptResult> connect_attempt(HostRoster& roster, const Options& 
   }
 }
 
-// One attached attempt: connect, bind, run, summary. `logs` gets the log names it wrote.
+// An attempt that started nothing (a host unreachable, no spare left): its start_failed event and
+// its summary; returns `failed`.
+AttemptResult start_failed(const Options& options, EventLog* events, const AttemptResult& failed,
+                           int attempt) {
+  emit_event(events, "start_failed", {{"exit_status", failed.status}, {"reason", failed.cause}});
+  write_summary(options.log_dir, {}, failed, attempt, nullptr);
+  return failed;
+}
+
+// One attached attempt (its "attempt" event is the caller's): connect, bind, run, summary. `logs`
+// gets the log names it wrote.
 AttemptResult run_attempt(const Options& options, HostRoster& roster, int attempt, int sfd,
                           const std::shared_ptr<spdlog::logger>& log,
                           std::vector<std::string>& logs, EventLog* events) {
   std::string job_id = attempt_job_id(roster.plan().job_id, attempt);
   log->info("attempt {}: job id {}", attempt, job_id);
-  emit_event(events, "attempt", {{"attempt", attempt}, {"job_id", job_id}});
   StatusLine row(2, terminal_status_enabled(2, options.quiet));
   row.set_sink(&console_sink());
   ReadyHosts ready;
-  if (auto failed = connect_attempt(roster, options, attempt, row, ready)) {
-    emit_event(events, "start_failed",
-               {{"exit_status", failed->status}, {"reason", failed->cause}});
-    write_summary(options.log_dir, {}, *failed, attempt, nullptr);
-    return *failed;
-  }
+  if (auto failed = connect_attempt(roster, options, attempt, row, ready))
+    return start_failed(options, events, *failed, attempt);
   const Plan& plan = ready.plan;
   HostTransport& pool = *ready.pool;
   StartView& view = *ready.view;
@@ -531,16 +536,13 @@ int run_job(const Options& options, Plan& plan) {
   auto attempt = [&](int k) {
     if (k > 1) logs = keep_attempt_logs(options.log_dir, logs, k - 1);
     std::string cannot = k > 1 ? roster.after_attempt(last) : "";
+    // Every attempt is named in the events, one that cannot restart too.
+    emit_event(events.get(), "attempt",
+               {{"attempt", k}, {"job_id", attempt_job_id(roster.plan().job_id, k)}});
     if (!cannot.empty()) {
       say(cannot);
-      last = AttemptResult{kExitHostFailure, false, true, cannot};
-      // Its events as any attempt that could not start (the end said attempts = k of an attempt
-      // the events never named).
-      emit_event(events.get(), "attempt",
-                 {{"attempt", k}, {"job_id", attempt_job_id(roster.plan().job_id, k)}});
-      emit_event(events.get(), "start_failed", {{"exit_status", last.status}, {"reason", cannot}});
-      write_summary(options.log_dir, {}, last, k, nullptr);
-      return last;
+      return last = start_failed(options, events.get(),
+                                 AttemptResult{kExitHostFailure, false, true, cannot}, k);
     }
     return last = run_attempt(options, roster, k, sfd, log, logs, events.get());
   };

@@ -86,8 +86,7 @@ void parse_pci_file(SysfsFacts& f, std::string_view path, std::string_view value
                     std::string_view line) {
   size_t slash = path.find('/');
   if (slash == std::string_view::npos) bad_line(line);
-  std::string bus(path.substr(0, slash));
-  for (char& ch : bus) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string bus = to_lower(path.substr(0, slash));
   std::string_view file = path.substr(slash + 1);
   PciFacts& pci = f.pci[bus];
   if (file == "vendor")
@@ -265,8 +264,7 @@ std::vector<std::string> npu_logic_order_of(std::string_view probe_output) {
     if (starts_with(line, "allowed:")) break;
     if (starts_with(line, "npu-info: ")) {
       // "| 0     910B2  | OK  | ..." (an NPU), then "| 0 [Phy-ID] | 0000:C1:00.0 | ..." (a chip).
-      std::vector<std::string_view> cells;
-      for (std::string_view cell : split_words(line.substr(10), "|")) cells.push_back(cell);
+      std::vector<std::string_view> cells = split_words(line.substr(10), "|");
       if (cells.size() < 2) continue;
       std::string id = pci_bus_id(cells[1]);
       int first = leading_number(cells[0]);  // the NPU's id, or the chip's
@@ -292,16 +290,14 @@ std::vector<std::string> npu_logic_order_of(std::string_view probe_output) {
   return order;
 }
 
-Topology parse_probe_output(std::string_view text) {
-  std::string_view rest = from_allowed_line(text);
+namespace {
+
+// The topology a probe's output gives from its "allowed:" line on (`rest`).
+Topology topology_after_allowed(std::string_view rest) {
   auto [allowed_line, after_allowed] = split_line(rest);
   auto [format_line, body] = split_line(after_allowed);
   std::string_view format = trim(format_line, " \t\r");
-  if (format == "format: sysfs") {
-    Topology topo = topology_from_sysfs_probe(rest);
-    topo.npu_logic_order = npu_logic_order_of(text);
-    return topo;
-  }
+  if (format == "format: sysfs") return topology_from_sysfs_probe(rest);
   if (format != "format: hwloc-xml")
     throw InputError(
         fmt::format("{}: unknown format line \"{}\" (expected \"format: hwloc-xml\" "
@@ -310,7 +306,13 @@ Topology parse_probe_output(std::string_view text) {
   std::vector<int> allowed = cpu_list(trim(allowed_line.substr(8), " \t\r"), allowed_line);
   if (allowed.empty())
     throw InputError(fmt::format("{}: the \"allowed:\" line lists no CPU", kWhat));
-  Topology topo = topology_from_hwloc_xml(body, allowed);
+  return topology_from_hwloc_xml(body, allowed);
+}
+
+}  // namespace
+
+Topology parse_probe_output(std::string_view text) {
+  Topology topo = topology_after_allowed(from_allowed_line(text));
   topo.npu_logic_order = npu_logic_order_of(text);
   return topo;
 }
